@@ -1,0 +1,208 @@
+//===- PPOps.td - pp dialect ops ---------------------------*- tablegen -*-===//
+#ifndef PIPEFORGE_PP_OPS
+#define PIPEFORGE_PP_OPS
+
+include "pipeforge/Dialect/PP/IR/PPDialect.td"
+include "pipeforge/Dialect/PP/IR/PPAttrs.td"
+
+/// A non-negative 32-bit integer attribute (indices, counts, ranks).
+def PP_Index : ConfinedAttr<I32Attr, [IntNonNegative]>;
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/RegionKindInterface.td"
+
+//===----------------------------------------------------------------------===//
+// Stage level
+//===----------------------------------------------------------------------===//
+
+def PP_PipelineOp : PP_Op<"pipeline", [
+    Symbol, NoTerminator, SingleBlock, IsolatedFromAbove,
+    NoRegionArguments]> {
+  let summary = "A model cut into pipeline stages placed on ranks";
+  let description = [{
+    Holds one `pp.stage` per (model copy, stage). `placement` says how stages
+    map to ranks: `linear` (stage i on rank i), `interleaved` (stage k on
+    rank k mod ranks), `v` (2p stages; rank r holds r and 2p-1-r) or `dual`
+    (two copies; rank r holds stage r of copy 0 and stage N-1-r of copy 1).
+    The verifier checks that every stage is present once and sits on the
+    rank its placement names.
+
+    ```mlir
+    pp.pipeline @gpt stages 2 ranks 2 placement linear {
+      pp.stage 0 rank 0 chunk 0 { func.func @forward(...) ... }
+      pp.stage 1 rank 1 chunk 0 { func.func @forward(...) ... }
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, PP_Index:$num_stages,
+                       PP_Index:$num_ranks, PP_PlacementKind:$placement);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $sym_name `stages` $num_stages `ranks` $num_ranks `placement` $placement
+    attr-dict-with-keyword $body
+  }];
+  let hasRegionVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Number of model copies the placement implies (2 for dual).
+    int64_t getNumCopies() {
+      return getPlacement() == PlacementKind::dual ? 2 : 1;
+    }
+    /// The rank the placement assigns to stage `stage` of copy `copy`.
+    int64_t expectedRank(int64_t copy, int64_t stage);
+  }];
+}
+
+def PP_StageOp : PP_Op<"stage", [
+    HasParent<"PipelineOp">, SymbolTable, NoTerminator, SingleBlock,
+    IsolatedFromAbove, NoRegionArguments]> {
+  let summary = "One pipeline stage: its bodies and where it runs";
+  let description = [{
+    Stage `index` of model copy `copy`, placed on `rank` as its `chunk`-th
+    chunk. The region holds the stage's bodies as functions: `@forward`, and
+    after `--pp-split-backward` also `@backward_input` (B),
+    `@backward_weight` (W) and `@backward` (BW).
+  }];
+  let arguments = (ins PP_Index:$index, PP_Index:$rank, PP_Index:$chunk,
+                       DefaultValuedAttr<PP_Index, "0">:$copy);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $index (`copy` $copy^)? `rank` $rank `chunk` $chunk attr-dict-with-keyword
+    $body
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Schedule level
+//===----------------------------------------------------------------------===//
+
+def PP_ScheduleOp : PP_Op<"schedule", [
+    NoTerminator, SingleBlock, IsolatedFromAbove, NoRegionArguments]> {
+  let summary = "A pipeline schedule: one ordered program per rank";
+  let description = [{
+    `kind` names the generator (`1f1b`, `zb-h1`, `dualpipev`, ...).
+    `placement` lists the rank of every stage, copy-major (so its length is
+    `stages` times the number of model copies: 2 for DualPipe).
+    `microbatches` is the count per copy.
+
+    ```mlir
+    pp.schedule "1f1b" ranks 2 stages 2 microbatches 2 placement [0, 1] {
+      pp.rank_program 0 {
+        pp.compute F stage 0 mb 0
+        pp.send F stage 0 mb 0 to 1
+        ...
+      }
+      pp.rank_program 1 { ... }
+    }
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, PP_Index:$num_ranks, PP_Index:$num_stages,
+                       PP_Index:$num_microbatches,
+                       DenseI32ArrayAttr:$placement);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $kind `ranks` $num_ranks `stages` $num_stages `microbatches`
+    $num_microbatches `placement` $placement attr-dict-with-keyword $body
+  }];
+  let hasRegionVerifier = 1;
+  let extraClassDeclaration = [{
+    int64_t getNumCopies() {
+      return getNumStages() > 0 ? getPlacement().size() / getNumStages() : 0;
+    }
+    /// Rank of stage `stage` of copy `copy`.
+    int32_t rankOf(int64_t copy, int64_t stage) {
+      return getPlacement()[copy * getNumStages() + stage];
+    }
+  }];
+}
+
+def PP_RankProgramOp : PP_Op<"rank_program", [
+    HasParent<"ScheduleOp">, NoTerminator, SingleBlock, NoRegionArguments]> {
+  let summary = "The ordered actions of one rank";
+  let arguments = (ins PP_Index:$rank);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$rank attr-dict-with-keyword $body";
+  let hasVerifier = 1;
+}
+
+defvar PP_WorkArgs = (ins PP_WorkKind:$kind, PP_Index:$stage, PP_Index:$mb,
+                         DefaultValuedAttr<PP_Index, "0">:$copy);
+defvar PP_WorkFormat = "$kind `stage` $stage `mb` $mb (`copy` $copy^)?";
+
+def PP_ComputeOp : PP_Op<"compute"> {
+  let summary = "Run F, B, W or BW of one stage on one microbatch";
+  let description = [{
+    ```mlir
+    pp.compute F stage 0 mb 3            // forward of stage 0, microbatch 3
+    pp.compute BW stage 1 mb 0 copy 1    // full backward, DualPipe copy 1
+    ```
+  }];
+  let arguments = PP_WorkArgs;
+  let assemblyFormat = PP_WorkFormat # " attr-dict";
+  let hasVerifier = 1;
+}
+
+def PP_OverlapOp : PP_Op<"overlap", [
+    NoTerminator, SingleBlock, NoRegionArguments]> {
+  let summary = "An overlapped F&B pair";
+  let description = [{
+    The forward of one microbatch and the backward (B or BW) of another,
+    run as one interleaved unit so that each one's communication hides
+    behind the other's compute. Holds exactly two `pp.compute`: the F first,
+    then the B or BW.
+
+    ```mlir
+    pp.overlap {
+      pp.compute F stage 0 mb 4
+      pp.compute BW stage 3 mb 0 copy 1
+    }
+    ```
+  }];
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "attr-dict-with-keyword $body";
+  let hasVerifier = 1;
+}
+
+class PP_MessageOp<string mnemonic, string dir> : PP_Op<mnemonic> {
+  let arguments = !con(PP_WorkArgs, (ins PP_Index:$peer));
+  let assemblyFormat = PP_WorkFormat # " `" # dir # "` $peer attr-dict";
+  let hasVerifier = 1;
+}
+
+def PP_SendOp : PP_MessageOp<"send", "to"> {
+  let summary = "Send the output of F, B or BW to another rank";
+  let description = [{
+    The message is named by the work that produced it — its tag: the
+    activation of `F stage s mb j` goes to the rank of stage s+1, the
+    gradient of `B`/`BW stage s mb j` to the rank of stage s-1.
+
+    ```mlir
+    pp.send F stage 0 mb 0 to 1
+    ```
+  }];
+}
+
+def PP_RecvOp : PP_MessageOp<"recv", "from"> {
+  let summary = "Receive the output of F, B or BW from another rank";
+  let description = [{
+    ```mlir
+    pp.recv F stage 0 mb 0 from 0
+    ```
+  }];
+}
+
+def PP_GradReduceOp : PP_Op<"grad_reduce"> {
+  let summary = "Sum the weight gradients of two model copies (DualPipe)";
+  let description = [{
+    Rank r and rank N-1-r hold the same stage of the two copies; both run
+    `pp.grad_reduce` with each other before the optimizer step.
+
+    ```mlir
+    pp.grad_reduce with 3
+    ```
+  }];
+  let arguments = (ins PP_Index:$peer);
+  let assemblyFormat = "`with` $peer attr-dict";
+  let hasVerifier = 1;
+}
+
+#endif // PIPEFORGE_PP_OPS

@@ -1,0 +1,226 @@
+//===- Action.h - The action model of a pipeline schedule -------*- C++ -*-===//
+//
+// Plain C++ (no MLIR): the vocabulary every part of the schedule library,
+// the MLIR passes, the planner and the runtime share.
+//
+//   F  = forward                      B  = input-gradient backward
+//   W  = weight-gradient backward     BW = full backward (B then W, fused)
+//   FB = an overlapped pair: F of one microbatch with B or BW of another
+//
+// A schedule is one ordered action list per rank. Stages are numbered per
+// model copy: stage 0 takes the input, stage numStages-1 computes the loss.
+// DualPipe has two copies (copy 0 enters at rank 0, copy 1 at rank N-1);
+// every other schedule has one. Microbatches are numbered 0..m-1 per copy.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEFORGE_SCHEDULE_ACTION_H
+#define PIPEFORGE_SCHEDULE_ACTION_H
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pipeforge::sched {
+
+//===----------------------------------------------------------------------===//
+// Errors: a Status / Expected pair. No exceptions, no asserts on user input.
+//===----------------------------------------------------------------------===//
+
+class Status {
+public:
+  static Status ok() { return Status(); }
+  static Status error(std::string msg) { return Status(std::move(msg)); }
+  bool isOk() const { return !err.has_value(); }
+  explicit operator bool() const { return isOk(); }
+  const std::string &message() const {
+    static const std::string empty;
+    return err ? *err : empty;
+  }
+
+private:
+  Status() = default;
+  explicit Status(std::string m) : err(std::move(m)) {}
+  std::optional<std::string> err;
+};
+
+template <typename T> class Expected {
+public:
+  Expected(T v) : val(std::move(v)) {}
+  Expected(Status s) : st(std::move(s)) {}
+  bool isOk() const { return val.has_value(); }
+  explicit operator bool() const { return isOk(); }
+  T &operator*() { return *val; }
+  const T &operator*() const { return *val; }
+  T *operator->() { return &*val; }
+  const T *operator->() const { return &*val; }
+  T take() { return std::move(*val); }
+  const std::string &message() const { return st.message(); }
+  Status status() const { return isOk() ? Status::ok() : st; }
+
+private:
+  std::optional<T> val;
+  Status st = Status::ok();
+};
+
+//===----------------------------------------------------------------------===//
+// Work items and actions
+//===----------------------------------------------------------------------===//
+
+/// The kind of one unit of compute on one stage for one microbatch.
+enum class WorkKind : uint8_t { F, B, W, BW };
+
+/// One unit of compute: `kind` of stage `stage` of model copy `copy` on
+/// microbatch `mb`.
+struct Work {
+  WorkKind kind = WorkKind::F;
+  int32_t stage = 0;
+  int32_t mb = 0;
+  int8_t copy = 0;
+
+  friend bool operator==(const Work &a, const Work &b) {
+    return a.kind == b.kind && a.stage == b.stage && a.mb == b.mb &&
+           a.copy == b.copy;
+  }
+  friend bool operator!=(const Work &a, const Work &b) { return !(a == b); }
+};
+
+/// What a message carries: the activation produced by F(stage, mb) (sent
+/// downstream to stage+1) or the gradient produced by B/BW(stage, mb) (sent
+/// upstream to stage-1), or a copy's weight gradients (DualPipe reduction).
+enum class Payload : uint8_t { Activation, Gradient, WeightGrad };
+
+enum class ActionKind : uint8_t {
+  Compute,   ///< `work` (F, B, W or BW)
+  Overlap,   ///< FB pair: `work` is the F member, `work2` the B or BW member
+  Send,      ///< send `payload` of (`work.stage`, `work.mb`, `work.copy`)
+  Recv,      ///< receive it
+  GradReduce ///< DualPipe: sum this rank's two copies' weight grads with `peer`
+};
+
+struct Action {
+  ActionKind kind = ActionKind::Compute;
+  Work work;            ///< Compute / Overlap (F member) / message identity
+  Work work2;           ///< Overlap: the backward member (B or BW)
+  Payload payload = Payload::Activation; ///< Send / Recv
+  int32_t peer = -1;    ///< Send / Recv / GradReduce: the other rank
+
+  static Action compute(Work w) {
+    Action a;
+    a.kind = ActionKind::Compute;
+    a.work = w;
+    return a;
+  }
+  static Action overlap(Work f, Work b) {
+    Action a;
+    a.kind = ActionKind::Overlap;
+    a.work = f;
+    a.work2 = b;
+    return a;
+  }
+  /// Message actions: `producer` is the work whose output travels
+  /// (F(s,j) for an activation, B/BW(s,j) for a gradient).
+  static Action send(Payload p, Work producer, int32_t peer) {
+    Action a;
+    a.kind = ActionKind::Send;
+    a.payload = p;
+    a.work = producer;
+    a.peer = peer;
+    return a;
+  }
+  static Action recv(Payload p, Work producer, int32_t peer) {
+    Action a = send(p, producer, peer);
+    a.kind = ActionKind::Recv;
+    return a;
+  }
+  static Action gradReduce(int32_t peer) {
+    Action a;
+    a.kind = ActionKind::GradReduce;
+    a.peer = peer;
+    a.payload = Payload::WeightGrad;
+    return a;
+  }
+
+  bool isComm() const {
+    return kind == ActionKind::Send || kind == ActionKind::Recv ||
+           kind == ActionKind::GradReduce;
+  }
+  friend bool operator==(const Action &a, const Action &b) {
+    return a.kind == b.kind && a.work == b.work &&
+           (a.kind != ActionKind::Overlap || a.work2 == b.work2) &&
+           (!a.isComm() || (a.payload == b.payload && a.peer == b.peer));
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Placement and schedule
+//===----------------------------------------------------------------------===//
+
+/// Where every stage of every model copy lives.
+struct Placement {
+  int32_t numRanks = 0;
+  int32_t numStages = 0; ///< stages per copy
+  int32_t numCopies = 1; ///< 2 for DualPipe
+  /// rankOf[copy][stage]
+  std::vector<std::vector<int32_t>> rankOf;
+
+  int32_t rank(int copy, int stage) const { return rankOf[copy][stage]; }
+
+  /// Stage i on rank i (p stages on p ranks).
+  static Placement linear(int ranks);
+  /// v chunks per rank: stage k on rank k mod p (p*v stages).
+  static Placement interleaved(int ranks, int chunksPerRank);
+  /// 2p stages, rank r holds stages r and 2p-1-r.
+  static Placement vShape(int ranks);
+  /// Two copies of p stages: copy 0 stage r on rank r, copy 1 stage r on
+  /// rank p-1-r.
+  static Placement dual(int ranks);
+};
+
+enum class ScheduleKind : uint8_t {
+  GPipe,
+  OneFOneB,
+  Interleaved,
+  ZBH1,
+  ZBH2,
+  ZBV,
+  DualPipe,
+  DualPipeV,
+  Auto
+};
+
+/// The name used by `--schedule` / `kind=`: gpipe 1f1b interleaved zb-h1 zb-h2
+/// zbv dualpipe dualpipev auto.
+const char *scheduleKindName(ScheduleKind k);
+std::optional<ScheduleKind> parseScheduleKind(const std::string &name);
+/// All names, space separated, for help texts and error messages.
+std::string scheduleKindNames();
+
+struct Schedule {
+  std::string name;          ///< e.g. "zb-h1"
+  Placement placement;
+  int32_t numMicrobatches = 0; ///< per copy
+  bool hasComm = false;        ///< send/recv inserted
+  std::vector<std::vector<Action>> programs; ///< per rank, in order
+
+  int32_t numRanks() const { return placement.numRanks; }
+};
+
+//===----------------------------------------------------------------------===//
+// Text forms
+//===----------------------------------------------------------------------===//
+
+const char *workKindName(WorkKind k); ///< "F" "B" "W" "BW"
+std::optional<WorkKind> parseWorkKind(const std::string &s);
+const char *payloadName(Payload p);   ///< "act" "grad" "wgrad"
+
+/// Compact text: "F3.0" (kind, stage, mb), "F3.0@1" for copy 1,
+/// "F3.0+BW5.1" for an overlapped pair, "SEND act F3.0 ->r2",
+/// "RECV grad B4.0 <-r3", "GRADREDUCE <->r1".
+std::string toString(const Work &w);
+std::string toString(const Action &a);
+
+} // namespace pipeforge::sched
+
+#endif // PIPEFORGE_SCHEDULE_ACTION_H

@@ -1,0 +1,146 @@
+//===- Action.cpp - The action model of a pipeline schedule ---------------===//
+
+#include "pipeforge/Schedule/Action.h"
+
+namespace pipeforge::sched {
+
+Placement Placement::linear(int ranks) { return interleaved(ranks, 1); }
+
+Placement Placement::interleaved(int ranks, int chunksPerRank) {
+  Placement p;
+  p.numRanks = ranks;
+  p.numStages = ranks * chunksPerRank;
+  p.numCopies = 1;
+  p.rankOf.assign(1, std::vector<int32_t>(p.numStages));
+  for (int s = 0; s < p.numStages; ++s)
+    p.rankOf[0][s] = s % ranks;
+  return p;
+}
+
+Placement Placement::vShape(int ranks) {
+  Placement p;
+  p.numRanks = ranks;
+  p.numStages = 2 * ranks;
+  p.numCopies = 1;
+  p.rankOf.assign(1, std::vector<int32_t>(p.numStages));
+  for (int s = 0; s < p.numStages; ++s)
+    p.rankOf[0][s] = s < ranks ? s : 2 * ranks - 1 - s;
+  return p;
+}
+
+Placement Placement::dual(int ranks) {
+  Placement p;
+  p.numRanks = ranks;
+  p.numStages = ranks;
+  p.numCopies = 2;
+  p.rankOf.assign(2, std::vector<int32_t>(ranks));
+  for (int s = 0; s < ranks; ++s) {
+    p.rankOf[0][s] = s;
+    p.rankOf[1][s] = ranks - 1 - s;
+  }
+  return p;
+}
+
+namespace {
+struct KindName {
+  ScheduleKind kind;
+  const char *name;
+};
+constexpr KindName kKindNames[] = {
+    {ScheduleKind::GPipe, "gpipe"},         {ScheduleKind::OneFOneB, "1f1b"},
+    {ScheduleKind::Interleaved, "interleaved"}, {ScheduleKind::ZBH1, "zb-h1"},
+    {ScheduleKind::ZBH2, "zb-h2"},          {ScheduleKind::ZBV, "zbv"},
+    {ScheduleKind::DualPipe, "dualpipe"},   {ScheduleKind::DualPipeV, "dualpipev"},
+    {ScheduleKind::Auto, "auto"},
+};
+} // namespace
+
+const char *scheduleKindName(ScheduleKind k) {
+  for (const KindName &kn : kKindNames)
+    if (kn.kind == k)
+      return kn.name;
+  return "?";
+}
+
+std::optional<ScheduleKind> parseScheduleKind(const std::string &name) {
+  for (const KindName &kn : kKindNames)
+    if (name == kn.name)
+      return kn.kind;
+  return std::nullopt;
+}
+
+std::string scheduleKindNames() {
+  std::string out;
+  for (const KindName &kn : kKindNames) {
+    if (!out.empty())
+      out += ' ';
+    out += kn.name;
+  }
+  return out;
+}
+
+const char *workKindName(WorkKind k) {
+  switch (k) {
+  case WorkKind::F:
+    return "F";
+  case WorkKind::B:
+    return "B";
+  case WorkKind::W:
+    return "W";
+  case WorkKind::BW:
+    return "BW";
+  }
+  return "?";
+}
+
+std::optional<WorkKind> parseWorkKind(const std::string &s) {
+  if (s == "F")
+    return WorkKind::F;
+  if (s == "B")
+    return WorkKind::B;
+  if (s == "W")
+    return WorkKind::W;
+  if (s == "BW")
+    return WorkKind::BW;
+  return std::nullopt;
+}
+
+const char *payloadName(Payload p) {
+  switch (p) {
+  case Payload::Activation:
+    return "act";
+  case Payload::Gradient:
+    return "grad";
+  case Payload::WeightGrad:
+    return "wgrad";
+  }
+  return "?";
+}
+
+std::string toString(const Work &w) {
+  std::string s = workKindName(w.kind);
+  s += std::to_string(w.stage) + "." + std::to_string(w.mb);
+  if (w.copy != 0)
+    s += "@" + std::to_string(w.copy);
+  return s;
+}
+
+std::string toString(const Action &a) {
+  switch (a.kind) {
+  case ActionKind::Compute:
+    return toString(a.work);
+  case ActionKind::Overlap:
+    return toString(a.work) + "+" + toString(a.work2);
+  case ActionKind::Send:
+    return std::string("SEND ") + payloadName(a.payload) + " " +
+           toString(a.work) + " ->r" + std::to_string(a.peer);
+  case ActionKind::Recv:
+    return std::string("RECV ") + payloadName(a.payload) + " " +
+           toString(a.work) + " <-r" + std::to_string(a.peer);
+  case ActionKind::GradReduce:
+    return "GRADREDUCE <->r" + std::to_string(a.peer);
+  }
+  return "?";
+}
+
+} // namespace pipeforge::sched

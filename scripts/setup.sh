@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# PipeForge set-up: installs every package the project needs from Debian.
+# Idempotent: when everything is present it prints one line and exits 0.
+set -euo pipefail
+
+PACKAGES=(
+  # LLVM / MLIR 22
+  llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools clang-22 lld-22
+  # build
+  cmake ninja-build ccache g++ pkg-config python3
+  # runtime
+  libopenmpi-dev openmpi-bin libopenblas-dev
+  # schedule solver, formats
+  coinor-libcbc-dev nlohmann-json3-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${#missing[@]} package(s): ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "setup: error: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+if ! $SUDO apt-get update -qq >/tmp/pipeforge-setup.log 2>&1; then
+  echo "setup: error: apt-get update failed (see /tmp/pipeforge-setup.log)" >&2
+  tail -5 /tmp/pipeforge-setup.log >&2
+  exit 1
+fi
+if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >>/tmp/pipeforge-setup.log 2>&1; then
+  echo "setup: error: could not install some of: ${missing[*]}" >&2
+  grep -E "^E:" /tmp/pipeforge-setup.log >&2 || tail -5 /tmp/pipeforge-setup.log >&2
+  exit 1
+fi
+echo "setup: done"

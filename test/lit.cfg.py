@@ -1,0 +1,48 @@
+# -*- Python -*-
+import os
+import shutil
+import subprocess
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "PipeForge"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.pipeforge_obj_root, "test")
+
+config.substitutions.append(("%examples", os.path.join(config.pipeforge_src_root, "examples")))
+config.substitutions.append(("%srcroot", config.pipeforge_src_root))
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+llvm_config.with_environment("PATH", config.pipeforge_tools_dir, append_path=True)
+
+tools = ["pipeforge-opt", "pipeforge-sched", "pipeforge-import",
+         "pipeforge-compile", "pipeforge-run"]
+llvm_config.add_tool_substitutions(
+    [t for t in tools if os.path.exists(os.path.join(config.pipeforge_tools_dir, t))],
+    [config.pipeforge_tools_dir])
+
+# GPU tests: `REQUIRES: cuda` runs them only where the CUDA backend is built
+# and a GPU answers; elsewhere they are reported as unsupported, not failed.
+def _gpu_present():
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return False
+    try:
+        return subprocess.run([smi, "-L"], capture_output=True, timeout=10).returncode == 0
+    except Exception:
+        return False
+
+if config.pipeforge_cuda_enabled and _gpu_present():
+    config.available_features.add("cuda")
+
+# MPI tests: `REQUIRES: mpi`.
+if shutil.which("mpirun"):
+    config.available_features.add("mpi")
+    config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    config.environment["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
