@@ -18,7 +18,7 @@ if ! ninja -C "$BUILD_DIR" -j "$JOBS" >"$BUILD_DIR.build.log" 2>&1; then
   echo "test: build failed:"; grep -E "error|FAILED" -A3 "$BUILD_DIR.build.log" | head -60; exit 1
 fi
 
-results="$BUILD_DIR/test-results"
+results="$(pwd)/$BUILD_DIR/test-results"
 rm -rf "$results"; mkdir -p "$results"
 
 status=0

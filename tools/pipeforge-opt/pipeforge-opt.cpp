@@ -14,6 +14,7 @@
 
 #include "pipeforge/Dialect/NN/IR/NNDialect.h"
 #include "pipeforge/Dialect/PP/IR/PPDialect.h"
+#include "pipeforge/Dialect/PP/Transforms/Passes.h"
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
@@ -23,6 +24,7 @@ int main(int argc, char **argv) {
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();
+  pipeforge::pp::registerPPPasses();
   return mlir::asMainReturnCode(mlir::MlirOptMain(
       argc, argv, "PipeForge optimizer driver\n", registry));
 }

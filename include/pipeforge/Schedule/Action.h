@@ -32,7 +32,17 @@ class Status {
 public:
   static Status ok() { return Status(); }
   static Status error(std::string msg) { return Status(std::move(msg)); }
+  /// An error about one action: rank `rank`'s program at index `step`.
+  static Status errorAt(int rank, long step, std::string msg) {
+    Status s(std::move(msg));
+    s.rankIdx = rank;
+    s.stepIdx = step;
+    return s;
+  }
   bool isOk() const { return !err.has_value(); }
+  /// Where the error is, when it is about one action (else -1).
+  int rank() const { return rankIdx; }
+  long step() const { return stepIdx; }
   explicit operator bool() const { return isOk(); }
   const std::string &message() const {
     static const std::string empty;
@@ -43,6 +53,8 @@ private:
   Status() = default;
   explicit Status(std::string m) : err(std::move(m)) {}
   std::optional<std::string> err;
+  int rankIdx = -1;
+  long stepIdx = -1;
 };
 
 template <typename T> class Expected {

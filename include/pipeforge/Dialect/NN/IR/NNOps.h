@@ -8,6 +8,7 @@
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "pipeforge/Dialect/NN/IR/NNDialect.h"
+#include "pipeforge/Dialect/NN/IR/NNInterfaces.h"
 
 #define GET_OP_CLASSES
 #include "pipeforge/Dialect/NN/IR/NNOps.h.inc"

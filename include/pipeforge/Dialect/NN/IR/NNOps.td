@@ -5,8 +5,15 @@
 include "pipeforge/Dialect/NN/IR/NNDialect.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
+include "pipeforge/Dialect/NN/IR/NNInterfaces.td"
 
-def NN_LinearOp : NN_Op<"linear", [Pure]> {
+/// Traits of every model-level (forward) op: pure, with a cost model
+/// (NNCost.cpp) and backward rules (NNBackward.cpp).
+defvar NN_CostTraits = []<Trait>;
+defvar NN_BackwardTraits = []<Trait>;
+defvar NN_ModelTraits = !listconcat([Pure], NN_CostTraits, NN_BackwardTraits);
+
+def NN_LinearOp : NN_Op<"linear", NN_ModelTraits> {
   let summary = "y = x W^T (+ b)";
   let description = [{
     A fully connected layer. `input` is `[..., in]`, `weight` is `[out, in]`,
@@ -27,7 +34,7 @@ def NN_LinearOp : NN_Op<"linear", [Pure]> {
   let hasVerifier = 1;
 }
 
-def NN_LayerNormOp : NN_Op<"layernorm", [Pure]> {
+def NN_LayerNormOp : NN_Op<"layernorm", NN_ModelTraits> {
   let summary = "Layer normalisation over the last dimension";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * gamma + beta` over the last dimension.
@@ -49,7 +56,7 @@ def NN_LayerNormOp : NN_Op<"layernorm", [Pure]> {
 }
 
 class NN_ElementwiseUnaryOp<string mnemonic, string desc>
-    : NN_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+    : NN_Op<mnemonic, !listconcat(NN_ModelTraits, [SameOperandsAndResultType])> {
   let summary = desc;
   let arguments = (ins NN_FloatTensor:$input);
   let results = (outs NN_FloatTensor:$result);
@@ -59,18 +66,19 @@ class NN_ElementwiseUnaryOp<string mnemonic, string desc>
 def NN_GeluOp : NN_ElementwiseUnaryOp<"gelu",
     "GELU activation (tanh approximation)">;
 
-def NN_AddOp : NN_Op<"add", [Pure, SameOperandsAndResultType, Commutative]> {
+def NN_AddOp : NN_Op<"add", !listconcat(NN_ModelTraits,
+                                        [SameOperandsAndResultType, Commutative])> {
   let summary = "Elementwise sum (residual connection)";
   let arguments = (ins NN_FloatTensor:$lhs, NN_FloatTensor:$rhs);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
-def NN_CrossEntropyOp : NN_Op<"cross_entropy", [Pure]> {
+def NN_CrossEntropyOp : NN_Op<"cross_entropy", NN_ModelTraits> {
   let summary = "Mean cross-entropy of logits against integer targets";
   let description = [{
-    `logits` is `[tokens, vocab]`, `targets` is `[tokens]` of integers; the
-    result is the scalar mean loss.
+    `logits` is `[..., vocab]`, `targets` has the leading shape `[...]` of
+    integers; the result is the scalar mean loss over all tokens.
 
     ```mlir
     %loss = nn.cross_entropy %logits, %targets
@@ -83,6 +91,244 @@ def NN_CrossEntropyOp : NN_Op<"cross_entropy", [Pure]> {
     $logits `,` $targets attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
+}
+
+def NN_SiluOp : NN_ElementwiseUnaryOp<"silu", "SiLU activation x * sigmoid(x)">;
+
+def NN_MulOp : NN_Op<"mul", !listconcat(NN_ModelTraits,
+                                        [SameOperandsAndResultType, Commutative])> {
+  let summary = "Elementwise product (SwiGLU gating)";
+  let arguments = (ins NN_FloatTensor:$lhs, NN_FloatTensor:$rhs);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def NN_RMSNormOp : NN_Op<"rmsnorm", NN_ModelTraits> {
+  let summary = "RMS normalisation over the last dimension (Llama)";
+  let description = [{
+    `x / sqrt(mean(x^2) + epsilon) * gamma` over the last dimension.
+
+    ```mlir
+    %y = nn.rmsnorm %x, %g : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$gamma,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $gamma attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_EmbeddingOp : NN_Op<"embedding", NN_ModelTraits> {
+  let summary = "Token embedding, plus learned positions when given";
+  let description = [{
+    `tokens` is `[batch, seq]` of integers, `table` is `[vocab, hidden]`, the
+    optional `positions` is `[max_positions, hidden]` with
+    `max_positions >= seq`; the result is `[batch, seq, hidden]`:
+    `table[tokens[b, t]] + positions[t]`.
+
+    ```mlir
+    %h = nn.embedding %tok, %wte, %wpe
+        : (tensor<2x16xi32>, tensor<256x64xf32>, tensor<32x64xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins NN_IntTensor:$tokens, NN_FloatTensor:$table,
+                       Optional<NN_FloatTensor>:$positions);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $tokens `,` $table (`,` $positions^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_AttentionOp : NN_Op<"attention", NN_ModelTraits> {
+  let summary = "Causal multi-head attention core (GQA, optional rotary)";
+  let description = [{
+    `q` is `[batch, seq, heads * d]`; `k` and `v` are
+    `[batch, seq, kv_heads * d]` with `heads % kv_heads == 0` (grouped-query
+    attention: query head i reads kv head `i / (heads / kv_heads)`). With
+    `rotary`, q and k are rotated (RoPE, base `rope_theta`) first. Scores are
+    scaled by `1/sqrt(d)` and causally masked within each sequence;
+    `dropout` is the attention-probability dropout rate (cost model only:
+    PipeForge trains without dropout). The result is `[batch, seq, heads * d]`.
+
+    ```mlir
+    %o = nn.attention %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, rotary}
+        : (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$q, NN_FloatTensor:$k, NN_FloatTensor:$v,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
+                       UnitAttr:$rotary,
+                       DefaultValuedAttr<F32Attr, "10000.0">:$rope_theta,
+                       DefaultValuedAttr<F32Attr, "0.0">:$dropout);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    int64_t getHeadDim() {
+      return getQ().getType().getShape().back() / getNumHeads();
+    }
+  }];
+}
+
+def NN_MoEOp : NN_Op<"moe", NN_ModelTraits> {
+  let summary = "Mixture-of-experts MLP: router, top-k, experts";
+  let description = [{
+    `x` is `[..., hidden]`, `router` is `[experts, hidden]`; each expert e is
+    an MLP `w2[e] act(w1[e] x)` (or, with `w3`, the gated SwiGLU form
+    `w2[e] (act(w1[e] x) * (w3[e] x))`), `w1`/`w3` `[experts, ffn, hidden]`
+    and `w2` `[experts, hidden, ffn]`. Every token goes to its `top_k`
+    highest-scoring experts (softmax over the router logits, ties to the
+    lower index), weighted by the top-k probabilities renormalised to sum
+    to 1. With `capacity_factor > 0`, an expert takes at most
+    `ceil(capacity_factor * tokens * top_k / experts)` tokens, in token
+    order; the rest of its tokens are dropped.
+
+    ```mlir
+    %y = nn.moe %x, %r, %w1, %w2 {top_k = 2 : i64, activation = "silu"}
+        : (tensor<2x16x64xf32>, tensor<4x64xf32>, tensor<4x128x64xf32>, tensor<4x64x128xf32>)
+        -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$router,
+                       NN_FloatTensor:$w1, NN_FloatTensor:$w2,
+                       Optional<NN_FloatTensor>:$w3,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$top_k,
+                       DefaultValuedAttr<F32Attr, "0.0">:$capacity_factor,
+                       DefaultValuedAttr<StrAttr, "\"gelu\"">:$activation);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $router `,` $w1 `,` $w2 (`,` $w3^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    int64_t getNumExperts() { return getRouter().getType().getDimSize(0); }
+    int64_t getFfnDim() { return getW1().getType().getDimSize(1); }
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient ops: what --pp-split-backward builds. B ops compute gradients of
+// activations, W ops gradients of parameters.
+//===----------------------------------------------------------------------===//
+
+class NN_GradOp<string mnemonic, list<Trait> traits = []>
+    : NN_Op<mnemonic, !listconcat([Pure], traits)> {
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_LinearBwdInputOp : NN_GradOp<"linear_bwd_input"> {
+  let summary = "B of nn.linear: dx = dy W";
+  let arguments = (ins NN_FloatTensor:$result_grad, NN_FloatTensor:$weight);
+  let results = (outs NN_FloatTensor:$input_grad);
+}
+
+def NN_LinearBwdWeightOp : NN_GradOp<"linear_bwd_weight"> {
+  let summary = "W of nn.linear: dW = dy^T x (and db = sum dy with a bias)";
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$result_grad,
+                       UnitAttr:$has_bias);
+  let results = (outs NN_FloatTensor:$weight_grad,
+                      Optional<NN_FloatTensor>:$bias_grad);
+}
+
+def NN_LayerNormBwdInputOp : NN_GradOp<"layernorm_bwd_input"> {
+  let summary = "B of nn.layernorm";
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$gamma,
+                       NN_FloatTensor:$result_grad,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs NN_FloatTensor:$input_grad);
+}
+
+def NN_LayerNormBwdWeightOp : NN_GradOp<"layernorm_bwd_weight"> {
+  let summary = "W of nn.layernorm: dgamma, dbeta";
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$result_grad,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs NN_FloatTensor:$gamma_grad, NN_FloatTensor:$beta_grad);
+}
+
+def NN_RMSNormBwdInputOp : NN_GradOp<"rmsnorm_bwd_input"> {
+  let summary = "B of nn.rmsnorm";
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$gamma,
+                       NN_FloatTensor:$result_grad,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs NN_FloatTensor:$input_grad);
+}
+
+def NN_RMSNormBwdWeightOp : NN_GradOp<"rmsnorm_bwd_weight"> {
+  let summary = "W of nn.rmsnorm: dgamma";
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$result_grad,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs NN_FloatTensor:$gamma_grad);
+}
+
+def NN_GeluBwdOp : NN_GradOp<"gelu_bwd"> {
+  let summary = "B of nn.gelu: dx = gelu'(x) dy";
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$result_grad);
+  let results = (outs NN_FloatTensor:$input_grad);
+}
+
+def NN_SiluBwdOp : NN_GradOp<"silu_bwd"> {
+  let summary = "B of nn.silu: dx = silu'(x) dy";
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$result_grad);
+  let results = (outs NN_FloatTensor:$input_grad);
+}
+
+def NN_EmbeddingBwdWeightOp : NN_GradOp<"embedding_bwd_weight"> {
+  let summary = "W of nn.embedding: scatter-add into the table (and positions)";
+  let arguments = (ins NN_IntTensor:$tokens, NN_FloatTensor:$result_grad,
+                       I64Attr:$vocab, OptionalAttr<I64Attr>:$max_positions);
+  let results = (outs NN_FloatTensor:$table_grad,
+                      Optional<NN_FloatTensor>:$positions_grad);
+}
+
+def NN_AttentionBwdOp : NN_GradOp<"attention_bwd"> {
+  let summary = "B of nn.attention: dq, dk, dv";
+  let arguments = (ins NN_FloatTensor:$q, NN_FloatTensor:$k, NN_FloatTensor:$v,
+                       NN_FloatTensor:$result_grad,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
+                       UnitAttr:$rotary,
+                       DefaultValuedAttr<F32Attr, "10000.0">:$rope_theta);
+  let results = (outs NN_FloatTensor:$q_grad, NN_FloatTensor:$k_grad,
+                      NN_FloatTensor:$v_grad);
+}
+
+def NN_MoEBwdInputOp : NN_GradOp<"moe_bwd_input"> {
+  let summary = "B of nn.moe: dx through the experts and the gates";
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$router,
+                       NN_FloatTensor:$w1, NN_FloatTensor:$w2,
+                       Optional<NN_FloatTensor>:$w3,
+                       NN_FloatTensor:$result_grad,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$top_k,
+                       DefaultValuedAttr<F32Attr, "0.0">:$capacity_factor,
+                       DefaultValuedAttr<StrAttr, "\"gelu\"">:$activation);
+  let results = (outs NN_FloatTensor:$input_grad);
+}
+
+def NN_MoEBwdWeightOp : NN_GradOp<"moe_bwd_weight"> {
+  let summary = "W of nn.moe: router and expert weight gradients";
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$router,
+                       NN_FloatTensor:$w1, NN_FloatTensor:$w2,
+                       Optional<NN_FloatTensor>:$w3,
+                       NN_FloatTensor:$result_grad,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$top_k,
+                       DefaultValuedAttr<F32Attr, "0.0">:$capacity_factor,
+                       DefaultValuedAttr<StrAttr, "\"gelu\"">:$activation);
+  let results = (outs NN_FloatTensor:$router_grad, NN_FloatTensor:$w1_grad,
+                      NN_FloatTensor:$w2_grad, Optional<NN_FloatTensor>:$w3_grad);
+}
+
+def NN_CrossEntropyBwdOp : NN_GradOp<"cross_entropy_bwd"> {
+  let summary = "B of nn.cross_entropy: dlogits = (softmax - onehot) dloss / tokens";
+  let arguments = (ins NN_FloatTensor:$logits, NN_IntTensor:$targets,
+                       0DTensorOf<[AnyFloat]>:$loss_grad);
+  let results = (outs NN_FloatTensor:$logits_grad);
 }
 
 #endif // PIPEFORGE_NN_OPS

@@ -1,0 +1,32 @@
+//===- ScheduleConversion.h - pp.schedule <-> schedule library --*- C++ -*-===//
+//
+// The passes are thin adapters: they turn a pp.schedule into the plain C++
+// sched::Schedule, call the library, and write the result back as IR.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEFORGE_DIALECT_PP_TRANSFORMS_SCHEDULECONVERSION_H
+#define PIPEFORGE_DIALECT_PP_TRANSFORMS_SCHEDULECONVERSION_H
+
+#include "pipeforge/Dialect/PP/IR/PPOps.h"
+#include "pipeforge/Schedule/Action.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace pipeforge::pp {
+
+/// Reads a (verified) pp.schedule into the library's form.
+sched::Schedule toLibrarySchedule(ScheduleOp op);
+
+/// Builds a pp.schedule from the library's form at the builder's point.
+ScheduleOp buildScheduleOp(mlir::OpBuilder &b, mlir::Location loc,
+                           const sched::Schedule &s);
+
+/// Replaces the rank programs of `op` with those of `s` (same shape).
+void replaceRankPrograms(ScheduleOp op, const sched::Schedule &s);
+
+/// The op of rank `rank`'s program at position `step`, or null.
+mlir::Operation *actionOp(ScheduleOp op, int rank, size_t step);
+
+} // namespace pipeforge::pp
+
+#endif

@@ -1,0 +1,110 @@
+//===- Export.h - Schedule export and import formats ------------*- C++ -*-===//
+//
+// Human- and tool-readable forms of a schedule:
+//   - a compact text grid (one row per rank, one column per time slot),
+//   - JSON (schema: docs/schedule-json.md), with import,
+//   - PyTorch torch.distributed.pipelining CSV, with import,
+//   - an SVG timeline,
+//   - a Chrome / Perfetto trace (chrome://tracing, ui.perfetto.dev).
+// The timed forms take a SimResult of the same schedule (see simulate()).
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEFORGE_SCHEDULE_EXPORT_H
+#define PIPEFORGE_SCHEDULE_EXPORT_H
+
+#include "pipeforge/Schedule/Action.h"
+#include "pipeforge/Schedule/Simulator.h"
+
+#include <optional>
+#include <string>
+
+namespace pipeforge::sched {
+
+//===----------------------------------------------------------------------===//
+// Text grid
+//===----------------------------------------------------------------------===//
+
+/// One row per rank, one column per time slot (the shortest compute of the
+/// simulation). A cell shows kind and microbatch ("F3", "B3", "W3", "BW3",
+/// "F3+BW1" for an overlapped pair); where a rank holds several stages the
+/// rank-local chunk follows after a dot ("F3.1" is the second chunk). "."
+/// is idle; "-" continues a longer action. Messages are not shown.
+std::string exportTextGrid(const Schedule &s, const SimResult &sim);
+
+//===----------------------------------------------------------------------===//
+// JSON
+//===----------------------------------------------------------------------===//
+
+/// The schedule as JSON (docs/schedule-json.md). With `sim`, adds the
+/// "summary" (makespan, bubble rates, per-rank peak activation in units of
+/// cost.memB, busy time, exposed communication).
+std::string exportJson(const Schedule &s, const SimResult *sim = nullptr,
+                       const CostModel &cost = {}, int indent = 2);
+
+/// Parses exportJson's output back (the summary is ignored).
+Expected<Schedule> importJson(const std::string &text);
+
+//===----------------------------------------------------------------------===//
+// PyTorch CSV
+//===----------------------------------------------------------------------===//
+
+struct CsvOptions {
+  /// Write SEND_F / RECV_F / SEND_B / RECV_B cells (when the schedule has
+  /// them); false writes the compute actions only.
+  bool withComm = true;
+  /// Drop GRADREDUCE_r<peer> cells, a PipeForge extension PyTorch does not
+  /// read.
+  bool pytorchStrict = false;
+};
+
+/// One row per rank, one cell per action: <stage><kind><mb> with kinds F,
+/// I (our B), W, B (our BW), SEND_F, RECV_F, SEND_B, RECV_B (the stage of
+/// a RECV is the receiving stage, as in PyTorch), overlapped pairs as
+/// "(<F cell>;<B or I cell>)OVERLAP_F_B". Stages are global: copy c stage s
+/// is written as c * numStages + s. Weight-gradient send/recv are omitted.
+std::string exportCsv(const Schedule &s, const CsvOptions &opts = {});
+
+struct CsvImportOptions {
+  /// The placement to read stages against (required for DualPipe's two
+  /// copies). Without it, a single copy is assumed: stage k lives on the
+  /// row where it is computed, stages = max stage + 1.
+  std::optional<Placement> placement;
+  std::string name = "csv";
+};
+
+/// Parses a PyTorch schedule CSV into a Schedule. Malformed cells give an
+/// error naming the row and column (both 0-based, row = rank).
+Expected<Schedule> importCsv(const std::string &text,
+                             const CsvImportOptions &opts = {});
+
+//===----------------------------------------------------------------------===//
+// SVG timeline and Chrome trace
+//===----------------------------------------------------------------------===//
+
+struct SvgOptions {
+  /// Pixels per time unit; 0 picks one that makes the plot ~1600 px wide.
+  double pxPerUnit = 0;
+  /// Draw an arrow per message (off automatically above this many).
+  size_t maxArrows = 4000;
+};
+
+/// One lane per rank (colour per kind: F, B, W, BW, FB; microbatch labels),
+/// under it a thin comm lane (receive waits in red, sends as ticks), arrows
+/// from send to receive, a time axis and a legend.
+std::string exportSvg(const Schedule &s, const SimResult &sim,
+                      const SvgOptions &opts = {});
+
+struct TraceOptions {
+  /// Trace microseconds per time unit (1000: cost units are ms).
+  double usPerUnit = 1000;
+};
+
+/// Chrome trace-event JSON: one process per rank with a "compute" and a
+/// "comm" thread, flow arrows ("ph":"s"/"f") from each Send to its Recv (or,
+/// in a compute-only schedule, along each cross-rank dependency).
+std::string exportTrace(const Schedule &s, const SimResult &sim,
+                        const TraceOptions &opts = {});
+
+} // namespace pipeforge::sched
+
+#endif // PIPEFORGE_SCHEDULE_EXPORT_H

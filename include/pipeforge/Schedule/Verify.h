@@ -1,0 +1,31 @@
+//===- Verify.h - Schedule verifier -----------------------------*- C++ -*-===//
+//
+// Checks: each F, B, W exactly once per (copy, stage, mb) -- or BW in place of
+// B+W --, every dependency respected, F/B/W of a stage in a valid order,
+// sends and receives matched per channel in FIFO order, no deadlock under
+// rendezvous semantics (proved by executing the programs), the optional
+// activation-memory limit. The error names the rank and the step and prints
+// that rank's program around it with a marker.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEFORGE_SCHEDULE_VERIFY_H
+#define PIPEFORGE_SCHEDULE_VERIFY_H
+
+#include "pipeforge/Schedule/Action.h"
+#include "pipeforge/Schedule/Simulator.h"
+
+#include <optional>
+
+namespace pipeforge::sched {
+
+struct VerifyOptions {
+  /// Per-rank peak activation limit, in the units of `cost` (default M_B).
+  std::optional<double> memLimit;
+  CostModel cost;
+};
+
+Status verify(const Schedule &s, const VerifyOptions &opts = {});
+
+} // namespace pipeforge::sched
+
+#endif

@@ -1,0 +1,47 @@
+//===- VerifySchedulePass.cpp - --pp-verify-schedule ----------------------===//
+
+#include "pipeforge/Dialect/PP/Transforms/Passes.h"
+#include "pipeforge/Dialect/PP/Transforms/ScheduleConversion.h"
+#include "pipeforge/Schedule/Verify.h"
+
+namespace pipeforge::pp {
+#define GEN_PASS_DEF_PPVERIFYSCHEDULE
+#include "pipeforge/Dialect/PP/Transforms/Passes.h.inc"
+} // namespace pipeforge::pp
+
+using namespace mlir;
+using namespace pipeforge;
+using namespace pipeforge::pp;
+
+namespace {
+struct VerifySchedulePass
+    : public pp::impl::PPVerifyScheduleBase<VerifySchedulePass> {
+  using PPVerifyScheduleBase::PPVerifyScheduleBase;
+
+  void runOnOperation() override {
+    sched::VerifyOptions opts;
+    if (memLimit > 0)
+      opts.memLimit = memLimit;
+    opts.cost.memB = 1.0;
+    opts.cost.memW = memW;
+    bool ok = true;
+    for (ScheduleOp op : getOperation().getOps<ScheduleOp>()) {
+      sched::Status st = sched::verify(toLibrarySchedule(op), opts);
+      if (st)
+        continue;
+      ok = false;
+      // Point at the offending action when the library names one.
+      Operation *at = st.rank() >= 0 && st.step() >= 0
+                          ? actionOp(op, st.rank(), st.step())
+                          : nullptr;
+      InFlightDiagnostic d = (at ? at : op.getOperation())->emitError()
+                             << "invalid schedule: " << st.message();
+      if (at)
+        d.attachNote(op.getLoc()) << "in this schedule";
+    }
+    if (!ok)
+      signalPassFailure();
+    markAllAnalysesPreserved();
+  }
+};
+} // namespace

@@ -1,0 +1,380 @@
+//===- CommInsertion.cpp - Send/recv insertion ----------------------------===//
+//
+// How the messages are ordered, and why that cannot deadlock:
+//
+// 1. Replay the compute programs as an ASAP list schedule with integer
+//    per-kind costs (F = B = W = 1, BW = 2, an overlapped pair the sum of its
+//    members): every action starts when its rank is free and its inputs are
+//    done. Programs whose compute order cannot run (a cycle through the
+//    dependencies) are rejected here.
+// 2. Every cross-rank dependency becomes one message with the global key
+//    (end time of its producer in the replay, message id). The id is unique
+//    per producer, so the keys are totally ordered.
+// 3. On each rank, the compute actions (at their replay start times) and the
+//    rank's messages (at their key times) are merged by time, messages first
+//    on ties. A Send comes after its producer (key = producer end > producer
+//    start) and a Recv before its consumer (consumer start >= producer end
+//    = key, and messages win ties). The messages of one rank appear in
+//    increasing key order.
+//
+// Deadlock freedom under rendezvous semantics: compute actions never block
+// (their inputs were received earlier in the program, local inputs were
+// produced earlier, as the replay proved). Suppose every unfinished rank is
+// blocked at a Send or Recv, and let M be the pending message with the
+// smallest key among those heads. M's other endpoint has not executed M, and
+// its messages come in increasing key order, so its head is a message with
+// key <= key(M); by minimality that head is M itself. Both endpoints are at
+// M, which therefore completes: a contradiction. The final DualPipe
+// GradReduce pairs come after everything else on both ranks of each pair.
+//
+// Cost: O(A log A) for A actions (one sort of all message keys).
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/Schedule/CommInsertion.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pipeforge::sched {
+
+namespace {
+
+/// Dense indices for (copy, stage, mb) and per-item replay state.
+struct ItemSpace {
+  int32_t stages = 0, mbs = 0, copies = 0;
+  size_t index(const Work &w) const {
+    return (size_t(w.copy) * stages + w.stage) * mbs + w.mb;
+  }
+  size_t size() const { return size_t(copies) * stages * mbs; }
+  bool contains(const Work &w) const {
+    return w.copy >= 0 && w.copy < copies && w.stage >= 0 &&
+           w.stage < stages && w.mb >= 0 && w.mb < mbs;
+  }
+};
+
+/// The result slots a work fills and waits on: F fills slot F; B and BW
+/// fill slot B ("input gradient ready"); BW and W fill slot W.
+enum Slot : int { SlotF = 0, SlotB = 1, SlotW = 2 };
+
+int64_t costOf(WorkKind k) { return k == WorkKind::BW ? 2 : 1; }
+
+Status checkShape(const Schedule &s) {
+  const Placement &pl = s.placement;
+  if (pl.numRanks < 1 || int64_t(s.programs.size()) != pl.numRanks)
+    return Status::error("schedule has " + std::to_string(s.programs.size()) +
+                         " programs for " + std::to_string(pl.numRanks) +
+                         " ranks");
+  if (pl.numCopies < 1 || pl.numCopies > 2 || pl.numStages < 1 ||
+      int64_t(pl.rankOf.size()) != pl.numCopies)
+    return Status::error("schedule placement is malformed");
+  for (const auto &copy : pl.rankOf) {
+    if (int64_t(copy.size()) != pl.numStages)
+      return Status::error("schedule placement is malformed");
+    for (int32_t r : copy)
+      if (r < 0 || r >= pl.numRanks)
+        return Status::error("placement puts a stage on rank " +
+                             std::to_string(r) + ", outside 0.." +
+                             std::to_string(pl.numRanks - 1));
+  }
+  if (s.numMicrobatches < 1)
+    return Status::error("schedule has no microbatches");
+  return Status::ok();
+}
+
+/// One message, seen from one of its two ranks.
+struct CommEvent {
+  int64_t time;   ///< key: producer end in the replay
+  Action action;  ///< Send or Recv
+};
+
+} // namespace
+
+void stripComm(Schedule &s) {
+  for (std::vector<Action> &prog : s.programs)
+    prog.erase(std::remove_if(prog.begin(), prog.end(),
+                              [](const Action &a) { return a.isComm(); }),
+               prog.end());
+  s.hasComm = false;
+}
+
+Status insertComm(Schedule &s) {
+  if (s.hasComm)
+    return Status::error("schedule already has messages (strip them first)");
+  if (Status st = checkShape(s); !st)
+    return st;
+  const ItemSpace space{s.placement.numStages, s.numMicrobatches,
+                        s.placement.numCopies};
+  const int32_t numRanks = s.placement.numRanks;
+  const int32_t lastStage = space.stages - 1;
+
+  // Validate actions and record which slots get produced (to report a work
+  // that nobody runs separately from a deadlock).
+  const size_t numItems = space.size();
+  std::vector<uint8_t> seen(numItems * 3, 0);
+  std::vector<uint8_t> fusedBackward(numItems, 0); // produced by a BW
+  for (int32_t r = 0; r < numRanks; ++r) {
+    for (size_t i = 0; i < s.programs[r].size(); ++i) {
+      const Action &a = s.programs[r][i];
+      auto where = [&] {
+        return "rank " + std::to_string(r) + " step " + std::to_string(i) +
+               " (" + toString(a) + ")";
+      };
+      if (a.isComm())
+        return Status::error(where() + ": schedule already has messages "
+                                       "(strip them first)");
+      if (a.kind == ActionKind::Overlap &&
+          (a.work.kind != WorkKind::F ||
+           (a.work2.kind != WorkKind::B && a.work2.kind != WorkKind::BW)))
+        return Status::error(where() + ": an overlapped pair must be an F "
+                                       "with a B or BW");
+      const Work *members[2] = {&a.work,
+                                a.kind == ActionKind::Overlap ? &a.work2
+                                                              : nullptr};
+      for (const Work *w : members) {
+        if (!w)
+          continue;
+        if (!space.contains(*w))
+          return Status::error(where() + ": no such stage, microbatch or copy");
+        if (s.placement.rank(w->copy, w->stage) != r)
+          return Status::error(
+              where() + ": stage " + std::to_string(w->stage) + " lives on rank " +
+              std::to_string(s.placement.rank(w->copy, w->stage)));
+        size_t idx = space.index(*w);
+        auto mark = [&](int slot) -> bool {
+          uint8_t &flag = seen[idx * 3 + slot];
+          if (flag)
+            return false;
+          flag = 1;
+          return true;
+        };
+        bool fresh = true;
+        switch (w->kind) {
+        case WorkKind::F:
+          fresh = mark(SlotF);
+          break;
+        case WorkKind::B:
+          fresh = mark(SlotB);
+          break;
+        case WorkKind::W:
+          fresh = mark(SlotW);
+          break;
+        case WorkKind::BW:
+          fresh = mark(SlotB) && mark(SlotW);
+          fusedBackward[idx] = 1;
+          break;
+        }
+        if (!fresh)
+          return Status::error(where() + ": " + toString(*w) +
+                               " is scheduled more than once");
+      }
+    }
+  }
+
+  // The work that produced an item's activation (F) or gradient (B or BW).
+  auto producerOf = [&](size_t idx, bool grad) {
+    Work w;
+    w.mb = int32_t(idx % space.mbs);
+    w.stage = int32_t((idx / space.mbs) % space.stages);
+    w.copy = int8_t(idx / (size_t(space.mbs) * space.stages));
+    w.kind = !grad ? WorkKind::F
+                   : fusedBackward[idx] ? WorkKind::BW : WorkKind::B;
+    return w;
+  };
+
+  // ASAP replay (step 1). end[idx*3 + slot] = end time, -1 while pending.
+  std::vector<int64_t> end(numItems * 3, -1);
+  std::vector<int32_t> waitHead(numItems * 3, -1);
+  std::vector<int32_t> nextWaiter(numRanks, -1);
+  std::vector<size_t> pc(numRanks, 0);
+  std::vector<int64_t> clock(numRanks, 0);
+  std::vector<std::vector<int64_t>> startAt(numRanks), endAt(numRanks);
+  std::vector<int32_t> ready;
+  ready.reserve(numRanks);
+  for (int32_t r = numRanks - 1; r >= 0; --r) {
+    ready.push_back(r);
+    startAt[r].resize(s.programs[r].size());
+    endAt[r].resize(s.programs[r].size());
+  }
+
+  // The (slot) items work `w` needs before it can start.
+  auto forEachDep = [&](const Work &w, auto &&fn) -> bool {
+    Work d = w;
+    switch (w.kind) {
+    case WorkKind::F:
+      if (w.stage > 0) {
+        d.stage = w.stage - 1;
+        return fn(space.index(d) * 3 + SlotF);
+      }
+      return true;
+    case WorkKind::B:
+    case WorkKind::BW:
+      if (!fn(space.index(w) * 3 + SlotF))
+        return false;
+      if (w.stage < lastStage) {
+        d.stage = w.stage + 1;
+        return fn(space.index(d) * 3 + SlotB);
+      }
+      return true;
+    case WorkKind::W:
+      return fn(space.index(w) * 3 + SlotB);
+    }
+    return true;
+  };
+
+  while (!ready.empty()) {
+    int32_t r = ready.back();
+    ready.pop_back();
+    std::vector<Action> &prog = s.programs[r];
+    while (pc[r] < prog.size()) {
+      const Action &a = prog[pc[r]];
+      const bool isPair = a.kind == ActionKind::Overlap;
+      int64_t start = clock[r];
+      auto need = [&](size_t slotIdx) -> bool {
+        if (end[slotIdx] < 0) {
+          nextWaiter[r] = waitHead[slotIdx];
+          waitHead[slotIdx] = r;
+          return false;
+        }
+        start = std::max(start, end[slotIdx]);
+        return true;
+      };
+      if (!forEachDep(a.work, need) ||
+          (isPair && !forEachDep(a.work2, need)))
+        break;
+      int64_t finish =
+          start + costOf(a.work.kind) + (isPair ? costOf(a.work2.kind) : 0);
+      startAt[r][pc[r]] = start;
+      endAt[r][pc[r]] = finish;
+      clock[r] = finish;
+      auto produce = [&](const Work &w) {
+        size_t base = space.index(w) * 3;
+        auto fill = [&](int slot) {
+          end[base + slot] = finish;
+          for (int32_t q = waitHead[base + slot]; q >= 0;) {
+            int32_t nq = nextWaiter[q];
+            ready.push_back(q);
+            q = nq;
+          }
+          waitHead[base + slot] = -1;
+        };
+        switch (w.kind) {
+        case WorkKind::F:
+          fill(SlotF);
+          break;
+        case WorkKind::B:
+          fill(SlotB);
+          break;
+        case WorkKind::W:
+          fill(SlotW);
+          break;
+        case WorkKind::BW:
+          fill(SlotB);
+          fill(SlotW);
+          break;
+        }
+      };
+      produce(a.work);
+      if (isPair)
+        produce(a.work2);
+      ++pc[r];
+    }
+  }
+  for (int32_t r = 0; r < numRanks; ++r) {
+    if (pc[r] == s.programs[r].size())
+      continue;
+    const Action &a = s.programs[r][pc[r]];
+    std::string missing;
+    auto find = [&](size_t slotIdx) -> bool {
+      if (end[slotIdx] >= 0)
+        return true;
+      size_t idx = slotIdx / 3;
+      int slot = int(slotIdx % 3);
+      Work w;
+      w.mb = int32_t(idx % space.mbs);
+      w.stage = int32_t((idx / space.mbs) % space.stages);
+      w.copy = int8_t(idx / (size_t(space.mbs) * space.stages));
+      w.kind = slot == SlotF ? WorkKind::F : WorkKind::B;
+      missing = toString(w) + (seen[slotIdx] ? "" : " (never scheduled)");
+      return false;
+    };
+    if (forEachDep(a.work, find) && a.kind == ActionKind::Overlap)
+      forEachDep(a.work2, find);
+    return Status::error("compute order cannot run: rank " + std::to_string(r) +
+                         " step " + std::to_string(pc[r]) + " (" +
+                         toString(a) + ") waits for " + missing);
+  }
+
+  // Messages (step 2): one global list of keys, sorted once. The id encodes
+  // the producer (item index * 2 + gradient?), so the key alone describes the
+  // message.
+  struct MsgKey {
+    int64_t time;
+    uint64_t id;
+  };
+  std::vector<MsgKey> keys;
+  for (int32_t r = 0; r < numRanks; ++r) {
+    const std::vector<Action> &prog = s.programs[r];
+    for (size_t i = 0; i < prog.size(); ++i) {
+      const Action &a = prog[i];
+      auto collect = [&](const Work &w) {
+        if (w.kind == WorkKind::W)
+          return;
+        const bool grad = w.kind != WorkKind::F;
+        if (grad ? w.stage == 0 : w.stage == lastStage)
+          return;
+        const int32_t consumer = grad ? w.stage - 1 : w.stage + 1;
+        if (s.placement.rank(w.copy, consumer) == r)
+          return; // same-rank hand-off
+        keys.push_back({endAt[r][i], uint64_t(space.index(w)) * 2 + grad});
+      };
+      collect(a.work);
+      if (a.kind == ActionKind::Overlap)
+        collect(a.work2);
+    }
+  }
+  std::sort(keys.begin(), keys.end(), [](const MsgKey &x, const MsgKey &y) {
+    return x.time != y.time ? x.time < y.time : x.id < y.id;
+  });
+  // Distributed in key order, so every rank's list is sorted too.
+  std::vector<std::vector<CommEvent>> events(numRanks);
+  for (const MsgKey &k : keys) {
+    const size_t idx = size_t(k.id / 2);
+    const bool grad = k.id % 2;
+    const Work w = producerOf(idx, grad);
+    const int32_t src = s.placement.rank(w.copy, w.stage);
+    const int32_t dst =
+        s.placement.rank(w.copy, grad ? w.stage - 1 : w.stage + 1);
+    const Payload payload = grad ? Payload::Gradient : Payload::Activation;
+    events[src].push_back({k.time, Action::send(payload, w, dst)});
+    events[dst].push_back({k.time, Action::recv(payload, w, src)});
+  }
+
+  // Merge (step 3).
+  for (int32_t r = 0; r < numRanks; ++r) {
+    const std::vector<CommEvent> &ev = events[r];
+    std::vector<Action> &prog = s.programs[r];
+    std::vector<Action> merged;
+    merged.reserve(prog.size() + ev.size() + 1);
+    size_t e = 0;
+    for (size_t i = 0; i < prog.size(); ++i) {
+      while (e < ev.size() && ev[e].time <= startAt[r][i])
+        merged.push_back(ev[e++].action);
+      merged.push_back(prog[i]);
+    }
+    while (e < ev.size())
+      merged.push_back(ev[e++].action);
+    if (s.placement.numCopies == 2) {
+      int32_t peer = numRanks - 1 - r;
+      if (peer != r)
+        merged.push_back(Action::gradReduce(peer));
+    }
+    prog = std::move(merged);
+  }
+  s.hasComm = true;
+  return Status::ok();
+}
+
+} // namespace pipeforge::sched

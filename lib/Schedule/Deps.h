@@ -1,0 +1,117 @@
+//===- Deps.h - Work indexing and dependency inference ---------*- C++ -*-===//
+//
+// Internal helpers shared by the simulator, the verifier and the exporters:
+// a dense index over (copy, stage, mb, kind), the table of where each work
+// runs, the inferred producer of each work's input, message identities, and
+// the "rank r, step i: ..." diagnostic with a program excerpt.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEFORGE_LIB_SCHEDULE_DEPS_H
+#define PIPEFORGE_LIB_SCHEDULE_DEPS_H
+
+#include "pipeforge/Schedule/Action.h"
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace pipeforge::sched::detail {
+
+/// Dense ids for (copy, stage, mb, kind); kinds F=0 B=1 W=2 BW=3.
+struct WorkIndex {
+  int32_t numCopies = 1, numStages = 0, numMb = 0;
+
+  explicit WorkIndex(const Schedule &s)
+      : numCopies(s.placement.numCopies), numStages(s.placement.numStages),
+        numMb(s.numMicrobatches) {}
+
+  size_t size() const {
+    return static_cast<size_t>(numCopies) * numStages * numMb * 4;
+  }
+  bool inRange(const Work &w) const {
+    return w.copy >= 0 && w.copy < numCopies && w.stage >= 0 &&
+           w.stage < numStages && w.mb >= 0 && w.mb < numMb;
+  }
+  /// Requires inRange(w).
+  size_t id(const Work &w) const {
+    return ((static_cast<size_t>(w.copy) * numStages + w.stage) * numMb +
+            w.mb) * 4 +
+           static_cast<size_t>(w.kind);
+  }
+};
+
+/// The schedule's frame is sound: ranks > 0, one program per rank, the
+/// placement's rankOf has numCopies rows of numStages ranks in range.
+Status checkShape(const Schedule &s);
+
+/// Where a work runs: its rank and step, or rank -1 when absent.
+struct Loc {
+  int32_t rank = -1;
+  int32_t step = -1;
+  bool present() const { return rank >= 0; }
+};
+
+/// The location of every compute work (Compute actions and both members of
+/// Overlap actions). Out-of-range works are skipped; a duplicate keeps the
+/// first occurrence.
+std::vector<Loc> locateWork(const Schedule &s, const WorkIndex &idx);
+
+/// The nominal producer of `w`'s input: F(s-1) for F, the backward of s+1
+/// (kind B) or F(last) for B and BW, B(s) for W. None for F on stage 0.
+std::optional<Work> nominalProducer(const Work &w, int32_t numStages);
+
+/// Resolves a nominal producer against the table: a nominal B means "B or
+/// BW", whichever exists; W's producer B may also be satisfied by nothing
+/// else. Returns the actual producer work, or nullopt when absent.
+std::optional<Work> resolveProducer(const Work &nominal,
+                                    const std::vector<Loc> &locs,
+                                    const WorkIndex &idx);
+
+/// The identity of a message: payload kind plus the producer's (copy, stage,
+/// mb); B and BW producers carry the same gradient identity.
+inline bool sameMessage(const Action &a, const Action &b) {
+  return a.payload == b.payload && a.work.stage == b.work.stage &&
+         a.work.mb == b.work.mb && a.work.copy == b.work.copy;
+}
+
+/// The id used to key a message: the producer slot (F for activations, B
+/// for gradients, whatever the producer kind). Requires idx.inRange.
+inline size_t messageKey(const Work &producer, const WorkIndex &idx) {
+  Work k = producer;
+  k.kind = producer.kind == WorkKind::F ? WorkKind::F : WorkKind::B;
+  return idx.id(k);
+}
+
+/// The stage that consumes a message: stage+1 for activations, stage-1 for
+/// gradients; -1 (none) for weight grads.
+int32_t consumerStage(const Action &msg);
+
+/// Dense ids for the (src, dst) channels used by the program's messages.
+class ChannelMap {
+public:
+  /// Id of channel src->dst, creating it on first use.
+  int32_t get(int32_t src, int32_t dst) {
+    int64_t key = (static_cast<int64_t>(src) << 32) | static_cast<uint32_t>(dst);
+    auto it = ids.emplace(key, static_cast<int32_t>(ids.size())).first;
+    return it->second;
+  }
+  int32_t size() const { return static_cast<int32_t>(ids.size()); }
+
+private:
+  std::unordered_map<int64_t, int32_t> ids;
+};
+
+/// "rank R, step I: MSG" followed by the rank's program around step I
+/// (`context` actions each side) with "  -> I: ACTION" marking the step.
+/// A step equal to the program size marks the end of the program.
+std::string stepError(const Schedule &s, int32_t rank, size_t step,
+                      const std::string &msg, size_t context = 3);
+
+/// "F3.0 (rank 1, step 7)" or "F3.0 (absent)".
+std::string describeAt(const Work &w, const Loc &loc);
+
+} // namespace pipeforge::sched::detail
+
+#endif // PIPEFORGE_LIB_SCHEDULE_DEPS_H

@@ -1,0 +1,372 @@
+//===- ExportCsv.cpp - PyTorch torch.distributed.pipelining CSV -----------===//
+//
+// PyTorch's schedule CSV: one row per rank, one action per cell,
+// <stage><kind><mb>. Its kinds differ from ours: PyTorch "I" is our B (input
+// gradient), PyTorch "B" is our BW (full backward). The translation happens
+// here and nowhere else. A RECV cell carries the receiving stage (PyTorch's
+// _get_comms), so our Recv of F(s) is "<s+1>RECV_F" and of B(s) "<s-1>RECV_B".
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/Schedule/Export.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+namespace pipeforge::sched {
+
+namespace {
+const char *csvKind(WorkKind k) {
+  switch (k) {
+  case WorkKind::F:
+    return "F";
+  case WorkKind::B:
+    return "I";
+  case WorkKind::W:
+    return "W";
+  case WorkKind::BW:
+    return "B";
+  }
+  return "?";
+}
+
+std::string cell(int32_t globalStage, const char *kind, int32_t mb) {
+  return std::to_string(globalStage) + kind + std::to_string(mb);
+}
+} // namespace
+
+std::string exportCsv(const Schedule &s, const CsvOptions &opts) {
+  int32_t ns = s.placement.numStages;
+  auto g = [&](const Work &w) { return w.copy * ns + w.stage; };
+  std::string out;
+  for (const std::vector<Action> &prog : s.programs) {
+    std::vector<std::string> cells;
+    for (const Action &a : prog) {
+      switch (a.kind) {
+      case ActionKind::Compute:
+        cells.push_back(cell(g(a.work), csvKind(a.work.kind), a.work.mb));
+        break;
+      case ActionKind::Overlap:
+        cells.push_back("(" + cell(g(a.work), csvKind(a.work.kind), a.work.mb) +
+                        ";" +
+                        cell(g(a.work2), csvKind(a.work2.kind), a.work2.mb) +
+                        ")OVERLAP_F_B");
+        break;
+      case ActionKind::Send:
+      case ActionKind::Recv: {
+        if (!opts.withComm || a.payload == Payload::WeightGrad)
+          break;
+        bool act = a.payload == Payload::Activation;
+        bool send = a.kind == ActionKind::Send;
+        int32_t st = g(a.work) + (send ? 0 : (act ? 1 : -1));
+        const char *k = send ? (act ? "SEND_F" : "SEND_B")
+                             : (act ? "RECV_F" : "RECV_B");
+        cells.push_back(cell(st, k, a.work.mb));
+        break;
+      }
+      case ActionKind::GradReduce:
+        if (opts.withComm && !opts.pytorchStrict)
+          cells.push_back("GRADREDUCE_r" + std::to_string(a.peer));
+        break;
+      }
+    }
+    for (size_t i = 0; i < cells.size(); ++i)
+      out += (i ? "," : "") + cells[i];
+    out += "\n";
+  }
+  return out;
+}
+
+namespace {
+/// One parsed cell before stages are resolved against a placement.
+struct RawCell {
+  enum Kind { Work, Pair, Send, Recv, GradReduce } kind = Work;
+  std::string ptKind;   ///< F I W B SEND_F RECV_F SEND_B RECV_B
+  int32_t stage = 0, mb = 0;
+  std::string ptKind2;  ///< Pair: the backward member
+  int32_t stage2 = 0, mb2 = 0;
+  int32_t peer = -1;
+  size_t row = 0, col = 0;
+};
+
+struct CsvError {
+  std::string msg;
+};
+
+[[noreturn]] void fail(size_t row, size_t col, const std::string &text,
+                       const std::string &why) {
+  throw CsvError{"csv row " + std::to_string(row) + ", column " +
+                 std::to_string(col) + ": \"" + text + "\": " + why};
+}
+
+bool parseInt(const std::string &s, size_t &pos, int32_t &out) {
+  size_t start = pos;
+  long long v = 0;
+  while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos]))) {
+    v = v * 10 + (s[pos] - '0');
+    if (v > 1000000000)
+      return false;
+    ++pos;
+  }
+  out = static_cast<int32_t>(v);
+  return pos > start;
+}
+
+/// <stage><kind><mb>
+void parseSimple(const std::string &text, size_t row, size_t col,
+                 std::string &kind, int32_t &stage, int32_t &mb) {
+  size_t pos = 0;
+  if (!parseInt(text, pos, stage))
+    fail(row, col, text, "expected <stage><kind><microbatch>, e.g. 0F3");
+  static const char *kKinds[] = {"SEND_F", "RECV_F", "SEND_B", "RECV_B",
+                                 "F",      "I",      "W",      "B"};
+  kind.clear();
+  for (const char *k : kKinds) {
+    std::string ks(k);
+    if (text.compare(pos, ks.size(), ks) == 0) {
+      kind = ks;
+      break;
+    }
+  }
+  if (kind.empty()) {
+    std::string rest = text.substr(pos);
+    if (rest.rfind("UNSHARD", 0) == 0 || rest.rfind("RESHARD", 0) == 0 ||
+        rest.rfind("REDUCE_GRAD", 0) == 0)
+      fail(row, col, text, "FSDP actions are not supported");
+    fail(row, col, text,
+         "unknown kind (expected F, I, W, B, SEND_F, RECV_F, SEND_B or "
+         "RECV_B)");
+  }
+  pos += kind.size();
+  if (!parseInt(text, pos, mb))
+    fail(row, col, text, "missing microbatch index after " + kind);
+  if (pos != text.size())
+    fail(row, col, text, "trailing characters");
+}
+
+RawCell parseCell(const std::string &text, size_t row, size_t col) {
+  RawCell c;
+  c.row = row;
+  c.col = col;
+  static const std::string kGr = "GRADREDUCE_r";
+  if (text.rfind(kGr, 0) == 0) {
+    size_t pos = kGr.size();
+    if (!parseInt(text, pos, c.peer) || pos != text.size())
+      fail(row, col, text, "expected GRADREDUCE_r<peer rank>");
+    c.kind = RawCell::GradReduce;
+    return c;
+  }
+  if (!text.empty() && text[0] == '(') {
+    static const std::string kSuffix = ")OVERLAP_F_B";
+    size_t semi = text.find(';');
+    if (text.size() < kSuffix.size() ||
+        text.compare(text.size() - kSuffix.size(), kSuffix.size(), kSuffix) !=
+            0 ||
+        semi == std::string::npos)
+      fail(row, col, text, "expected (<F cell>;<B or I cell>)OVERLAP_F_B");
+    std::string a = text.substr(1, semi - 1);
+    std::string b = text.substr(semi + 1, text.size() - kSuffix.size() - semi - 1);
+    parseSimple(a, row, col, c.ptKind, c.stage, c.mb);
+    parseSimple(b, row, col, c.ptKind2, c.stage2, c.mb2);
+    if (c.ptKind != "F" || (c.ptKind2 != "B" && c.ptKind2 != "I"))
+      fail(row, col, text,
+           "an overlapped pair must be an F then a B or I, in that order");
+    c.kind = RawCell::Pair;
+    return c;
+  }
+  parseSimple(text, row, col, c.ptKind, c.stage, c.mb);
+  if (c.ptKind.rfind("SEND", 0) == 0)
+    c.kind = RawCell::Send;
+  else if (c.ptKind.rfind("RECV", 0) == 0)
+    c.kind = RawCell::Recv;
+  return c;
+}
+
+std::string trim(const std::string &s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b])))
+    ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1])))
+    --e;
+  std::string t = s.substr(b, e - b);
+  if (t.size() >= 2 && t.front() == '"' && t.back() == '"')
+    t = t.substr(1, t.size() - 2);
+  return t;
+}
+
+WorkKind ourKind(const std::string &pt) {
+  if (pt == "F")
+    return WorkKind::F;
+  if (pt == "I")
+    return WorkKind::B;
+  if (pt == "W")
+    return WorkKind::W;
+  return WorkKind::BW; // PyTorch "B": full backward
+}
+} // namespace
+
+Expected<Schedule> importCsv(const std::string &text,
+                             const CsvImportOptions &opts) {
+  try {
+    // Split into rows and cells.
+    std::vector<std::vector<RawCell>> rows;
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t nl = text.find('\n', start);
+      std::string line =
+          text.substr(start, nl == std::string::npos ? std::string::npos
+                                                     : nl - start);
+      start = nl == std::string::npos ? text.size() : nl + 1;
+      if (!line.empty() && line.back() == '\r')
+        line.pop_back();
+      size_t row = rows.size();
+      rows.emplace_back();
+      size_t cs = 0, col = 0;
+      while (cs <= line.size()) {
+        size_t comma = line.find(',', cs);
+        std::string c = trim(line.substr(
+            cs, comma == std::string::npos ? std::string::npos : comma - cs));
+        if (!c.empty())
+          rows[row].push_back(parseCell(c, row, col));
+        ++col;
+        if (comma == std::string::npos)
+          break;
+        cs = comma + 1;
+      }
+    }
+    while (!rows.empty() && rows.back().empty())
+      rows.pop_back();
+    if (rows.empty())
+      return Status::error("csv: no rows");
+    int32_t numRanks = static_cast<int32_t>(rows.size());
+
+    // Placement: given, or inferred from where each stage computes.
+    Placement pl;
+    if (opts.placement) {
+      pl = *opts.placement;
+      if (pl.numRanks != numRanks)
+        return Status::error("csv: " + std::to_string(numRanks) +
+                             " rows but the placement has " +
+                             std::to_string(pl.numRanks) + " ranks");
+    } else {
+      std::map<int32_t, int32_t> home;
+      int32_t maxStage = -1;
+      for (const auto &row : rows)
+        for (const RawCell &c : row) {
+          if (c.kind != RawCell::Work && c.kind != RawCell::Pair)
+            continue;
+          for (int32_t st : {c.stage, c.kind == RawCell::Pair ? c.stage2 : -1}) {
+            if (st < 0)
+              continue;
+            auto [it, fresh] = home.emplace(st, static_cast<int32_t>(c.row));
+            if (!fresh && it->second != static_cast<int32_t>(c.row))
+              fail(c.row, c.col, std::to_string(st),
+                   "stage " + std::to_string(st) + " is also computed on row " +
+                       std::to_string(it->second));
+            maxStage = std::max(maxStage, st);
+          }
+        }
+      if (maxStage < 0)
+        return Status::error("csv: no compute cells");
+      pl.numRanks = numRanks;
+      pl.numStages = maxStage + 1;
+      pl.numCopies = 1;
+      pl.rankOf.assign(1, std::vector<int32_t>(pl.numStages));
+      for (int32_t st = 0; st <= maxStage; ++st) {
+        auto it = home.find(st);
+        if (it == home.end())
+          return Status::error("csv: stage " + std::to_string(st) +
+                               " is never computed; pass a placement");
+        pl.rankOf[0][st] = it->second;
+      }
+    }
+    int32_t ns = pl.numStages;
+    int32_t total = ns * pl.numCopies;
+
+    // Which (copy, stage, mb) run a full backward: a gradient message's
+    // producer is BW there and B otherwise.
+    std::map<std::tuple<int32_t, int32_t>, bool> fullBackward;
+    int32_t maxMb = -1;
+    auto toWork = [&](const RawCell &c, const std::string &kind,
+                      int32_t stage, int32_t mb) {
+      if (stage >= total)
+        fail(c.row, c.col, std::to_string(stage) + kind + std::to_string(mb),
+             "stage " + std::to_string(stage) + " is out of range (" +
+                 std::to_string(total) + " stages)");
+      Work w;
+      w.kind = ourKind(kind);
+      w.copy = static_cast<int8_t>(stage / ns);
+      w.stage = stage % ns;
+      w.mb = mb;
+      maxMb = std::max(maxMb, mb);
+      return w;
+    };
+    for (const auto &row : rows)
+      for (const RawCell &c : row) {
+        if (c.kind == RawCell::Work && c.ptKind == "B")
+          fullBackward[{c.stage, c.mb}] = true;
+        if (c.kind == RawCell::Pair && c.ptKind2 == "B")
+          fullBackward[{c.stage2, c.mb2}] = true;
+      }
+
+    Schedule s;
+    s.name = opts.name;
+    s.programs.resize(numRanks);
+    for (const auto &row : rows)
+      for (const RawCell &c : row) {
+        int32_t r = static_cast<int32_t>(c.row);
+        std::string text = std::to_string(c.stage) + c.ptKind +
+                           std::to_string(c.mb);
+        switch (c.kind) {
+        case RawCell::Work: {
+          Work w = toWork(c, c.ptKind, c.stage, c.mb);
+          if (pl.rank(w.copy, w.stage) != r)
+            fail(c.row, c.col, text,
+                 "stage " + std::to_string(c.stage) + " is placed on rank " +
+                     std::to_string(pl.rank(w.copy, w.stage)));
+          s.programs[r].push_back(Action::compute(w));
+          break;
+        }
+        case RawCell::Pair:
+          s.programs[r].push_back(
+              Action::overlap(toWork(c, c.ptKind, c.stage, c.mb),
+                              toWork(c, c.ptKind2, c.stage2, c.mb2)));
+          break;
+        case RawCell::Send:
+        case RawCell::Recv: {
+          bool act = c.ptKind.back() == 'F';
+          bool send = c.kind == RawCell::Send;
+          // The producer's global stage.
+          int32_t ps = c.stage - (send ? 0 : (act ? 1 : -1));
+          if (ps < 0 || ps >= total)
+            fail(c.row, c.col, text, "has no producer stage");
+          Work w = toWork(c, act ? "F" : "I", ps, c.mb);
+          if (!act && fullBackward.count({ps, c.mb}))
+            w.kind = WorkKind::BW;
+          int32_t cs = ps + (act ? 1 : -1);
+          if (cs < 0 || cs >= total || cs / ns != ps / ns)
+            fail(c.row, c.col, text, "has no consumer stage");
+          int32_t src = pl.rank(w.copy, w.stage);
+          int32_t dst = pl.rank(cs / ns, cs % ns);
+          Payload p = act ? Payload::Activation : Payload::Gradient;
+          s.programs[r].push_back(send ? Action::send(p, w, dst)
+                                       : Action::recv(p, w, src));
+          s.hasComm = true;
+          break;
+        }
+        case RawCell::GradReduce:
+          s.programs[r].push_back(Action::gradReduce(c.peer));
+          s.hasComm = true;
+          break;
+        }
+      }
+    s.placement = pl;
+    s.numMicrobatches = maxMb + 1;
+    return s;
+  } catch (const CsvError &e) {
+    return Status::error(e.msg);
+  }
+}
+
+} // namespace pipeforge::sched

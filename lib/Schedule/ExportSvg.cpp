@@ -1,0 +1,207 @@
+//===- ExportSvg.cpp - SVG timeline of a simulated schedule ---------------===//
+
+#include "pipeforge/Schedule/Export.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+namespace pipeforge::sched {
+
+namespace {
+constexpr double kLeft = 64, kTop = 44, kLane = 24, kCommLane = 8,
+                 kGap = 8, kStride = kLane + kCommLane + kGap;
+
+const char *colourOf(const Action &a) {
+  if (a.kind == ActionKind::Overlap)
+    return "#b07aa1"; // FB purple
+  switch (a.work.kind) {
+  case WorkKind::F:
+    return "#4e79a7"; // blue
+  case WorkKind::B:
+    return "#59a14f"; // green
+  case WorkKind::W:
+    return "#edc948"; // yellow
+  case WorkKind::BW:
+    return "#f28e2b"; // orange
+  }
+  return "#999999";
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
+std::string esc(const std::string &s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<')
+      o += "&lt;";
+    else if (c == '>')
+      o += "&gt;";
+    else if (c == '&')
+      o += "&amp;";
+    else
+      o += c;
+  }
+  return o;
+}
+
+/// A round tick step giving about `target` ticks over `span`.
+double tickStep(double span, int target) {
+  double raw = span / std::max(1, target);
+  double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * mag >= raw)
+      return m * mag;
+  return 10 * mag;
+}
+} // namespace
+
+std::string exportSvg(const Schedule &s, const SimResult &sim,
+                      const SvgOptions &opts) {
+  int p = s.numRanks();
+  double span = sim.makespan > 0 ? sim.makespan : 1;
+  double px = opts.pxPerUnit > 0 ? opts.pxPerUnit : 1600.0 / span;
+  double plotW = span * px;
+  double width = kLeft + plotW + 24;
+  double axisY = kTop + p * kStride + 4;
+  double height = axisY + 56;
+  auto laneY = [&](int r) { return kTop + r * kStride; };
+
+  // Second chunk / copy on a rank: drawn lighter.
+  std::vector<std::map<std::pair<int, int>, int>> chunk(p);
+  for (int c = 0; c < static_cast<int>(s.placement.rankOf.size()); ++c)
+    for (int st = 0; st < static_cast<int>(s.placement.rankOf[c].size()); ++st)
+      if (int r = s.placement.rankOf[c][st]; r >= 0 && r < p)
+        chunk[r].emplace(std::make_pair(c, st), 0);
+  for (auto &m : chunk) {
+    int k = 0;
+    for (auto &kv : m)
+      kv.second = k++;
+  }
+
+  std::string o;
+  o += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) +
+       "\" height=\"" + num(height) + "\" font-family=\"sans-serif\" "
+       "font-size=\"10\">\n";
+  o += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  o += "<text x=\"" + num(kLeft) + "\" y=\"16\" font-size=\"13\">" +
+       esc(s.name.empty() ? "schedule" : s.name) + ": " + std::to_string(p) +
+       " ranks, " + std::to_string(s.numMicrobatches) +
+       " microbatches, makespan " + num(sim.makespan) + ", bubble " +
+       num(100 * sim.bubbleRate) + "%</text>\n";
+  // Legend.
+  const std::pair<const char *, const char *> legend[] = {
+      {"#4e79a7", "F"},   {"#59a14f", "B (input grad)"},
+      {"#edc948", "W"},   {"#f28e2b", "BW (full backward)"},
+      {"#b07aa1", "F&B overlapped"}, {"#e15759", "recv wait"}};
+  double lx = kLeft;
+  for (const auto &[col, text] : legend) {
+    o += "<rect x=\"" + num(lx) + "\" y=\"24\" width=\"10\" height=\"10\" "
+         "fill=\"" + col + "\"/><text x=\"" + num(lx + 13) +
+         "\" y=\"33\">" + esc(text) + "</text>\n";
+    lx += 24 + 6.5 * std::string(text).size();
+  }
+  // Lanes.
+  for (int r = 0; r < p; ++r) {
+    double y = laneY(r);
+    o += "<text x=\"" + num(kLeft - 8) + "\" y=\"" + num(y + kLane / 2 + 4) +
+         "\" text-anchor=\"end\">rank " + std::to_string(r) + "</text>\n";
+    o += "<rect x=\"" + num(kLeft) + "\" y=\"" + num(y) + "\" width=\"" +
+         num(plotW) + "\" height=\"" + num(kLane) +
+         "\" fill=\"#f4f4f4\"/>\n";
+  }
+  // Compute and comm intervals; per channel the send and recv points.
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> sends,
+      recvs; // (x, y)
+  for (const Interval &iv : sim.intervals) {
+    if (iv.rank < 0 || iv.rank >= p)
+      continue;
+    const Action &a = s.programs[iv.rank][iv.actionIndex];
+    double x = kLeft + iv.start * px, w = (iv.end - iv.start) * px;
+    double y = laneY(iv.rank);
+    if (!a.isComm()) {
+      bool light = chunk[iv.rank][{a.work.copy, a.work.stage}] > 0;
+      std::string label = std::to_string(a.work.mb);
+      if (a.kind == ActionKind::Overlap)
+        label += "|" + std::to_string(a.work2.mb);
+      o += "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" +
+           num(w) + "\" height=\"" + num(kLane) + "\" fill=\"" +
+           colourOf(a) + "\"" + (light ? " fill-opacity=\"0.6\"" : "") +
+           " stroke=\"white\" stroke-width=\"0.5\"><title>" +
+           esc(toString(a)) + " [" + num(iv.start) + ", " + num(iv.end) +
+           "]</title></rect>\n";
+      if (w >= 6.0 * label.size() + 2)
+        o += "<text x=\"" + num(x + w / 2) + "\" y=\"" +
+             num(y + kLane / 2 + 3.5) +
+             "\" text-anchor=\"middle\" fill=\"white\">" + label +
+             "</text>\n";
+      continue;
+    }
+    double cy = y + kLane + 1;
+    if (a.kind == ActionKind::Send) {
+      o += "<rect x=\"" + num(x - 0.5) + "\" y=\"" + num(cy) +
+           "\" width=\"1\" height=\"" + num(kCommLane - 2) +
+           "\" fill=\"#333\"><title>" + esc(toString(a)) + " at " +
+           num(iv.start) + "</title></rect>\n";
+      sends[{iv.rank, a.peer}].push_back({x, cy + (kCommLane - 2) / 2});
+    } else {
+      if (w > 0)
+        o += "<rect x=\"" + num(x) + "\" y=\"" + num(cy) + "\" width=\"" +
+             num(w) + "\" height=\"" + num(kCommLane - 2) +
+             "\" fill=\"#e15759\"><title>" + esc(toString(a)) + " waits [" +
+             num(iv.start) + ", " + num(iv.end) + "]</title></rect>\n";
+      if (a.kind == ActionKind::Recv)
+        recvs[{a.peer, iv.rank}].push_back(
+            {x + w, cy + (kCommLane - 2) / 2});
+    }
+  }
+  // Message arrows, FIFO per channel.
+  size_t nArrows = 0;
+  for (const auto &kv : sends)
+    if (auto it = recvs.find(kv.first); it != recvs.end())
+      nArrows += std::min(kv.second.size(), it->second.size());
+  if (nArrows > 0 && nArrows <= opts.maxArrows) {
+    o += "<defs><marker id=\"arr\" markerWidth=\"6\" markerHeight=\"6\" "
+         "refX=\"5\" refY=\"3\" orient=\"auto\"><path d=\"M0,0 L6,3 L0,6 z\" "
+         "fill=\"#555\"/></marker></defs>\n<g stroke=\"#555\" "
+         "stroke-width=\"0.6\" stroke-opacity=\"0.7\">\n";
+    for (const auto &kv : sends) {
+      auto it = recvs.find(kv.first);
+      if (it == recvs.end())
+        continue;
+      size_t n = std::min(kv.second.size(), it->second.size());
+      for (size_t k = 0; k < n; ++k)
+        o += "<line x1=\"" + num(kv.second[k].first) + "\" y1=\"" +
+             num(kv.second[k].second) + "\" x2=\"" +
+             num(it->second[k].first) + "\" y2=\"" +
+             num(it->second[k].second) +
+             "\" marker-end=\"url(#arr)\"/>\n";
+    }
+    o += "</g>\n";
+  }
+  // Time axis.
+  o += "<line x1=\"" + num(kLeft) + "\" y1=\"" + num(axisY) + "\" x2=\"" +
+       num(kLeft + plotW) + "\" y2=\"" + num(axisY) +
+       "\" stroke=\"black\"/>\n";
+  double step = tickStep(span, 10);
+  for (double t = 0; t <= span + 1e-9; t += step) {
+    double x = kLeft + t * px;
+    o += "<line x1=\"" + num(x) + "\" y1=\"" + num(axisY) + "\" x2=\"" +
+         num(x) + "\" y2=\"" + num(axisY + 5) + "\" stroke=\"black\"/>";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", t);
+    o += "<text x=\"" + num(x) + "\" y=\"" + num(axisY + 17) +
+         "\" text-anchor=\"middle\">" + buf + "</text>\n";
+  }
+  o += "<text x=\"" + num(kLeft + plotW / 2) + "\" y=\"" + num(axisY + 34) +
+       "\" text-anchor=\"middle\">time</text>\n";
+  o += "</svg>\n";
+  return o;
+}
+
+} // namespace pipeforge::sched

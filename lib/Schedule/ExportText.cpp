@@ -1,0 +1,113 @@
+//===- ExportText.cpp - Compact text grid of a simulated schedule ---------===//
+
+#include "pipeforge/Schedule/Export.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+namespace pipeforge::sched {
+
+namespace {
+/// Rank-local chunk index of (copy, stage) per rank, -1 if the rank holds
+/// only one.
+std::vector<std::map<std::pair<int, int>, int>>
+chunkIndex(const Schedule &s) {
+  std::vector<std::map<std::pair<int, int>, int>> idx(s.numRanks());
+  const Placement &pl = s.placement;
+  for (int c = 0; c < pl.numCopies && c < static_cast<int>(pl.rankOf.size());
+       ++c)
+    for (int st = 0; st < static_cast<int>(pl.rankOf[c].size()); ++st) {
+      int r = pl.rankOf[c][st];
+      if (r >= 0 && r < s.numRanks())
+        idx[r].emplace(std::make_pair(c, st), 0);
+    }
+  for (auto &m : idx) {
+    int k = 0;
+    for (auto &kv : m)
+      kv.second = m.size() > 1 ? k++ : -1;
+  }
+  return idx;
+}
+
+std::string cellOf(const Work &w, const std::map<std::pair<int, int>, int> &ch) {
+  std::string out = workKindName(w.kind) + std::to_string(w.mb);
+  auto it = ch.find({w.copy, w.stage});
+  if (it != ch.end() && it->second >= 0)
+    out += "." + std::to_string(it->second);
+  return out;
+}
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+} // namespace
+
+std::string exportTextGrid(const Schedule &s, const SimResult &sim) {
+  int p = s.numRanks();
+  double unit = 0;
+  for (const Interval &iv : sim.intervals) {
+    const Action &a = s.programs[iv.rank][iv.actionIndex];
+    double d = iv.end - iv.start;
+    if (!a.isComm() && d > 0 && (unit == 0 || d < unit))
+      unit = d;
+  }
+  if (unit == 0)
+    unit = 1;
+  auto chunks = chunkIndex(s);
+  std::vector<std::vector<std::string>> rows(p);
+  std::vector<size_t> nextFree(p, 0);
+  for (const Interval &iv : sim.intervals) {
+    if (iv.rank < 0 || iv.rank >= p)
+      continue;
+    const Action &a = s.programs[iv.rank][iv.actionIndex];
+    if (a.isComm())
+      continue;
+    std::string label = cellOf(a.work, chunks[iv.rank]);
+    if (a.kind == ActionKind::Overlap)
+      label += "+" + cellOf(a.work2, chunks[iv.rank]);
+    size_t col = std::max(
+        nextFree[iv.rank],
+        static_cast<size_t>(std::llround(std::max(0.0, iv.start) / unit)));
+    size_t span = std::max<long long>(1, std::llround((iv.end - iv.start) / unit));
+    auto &row = rows[iv.rank];
+    if (row.size() < col + span)
+      row.resize(col + span, ".");
+    row[col] = label;
+    for (size_t k = 1; k < span; ++k)
+      row[col + k] = "-";
+    nextFree[iv.rank] = col + span;
+  }
+  // Per-column widths: an overlapped pair widens only its own column.
+  size_t cols = 0;
+  for (const auto &row : rows)
+    cols = std::max(cols, row.size());
+  std::vector<size_t> width(cols, 1);
+  for (const auto &row : rows)
+    for (size_t c = 0; c < row.size(); ++c)
+      width[c] = std::max(width[c], row[c].size());
+  std::string out = (s.name.empty() ? std::string("schedule") : s.name) + ": " +
+                    std::to_string(p) + " ranks, " +
+                    std::to_string(s.numMicrobatches) + " microbatches, slot " +
+                    fmt(unit) + ", makespan " + fmt(sim.makespan) +
+                    ", bubble " + fmt(sim.bubbleRate) + "\n";
+  std::string rankHdr = "r" + std::to_string(p - 1);
+  for (int r = 0; r < p; ++r) {
+    std::string name = "r" + std::to_string(r);
+    std::string line = name + std::string(rankHdr.size() - name.size(), ' ') +
+                       " |";
+    for (size_t c = 0; c < cols; ++c) {
+      const std::string &cell = c < rows[r].size() ? rows[r][c] : ".";
+      line += " " + cell + std::string(width[c] - cell.size(), ' ');
+    }
+    while (!line.empty() && line.back() == ' ')
+      line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+} // namespace pipeforge::sched

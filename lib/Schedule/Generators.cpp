@@ -1,0 +1,166 @@
+//===- Generators.cpp - Schedule generator dispatch and validation --------===//
+//
+// Checks a generator request against the rules of its schedule kind and
+// dispatches to the generator families (GenPipeline.cpp, GenZeroBubble.cpp,
+// GenDualPipe.cpp). Every broken rule is reported as a Status error naming
+// the rule; nothing asserts on user input.
+//
+//===----------------------------------------------------------------------===//
+
+#include "GenUtil.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+namespace pipeforge::sched {
+
+namespace {
+
+/// Upper bounds that keep a request from exhausting memory. A schedule holds
+/// about 3 * stages * microbatches actions; 64 Mi of them is far beyond any
+/// real pipeline.
+constexpr int64_t kMaxRanks = 1 << 16;
+constexpr int64_t kMaxMicrobatches = 1 << 24;
+constexpr int64_t kMaxComputeActions = int64_t(1) << 26;
+
+std::string name(ScheduleKind kind) { return scheduleKindName(kind); }
+
+Status validate(ScheduleKind kind, const GenOptions &opts) {
+  const int64_t p = opts.ranks;
+  const int64_t m = opts.microbatches;
+  const int64_t v = opts.chunksPerRank;
+  const std::string k = name(kind);
+
+  if (kind == ScheduleKind::Auto)
+    return Status::error("schedule kind 'auto' is produced by the automatic "
+                         "scheduler, not by generate()");
+
+  const int64_t minRanks =
+      (kind == ScheduleKind::Interleaved || kind == ScheduleKind::DualPipe) ? 2
+                                                                            : 1;
+  if (p < minRanks)
+    return Status::error(k + " needs at least " + std::to_string(minRanks) +
+                         " rank" + (minRanks > 1 ? "s" : "") + ", got " +
+                         std::to_string(p));
+  if (p > kMaxRanks)
+    return Status::error(k + " supports at most " + std::to_string(kMaxRanks) +
+                         " ranks, got " + std::to_string(p));
+  if (m < 1)
+    return Status::error(k + " needs at least 1 microbatch, got " +
+                         std::to_string(m));
+  if (m > kMaxMicrobatches)
+    return Status::error(k + " supports at most " +
+                         std::to_string(kMaxMicrobatches) +
+                         " microbatches, got " + std::to_string(m));
+
+  int64_t stagesTimesMb = p * m; // per copy, 1 stage per rank
+  switch (kind) {
+  case ScheduleKind::GPipe:
+  case ScheduleKind::OneFOneB:
+  case ScheduleKind::ZBH1:
+    break;
+  case ScheduleKind::Interleaved:
+    if (v < 2)
+      return Status::error("interleaved needs at least 2 chunks per rank, got " +
+                           std::to_string(v));
+    if (v > 1024)
+      return Status::error("interleaved supports at most 1024 chunks per "
+                           "rank, got " + std::to_string(v));
+    if (m % p != 0)
+      return Status::error(
+          "interleaved (Megatron virtual pipeline) needs the microbatch count "
+          "to be a multiple of the rank count, got " + std::to_string(m) +
+          " microbatches for " + std::to_string(p) + " ranks");
+    stagesTimesMb = p * v * m;
+    break;
+  case ScheduleKind::ZBH2:
+    if (m < 2 * p)
+      return Status::error("zb-h2 needs at least 2 * ranks = " +
+                           std::to_string(2 * p) + " microbatches, got " +
+                           std::to_string(m));
+    break;
+  case ScheduleKind::ZBV:
+    stagesTimesMb = 2 * p * std::max<int64_t>(m, 2 * p - 1);
+    break;
+  case ScheduleKind::DualPipe:
+    if (p % 2 != 0)
+      return Status::error("dualpipe needs an even number of ranks, got " +
+                           std::to_string(p));
+    if (m % 2 != 0)
+      return Status::error("dualpipe needs an even number of microbatches "
+                           "(half per direction), got " + std::to_string(m));
+    if (m < 2 * p)
+      return Status::error("dualpipe needs at least 2 * ranks = " +
+                           std::to_string(2 * p) + " microbatches, got " +
+                           std::to_string(m));
+    stagesTimesMb = p * m; // two copies of p stages, m/2 microbatches each
+    break;
+  case ScheduleKind::DualPipeV:
+    if (m < 2 * p)
+      return Status::error("dualpipev needs at least 2 * ranks = " +
+                           std::to_string(2 * p) + " microbatches, got " +
+                           std::to_string(m));
+    stagesTimesMb = 2 * p * m;
+    break;
+  case ScheduleKind::Auto:
+    break;
+  }
+  if (3 * stagesTimesMb > kMaxComputeActions)
+    return Status::error(k + " request too large: " + std::to_string(p) +
+                         " ranks x " + std::to_string(m) +
+                         " microbatches exceeds " +
+                         std::to_string(kMaxComputeActions) + " actions");
+  return Status::ok();
+}
+
+} // namespace
+
+int32_t minMicrobatches(ScheduleKind kind, int32_t ranks,
+                        int32_t chunksPerRank) {
+  (void)chunksPerRank;
+  const int32_t p = ranks < 1 ? 1 : ranks;
+  switch (kind) {
+  case ScheduleKind::Interleaved:
+    return p; // Megatron: a multiple of the rank count
+  case ScheduleKind::ZBH2:
+  case ScheduleKind::DualPipe:  // total C; C/2 >= N per direction
+  case ScheduleKind::DualPipeV:
+    return 2 * p;
+  case ScheduleKind::GPipe:
+  case ScheduleKind::OneFOneB:
+  case ScheduleKind::ZBH1:
+  case ScheduleKind::ZBV:
+  case ScheduleKind::Auto:
+    return 1;
+  }
+  return 1;
+}
+
+Expected<Schedule> generate(ScheduleKind kind, const GenOptions &opts) {
+  if (Status st = validate(kind, opts); !st)
+    return st;
+  switch (kind) {
+  case ScheduleKind::GPipe:
+    return detail::genGPipe(opts);
+  case ScheduleKind::OneFOneB:
+    return detail::genOneFOneB(opts);
+  case ScheduleKind::Interleaved:
+    return detail::genInterleaved(opts);
+  case ScheduleKind::ZBH1:
+    return detail::genZBH1(opts);
+  case ScheduleKind::ZBH2:
+    return detail::genZBH2(opts);
+  case ScheduleKind::ZBV:
+    return detail::genZBV(opts);
+  case ScheduleKind::DualPipe:
+    return detail::genDualPipe(opts);
+  case ScheduleKind::DualPipeV:
+    return detail::genDualPipeV(opts);
+  case ScheduleKind::Auto:
+    break;
+  }
+  return Status::error("unknown schedule kind");
+}
+
+} // namespace pipeforge::sched

@@ -1,0 +1,142 @@
+//===- ElementwiseMath.h - Scalar math shared by CPU and CUDA kernels -----===//
+//
+// Per-element math of the reference kernels: GELU (tanh approximation), SiLU,
+// their derivatives, the rotary-embedding rotation and the pieces of a
+// numerically stable softmax. Header-only and free of the C++ library beyond
+// <math.h>, so a CUDA kernel can include it: every function is PF_HOST_DEVICE.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PIPEFORGE_RUNTIME_CPU_ELEMENTWISEMATH_H
+#define PIPEFORGE_RUNTIME_CPU_ELEMENTWISEMATH_H
+
+#include <math.h>
+
+#ifdef __CUDACC__
+#define PF_HOST_DEVICE __host__ __device__
+#else
+#define PF_HOST_DEVICE
+#endif
+
+namespace pipeforge {
+namespace rt {
+namespace math {
+
+// Precision-matched wrappers: float calls the f-suffixed C functions, double
+// the plain ones (both exist on host and device).
+PF_HOST_DEVICE inline float pfExp(float x) { return expf(x); }
+PF_HOST_DEVICE inline double pfExp(double x) { return exp(x); }
+PF_HOST_DEVICE inline float pfLog(float x) { return logf(x); }
+PF_HOST_DEVICE inline double pfLog(double x) { return log(x); }
+PF_HOST_DEVICE inline float pfTanh(float x) { return tanhf(x); }
+PF_HOST_DEVICE inline double pfTanh(double x) { return tanh(x); }
+PF_HOST_DEVICE inline float pfSqrt(float x) { return sqrtf(x); }
+PF_HOST_DEVICE inline double pfSqrt(double x) { return sqrt(x); }
+PF_HOST_DEVICE inline float pfCos(float x) { return cosf(x); }
+PF_HOST_DEVICE inline double pfCos(double x) { return cos(x); }
+PF_HOST_DEVICE inline float pfSin(float x) { return sinf(x); }
+PF_HOST_DEVICE inline double pfSin(double x) { return sin(x); }
+PF_HOST_DEVICE inline float pfPow(float x, float y) { return powf(x, y); }
+PF_HOST_DEVICE inline double pfPow(double x, double y) { return pow(x, y); }
+
+//===--- GELU, tanh approximation -----------------------------------------===//
+// gelu(x) = 0.5 x (1 + tanh(c (x + 0.044715 x^3))),  c = sqrt(2 / pi).
+
+template <typename T> PF_HOST_DEVICE inline T geluTanhInner(T x) {
+  const T c = T(0.7978845608028654); // sqrt(2/pi)
+  return c * (x + T(0.044715) * x * x * x);
+}
+
+template <typename T> PF_HOST_DEVICE inline T gelu(T x) {
+  return T(0.5) * x * (T(1) + pfTanh(geluTanhInner(x)));
+}
+
+/// d gelu / dx.
+template <typename T> PF_HOST_DEVICE inline T geluGrad(T x) {
+  const T c = T(0.7978845608028654);
+  T t = pfTanh(geluTanhInner(x));
+  T du = c * (T(1) + T(3) * T(0.044715) * x * x);
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
+}
+
+//===--- SiLU
+//---------------------------------------------------------------===//
+
+template <typename T> PF_HOST_DEVICE inline T sigmoid(T x) {
+  // Stable on both tails.
+  if (x >= T(0))
+    return T(1) / (T(1) + pfExp(-x));
+  T e = pfExp(x);
+  return e / (T(1) + e);
+}
+
+template <typename T> PF_HOST_DEVICE inline T silu(T x) {
+  return x * sigmoid(x);
+}
+
+/// d silu / dx = s (1 + x (1 - s)), s = sigmoid(x).
+template <typename T> PF_HOST_DEVICE inline T siluGrad(T x) {
+  T s = sigmoid(x);
+  return s * (T(1) + x * (T(1) - s));
+}
+
+//===--- Rotary embedding
+//---------------------------------------------------===//
+// Convention: "rotate half" (HF Llama / GPT-NeoX). For a head vector of even
+// size d, element i < d/2 pairs with element i + d/2, both rotated by the angle
+// pos * theta^(-2i/d).
+
+template <typename T>
+PF_HOST_DEVICE inline T rotaryAngle(long long pos, long long i, long long d,
+                                    T theta) {
+  T invFreq = pfPow(theta, -T(2 * i) / T(d));
+  return T(pos) * invFreq;
+}
+
+/// (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
+template <typename T>
+PF_HOST_DEVICE inline void rotaryRotate(T x1, T x2, T c, T s, T &y1, T &y2) {
+  y1 = x1 * c - x2 * s;
+  y2 = x2 * c + x1 * s;
+}
+
+/// The transpose (= inverse) rotation; maps a gradient w.r.t. the rotated
+/// pair back onto the unrotated pair.
+template <typename T>
+PF_HOST_DEVICE inline void rotaryRotateTranspose(T g1, T g2, T c, T s, T &x1,
+                                                 T &x2) {
+  x1 = g1 * c + g2 * s;
+  x2 = g2 * c - g1 * s;
+}
+
+//===--- Softmax pieces
+//-----------------------------------------------------===//
+
+/// exp(x - rowMax): the unnormalised, overflow-free softmax numerator.
+template <typename T> PF_HOST_DEVICE inline T softmaxExp(T x, T rowMax) {
+  return pfExp(x - rowMax);
+}
+
+/// Online (streaming) softmax: fold x into the running max m and running sum
+/// l of exp(. - m).
+template <typename T>
+PF_HOST_DEVICE inline void onlineSoftmaxUpdate(T x, T &m, T &l) {
+  if (x > m) {
+    l = l * pfExp(m - x) + T(1);
+    m = x;
+  } else {
+    l += pfExp(x - m);
+  }
+}
+
+/// Softmax backward for one element: dx_i = p_i (dp_i - sum_j p_j dp_j),
+/// given dot = sum_j p_j dp_j.
+template <typename T> PF_HOST_DEVICE inline T softmaxGrad(T p, T dp, T dot) {
+  return p * (dp - dot);
+}
+
+} // namespace math
+} // namespace rt
+} // namespace pipeforge
+
+#endif // PIPEFORGE_RUNTIME_CPU_ELEMENTWISEMATH_H

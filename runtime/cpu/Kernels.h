@@ -1,0 +1,413 @@
+//===- Kernels.h - CPU reference kernels: F, B and W per op -----*- C++ -*-===//
+//
+// Reference kernels of the PipeForge runtime, plain C++17 over OpenBLAS.
+// Every op with a backward splits it in two:
+//   B  gradient w.r.t. the op's inputs (activations): what the upstream stage
+//      waits for;
+//   W  gradient w.r.t. the op's parameters: nothing B produces depends on it.
+// BW runs both (fused) and gives the same bits as B followed by W.
+//
+// Calling convention, the same for every op `xxx`:
+//   xxxF (shape, params, inputs..., outputs..., XxxSaved &saved [, ws])
+//   xxxB (shape, const XxxSaved &saved, dy, input grads... [, ws])
+//   xxxW (shape, const XxxSaved &saved, dy, XxxGrads grads [, ws])
+//   xxxBW(shape, const XxxSaved &saved, dy, input grads..., grads [, ws])
+// So W reads only what F saved plus the dy that B received (see the
+// structural test in unittests/Runtime/KernelsTest.cpp).
+//
+// Tensors are row-major raw pointers with explicit sizes; a microbatch is
+// `batch` sequences of `seq` tokens, tokens = batch * seq, hidden = h.
+//
+// Output rules:
+//   * F and B outputs are overwritten.
+//   * W outputs (parameter gradients) are ACCUMULATED (+=), so gradients of
+//     several microbatches sum in place; zero them before the first one.
+//
+// Saved structs: F fills them. They hold (a) non-owning pointers to forward
+// inputs and parameters, which the caller keeps alive and unchanged until the
+// last of B/W has run, and (b) owned buffers the kernel computed (statistics,
+// probabilities, routing). Saved structs are move-only: owned buffers move
+// with them, so internal pointers stay valid.
+//
+// Workspace: scratch memory passed explicitly; no kernel keeps global state.
+//
+// Determinism: all loops are sequential with a fixed order; with OpenBLAS
+// limited to one thread the result bits depend only on the inputs.
+//
+// Templates are instantiated for float and double (double runs the
+// finite-difference gradient checks).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PIPEFORGE_RUNTIME_CPU_KERNELS_H
+#define PIPEFORGE_RUNTIME_CPU_KERNELS_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace pipeforge {
+namespace rt {
+namespace cpu {
+
+using Index = int64_t;
+
+/// Scratch memory for kernels that need temporaries. Grows, never shrinks;
+/// reuse one per thread of execution.
+template <typename T> class Workspace {
+public:
+  /// Returns at least `n` elements; invalidates earlier pointers.
+  T *get(size_t n) {
+    if (buf.size() < n)
+      buf.resize(n);
+    return buf.data();
+  }
+  size_t capacity() const { return buf.size(); }
+
+private:
+  std::vector<T> buf;
+};
+
+/// Base of all saved-tensor structs: move-only.
+struct SavedBase {
+  SavedBase() = default;
+  SavedBase(const SavedBase &) = delete;
+  SavedBase &operator=(const SavedBase &) = delete;
+  SavedBase(SavedBase &&) = default;
+  SavedBase &operator=(SavedBase &&) = default;
+};
+
+//===----------------------------------------------------------------------===//
+// Op table: names a runtime dispatches on.
+//===----------------------------------------------------------------------===//
+
+enum class OpKind {
+  Linear,
+  LayerNorm,
+  RMSNorm,
+  Gelu,
+  Silu,
+  Add,
+  Mul,
+  Embedding,
+  Attention,
+  MoE,
+  CrossEntropy,
+};
+
+struct OpInfo {
+  OpKind kind;
+  const char *name; ///< "linear", "layernorm", ... (stable, lower case)
+  bool hasB;        ///< has an input-gradient kernel
+  bool hasW;        ///< has a weight-gradient kernel (has parameters)
+  bool needsWorkspace;
+};
+
+/// All ops, in OpKind order.
+const std::vector<OpInfo> &allOps();
+/// Looks an op up by name; nullptr when unknown.
+const OpInfo *lookupOp(std::string_view name);
+const OpInfo &opInfo(OpKind kind);
+
+//===----------------------------------------------------------------------===//
+// Linear: y = x W^T (+ b).  x [tokens, in], W [out, in], b [out], y [tokens,
+// out] Also the LM head (hasBias = false).
+//===----------------------------------------------------------------------===//
+
+struct LinearShape {
+  Index tokens = 0, in = 0, out = 0;
+  bool hasBias = true;
+};
+template <typename T> struct LinearParams {
+  const T *weight = nullptr; ///< [out, in]
+  const T *bias = nullptr;   ///< [out]; ignored when !hasBias
+};
+template <typename T> struct LinearGrads {
+  T *dweight = nullptr; ///< [out, in], accumulated
+  T *dbias = nullptr;   ///< [out], accumulated; ignored when !hasBias
+};
+/// B needs the weight, W needs x.
+template <typename T> struct LinearSaved : SavedBase {
+  const T *x = nullptr;
+  const T *weight = nullptr;
+};
+
+template <typename T>
+void linearF(const LinearShape &s, const LinearParams<T> &p, const T *x, T *y,
+             LinearSaved<T> &saved);
+/// dx = dy W.
+template <typename T>
+void linearB(const LinearShape &s, const LinearSaved<T> &saved, const T *dy,
+             T *dx);
+/// dW += dy^T x, db += sum_t dy.
+template <typename T>
+void linearW(const LinearShape &s, const LinearSaved<T> &saved, const T *dy,
+             const LinearGrads<T> &g);
+template <typename T>
+void linearBW(const LinearShape &s, const LinearSaved<T> &saved, const T *dy,
+              T *dx, const LinearGrads<T> &g);
+
+//===----------------------------------------------------------------------===//
+// LayerNorm and RMSNorm over the last dimension. x, y [tokens, hidden].
+//   layernorm: y = (x - mean) * rstd * gamma + beta, rstd = 1/sqrt(var + eps)
+//   rmsnorm:   y = x * rstd * gamma,                 rstd = 1/sqrt(ms + eps)
+//===----------------------------------------------------------------------===//
+
+struct NormShape {
+  Index tokens = 0, hidden = 0;
+  double eps = 1e-5;
+};
+template <typename T> struct NormParams {
+  const T *gamma = nullptr; ///< [hidden]
+  const T *beta = nullptr;  ///< [hidden]; layernorm only
+};
+template <typename T> struct NormGrads {
+  T *dgamma = nullptr; ///< accumulated
+  T *dbeta = nullptr;  ///< accumulated; layernorm only
+};
+/// B needs x, gamma, mean, rstd; W needs x, mean, rstd.
+template <typename T> struct NormSaved : SavedBase {
+  const T *x = nullptr;
+  const T *gamma = nullptr;
+  std::vector<T> mean; ///< [tokens]; empty for rmsnorm
+  std::vector<T> rstd; ///< [tokens]
+};
+
+template <typename T>
+void layerNormF(const NormShape &s, const NormParams<T> &p, const T *x, T *y,
+                NormSaved<T> &saved);
+template <typename T>
+void layerNormB(const NormShape &s, const NormSaved<T> &saved, const T *dy,
+                T *dx);
+template <typename T>
+void layerNormW(const NormShape &s, const NormSaved<T> &saved, const T *dy,
+                const NormGrads<T> &g);
+template <typename T>
+void layerNormBW(const NormShape &s, const NormSaved<T> &saved, const T *dy,
+                 T *dx, const NormGrads<T> &g);
+
+template <typename T>
+void rmsNormF(const NormShape &s, const NormParams<T> &p, const T *x, T *y,
+              NormSaved<T> &saved);
+template <typename T>
+void rmsNormB(const NormShape &s, const NormSaved<T> &saved, const T *dy,
+              T *dx);
+template <typename T>
+void rmsNormW(const NormShape &s, const NormSaved<T> &saved, const T *dy,
+              const NormGrads<T> &g);
+template <typename T>
+void rmsNormBW(const NormShape &s, const NormSaved<T> &saved, const T *dy,
+               T *dx, const NormGrads<T> &g);
+
+//===----------------------------------------------------------------------===//
+// Elementwise: activations (gelu tanh-approx, silu), add, mul. n elements.
+// No parameters, so no W.
+//===----------------------------------------------------------------------===//
+
+enum class Activation { Gelu, Silu };
+
+template <typename T> struct ActivationSaved : SavedBase {
+  const T *x = nullptr;
+};
+template <typename T>
+void activationF(Activation act, Index n, const T *x, T *y,
+                 ActivationSaved<T> &saved);
+template <typename T>
+void activationB(Activation act, Index n, const ActivationSaved<T> &saved,
+                 const T *dy, T *dx);
+
+template <typename T>
+void geluF(Index n, const T *x, T *y, ActivationSaved<T> &saved);
+template <typename T>
+void geluB(Index n, const ActivationSaved<T> &saved, const T *dy, T *dx);
+template <typename T>
+void siluF(Index n, const T *x, T *y, ActivationSaved<T> &saved);
+template <typename T>
+void siluB(Index n, const ActivationSaved<T> &saved, const T *dy, T *dx);
+
+/// y = a + b. B: da = db = dy (either may alias dy).
+template <typename T> void addF(Index n, const T *a, const T *b, T *y);
+template <typename T> void addB(Index n, const T *dy, T *da, T *db);
+
+/// y = a * b (SwiGLU's gate). B: da = dy * b, db = dy * a.
+template <typename T> struct MulSaved : SavedBase {
+  const T *a = nullptr;
+  const T *b = nullptr;
+};
+template <typename T>
+void mulF(Index n, const T *a, const T *b, T *y, MulSaved<T> &saved);
+template <typename T>
+void mulB(Index n, const MulSaved<T> &saved, const T *dy, T *da, T *db);
+
+//===----------------------------------------------------------------------===//
+// Token embedding + learned positions.
+//   y[t] = table[tokens[t]] + pos[t % seq]     y [batch*seq, hidden]
+// No B (tokens are integers). Tokens must lie in [0, vocab): check them with
+// firstInvalidIndex() where they enter the runtime.
+//===----------------------------------------------------------------------===//
+
+struct EmbeddingShape {
+  Index batch = 0, seq = 0, hidden = 0, vocab = 0;
+  bool learnedPositions = true; ///< pos table [seq_max >= seq, hidden]
+};
+template <typename T> struct EmbeddingParams {
+  const T *table = nullptr; ///< [vocab, hidden]
+  const T *pos = nullptr;   ///< [>= seq, hidden]
+};
+template <typename T> struct EmbeddingGrads {
+  T *dtable = nullptr; ///< accumulated (scatter-add)
+  T *dpos = nullptr;   ///< accumulated
+};
+struct EmbeddingSaved : SavedBase {
+  const int32_t *tokens = nullptr;
+};
+
+template <typename T>
+void embeddingF(const EmbeddingShape &s, const EmbeddingParams<T> &p,
+                const int32_t *tokens, T *y, EmbeddingSaved &saved);
+template <typename T>
+void embeddingW(const EmbeddingShape &s, const EmbeddingSaved &saved,
+                const T *dy, const EmbeddingGrads<T> &g);
+
+/// Index of the first value outside [0, limit), or -1 when all are valid.
+Index firstInvalidIndex(const int32_t *v, Index n, Index limit);
+
+//===----------------------------------------------------------------------===//
+// Causal multi-head attention core (grouped-query).
+//   q [tokens, heads*d], k, v [tokens, kvHeads*d], out [tokens, heads*d]
+//   head h reads kv-head h / (heads / kvHeads); scale 1/sqrt(d); causal within
+//   each sequence; optional rotary embedding on q and k ("rotate half", see
+//   ElementwiseMath.h; positions are 0..seq-1 within each sequence).
+// Saves the softmax probabilities [batch, heads, seq, seq] (no recompute).
+//===----------------------------------------------------------------------===//
+
+struct AttentionShape {
+  Index batch = 0, seq = 0, heads = 0, kvHeads = 0, headDim = 0;
+  bool rotary = false;
+  double ropeTheta = 10000.0;
+};
+/// B needs (rotated) q and k, v and the probabilities.
+template <typename T> struct AttentionSaved : SavedBase {
+  const T *v = nullptr;
+  const T *q = nullptr;      ///< rotated copy when rotary, else the input
+  const T *k = nullptr;      ///< rotated copy when rotary, else the input
+  std::vector<T> qRot, kRot; ///< owned storage when rotary
+  std::vector<T> probs;      ///< [batch, heads, seq, seq], 0 above diagonal
+};
+
+/// Checks heads % kvHeads == 0, headDim even when rotary, sizes >= 0.
+bool isValid(const AttentionShape &s);
+
+template <typename T>
+void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
+                T *out, AttentionSaved<T> &saved);
+/// dq [tokens, heads*d], dk, dv [tokens, kvHeads*d]: all overwritten.
+template <typename T>
+void attentionB(const AttentionShape &s, const AttentionSaved<T> &saved,
+                const T *dout, T *dq, T *dk, T *dv, Workspace<T> &ws);
+
+//===----------------------------------------------------------------------===//
+// Cross-entropy over vocab V with integer targets (after the LM head, which is
+// linear*() with hasBias = false).
+//   F: mean over tokens of (logsumexp(logits[t]) - logits[t, target[t]])
+//   B: dlogits = dloss * (softmax(logits) - onehot(target)) / tokens
+//===----------------------------------------------------------------------===//
+
+struct CrossEntropyShape {
+  Index tokens = 0, vocab = 0;
+};
+template <typename T> struct CrossEntropySaved : SavedBase {
+  const T *logits = nullptr;
+  const int32_t *targets = nullptr;
+  std::vector<T> lse; ///< [tokens] logsumexp per row
+};
+template <typename T>
+T crossEntropyF(const CrossEntropyShape &s, const T *logits,
+                const int32_t *targets, CrossEntropySaved<T> &saved);
+template <typename T>
+void crossEntropyB(const CrossEntropyShape &s,
+                   const CrossEntropySaved<T> &saved, T dloss, T *dlogits);
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts.
+//   logits = x Wr^T [tokens, E]; p = softmax(logits); top-k of p (ties to the
+//   lower expert index); gates g = p[topk] / sum p[topk] (or g = p[topk]
+//   when !renormalize); expert e is w2_e act(w1_e x), or with w3 the gated
+//   (SwiGLU) form w2_e (act(w1_e x) * (w3_e x)), no biases;
+//   y[t] = sum_{kept (t,e)} g_te expert_e(x_t).
+//   Capacity C > 0: each expert keeps its first C assignments in token order
+//   and drops the rest (the dropped expert contributes 0; the kept gates are
+//   not renormalised again). C = 0: no limit.
+// B: dx through the experts and through the router (gates -> renormalisation
+// -> softmax -> Wr); the top-k choice and the drops are treated as constant.
+// W: dWr, dw1, dw2 (, dw3). W recomputes the expert-internal gradients
+// (dy*g -> w2 -> act') from saved tensors instead of taking them from B: one
+// extra GEMM per expert, so that W reads only saved tensors and dy.
+//===----------------------------------------------------------------------===//
+
+struct MoEShape {
+  Index tokens = 0, hidden = 0, ffn = 0, experts = 0, topK = 1;
+  Index capacity = 0; ///< 0 = unlimited
+  Activation act = Activation::Gelu;
+  /// true: gates = p / sum of the top-k p (Mixtral); false: gates = p
+  /// (Switch / GShard style; with top-1 only this trains the router).
+  bool renormalize = true;
+};
+template <typename T> struct MoEParams {
+  const T *router = nullptr; ///< [E, hidden]
+  const T *w1 = nullptr;     ///< [E, ffn, hidden]
+  const T *w2 = nullptr;     ///< [E, hidden, ffn]
+  const T *w3 = nullptr;     ///< [E, ffn, hidden]; optional SwiGLU gate
+};
+template <typename T> struct MoEGrads {
+  T *drouter = nullptr; ///< accumulated
+  T *dw1 = nullptr;     ///< accumulated
+  T *dw2 = nullptr;     ///< accumulated
+  T *dw3 = nullptr;     ///< accumulated; only when params.w3 was given
+};
+template <typename T> struct MoESaved : SavedBase {
+  const T *x = nullptr;
+  MoEParams<T> params;
+  std::vector<T> probs;           ///< [tokens, E] router softmax
+  std::vector<int32_t> topIdx;    ///< [tokens, k] expert ids, by rank
+  std::vector<T> gates;           ///< [tokens, k] renormalised gates
+  std::vector<int32_t> rowOf;     ///< [tokens, k] dispatch row, -1 dropped
+  std::vector<Index> expertStart; ///< [E + 1] row ranges per expert
+  std::vector<int32_t> rowAssign; ///< [rows] t * k + rank of each row
+  std::vector<T> xe;              ///< [rows, hidden] gathered inputs
+  std::vector<T> pre;             ///< [rows, ffn] w1 x
+  std::vector<T> pre3;            ///< [rows, ffn] w3 x; empty unless gated
+  std::vector<T> act;             ///< [rows, ffn] act(w1 x) (* w3 x, gated)
+  std::vector<T> eout;            ///< [rows, hidden] expert outputs
+  Index rows() const { return (Index)rowAssign.size(); }
+  Index dropped() const; ///< assignments over capacity
+};
+
+/// Checks 1 <= topK <= experts and sizes >= 0.
+bool isValid(const MoEShape &s);
+
+/// nn.moe's capacity_factor as a per-expert capacity:
+/// ceil(factor * tokens * topK / experts); 0 when factor <= 0 (no limit).
+Index moeCapacity(double capacityFactor, Index tokens, Index topK,
+                  Index experts);
+
+template <typename T>
+void moeF(const MoEShape &s, const MoEParams<T> &p, const T *x, T *y,
+          MoESaved<T> &saved);
+template <typename T>
+void moeB(const MoEShape &s, const MoESaved<T> &saved, const T *dy, T *dx,
+          Workspace<T> &ws);
+template <typename T>
+void moeW(const MoEShape &s, const MoESaved<T> &saved, const T *dy,
+          const MoEGrads<T> &g, Workspace<T> &ws);
+/// Computes the expert-internal gradients once for both halves.
+template <typename T>
+void moeBW(const MoEShape &s, const MoESaved<T> &saved, const T *dy, T *dx,
+           const MoEGrads<T> &g, Workspace<T> &ws);
+
+} // namespace cpu
+} // namespace rt
+} // namespace pipeforge
+
+#endif // PIPEFORGE_RUNTIME_CPU_KERNELS_H

@@ -1,0 +1,173 @@
+//===- KernelsAttention.cpp - Causal GQA attention core F/B ---------------===//
+//
+// Per (sequence, head): S = scale Q K^T, P = causal softmax(S), O = P V, with
+// GEMMs on strided head slices (no transposes materialised). The
+// probabilities are saved; B does not recompute them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Blas.h"
+#include "ElementwiseMath.h"
+#include "Kernels.h"
+
+#include <vector>
+
+namespace pipeforge {
+namespace rt {
+namespace cpu {
+
+using detail::gemm;
+
+bool isValid(const AttentionShape &s) {
+  if (s.batch < 0 || s.seq < 0 || s.heads <= 0 || s.kvHeads <= 0 ||
+      s.headDim <= 0)
+    return false;
+  if (s.heads % s.kvHeads != 0)
+    return false;
+  if (s.rotary && s.headDim % 2 != 0)
+    return false;
+  return true;
+}
+
+/// Rotates (transpose = false) or un-rotates (transpose = true) every head of
+/// x [batch*seq, nHeads*d] in place.
+template <typename T>
+static void applyRotary(const AttentionShape &s, Index nHeads, T *x,
+                        bool transpose) {
+  const Index D = s.headDim, half = D / 2;
+  std::vector<T> cosT(s.seq * half), sinT(s.seq * half);
+  for (Index i = 0; i < s.seq; ++i)
+    for (Index j = 0; j < half; ++j) {
+      T a = math::rotaryAngle<T>(i, j, D, T(s.ropeTheta));
+      cosT[i * half + j] = math::pfCos(a);
+      sinT[i * half + j] = math::pfSin(a);
+    }
+  for (Index b = 0; b < s.batch; ++b)
+    for (Index i = 0; i < s.seq; ++i) {
+      T *row = x + (b * s.seq + i) * nHeads * D;
+      for (Index h = 0; h < nHeads; ++h) {
+        T *v = row + h * D;
+        for (Index j = 0; j < half; ++j) {
+          T c = cosT[i * half + j], sn = sinT[i * half + j];
+          T y1, y2;
+          if (transpose)
+            math::rotaryRotateTranspose(v[j], v[j + half], c, sn, y1, y2);
+          else
+            math::rotaryRotate(v[j], v[j + half], c, sn, y1, y2);
+          v[j] = y1;
+          v[j + half] = y2;
+        }
+      }
+    }
+}
+
+template <typename T>
+void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
+                T *out, AttentionSaved<T> &saved) {
+  const Index S = s.seq, D = s.headDim, A = s.heads, KV = s.kvHeads;
+  const Index group = A / KV, tokens = s.batch * S;
+  const Index ldq = A * D, ldk = KV * D;
+  saved.v = v;
+  if (s.rotary) {
+    saved.qRot.assign(q, q + tokens * ldq);
+    saved.kRot.assign(k, k + tokens * ldk);
+    applyRotary(s, A, saved.qRot.data(), false);
+    applyRotary(s, KV, saved.kRot.data(), false);
+    saved.q = saved.qRot.data();
+    saved.k = saved.kRot.data();
+  } else {
+    saved.qRot.clear();
+    saved.kRot.clear();
+    saved.q = q;
+    saved.k = k;
+  }
+  saved.probs.assign(s.batch * A * S * S, T(0));
+  const T scale = T(1) / math::pfSqrt(T(D));
+  for (Index b = 0; b < s.batch; ++b)
+    for (Index h = 0; h < A; ++h) {
+      const Index g = h / group;
+      const T *Q = saved.q + b * S * ldq + h * D;
+      const T *K = saved.k + b * S * ldk + g * D;
+      const T *V = v + b * S * ldk + g * D;
+      T *P = saved.probs.data() + (b * A + h) * S * S;
+      gemm(false, true, S, S, D, scale, Q, ldq, K, ldk, T(0), P, S);
+      for (Index i = 0; i < S; ++i) {
+        T *row = P + i * S;
+        T m = row[0];
+        for (Index j = 1; j <= i; ++j)
+          m = row[j] > m ? row[j] : m;
+        T sum = 0;
+        for (Index j = 0; j <= i; ++j) {
+          row[j] = math::softmaxExp(row[j], m);
+          sum += row[j];
+        }
+        T inv = T(1) / sum;
+        for (Index j = 0; j <= i; ++j)
+          row[j] *= inv;
+        for (Index j = i + 1; j < S; ++j)
+          row[j] = T(0);
+      }
+      gemm(false, false, S, D, S, T(1), P, S, V, ldk, T(0),
+           out + b * S * ldq + h * D, ldq);
+    }
+}
+
+template <typename T>
+void attentionB(const AttentionShape &s, const AttentionSaved<T> &saved,
+                const T *dout, T *dq, T *dk, T *dv, Workspace<T> &ws) {
+  const Index S = s.seq, D = s.headDim, A = s.heads, KV = s.kvHeads;
+  const Index group = A / KV, tokens = s.batch * S;
+  const Index ldq = A * D, ldk = KV * D;
+  for (Index i = 0; i < tokens * ldk; ++i) {
+    dk[i] = T(0);
+    dv[i] = T(0);
+  }
+  T *dS = ws.get(size_t(S * S));
+  const T scale = T(1) / math::pfSqrt(T(D));
+  for (Index b = 0; b < s.batch; ++b)
+    for (Index h = 0; h < A; ++h) {
+      const Index g = h / group;
+      const Index qOff = b * S * ldq + h * D, kOff = b * S * ldk + g * D;
+      const T *P = saved.probs.data() + (b * A + h) * S * S;
+      // dP = dO V^T
+      gemm(false, true, S, S, D, T(1), dout + qOff, ldq, saved.v + kOff, ldk,
+           T(0), dS, S);
+      // dS = P (dP - rowdot(P, dP)), causal part only.
+      for (Index i = 0; i < S; ++i) {
+        const T *p = P + i * S;
+        T *d = dS + i * S;
+        T dot = 0;
+        for (Index j = 0; j <= i; ++j)
+          dot += p[j] * d[j];
+        for (Index j = 0; j <= i; ++j)
+          d[j] = math::softmaxGrad(p[j], d[j], dot);
+        for (Index j = i + 1; j < S; ++j)
+          d[j] = T(0);
+      }
+      // dQ = scale dS K ; dK += scale dS^T Q ; dV += P^T dO
+      gemm(false, false, S, D, S, scale, dS, S, saved.k + kOff, ldk, T(0),
+           dq + qOff, ldq);
+      gemm(true, false, S, D, S, scale, dS, S, saved.q + qOff, ldq, T(1),
+           dk + kOff, ldk);
+      gemm(true, false, S, D, S, T(1), P, S, dout + qOff, ldq, T(1), dv + kOff,
+           ldk);
+    }
+  if (s.rotary) {
+    applyRotary(s, A, dq, true);
+    applyRotary(s, KV, dk, true);
+  }
+}
+
+#define PF_INSTANTIATE(T)                                                      \
+  template void attentionF<T>(const AttentionShape &, const T *, const T *,    \
+                              const T *, T *, AttentionSaved<T> &);            \
+  template void attentionB<T>(const AttentionShape &,                          \
+                              const AttentionSaved<T> &, const T *, T *, T *,  \
+                              T *, Workspace<T> &);
+PF_INSTANTIATE(float)
+PF_INSTANTIATE(double)
+#undef PF_INSTANTIATE
+
+} // namespace cpu
+} // namespace rt
+} // namespace pipeforge

@@ -1,0 +1,99 @@
+//===- KernelsElementwise.cpp - Activations, add, mul ---------------------===//
+
+#include "ElementwiseMath.h"
+#include "Kernels.h"
+
+namespace pipeforge {
+namespace rt {
+namespace cpu {
+
+template <typename T>
+void activationF(Activation act, Index n, const T *x, T *y,
+                 ActivationSaved<T> &saved) {
+  if (act == Activation::Gelu)
+    for (Index i = 0; i < n; ++i)
+      y[i] = math::gelu(x[i]);
+  else
+    for (Index i = 0; i < n; ++i)
+      y[i] = math::silu(x[i]);
+  saved.x = x;
+}
+
+template <typename T>
+void activationB(Activation act, Index n, const ActivationSaved<T> &saved,
+                 const T *dy, T *dx) {
+  const T *x = saved.x;
+  if (act == Activation::Gelu)
+    for (Index i = 0; i < n; ++i)
+      dx[i] = dy[i] * math::geluGrad(x[i]);
+  else
+    for (Index i = 0; i < n; ++i)
+      dx[i] = dy[i] * math::siluGrad(x[i]);
+}
+
+template <typename T>
+void geluF(Index n, const T *x, T *y, ActivationSaved<T> &saved) {
+  activationF(Activation::Gelu, n, x, y, saved);
+}
+template <typename T>
+void geluB(Index n, const ActivationSaved<T> &saved, const T *dy, T *dx) {
+  activationB(Activation::Gelu, n, saved, dy, dx);
+}
+template <typename T>
+void siluF(Index n, const T *x, T *y, ActivationSaved<T> &saved) {
+  activationF(Activation::Silu, n, x, y, saved);
+}
+template <typename T>
+void siluB(Index n, const ActivationSaved<T> &saved, const T *dy, T *dx) {
+  activationB(Activation::Silu, n, saved, dy, dx);
+}
+
+template <typename T> void addF(Index n, const T *a, const T *b, T *y) {
+  for (Index i = 0; i < n; ++i)
+    y[i] = a[i] + b[i];
+}
+template <typename T> void addB(Index n, const T *dy, T *da, T *db) {
+  for (Index i = 0; i < n; ++i) {
+    T g = dy[i];
+    da[i] = g;
+    db[i] = g;
+  }
+}
+
+template <typename T>
+void mulF(Index n, const T *a, const T *b, T *y, MulSaved<T> &saved) {
+  for (Index i = 0; i < n; ++i)
+    y[i] = a[i] * b[i];
+  saved.a = a;
+  saved.b = b;
+}
+template <typename T>
+void mulB(Index n, const MulSaved<T> &saved, const T *dy, T *da, T *db) {
+  for (Index i = 0; i < n; ++i) {
+    T g = dy[i];
+    T a = saved.a[i], b = saved.b[i];
+    da[i] = g * b;
+    db[i] = g * a;
+  }
+}
+
+#define PF_INSTANTIATE(T)                                                      \
+  template void activationF<T>(Activation, Index, const T *, T *,              \
+                               ActivationSaved<T> &);                          \
+  template void activationB<T>(Activation, Index, const ActivationSaved<T> &,  \
+                               const T *, T *);                                \
+  template void geluF<T>(Index, const T *, T *, ActivationSaved<T> &);         \
+  template void geluB<T>(Index, const ActivationSaved<T> &, const T *, T *);   \
+  template void siluF<T>(Index, const T *, T *, ActivationSaved<T> &);         \
+  template void siluB<T>(Index, const ActivationSaved<T> &, const T *, T *);   \
+  template void addF<T>(Index, const T *, const T *, T *);                     \
+  template void addB<T>(Index, const T *, T *, T *);                           \
+  template void mulF<T>(Index, const T *, const T *, T *, MulSaved<T> &);      \
+  template void mulB<T>(Index, const MulSaved<T> &, const T *, T *, T *);
+PF_INSTANTIATE(float)
+PF_INSTANTIATE(double)
+#undef PF_INSTANTIATE
+
+} // namespace cpu
+} // namespace rt
+} // namespace pipeforge

@@ -1,0 +1,61 @@
+//===- KernelsLoss.cpp - Cross-entropy over the vocabulary ----------------===//
+
+#include "ElementwiseMath.h"
+#include "Kernels.h"
+
+namespace pipeforge {
+namespace rt {
+namespace cpu {
+
+template <typename T>
+T crossEntropyF(const CrossEntropyShape &s, const T *logits,
+                const int32_t *targets, CrossEntropySaved<T> &saved) {
+  const Index V = s.vocab;
+  saved.logits = logits;
+  saved.targets = targets;
+  saved.lse.assign(s.tokens, T(0));
+  double total = 0;
+  for (Index t = 0; t < s.tokens; ++t) {
+    const T *row = logits + t * V;
+    T m = row[0];
+    for (Index j = 1; j < V; ++j)
+      m = row[j] > m ? row[j] : m;
+    T sum = 0;
+    for (Index j = 0; j < V; ++j)
+      sum += math::softmaxExp(row[j], m);
+    T lse = m + math::pfLog(sum);
+    saved.lse[t] = lse;
+    total += double(lse - row[targets[t]]);
+  }
+  return s.tokens ? T(total / double(s.tokens)) : T(0);
+}
+
+template <typename T>
+void crossEntropyB(const CrossEntropyShape &s,
+                   const CrossEntropySaved<T> &saved, T dloss, T *dlogits) {
+  const Index V = s.vocab;
+  if (s.tokens == 0)
+    return;
+  T scale = dloss / T(s.tokens);
+  for (Index t = 0; t < s.tokens; ++t) {
+    const T *row = saved.logits + t * V;
+    T lse = saved.lse[t];
+    T *d = dlogits + t * V;
+    for (Index j = 0; j < V; ++j)
+      d[j] = math::pfExp(row[j] - lse) * scale;
+    d[saved.targets[t]] -= scale;
+  }
+}
+
+#define PF_INSTANTIATE(T)                                                      \
+  template T crossEntropyF<T>(const CrossEntropyShape &, const T *,            \
+                              const int32_t *, CrossEntropySaved<T> &);        \
+  template void crossEntropyB<T>(const CrossEntropyShape &,                    \
+                                 const CrossEntropySaved<T> &, T, T *);
+PF_INSTANTIATE(float)
+PF_INSTANTIATE(double)
+#undef PF_INSTANTIATE
+
+} // namespace cpu
+} // namespace rt
+} // namespace pipeforge

@@ -1,0 +1,352 @@
+//===- KernelsMoE.cpp - Top-k mixture of experts F/B/W --------------------===//
+//
+// Dispatch: assignments (token t, rank r) are visited in order t, then r.
+// Each kept assignment gets a row; rows are grouped by expert and, inside an
+// expert, ordered by token. Experts then run as dense GEMMs over their rows.
+// All reductions (combine, scatter of dx) follow that fixed order.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Blas.h"
+#include "ElementwiseMath.h"
+#include "Kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace pipeforge {
+namespace rt {
+namespace cpu {
+
+using detail::gemm;
+
+bool isValid(const MoEShape &s) {
+  return s.tokens >= 0 && s.hidden > 0 && s.ffn > 0 && s.experts > 0 &&
+         s.topK >= 1 && s.topK <= s.experts && s.capacity >= 0;
+}
+
+Index moeCapacity(double capacityFactor, Index tokens, Index topK,
+                  Index experts) {
+  if (capacityFactor <= 0 || experts <= 0)
+    return 0;
+  double c = std::ceil(capacityFactor * double(tokens) * double(topK) /
+                       double(experts));
+  return std::max<Index>(1, Index(c));
+}
+
+template <typename T> Index MoESaved<T>::dropped() const {
+  Index n = 0;
+  for (int32_t r : rowOf)
+    n += r < 0;
+  return n;
+}
+
+template <typename T> static T actF(Activation a, T x) {
+  return a == Activation::Gelu ? math::gelu(x) : math::silu(x);
+}
+template <typename T> static T actGrad(Activation a, T x) {
+  return a == Activation::Gelu ? math::geluGrad(x) : math::siluGrad(x);
+}
+
+template <typename T>
+void moeF(const MoEShape &s, const MoEParams<T> &p, const T *x, T *y,
+          MoESaved<T> &saved) {
+  const Index N = s.tokens, H = s.hidden, F = s.ffn, E = s.experts, K = s.topK;
+  saved.x = x;
+  saved.params = p;
+
+  // Router: probs = softmax(x Wr^T).
+  saved.probs.assign(N * E, T(0));
+  T *probs = saved.probs.data();
+  gemm(false, true, N, E, H, T(1), x, H, p.router, H, T(0), probs, E);
+  for (Index t = 0; t < N; ++t) {
+    T *row = probs + t * E;
+    T m = row[0];
+    for (Index e = 1; e < E; ++e)
+      m = row[e] > m ? row[e] : m;
+    T sum = 0;
+    for (Index e = 0; e < E; ++e) {
+      row[e] = math::softmaxExp(row[e], m);
+      sum += row[e];
+    }
+    T inv = T(1) / sum;
+    for (Index e = 0; e < E; ++e)
+      row[e] *= inv;
+  }
+
+  // Top-k, ties to the lower index; renormalised gates.
+  saved.topIdx.assign(N * K, 0);
+  saved.gates.assign(N * K, T(0));
+  std::vector<char> taken(E);
+  for (Index t = 0; t < N; ++t) {
+    const T *row = probs + t * E;
+    std::fill(taken.begin(), taken.end(), 0);
+    T sum = 0;
+    for (Index r = 0; r < K; ++r) {
+      Index best = -1;
+      for (Index e = 0; e < E; ++e)
+        if (!taken[e] && (best < 0 || row[e] > row[best]))
+          best = e;
+      taken[best] = 1;
+      saved.topIdx[t * K + r] = int32_t(best);
+      sum += row[best];
+    }
+    for (Index r = 0; r < K; ++r) {
+      T pr = row[saved.topIdx[t * K + r]];
+      saved.gates[t * K + r] = s.renormalize ? pr / sum : pr;
+    }
+  }
+
+  // Capacity and dispatch rows.
+  std::vector<Index> count(E, 0);
+  saved.rowOf.assign(N * K, -1);
+  for (Index a = 0; a < N * K; ++a) {
+    Index e = saved.topIdx[a];
+    if (s.capacity == 0 || count[e] < s.capacity) {
+      saved.rowOf[a] = 0; // kept; row assigned below
+      ++count[e];
+    }
+  }
+  saved.expertStart.assign(E + 1, 0);
+  for (Index e = 0; e < E; ++e)
+    saved.expertStart[e + 1] = saved.expertStart[e] + count[e];
+  const Index R = saved.expertStart[E];
+  saved.rowAssign.assign(R, 0);
+  std::vector<Index> fill(saved.expertStart.begin(),
+                          saved.expertStart.end() - 1);
+  for (Index a = 0; a < N * K; ++a) {
+    if (saved.rowOf[a] < 0)
+      continue;
+    Index row = fill[saved.topIdx[a]]++;
+    saved.rowOf[a] = int32_t(row);
+    saved.rowAssign[row] = int32_t(a);
+  }
+
+  // Experts.
+  saved.xe.assign(R * H, T(0));
+  saved.pre.assign(R * F, T(0));
+  saved.act.assign(R * F, T(0));
+  const bool gated = p.w3 != nullptr;
+  if (gated)
+    saved.pre3.assign(R * F, T(0));
+  else
+    saved.pre3.clear();
+  saved.eout.assign(R * H, T(0));
+  for (Index r = 0; r < R; ++r) {
+    const T *src = x + Index(saved.rowAssign[r] / K) * H;
+    std::copy(src, src + H, saved.xe.data() + r * H);
+  }
+  for (Index e = 0; e < E; ++e) {
+    Index r0 = saved.expertStart[e], n = saved.expertStart[e + 1] - r0;
+    gemm(false, true, n, F, H, T(1), saved.xe.data() + r0 * H, H,
+         p.w1 + e * F * H, H, T(0), saved.pre.data() + r0 * F, F);
+    if (gated) {
+      gemm(false, true, n, F, H, T(1), saved.xe.data() + r0 * H, H,
+           p.w3 + e * F * H, H, T(0), saved.pre3.data() + r0 * F, F);
+      for (Index i = r0 * F; i < (r0 + n) * F; ++i)
+        saved.act[i] = actF(s.act, saved.pre[i]) * saved.pre3[i];
+    } else {
+      for (Index i = r0 * F; i < (r0 + n) * F; ++i)
+        saved.act[i] = actF(s.act, saved.pre[i]);
+    }
+    gemm(false, true, n, H, F, T(1), saved.act.data() + r0 * F, F,
+         p.w2 + e * H * F, F, T(0), saved.eout.data() + r0 * H, H);
+  }
+
+  // Combine in (token, rank) order.
+  for (Index i = 0; i < N * H; ++i)
+    y[i] = T(0);
+  for (Index a = 0; a < N * K; ++a) {
+    Index row = saved.rowOf[a];
+    if (row < 0)
+      continue;
+    T g = saved.gates[a];
+    const T *eo = saved.eout.data() + row * H;
+    T *yr = y + (a / K) * H;
+    for (Index j = 0; j < H; ++j)
+      yr[j] += g * eo[j];
+  }
+}
+
+/// dye[row] = gate * dy[token]; dh = dye W2_e; then
+///   plain: dpre = dh * act'(pre)
+///   gated: dpre = dh * pre3 * act'(pre), dpre3 = dh * act(pre)
+/// dpre3 lives at dpre + rows * ffn.
+template <typename T>
+static void expertGrads(const MoEShape &s, const MoESaved<T> &saved,
+                        const T *dy, T *dye, T *dpre) {
+  const Index H = s.hidden, F = s.ffn, E = s.experts, K = s.topK;
+  const Index R = saved.rows();
+  for (Index r = 0; r < R; ++r) {
+    Index a = saved.rowAssign[r];
+    T g = saved.gates[a];
+    const T *src = dy + (a / K) * H;
+    T *dst = dye + r * H;
+    for (Index j = 0; j < H; ++j)
+      dst[j] = g * src[j];
+  }
+  for (Index e = 0; e < E; ++e) {
+    Index r0 = saved.expertStart[e], n = saved.expertStart[e + 1] - r0;
+    gemm(false, false, n, F, H, T(1), dye + r0 * H, H,
+         saved.params.w2 + e * H * F, F, T(0), dpre + r0 * F, F);
+  }
+  if (saved.params.w3) {
+    T *dpre3 = dpre + R * F;
+    for (Index i = 0; i < R * F; ++i) {
+      T dh = dpre[i], pr = saved.pre[i];
+      dpre3[i] = dh * actF(s.act, pr);
+      dpre[i] = dh * saved.pre3[i] * actGrad(s.act, pr);
+    }
+  } else {
+    for (Index i = 0; i < R * F; ++i)
+      dpre[i] *= actGrad(s.act, saved.pre[i]);
+  }
+}
+
+/// dlogits [tokens, E]: through the gates, their renormalisation over the
+/// top-k and the softmax. Top-k membership and drops are constants.
+template <typename T>
+static void routerGrads(const MoEShape &s, const MoESaved<T> &saved,
+                        const T *dy, T *dlogits) {
+  const Index N = s.tokens, H = s.hidden, E = s.experts, K = s.topK;
+  std::vector<T> dg(K), dp(E);
+  for (Index t = 0; t < N; ++t) {
+    const T *p = saved.probs.data() + t * E;
+    const T *dyr = dy + t * H;
+    T sumP = 0, dotG = 0;
+    for (Index r = 0; r < K; ++r) {
+      Index row = saved.rowOf[t * K + r];
+      T d = 0;
+      if (row >= 0) {
+        const T *eo = saved.eout.data() + row * H;
+        for (Index j = 0; j < H; ++j)
+          d += dyr[j] * eo[j];
+      }
+      dg[r] = d;
+      sumP += p[saved.topIdx[t * K + r]];
+      dotG += d * saved.gates[t * K + r];
+    }
+    std::fill(dp.begin(), dp.end(), T(0));
+    // g_r = p_r / sumP  =>  dp_r = (dg_r - sum_q dg_q g_q) / sumP;
+    // g_r = p_r        =>  dp_r = dg_r.
+    for (Index r = 0; r < K; ++r)
+      dp[saved.topIdx[t * K + r]] =
+          s.renormalize ? (dg[r] - dotG) / sumP : dg[r];
+    T dot = 0;
+    for (Index e = 0; e < E; ++e)
+      dot += p[e] * dp[e];
+    T *dl = dlogits + t * E;
+    for (Index e = 0; e < E; ++e)
+      dl[e] = math::softmaxGrad(p[e], dp[e], dot);
+  }
+}
+
+template <typename T>
+static void moeBImpl(const MoEShape &s, const MoESaved<T> &saved,
+                     const T *dlogits, const T *dpre, T *dxe, T *dx) {
+  const Index N = s.tokens, H = s.hidden, F = s.ffn, E = s.experts, K = s.topK;
+  const MoEParams<T> &p = saved.params;
+  gemm(false, false, N, H, E, T(1), dlogits, E, p.router, H, T(0), dx, H);
+  for (Index e = 0; e < E; ++e) {
+    Index r0 = saved.expertStart[e], n = saved.expertStart[e + 1] - r0;
+    gemm(false, false, n, H, F, T(1), dpre + r0 * F, F, p.w1 + e * F * H, H,
+         T(0), dxe + r0 * H, H);
+    if (p.w3)
+      gemm(false, false, n, H, F, T(1), dpre + saved.rows() * F + r0 * F, F,
+           p.w3 + e * F * H, H, T(1), dxe + r0 * H, H);
+  }
+  // Scatter in (token, rank) order.
+  for (Index a = 0; a < N * K; ++a) {
+    Index row = saved.rowOf[a];
+    if (row < 0)
+      continue;
+    const T *src = dxe + row * H;
+    T *dst = dx + (a / K) * H;
+    for (Index j = 0; j < H; ++j)
+      dst[j] += src[j];
+  }
+}
+
+template <typename T>
+static void moeWImpl(const MoEShape &s, const MoESaved<T> &saved,
+                     const T *dlogits, const T *dye, const T *dpre,
+                     const MoEGrads<T> &g) {
+  const Index N = s.tokens, H = s.hidden, F = s.ffn, E = s.experts;
+  for (Index e = 0; e < E; ++e) {
+    Index r0 = saved.expertStart[e], n = saved.expertStart[e + 1] - r0;
+    gemm(true, false, H, F, n, T(1), dye + r0 * H, H, saved.act.data() + r0 * F,
+         F, T(1), g.dw2 + e * H * F, F);
+    gemm(true, false, F, H, n, T(1), dpre + r0 * F, F, saved.xe.data() + r0 * H,
+         H, T(1), g.dw1 + e * F * H, H);
+    if (saved.params.w3)
+      gemm(true, false, F, H, n, T(1), dpre + saved.rows() * F + r0 * F, F,
+           saved.xe.data() + r0 * H, H, T(1), g.dw3 + e * F * H, H);
+  }
+  gemm(true, false, E, H, N, T(1), dlogits, E, saved.x, H, T(1), g.drouter, H);
+}
+
+/// Scratch layout: dlogits [N*E] | dye [R*H] | dpre [2*R*F] | dxe [R*H]
+/// (the second half of dpre is dpre3, used only when gated).
+template <typename T>
+static T *moeScratch(const MoEShape &s, const MoESaved<T> &saved,
+                     Workspace<T> &ws, T *&dlogits, T *&dye, T *&dpre,
+                     T *&dxe) {
+  const Index R = saved.rows();
+  T *base =
+      ws.get(size_t(s.tokens * s.experts + R * (2 * s.hidden + 2 * s.ffn)));
+  dlogits = base;
+  dye = dlogits + s.tokens * s.experts;
+  dpre = dye + R * s.hidden;
+  dxe = dpre + 2 * R * s.ffn;
+  return base;
+}
+
+template <typename T>
+void moeB(const MoEShape &s, const MoESaved<T> &saved, const T *dy, T *dx,
+          Workspace<T> &ws) {
+  T *dlogits, *dye, *dpre, *dxe;
+  moeScratch(s, saved, ws, dlogits, dye, dpre, dxe);
+  routerGrads(s, saved, dy, dlogits);
+  expertGrads(s, saved, dy, dye, dpre);
+  moeBImpl(s, saved, dlogits, dpre, dxe, dx);
+}
+
+template <typename T>
+void moeW(const MoEShape &s, const MoESaved<T> &saved, const T *dy,
+          const MoEGrads<T> &g, Workspace<T> &ws) {
+  T *dlogits, *dye, *dpre, *dxe;
+  moeScratch(s, saved, ws, dlogits, dye, dpre, dxe);
+  routerGrads(s, saved, dy, dlogits);
+  expertGrads(s, saved, dy, dye, dpre);
+  moeWImpl(s, saved, dlogits, dye, dpre, g);
+}
+
+template <typename T>
+void moeBW(const MoEShape &s, const MoESaved<T> &saved, const T *dy, T *dx,
+           const MoEGrads<T> &g, Workspace<T> &ws) {
+  T *dlogits, *dye, *dpre, *dxe;
+  moeScratch(s, saved, ws, dlogits, dye, dpre, dxe);
+  routerGrads(s, saved, dy, dlogits);
+  expertGrads(s, saved, dy, dye, dpre);
+  moeBImpl(s, saved, dlogits, dpre, dxe, dx);
+  moeWImpl(s, saved, dlogits, dye, dpre, g);
+}
+
+#define PF_INSTANTIATE(T)                                                      \
+  template struct MoESaved<T>;                                                 \
+  template void moeF<T>(const MoEShape &, const MoEParams<T> &, const T *,     \
+                        T *, MoESaved<T> &);                                   \
+  template void moeB<T>(const MoEShape &, const MoESaved<T> &, const T *, T *, \
+                        Workspace<T> &);                                       \
+  template void moeW<T>(const MoEShape &, const MoESaved<T> &, const T *,      \
+                        const MoEGrads<T> &, Workspace<T> &);                  \
+  template void moeBW<T>(const MoEShape &, const MoESaved<T> &, const T *,     \
+                         T *, const MoEGrads<T> &, Workspace<T> &);
+PF_INSTANTIATE(float)
+PF_INSTANTIATE(double)
+#undef PF_INSTANTIATE
+
+} // namespace cpu
+} // namespace rt
+} // namespace pipeforge

@@ -1,0 +1,427 @@
+//===- SimulatorTest.cpp - Tests for the schedule simulator ---------------===//
+
+#include "pipeforge/Schedule/Simulator.h"
+#include "pipeforge/Schedule/CommInsertion.h"
+#include "pipeforge/Schedule/Generators.h"
+
+#include "HandSchedules.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+using namespace pipeforge::sched;
+using namespace pipeforge::sched::testing;
+
+namespace {
+
+/// The Zero Bubble paper's cost: max over ranks of the compute span.
+double zbCost(const SimResult &r) {
+  double c = 0;
+  for (const RankStats &st : r.ranks)
+    c = std::max(c, st.lastEnd - st.firstStart);
+  return c;
+}
+
+CostModel costs(double f, double b, double w, double c = 0) {
+  CostModel m;
+  m.tf = f;
+  m.tb = b;
+  m.tw = w;
+  m.tcomm = c;
+  return m;
+}
+
+struct Fbw {
+  double f, b, w;
+};
+const Fbw kTimes[] = {{1, 1, 1}, {2, 2, 1}, {18.5, 18.1, 9.3}, {3, 3, 2}};
+
+TEST(SimulatorTest, OneFOneBClosedForm) {
+  for (const Fbw &t : kTimes)
+    for (int p : {2, 4, 8}) {
+      int m = 3 * p;
+      Expected<SimResult> r = simulate(hand1F1B(p, m), costs(t.f, t.b, t.w));
+      ASSERT_TRUE(r) << r.message();
+      double bubble = zbCost(*r) - m * (t.f + t.b + t.w);
+      EXPECT_NEAR(bubble, (p - 1) * (t.f + t.b + t.w), 1e-9);
+      EXPECT_NEAR(r->makespan, (m + p - 1) * (t.f + t.b + t.w), 1e-9);
+      // Rank 0 holds p activations at its peak.
+      EXPECT_DOUBLE_EQ(r->ranks[0].peakMemory, p);
+    }
+}
+
+TEST(SimulatorTest, ZBH1ClosedForm) {
+  for (const Fbw &t : kTimes)
+    for (int p : {2, 4, 8}) {
+      int m = 3 * p;
+      Expected<SimResult> r = simulate(handZB(p, m, 1), costs(t.f, t.b, t.w));
+      ASSERT_TRUE(r) << r.message();
+      double bubble = zbCost(*r) - m * (t.f + t.b + t.w);
+      EXPECT_NEAR(bubble, (p - 1) * (t.f + t.b - t.w), 1e-9);
+      EXPECT_DOUBLE_EQ(r->ranks[0].peakMemory, p);
+    }
+}
+
+TEST(SimulatorTest, ZBH2ClosedForm) {
+  for (const Fbw &t : kTimes)
+    for (int p : {2, 4, 8}) {
+      int m = 3 * p;
+      Expected<SimResult> r = simulate(handZB(p, m, 2), costs(t.f, t.b, t.w));
+      ASSERT_TRUE(r) << r.message();
+      double bubble = zbCost(*r) - m * (t.f + t.b + t.w);
+      EXPECT_NEAR(bubble, (p - 1) * (t.f + t.b - 2 * t.w), 1e-9);
+      EXPECT_DOUBLE_EQ(r->ranks[0].peakMemory, 2 * p - 1);
+    }
+}
+
+TEST(SimulatorTest, ZBH2WithCommMatchesZeroBubbleCodeCheck) {
+  // The Zero Bubble code: cost - m(f+b+w) = (p-1)(f+b+2c-2w).
+  double f = 3, b = 3, w = 2, c = 0.25;
+  int p = 4, m = 12;
+  Expected<SimResult> r = simulate(handZB(p, m, 2), costs(f, b, w, c));
+  ASSERT_TRUE(r) << r.message();
+  EXPECT_NEAR(zbCost(*r) - m * (f + b + w), (p - 1) * (f + b + 2 * c - 2 * w),
+              1e-9);
+}
+
+TEST(SimulatorTest, BubbleRateDefinitions) {
+  int p = 4, m = 8;
+  Expected<SimResult> r = simulate(hand1F1B(p, m), costs(1, 1, 1));
+  ASSERT_TRUE(r) << r.message();
+  double sumBusy = 0, maxBusy = 0;
+  for (const RankStats &st : r->ranks) {
+    sumBusy += st.busy;
+    maxBusy = std::max(maxBusy, st.busy);
+  }
+  EXPECT_DOUBLE_EQ(sumBusy, p * m * 3.0);
+  EXPECT_NEAR(r->bubbleRate, 1 - sumBusy / (p * r->makespan), 1e-12);
+  EXPECT_NEAR(r->zbBubbleRate, (zbCost(*r) - maxBusy) / zbCost(*r), 1e-12);
+  EXPECT_NEAR(r->zbBubbleRate, 9.0 / 33.0, 1e-12);
+}
+
+TEST(SimulatorTest, CrossRankEdgesAddComm) {
+  // GPipe on 2 ranks, one microbatch: F0 c F1 BW1 c BW0.
+  CostModel cost = costs(1, 2, 3, 0.5);
+  Expected<SimResult> r = simulate(handGPipe(2, 1), cost);
+  ASSERT_TRUE(r) << r.message();
+  EXPECT_DOUBLE_EQ(r->makespan, 1 + 0.5 + 1 + 5 + 0.5 + 5);
+  EXPECT_DOUBLE_EQ(r->ranks[1].firstStart, 1.5);
+  EXPECT_DOUBLE_EQ(r->ranks[0].exposedComm, 0); // no messages, no Recv
+  // Same-rank hand-off on the V bottom adds nothing.
+  Schedule v = handVOverlap();
+  CostModel vc;
+  vc.tcomm = 10;
+  Expected<SimResult> rv = simulate(v, vc);
+  ASSERT_TRUE(rv) << rv.message();
+  // F1.0 -> F2.0 on rank 1 is local: F2.0 starts right after F1.0.
+  EXPECT_DOUBLE_EQ(rv->intervals[7 + 1].start, rv->intervals[7 + 0].end);
+}
+
+TEST(SimulatorTest, MessagesReplayWithExposedComm) {
+  Schedule s = handGPipe(2, 1);
+  insertCommByTime(s);
+  ASSERT_TRUE(s.hasComm);
+  ASSERT_EQ(s.programs[0].size(), 4u); // F SEND RECV BW
+  CostModel cost = costs(1, 2, 3, 0.5);
+  Expected<SimResult> r = simulate(s, cost);
+  ASSERT_TRUE(r) << r.message();
+  EXPECT_DOUBLE_EQ(r->makespan, 13);
+  // Rank 1 waits 1.5 in its first Recv; rank 0 waits in its grad Recv from
+  // t=1 until the gradient arrives at 7.5 + 0.5.
+  EXPECT_DOUBLE_EQ(r->ranks[1].exposedComm, 1.5);
+  EXPECT_DOUBLE_EQ(r->ranks[0].exposedComm, 7);
+  EXPECT_EQ(r->intervals.size(), 8u);
+}
+
+TEST(SimulatorTest, MessagesMatchComputeOnlyWithoutComm) {
+  for (int c : {0, 1, 2}) {
+    Schedule s = c == 0 ? hand1F1B(4, 8) : handZB(4, 8, c);
+    Expected<SimResult> plain = simulate(s, costs(2, 2, 1));
+    insertCommByTime(s, costs(2, 2, 1));
+    Expected<SimResult> msgs = simulate(s, costs(2, 2, 1));
+    ASSERT_TRUE(plain && msgs);
+    EXPECT_DOUBLE_EQ(plain->makespan, msgs->makespan);
+    EXPECT_DOUBLE_EQ(plain->zbBubbleRate, msgs->zbBubbleRate);
+  }
+}
+
+TEST(SimulatorTest, OverlapTimeAndMemory) {
+  Schedule s = handVOverlap();
+  CostModel cost = costs(1, 1, 1);
+  Expected<SimResult> sum = simulate(s, cost);
+  ASSERT_TRUE(sum) << sum.message();
+  const Interval &pair = sum->intervals[3];
+  ASSERT_EQ(pair.actionIndex, 3u);
+  EXPECT_DOUBLE_EQ(pair.end - pair.start, 3); // F + BW
+  cost.tfb = 2.5;
+  Expected<SimResult> fused = simulate(s, cost);
+  ASSERT_TRUE(fused);
+  EXPECT_DOUBLE_EQ(fused->intervals[3].end - fused->intervals[3].start, 2.5);
+  // Rank 0: F0.0 F0.1 F3.0 then the pair allocates F3.1 before BW3.0 frees.
+  EXPECT_DOUBLE_EQ(fused->ranks[0].peakMemory, 4);
+  EXPECT_DOUBLE_EQ(fused->ranks[0].busy, 3 * 1 + 2.5 + 3 * 2); // 3F, pair, 3BW
+}
+
+TEST(SimulatorTest, MemoryDeltasSplitBackward) {
+  // One stage, one microbatch: F +1, B -0.5, W -0.5.
+  Schedule s = emptyLinear("one", 1, 1);
+  s.programs[0] = {cF(0, 0), cB(0, 0), cW(0, 0)};
+  CostModel cost;
+  cost.memB = 4;
+  cost.memW = 1;
+  Expected<SimResult> r = simulate(s, cost);
+  ASSERT_TRUE(r);
+  EXPECT_DOUBLE_EQ(r->ranks[0].peakMemory, 4);
+  EXPECT_DOUBLE_EQ(cost.memDelta(WorkKind::B, 0), -3);
+  EXPECT_DOUBLE_EQ(cost.memDelta(WorkKind::W, 0), -1);
+  EXPECT_DOUBLE_EQ(cost.memDelta(WorkKind::BW, 0), -4);
+}
+
+TEST(SimulatorTest, PerStageCosts) {
+  CostModel cost;
+  cost.tfStage = {1, 4};
+  cost.tbw = 7;
+  EXPECT_DOUBLE_EQ(cost.timeOf(WorkKind::F, 1), 4);
+  EXPECT_DOUBLE_EQ(cost.timeOf(WorkKind::F, 5), 1); // past the vector
+  EXPECT_DOUBLE_EQ(cost.timeOf(WorkKind::BW, 0), 7);
+  cost.tbw = -1;
+  cost.tbStage = {2, 2};
+  EXPECT_DOUBLE_EQ(cost.timeOf(WorkKind::BW, 0), 3);
+  Expected<SimResult> r = simulate(handGPipe(2, 1), cost);
+  ASSERT_TRUE(r);
+  EXPECT_DOUBLE_EQ(r->makespan, 1 + 4 + 3 + 3);
+}
+
+TEST(SimulatorTest, GradReduceMeets) {
+  Schedule s = emptyLinear("gr", 2, 1);
+  s.placement = Placement::dual(2);
+  s.hasComm = true;
+  // Copy 0: stage 0 on rank 0; copy 1: stage 0 on rank 1. No cross deps
+  // with one stage... use two stages: dual(2) has 2 stages per copy.
+  s.programs[0] = {cF(0, 0), Action::send(Payload::Activation,
+                                          wk(WorkKind::F, 0, 0), 1),
+                   Action::recv(Payload::Gradient, wk(WorkKind::BW, 1, 0), 1),
+                   cBW(0, 0), Action::gradReduce(1)};
+  s.programs[1] = {Action::recv(Payload::Activation, wk(WorkKind::F, 0, 0), 0),
+                   cF(1, 0), cBW(1, 0),
+                   Action::send(Payload::Gradient, wk(WorkKind::BW, 1, 0), 0),
+                   Action::gradReduce(0)};
+  // Copy 1 runs nothing in this toy: the simulator does not require it.
+  CostModel cost = costs(1, 1, 1);
+  Expected<SimResult> r = simulate(s, cost);
+  ASSERT_TRUE(r) << r.message();
+  // Rank 1: RECV 0..1, F 1..2, BW 2..4, reaches GRADREDUCE at 4; rank 0
+  // waits for the gradient 1..4, BW 4..6, reaches it at 6. Both leave at 6.
+  EXPECT_DOUBLE_EQ(r->makespan, 6);
+  EXPECT_DOUBLE_EQ(r->ranks[1].exposedComm, 1 + 2);
+  EXPECT_DOUBLE_EQ(r->ranks[0].exposedComm, 3);
+}
+
+TEST(SimulatorTest, DeadlockNamesRankAndStep) {
+  Schedule s = emptyLinear("dl", 2, 2);
+  s.programs[0] = {cF(0, 0), cBW(0, 0), cF(0, 1), cBW(0, 1)};
+  s.programs[1] = {cF(1, 1), cF(1, 0), cBW(1, 0), cBW(1, 1)};
+  Expected<SimResult> r = simulate(s, CostModel());
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.message().find("rank 0, step 1: deadlock: BW0.0 waits for "
+                             "BW1.0 (rank 1, step 2); rank 1 is at step 0: "
+                             "F1.1"),
+            std::string::npos)
+      << r.message();
+  EXPECT_NE(r.message().find("  -> 1: BW0.0"), std::string::npos);
+}
+
+TEST(SimulatorTest, RecvWithoutSendDeadlocks) {
+  Schedule s = handGPipe(2, 1);
+  insertCommByTime(s);
+  s.programs[0].erase(s.programs[0].begin() + 1); // drop SEND act F0.0
+  Expected<SimResult> r = simulate(s, CostModel());
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.message().find("rank 0, step 1: deadlock: RECV grad"),
+            std::string::npos)
+      << r.message();
+}
+
+TEST(SimulatorTest, MissingProducer) {
+  Schedule s = handGPipe(2, 2);
+  s.programs[1].erase(s.programs[1].begin()); // no F1.0
+  Expected<SimResult> r = simulate(s, CostModel());
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.message().find("missing producer: BW1.0 needs F1.0"),
+            std::string::npos)
+      << r.message();
+}
+
+TEST(SimulatorTest, ProducerLaterOnSameRank) {
+  Schedule s = handZB(2, 2, 1);
+  std::swap(s.programs[1][1], s.programs[1][2]); // W before its B?
+  s.programs[0] = {cF(0, 0), cF(0, 1), cW(0, 0), cB(0, 0), cB(0, 1),
+                   cW(0, 1)};
+  Expected<SimResult> r = simulate(s, CostModel());
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.message().find("runs later on this rank"), std::string::npos)
+      << r.message();
+}
+
+TEST(SimulatorTest, CommErrors) {
+  Schedule base = handGPipe(2, 1);
+  insertCommByTime(base);
+  {
+    Schedule s = base; // payload mismatch on the channel
+    s.programs[1][0].work.mb = 0;
+    s.programs[1][0].payload = Payload::Gradient;
+    Expected<SimResult> r = simulate(s, CostModel());
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.message().find("but the matching send"), std::string::npos)
+        << r.message();
+  }
+  {
+    Schedule s = base; // compute with a remote input but no Recv
+    s.programs[1].erase(s.programs[1].begin());
+    Expected<SimResult> r = simulate(s, CostModel());
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.message().find("has not received it"), std::string::npos)
+        << r.message();
+  }
+  {
+    Schedule s = base; // send before producing
+    std::swap(s.programs[0][0], s.programs[0][1]);
+    Expected<SimResult> r = simulate(s, CostModel());
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.message().find("before producing it"), std::string::npos);
+  }
+  {
+    Schedule s = base;
+    s.programs[0][1].peer = 0;
+    Expected<SimResult> r = simulate(s, CostModel());
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.message().find("peer rank 0 is out of range or this rank"),
+              std::string::npos);
+  }
+}
+
+TEST(SimulatorTest, StructuralErrors) {
+  Schedule s = handGPipe(2, 1);
+  s.programs[0][0].work.mb = 5;
+  EXPECT_FALSE(simulate(s, CostModel()));
+  s = handGPipe(2, 1);
+  s.programs[0][0].work.stage = 1;
+  Expected<SimResult> r = simulate(s, CostModel());
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.message().find("belongs on rank 1"), std::string::npos);
+  s = handGPipe(2, 1);
+  s.programs.pop_back();
+  EXPECT_FALSE(simulate(s, CostModel()));
+}
+
+TEST(SimulatorTest, IntervalsCoverEveryActionInOrder) {
+  Schedule s = handZB(4, 8, 1);
+  insertCommByTime(s);
+  Expected<SimResult> r = simulate(s, costs(1, 1, 1, 0.1));
+  ASSERT_TRUE(r);
+  size_t total = 0;
+  for (const auto &p : s.programs)
+    total += p.size();
+  ASSERT_EQ(r->intervals.size(), total);
+  for (size_t i = 1; i < r->intervals.size(); ++i) {
+    const Interval &a = r->intervals[i - 1], &b = r->intervals[i];
+    if (a.rank == b.rank) {
+      EXPECT_EQ(a.actionIndex + 1, b.actionIndex);
+      EXPECT_LE(a.end, b.start + 1e-12);
+    }
+  }
+}
+
+TEST(SimulatorTest, LargeScheduleIsFast) {
+  // 64 ranks x 1024 microbatches of ZB-H1: ~196k actions.
+  Schedule s = handZB(64, 1024, 1);
+  auto t0 = std::chrono::steady_clock::now();
+  Expected<SimResult> r = simulate(s, costs(1, 1, 1, 0.1));
+  double secs = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - t0)
+                    .count();
+  ASSERT_TRUE(r);
+  EXPECT_LT(secs, 0.3);
+}
+
+TEST(SimulatorTest, GeneratedDualPipeVIsFast) {
+  // DualPipeV, 64 ranks x 1024 microbatches: ~200k actions.
+  GenOptions opts;
+  opts.ranks = 64;
+  opts.microbatches = 1024;
+  Expected<Schedule> s = generate(ScheduleKind::DualPipeV, opts);
+  ASSERT_TRUE(s) << s.message();
+  size_t n = 0;
+  for (const auto &p : s->programs)
+    n += p.size();
+  EXPECT_GT(n, 100000u);
+  CostModel cost = costs(1, 1, 1, 0.1);
+  auto t0 = std::chrono::steady_clock::now();
+  Expected<SimResult> r = simulate(*s, cost);
+  double secs = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - t0)
+                    .count();
+  ASSERT_TRUE(r) << r.message();
+  EXPECT_LT(secs, 0.3) << n << " actions";
+  // With messages too.
+  ASSERT_TRUE(insertComm(*s).isOk());
+  t0 = std::chrono::steady_clock::now();
+  Expected<SimResult> rc = simulate(*s, cost);
+  secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+             .count();
+  ASSERT_TRUE(rc) << rc.message();
+  EXPECT_LT(secs, 0.3);
+  RecordProperty("computeOnlyActions", static_cast<int>(n));
+}
+
+TEST(SimulatorTest, GeneratedMatchHandBuilt) {
+  // The generators agree with the DOMAIN.md definitions on timing.
+  struct Case {
+    ScheduleKind kind;
+    Schedule hand;
+  };
+  for (int p : {2, 4})
+    for (int m : {2 * p, 3 * p}) {
+      Case cases[] = {{ScheduleKind::OneFOneB, hand1F1B(p, m)},
+                      {ScheduleKind::ZBH1, handZB(p, m, 1)},
+                      {ScheduleKind::ZBH2, handZB(p, m, 2)}};
+      for (const Case &c : cases) {
+        GenOptions opts;
+        opts.ranks = p;
+        opts.microbatches = m;
+        Expected<Schedule> g = generate(c.kind, opts);
+        ASSERT_TRUE(g) << g.message();
+        CostModel cost = costs(2, 2, 1, 0.25);
+        Expected<SimResult> a = simulate(*g, cost), b = simulate(c.hand, cost);
+        ASSERT_TRUE(a && b);
+        EXPECT_DOUBLE_EQ(a->makespan, b->makespan) << scheduleKindName(c.kind);
+        EXPECT_DOUBLE_EQ(a->zbBubbleRate, b->zbBubbleRate);
+      }
+    }
+}
+
+TEST(SimulatorTest, GeneratedWithCommMatchComputeOnly) {
+  // With T_comm = 0 messages cost nothing: same makespan either way.
+  const ScheduleKind kinds[] = {
+      ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
+      ScheduleKind::ZBH1,  ScheduleKind::ZBH2,     ScheduleKind::ZBV,
+      ScheduleKind::DualPipe, ScheduleKind::DualPipeV};
+  for (ScheduleKind k : kinds) {
+    GenOptions opts;
+    opts.ranks = 4;
+    opts.microbatches = std::max(16, minMicrobatches(k, 4));
+    Expected<Schedule> g = generate(k, opts);
+    ASSERT_TRUE(g) << scheduleKindName(k) << ": " << g.message();
+    CostModel cost = costs(1, 1, 1);
+    Expected<SimResult> plain = simulate(*g, cost);
+    ASSERT_TRUE(plain) << scheduleKindName(k) << ": " << plain.message();
+    Schedule withMsgs = *g;
+    ASSERT_TRUE(insertComm(withMsgs).isOk()) << scheduleKindName(k);
+    Expected<SimResult> msgs = simulate(withMsgs, cost);
+    ASSERT_TRUE(msgs) << scheduleKindName(k) << ": " << msgs.message();
+    EXPECT_NEAR(plain->makespan, msgs->makespan, 1e-9) << scheduleKindName(k);
+  }
+}
+
+} // namespace

@@ -1,0 +1,403 @@
+//===- VerifyTest.cpp - Tests for the schedule verifier -------------------===//
+//
+// One test per distinct error path, plus valid schedules with and without
+// messages.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/Schedule/Verify.h"
+#include "pipeforge/Schedule/CommInsertion.h"
+#include "pipeforge/Schedule/Generators.h"
+
+#include "HandSchedules.h"
+
+#include <gtest/gtest.h>
+
+using namespace pipeforge::sched;
+using namespace pipeforge::sched::testing;
+
+namespace {
+
+#define EXPECT_VERIFY_ERROR(sched, text)                                       \
+  do {                                                                         \
+    Status st_ = verify(sched);                                                \
+    ASSERT_FALSE(st_.isOk()) << "expected: " << (text);                        \
+    EXPECT_NE(st_.message().find(text), std::string::npos) << st_.message();   \
+  } while (0)
+
+Schedule withComm(Schedule s) {
+  insertCommByTime(s);
+  return s;
+}
+
+/// Send right after the producer, receive right before the consumer: a
+/// classic rendezvous deadlock for 1F1B.
+Schedule naiveComm(Schedule s) {
+  int p = s.numRanks();
+  std::vector<std::vector<Action>> out(p);
+  int last = s.placement.numStages - 1;
+  for (int r = 0; r < p; ++r)
+    for (const Action &a : s.programs[r]) {
+      const Work &w = a.work;
+      if (w.kind == WorkKind::F && w.stage > 0 &&
+          s.placement.rank(0, w.stage - 1) != r) {
+        Work prod = w;
+        prod.stage -= 1;
+        out[r].push_back(Action::recv(Payload::Activation, prod, r - 1));
+      }
+      if (w.kind == WorkKind::BW && w.stage < last) {
+        Work prod = w;
+        prod.stage += 1;
+        out[r].push_back(Action::recv(Payload::Gradient, prod, r + 1));
+      }
+      out[r].push_back(a);
+      if (w.kind == WorkKind::F && w.stage < last)
+        out[r].push_back(Action::send(Payload::Activation, w, r + 1));
+      if (w.kind == WorkKind::BW && w.stage > 0)
+        out[r].push_back(Action::send(Payload::Gradient, w, r - 1));
+    }
+  s.programs = out;
+  s.hasComm = true;
+  return s;
+}
+
+TEST(VerifyTest, HandSchedulesAreValid) {
+  for (int p : {1, 2, 4, 5})
+    for (int m : {1, 4, 10}) {
+      std::vector<Schedule> all = {handGPipe(p, m), hand1F1B(p, m),
+                                   handZB(p, m, 1)};
+      if (m >= 2 * p)
+        all.push_back(handZB(p, m, 2));
+      for (const Schedule &s : all) {
+        Status st = verify(s);
+        EXPECT_TRUE(st.isOk()) << s.name << " p=" << p << " m=" << m << "\n"
+                               << st.message();
+        Status stc = verify(withComm(s));
+        EXPECT_TRUE(stc.isOk()) << s.name << "+comm p=" << p << " m=" << m
+                                << "\n"
+                                << stc.message();
+      }
+    }
+  EXPECT_TRUE(verify(handVOverlap()).isOk()) << verify(handVOverlap()).message();
+  EXPECT_TRUE(verify(withComm(handVOverlap())).isOk());
+}
+
+TEST(VerifyTest, GeneratedSchedulesAreValid) {
+  const ScheduleKind kinds[] = {
+      ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
+      ScheduleKind::ZBH1,  ScheduleKind::ZBH2,     ScheduleKind::ZBV,
+      ScheduleKind::DualPipe, ScheduleKind::DualPipeV};
+  for (ScheduleKind k : kinds)
+    for (int p : {2, 4, 6}) {
+      int lo = minMicrobatches(k, p);
+      for (int m : {lo, lo + 2, 2 * lo + 4}) {
+        GenOptions opts;
+        opts.ranks = p;
+        opts.microbatches = m;
+        Expected<Schedule> g = generate(k, opts);
+        if (!g)
+          continue; // e.g. a count the kind does not accept
+        Status st = verify(*g);
+        EXPECT_TRUE(st.isOk()) << scheduleKindName(k) << " p=" << p
+                               << " m=" << m << "\n" << st.message();
+        Schedule c = *g;
+        ASSERT_TRUE(insertComm(c).isOk()) << scheduleKindName(k);
+        Status stc = verify(c);
+        EXPECT_TRUE(stc.isOk()) << scheduleKindName(k) << "+comm p=" << p
+                                << " m=" << m << "\n" << stc.message();
+      }
+    }
+}
+
+// --- frame ---------------------------------------------------------------
+
+TEST(VerifyTest, ShapeErrors) {
+  Schedule s = handGPipe(2, 1);
+  s.placement.numRanks = 0;
+  EXPECT_VERIFY_ERROR(s, "schedule has no ranks");
+  s = handGPipe(2, 1);
+  s.programs.pop_back();
+  EXPECT_VERIFY_ERROR(s, "schedule has 1 programs for 2 ranks");
+  s = handGPipe(2, 1);
+  s.placement.numCopies = 2;
+  EXPECT_VERIFY_ERROR(s, "placement is malformed");
+  s = handGPipe(2, 1);
+  s.placement.rankOf[0].pop_back();
+  EXPECT_VERIFY_ERROR(s, "rankOf[0] has 1 entries for 2 stages");
+  s = handGPipe(2, 1);
+  s.placement.rankOf[0][1] = 7;
+  EXPECT_VERIFY_ERROR(s, "stage 1 of copy 0 is on rank 7, out of range");
+}
+
+// --- single actions ------------------------------------------------------
+
+TEST(VerifyTest, WorkOutOfRange) {
+  Schedule s = handGPipe(2, 2);
+  s.programs[1][1].work.mb = 2;
+  EXPECT_VERIFY_ERROR(s, "rank 1, step 1: F1.2 is out of range");
+}
+
+TEST(VerifyTest, WorkOnWrongRank) {
+  Schedule s = handGPipe(2, 2);
+  s.programs[0][0].work.stage = 1;
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 0: F1.0 runs on the wrong rank");
+}
+
+TEST(VerifyTest, BadOverlapPair) {
+  Schedule s = handVOverlap();
+  std::swap(s.programs[0][3].work, s.programs[0][3].work2);
+  EXPECT_VERIFY_ERROR(s, "an overlapped pair must be an F with a B or BW");
+}
+
+TEST(VerifyTest, MessageWithoutHasComm) {
+  Schedule s = withComm(handGPipe(2, 1));
+  s.hasComm = false;
+  EXPECT_VERIFY_ERROR(s, "message action in a schedule without hasComm");
+}
+
+TEST(VerifyTest, PeerOutOfRange) {
+  Schedule s = withComm(handGPipe(2, 1));
+  s.programs[0][1].peer = 2;
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 1: peer rank 2 is out of range");
+  s.programs[0][1].peer = -1;
+  EXPECT_VERIFY_ERROR(s, "peer rank -1 is out of range");
+}
+
+TEST(VerifyTest, MessageToSelf) {
+  Schedule s = withComm(handGPipe(2, 1));
+  s.programs[1][0].peer = 1;
+  EXPECT_VERIFY_ERROR(s, "rank 1, step 0: a message to this rank itself");
+  Schedule g = withComm(handGPipe(2, 1));
+  g.programs[0].push_back(Action::gradReduce(0));
+  EXPECT_VERIFY_ERROR(g, "a message to this rank itself");
+}
+
+TEST(VerifyTest, PayloadKindMismatch) {
+  Schedule s = withComm(handGPipe(2, 1));
+  s.programs[0][1].payload = Payload::Gradient; // names F0.0
+  EXPECT_VERIFY_ERROR(s, "a grad message must name its producer");
+}
+
+TEST(VerifyTest, MessageOutOfRange) {
+  Schedule s = withComm(handGPipe(2, 1));
+  s.programs[0][1].work.mb = 9;
+  EXPECT_VERIFY_ERROR(s, "message F0.9 is out of range");
+}
+
+TEST(VerifyTest, MessageWithoutConsumer) {
+  Schedule s = withComm(handGPipe(2, 1));
+  // An activation of the last stage has no consumer.
+  s.programs[1].push_back(
+      Action::send(Payload::Activation, wk(WorkKind::F, 1, 0), 0));
+  EXPECT_VERIFY_ERROR(s, "has no consumer stage 2");
+}
+
+// --- exactly once ----------------------------------------------------------
+
+TEST(VerifyTest, DuplicateWork) {
+  Schedule s = handGPipe(2, 2);
+  s.programs[0].push_back(cF(0, 1));
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 4: F0.1 runs twice; first at rank 0, "
+                         "step 1");
+}
+
+TEST(VerifyTest, MissingForward) {
+  Schedule s = handGPipe(2, 2);
+  s.programs[1].erase(s.programs[1].begin());
+  EXPECT_VERIFY_ERROR(s, "rank 1, step 3: missing F1.0");
+}
+
+TEST(VerifyTest, BothBWAndB) {
+  Schedule s = handGPipe(2, 2);
+  s.programs[1].push_back(cB(1, 0));
+  EXPECT_VERIFY_ERROR(s, "BW1.0 and B1.0 (step 4) both run");
+}
+
+TEST(VerifyTest, BothBWAndW) {
+  Schedule s = handGPipe(2, 2);
+  s.programs[1].push_back(cW(1, 0));
+  EXPECT_VERIFY_ERROR(s, "BW1.0 and W1.0 (step 4) both run");
+}
+
+TEST(VerifyTest, MissingBackward) {
+  Schedule s = handGPipe(2, 2);
+  s.programs[0].pop_back();
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 3: missing B0.1 (or BW0.1)");
+}
+
+TEST(VerifyTest, MissingWeightGrad) {
+  Schedule s = handZB(2, 2, 1);
+  s.programs[0].pop_back();
+  EXPECT_VERIFY_ERROR(s, "missing W0.1 after B0.1");
+}
+
+// --- dependencies inside a rank --------------------------------------------
+
+TEST(VerifyTest, DependencyOrderOnOneRank) {
+  Schedule s = handZB(2, 2, 1);
+  auto &p = s.programs[0];
+  // rank 0: F0.0 F0.1 B0.0 W0.0 B0.1 W0.1 -> put W0.0 before B0.0.
+  std::swap(p[2], p[3]);
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 2: dependency order: W0.0 needs B0.0 "
+                         "(rank 0, step 3), which runs later on this rank");
+  // The error prints the program with the marker.
+  Status st = verify(s);
+  EXPECT_NE(st.message().find("  -> 2: W0.0"), std::string::npos);
+  EXPECT_NE(st.message().find("     3: B0.0"), std::string::npos);
+}
+
+TEST(VerifyTest, OverlapDependsOnItself) {
+  Schedule s = handVOverlap();
+  // rank 0: ... F3.0, F3.1+BW3.0 ... -> make it F3.0+BW3.0.
+  s.programs[0][2] = cF(3, 1);
+  s.programs[0][3] = Action::overlap(wk(WorkKind::F, 3, 0),
+                                     wk(WorkKind::BW, 3, 0));
+  EXPECT_VERIFY_ERROR(s, "depends on itself: BW3.0 needs F3.0");
+}
+
+TEST(VerifyTest, MissingMessage) {
+  Schedule s = withComm(handGPipe(2, 1));
+  // Drop both ends of the activation message.
+  s.programs[0].erase(s.programs[0].begin() + 1);
+  s.programs[1].erase(s.programs[1].begin());
+  EXPECT_VERIFY_ERROR(s, "rank 1, step 0: missing message: F1.0 needs F0.0 "
+                         "(rank 0, step 0) but this rank never receives it");
+}
+
+TEST(VerifyTest, ReceivedTooLate) {
+  Schedule s = withComm(handGPipe(2, 1));
+  std::swap(s.programs[1][0], s.programs[1][1]); // F1.0 before its RECV
+  EXPECT_VERIFY_ERROR(s, "F1.0 needs F0.0, received only at step 1");
+}
+
+// --- messages --------------------------------------------------------------
+
+TEST(VerifyTest, MessageNamesAbsentWork) {
+  Schedule s = withComm(handZB(2, 1, 1));
+  // rank 1 sends grad B1.0; call it BW1.0, which does not run.
+  for (Action &a : s.programs[1])
+    if (a.kind == ActionKind::Send)
+      a.work.kind = WorkKind::BW;
+  EXPECT_VERIFY_ERROR(s, "message names BW1.0, which no rank runs (it runs "
+                         "B1.0)");
+}
+
+TEST(VerifyTest, SendFromWrongRank) {
+  Schedule s = handGPipe(3, 1);
+  insertCommByTime(s);
+  // rank 1 "sends" F0.0 (produced on rank 0) to rank 2.
+  s.programs[1].push_back(
+      Action::send(Payload::Activation, wk(WorkKind::F, 0, 0), 2));
+  EXPECT_VERIFY_ERROR(s, "is not produced on the sending rank 1");
+}
+
+TEST(VerifyTest, MessageToWrongConsumer) {
+  Schedule s = handGPipe(3, 1);
+  insertCommByTime(s);
+  for (Action &a : s.programs[0])
+    if (a.kind == ActionKind::Send)
+      a.peer = 2;
+  EXPECT_VERIFY_ERROR(s, "its consumer stage 1 lives on rank 1, not rank 2");
+}
+
+TEST(VerifyTest, SendBeforeProducing) {
+  Schedule s = withComm(handGPipe(2, 1));
+  std::swap(s.programs[0][0], s.programs[0][1]);
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 0: sends F0.0 (rank 0, step 1) before "
+                         "producing it");
+}
+
+TEST(VerifyTest, SentTwice) {
+  Schedule s = withComm(handGPipe(2, 1));
+  s.programs[0].insert(s.programs[0].begin() + 2, s.programs[0][1]);
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 2: sent twice; first at rank 0, step 1");
+}
+
+TEST(VerifyTest, FifoMismatch) {
+  Schedule s = withComm(handGPipe(2, 2));
+  // rank 1 receives F0.0 then F0.1; swap the two receives.
+  std::vector<size_t> recvs;
+  for (size_t i = 0; i < s.programs[1].size(); ++i)
+    if (s.programs[1][i].kind == ActionKind::Recv)
+      recvs.push_back(i);
+  ASSERT_GE(recvs.size(), 2u);
+  std::swap(s.programs[1][recvs[0]].work, s.programs[1][recvs[1]].work);
+  // Keep dependency order valid: F1.0 now follows both receives.
+  Status st = verify(s);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("FIFO mismatch on channel r0->r1: receive #0 is "
+                              "RECV act F0.1 <-r0 but send #0 is SEND act "
+                              "F0.0 ->r1"),
+            std::string::npos)
+      << st.message();
+}
+
+TEST(VerifyTest, UnmatchedSendAndReceiveOnChannel) {
+  // A send of an activation or gradient without its receive is caught
+  // earlier as a missing message (its consumer needs it); a weight-grad
+  // message has no consumer, so only the channel pairing sees it.
+  Schedule s = withComm(handGPipe(2, 1));
+  s.programs[0].push_back(
+      Action::send(Payload::WeightGrad, wk(WorkKind::F, 0, 0), 1));
+  EXPECT_VERIFY_ERROR(s, "unmatched send: rank 1 has no receive for it");
+  Schedule t = withComm(handGPipe(2, 1));
+  t.programs[1].push_back(
+      Action::recv(Payload::WeightGrad, wk(WorkKind::F, 0, 0), 0));
+  EXPECT_VERIFY_ERROR(t, "unmatched receive: rank 0 has no send for it");
+}
+
+// --- execution -------------------------------------------------------------
+
+TEST(VerifyTest, RendezvousDeadlock) {
+  Schedule s = naiveComm(hand1F1B(4, 8));
+  // The simulator (non-blocking sends) runs it ...
+  EXPECT_TRUE(simulate(s, CostModel()).isOk());
+  // ... but under rendezvous it deadlocks.
+  Status st = verify(s);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find(": deadlock: SEND"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("blocks until rank"), std::string::npos);
+  EXPECT_NE(st.message().find("  -> "), std::string::npos);
+  EXPECT_NE(st.message().find("blocked ranks:"), std::string::npos);
+}
+
+TEST(VerifyTest, ComputeOnlyDeadlock) {
+  Schedule s = emptyLinear("dl", 2, 2);
+  s.programs[0] = {cF(0, 0), cBW(0, 0), cF(0, 1), cBW(0, 1)};
+  s.programs[1] = {cF(1, 1), cF(1, 0), cBW(1, 0), cBW(1, 1)};
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 1: deadlock: BW0.0 waits for BW1.0 "
+                         "(rank 1, step 2); rank 1 is blocked at step 0: F1.1");
+}
+
+TEST(VerifyTest, GradReduceDeadlock) {
+  Schedule s = withComm(handGPipe(2, 1));
+  s.programs[0].push_back(Action::gradReduce(1));
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 4: deadlock: GRADREDUCE <->r1 blocks "
+                         "until rank 1 reaches its matching GRADREDUCE; rank "
+                         "1 has finished its program");
+  s.programs[1].push_back(Action::gradReduce(0));
+  EXPECT_TRUE(verify(s).isOk()) << verify(s).message();
+}
+
+TEST(VerifyTest, MemoryLimit) {
+  VerifyOptions opts;
+  opts.memLimit = 4;
+  EXPECT_TRUE(verify(handZB(4, 8, 1), opts).isOk());
+  Status st = verify(handZB(4, 8, 2), opts);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("rank 0, step 4: activation memory 5.000000 "
+                              "exceeds the limit 4.000000"),
+            std::string::npos)
+      << st.message();
+  opts.memLimit = 7;
+  EXPECT_TRUE(verify(handZB(4, 8, 2), opts).isOk());
+  // The overlapped pair counts F's allocation before the backward frees.
+  opts.memLimit = 3.5;
+  Status v = verify(handVOverlap(), opts);
+  ASSERT_FALSE(v.isOk());
+  EXPECT_NE(v.message().find("rank 0, step 3"), std::string::npos)
+      << v.message();
+}
+
+} // namespace
