@@ -10,12 +10,13 @@ JOBS=${JOBS:-$(nproc)}
 linker=()
 command -v ld.lld >/dev/null 2>&1 && linker=(-DLLVM_USE_LINKER=lld)
 
+mkdir -p "$BUILD_DIR"
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  cmake -S . -B "$BUILD_DIR" -G Ninja "${linker[@]}" >"$BUILD_DIR.configure.log" 2>&1 || {
-    echo "test: configure failed:"; tail -30 "$BUILD_DIR.configure.log"; exit 1; }
+  cmake -S . -B "$BUILD_DIR" -G Ninja "${linker[@]}" >"$BUILD_DIR/configure.log" 2>&1 || {
+    echo "test: configure failed:"; tail -30 "$BUILD_DIR/configure.log"; exit 1; }
 fi
-if ! ninja -C "$BUILD_DIR" -j "$JOBS" >"$BUILD_DIR.build.log" 2>&1; then
-  echo "test: build failed:"; grep -E "error|FAILED" -A3 "$BUILD_DIR.build.log" | head -60; exit 1
+if ! ninja -C "$BUILD_DIR" -j "$JOBS" >"$BUILD_DIR/build.log" 2>&1; then
+  echo "test: build failed:"; grep -E "error|FAILED" -A3 "$BUILD_DIR/build.log" | head -60; exit 1
 fi
 
 results="$(pwd)/$BUILD_DIR/test-results"
