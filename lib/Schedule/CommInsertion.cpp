@@ -2,10 +2,12 @@
 //
 // How the messages are ordered, and why that cannot deadlock:
 //
-// 1. Replay the compute programs as an ASAP list schedule with integer
-//    per-kind costs (F = B = W = 1, BW = 2, an overlapped pair the sum of its
-//    members): every action starts when its rank is free and its inputs are
-//    done. Programs whose compute order cannot run (a cycle through the
+// 1. Replay the compute programs as an ASAP list schedule on the cost model
+//    (by default F = B = W = 1, BW = 2, an overlapped pair the sum of its
+//    members, no communication time): every action starts when its rank is
+//    free and its inputs are done (plus tcomm when they come from another
+//    rank). With the real costs, every message sits where the simulator will
+//    need it, so inserting messages does not stretch the schedule. Programs whose compute order cannot run (a cycle through the
 //    dependencies) are rejected here.
 // 2. Every cross-rank dependency becomes one message with the global key
 //    (end time of its producer in the replay, message id). The id is unique
@@ -59,7 +61,6 @@ struct ItemSpace {
 /// fill slot B ("input gradient ready"); BW and W fill slot W.
 enum Slot : int { SlotF = 0, SlotB = 1, SlotW = 2 };
 
-int64_t costOf(WorkKind k) { return k == WorkKind::BW ? 2 : 1; }
 
 Status checkShape(const Schedule &s) {
   const Placement &pl = s.placement;
@@ -86,7 +87,7 @@ Status checkShape(const Schedule &s) {
 
 /// One message, seen from one of its two ranks.
 struct CommEvent {
-  int64_t time;   ///< key: producer end in the replay
+  double time;   ///< key: producer end in the replay
   Action action;  ///< Send or Recv
 };
 
@@ -100,7 +101,9 @@ void stripComm(Schedule &s) {
   s.hasComm = false;
 }
 
-Status insertComm(Schedule &s) {
+Status insertComm(Schedule &s) { return insertComm(s, CostModel()); }
+
+Status insertComm(Schedule &s, const CostModel &cost) {
   if (s.hasComm)
     return Status::error("schedule already has messages (strip them first)");
   if (Status st = checkShape(s); !st)
@@ -185,12 +188,13 @@ Status insertComm(Schedule &s) {
   };
 
   // ASAP replay (step 1). end[idx*3 + slot] = end time, -1 while pending.
-  std::vector<int64_t> end(numItems * 3, -1);
+  std::vector<double> end(numItems * 3, -1);
+  std::vector<int32_t> endRank(numItems * 3, -1);
   std::vector<int32_t> waitHead(numItems * 3, -1);
   std::vector<int32_t> nextWaiter(numRanks, -1);
   std::vector<size_t> pc(numRanks, 0);
-  std::vector<int64_t> clock(numRanks, 0);
-  std::vector<std::vector<int64_t>> startAt(numRanks), endAt(numRanks);
+  std::vector<double> clock(numRanks, 0);
+  std::vector<std::vector<double>> startAt(numRanks), endAt(numRanks);
   std::vector<int32_t> ready;
   ready.reserve(numRanks);
   for (int32_t r = numRanks - 1; r >= 0; --r) {
@@ -231,21 +235,28 @@ Status insertComm(Schedule &s) {
     while (pc[r] < prog.size()) {
       const Action &a = prog[pc[r]];
       const bool isPair = a.kind == ActionKind::Overlap;
-      int64_t start = clock[r];
+      double start = clock[r];
       auto need = [&](size_t slotIdx) -> bool {
         if (end[slotIdx] < 0) {
           nextWaiter[r] = waitHead[slotIdx];
           waitHead[slotIdx] = r;
           return false;
         }
-        start = std::max(start, end[slotIdx]);
+        start = std::max(start, end[slotIdx] + (endRank[slotIdx] == r
+                                                    ? 0.0
+                                                    : cost.tcomm));
         return true;
       };
       if (!forEachDep(a.work, need) ||
           (isPair && !forEachDep(a.work2, need)))
         break;
-      int64_t finish =
-          start + costOf(a.work.kind) + (isPair ? costOf(a.work2.kind) : 0);
+      double dur = cost.timeOf(a.work.kind, a.work.stage);
+      if (isPair)
+        dur = cost.tfb >= 0 ? cost.tfb
+                            : dur + cost.timeOf(a.work2.kind, a.work2.stage);
+      // A zero-length action would tie its own start with its messages'
+      // keys; a tiny positive length keeps every Send after its producer.
+      double finish = start + std::max(dur, 1e-9);
       startAt[r][pc[r]] = start;
       endAt[r][pc[r]] = finish;
       clock[r] = finish;
@@ -253,6 +264,7 @@ Status insertComm(Schedule &s) {
         size_t base = space.index(w) * 3;
         auto fill = [&](int slot) {
           end[base + slot] = finish;
+          endRank[base + slot] = r;
           for (int32_t q = waitHead[base + slot]; q >= 0;) {
             int32_t nq = nextWaiter[q];
             ready.push_back(q);
@@ -311,7 +323,7 @@ Status insertComm(Schedule &s) {
   // the producer (item index * 2 + gradient?), so the key alone describes the
   // message.
   struct MsgKey {
-    int64_t time;
+    double time;
     uint64_t id;
   };
   std::vector<MsgKey> keys;

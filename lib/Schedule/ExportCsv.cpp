@@ -316,13 +316,13 @@ Expected<Schedule> importCsv(const std::string &text,
     for (const auto &row : rows)
       for (const RawCell &c : row) {
         int32_t r = static_cast<int32_t>(c.row);
-        std::string text = std::to_string(c.stage) + c.ptKind +
+        std::string cellText = std::to_string(c.stage) + c.ptKind +
                            std::to_string(c.mb);
         switch (c.kind) {
         case RawCell::Work: {
           Work w = toWork(c, c.ptKind, c.stage, c.mb);
           if (pl.rank(w.copy, w.stage) != r)
-            fail(c.row, c.col, text,
+            fail(c.row, c.col, cellText,
                  "stage " + std::to_string(c.stage) + " is placed on rank " +
                      std::to_string(pl.rank(w.copy, w.stage)));
           s.programs[r].push_back(Action::compute(w));
@@ -340,13 +340,13 @@ Expected<Schedule> importCsv(const std::string &text,
           // The producer's global stage.
           int32_t ps = c.stage - (send ? 0 : (act ? 1 : -1));
           if (ps < 0 || ps >= total)
-            fail(c.row, c.col, text, "has no producer stage");
+            fail(c.row, c.col, cellText, "has no producer stage");
           Work w = toWork(c, act ? "F" : "I", ps, c.mb);
           if (!act && fullBackward.count({ps, c.mb}))
             w.kind = WorkKind::BW;
           int32_t cs = ps + (act ? 1 : -1);
           if (cs < 0 || cs >= total || cs / ns != ps / ns)
-            fail(c.row, c.col, text, "has no consumer stage");
+            fail(c.row, c.col, cellText, "has no consumer stage");
           int32_t src = pl.rank(w.copy, w.stage);
           int32_t dst = pl.rank(cs / ns, cs % ns);
           Payload p = act ? Payload::Activation : Payload::Gradient;

@@ -35,7 +35,7 @@ public:
 
 private:
   Status err(int32_t r, size_t step, const std::string &msg) const {
-    return Status::error(stepError(s, r, step, msg));
+    return Status::errorAt(r, long(step), stepError(s, r, step, msg));
   }
   Status checkActions();
   Status checkOnce();

@@ -12,11 +12,16 @@
 #define PIPEFORGE_SCHEDULE_COMMINSERTION_H
 
 #include "pipeforge/Schedule/Action.h"
+#include "pipeforge/Schedule/Simulator.h"
 
 namespace pipeforge::sched {
 
 /// Inserts messages into a compute-only schedule. Fails if the schedule
-/// already has messages or its compute order cannot be made to run.
+/// already has messages or its compute order cannot be made to run. The
+/// messages are placed by a replay on `cost`: give the costs the schedule
+/// will run with and the messages do not stretch it (the default is unit
+/// costs, BW = 2).
+Status insertComm(Schedule &s, const CostModel &cost);
 Status insertComm(Schedule &s);
 
 /// Removes every Send / Recv / GradReduce (e.g. before re-inserting).

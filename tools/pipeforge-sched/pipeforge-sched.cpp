@@ -1,0 +1,277 @@
+//===- pipeforge-sched.cpp - Pipeline schedules from the command line -----===//
+//
+// For users who only want schedules: generate (or import), insert messages,
+// verify, simulate, and print as text, JSON, PyTorch CSV, SVG or a Chrome
+// trace. Plain C++: links the schedule library only, no MLIR.
+//
+//   pipeforge-sched --schedule zb-h1 --ranks 4 --microbatches 8 --format text
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/Schedule/CommInsertion.h"
+#include "pipeforge/Schedule/Export.h"
+#include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/Simulator.h"
+#include "pipeforge/Schedule/Verify.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+using namespace pipeforge::sched;
+
+namespace {
+
+const char *kUsage = R"(usage: pipeforge-sched [options]
+
+Generate, verify and simulate a pipeline schedule.
+
+Schedule:
+  --schedule NAME       gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev
+  --ranks N             pipeline ranks
+  --microbatches M      microbatches (DualPipe: the total over both
+                        directions); default: the smallest the kind accepts
+  --chunks V            model chunks per rank for interleaved (default 2)
+  --import-csv FILE     read a PyTorch schedule CSV instead of generating
+  --compute-only        do not insert send/recv
+
+Cost model (time units are yours; memory in units of M_B):
+  --tf T  --tb T  --tw T       times of F, B and W (default 1)
+  --tfb T                      time of an overlapped F&B pair (default: sum)
+  --tcomm T                    time on every cross-rank edge (default 0)
+  --mem-w R                    M_W / M_B (default 0.5)
+  --mem-limit X                per-rank activation limit: a number of M_B,
+                               or "<k>p" for k x ranks M_B (e.g. 2p)
+
+Output:
+  --format F            text (default) json csv svg trace
+  -o FILE               write to FILE instead of standard output
+)";
+
+struct Options {
+  std::string schedule, importCsv, format = "text", output;
+  int ranks = 0, microbatches = 0, chunks = 2;
+  bool computeOnly = false;
+  double tf = 1, tb = 1, tw = 1, tfb = -1, tcomm = 0, memW = 0.5;
+  std::string memLimit;
+};
+
+[[noreturn]] void usageError(const std::string &msg) {
+  std::cerr << "pipeforge-sched: error: " << msg << "\n"
+            << "(run with --help for usage)\n";
+  std::exit(2);
+}
+
+[[noreturn]] void fail(const std::string &msg) {
+  std::cerr << "pipeforge-sched: error: " << msg << "\n";
+  std::exit(1);
+}
+
+double parseNumber(const std::string &flag, const std::string &v) {
+  char *end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0')
+    usageError(flag + " expects a number, got '" + v + "'");
+  return d;
+}
+
+int parseInt(const std::string &flag, const std::string &v) {
+  char *end = nullptr;
+  long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < 0 || n > (1L << 30))
+    usageError(flag + " expects a non-negative integer, got '" + v + "'");
+  return static_cast<int>(n);
+}
+
+Options parseArgs(int argc, char **argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    }
+    if (a == "--compute-only") {
+      o.computeOnly = true;
+      continue;
+    }
+    // --flag=value or --flag value
+    std::string flag = a, value;
+    if (size_t eq = a.find('='); eq != std::string::npos && a.rfind("--", 0) == 0) {
+      flag = a.substr(0, eq);
+      value = a.substr(eq + 1);
+    } else {
+      if (i + 1 >= argc)
+        usageError(a + " expects a value");
+      value = argv[++i];
+    }
+    if (flag == "--schedule")
+      o.schedule = value;
+    else if (flag == "--import-csv")
+      o.importCsv = value;
+    else if (flag == "--format")
+      o.format = value;
+    else if (flag == "-o")
+      o.output = value;
+    else if (flag == "--ranks")
+      o.ranks = parseInt(flag, value);
+    else if (flag == "--microbatches")
+      o.microbatches = parseInt(flag, value);
+    else if (flag == "--chunks")
+      o.chunks = parseInt(flag, value);
+    else if (flag == "--tf")
+      o.tf = parseNumber(flag, value);
+    else if (flag == "--tb")
+      o.tb = parseNumber(flag, value);
+    else if (flag == "--tw")
+      o.tw = parseNumber(flag, value);
+    else if (flag == "--tfb")
+      o.tfb = parseNumber(flag, value);
+    else if (flag == "--tcomm")
+      o.tcomm = parseNumber(flag, value);
+    else if (flag == "--mem-w")
+      o.memW = parseNumber(flag, value);
+    else if (flag == "--mem-limit")
+      o.memLimit = value;
+    else
+      usageError("unknown option '" + a + "'");
+  }
+  for (auto [name, v] : {std::pair<const char *, double>{"--tf", o.tf},
+                         {"--tb", o.tb},
+                         {"--tw", o.tw},
+                         {"--tcomm", o.tcomm}})
+    if (v < 0)
+      usageError(std::string(name) + " must be >= 0");
+  if (o.memW < 0 || o.memW > 1)
+    usageError("--mem-w must be in [0, 1]");
+  return o;
+}
+
+std::string readFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    fail("cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// "2p" -> 2 * ranks, "3.5" -> 3.5 (units of M_B).
+double parseMemLimit(const std::string &v, int ranks) {
+  if (!v.empty() && v.back() == 'p')
+    return parseNumber("--mem-limit", v.substr(0, v.size() - 1)) * ranks;
+  return parseNumber("--mem-limit", v);
+}
+
+Schedule obtainSchedule(const Options &o) {
+  if (!o.importCsv.empty()) {
+    if (!o.schedule.empty())
+      usageError("give either --schedule or --import-csv, not both");
+    CsvImportOptions io;
+    io.name = "csv";
+    auto s = importCsv(readFile(o.importCsv), io);
+    if (!s)
+      fail(o.importCsv + ": " + s.message());
+    return s.take();
+  }
+  if (o.schedule.empty())
+    usageError("--schedule is required (one of: gpipe 1f1b interleaved zb-h1 "
+               "zb-h2 zbv dualpipe dualpipev)");
+  auto kind = parseScheduleKind(o.schedule);
+  if (!kind || *kind == ScheduleKind::Auto)
+    usageError("unknown schedule '" + o.schedule +
+               "'; expected one of: gpipe 1f1b interleaved zb-h1 zb-h2 zbv "
+               "dualpipe dualpipev");
+  if (o.ranks < 1)
+    usageError("--ranks is required (>= 1)");
+  GenOptions g;
+  g.ranks = o.ranks;
+  g.chunksPerRank = o.chunks;
+  g.microbatches = o.microbatches > 0
+                       ? o.microbatches
+                       : minMicrobatches(*kind, o.ranks, o.chunks);
+  auto s = generate(*kind, g);
+  if (!s)
+    fail(s.message());
+  return s.take();
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options o = parseArgs(argc, argv);
+  if (o.format != "text" && o.format != "json" && o.format != "csv" &&
+      o.format != "svg" && o.format != "trace")
+    usageError("unknown --format '" + o.format +
+               "'; expected text, json, csv, svg or trace");
+
+  Schedule s = obtainSchedule(o);
+
+  // Memory in units of M_B: the activation of one microbatch on a rank's
+  // share of a p-way split, so a stage of an S-stage copy is p/S of it.
+  CostModel cost;
+  cost.tf = o.tf;
+  cost.tb = o.tb;
+  cost.tw = o.tw;
+  cost.tfb = o.tfb;
+  cost.tcomm = o.tcomm;
+  cost.memB = double(s.numRanks()) / s.placement.numStages;
+  cost.memW = cost.memB * o.memW;
+
+  // Messages are placed for the costs the schedule will be simulated with.
+  if (!o.computeOnly && !s.hasComm)
+    if (Status st = insertComm(s, cost); !st)
+      fail("cannot insert messages: " + st.message());
+
+  VerifyOptions vo;
+  vo.cost = cost;
+  if (!o.memLimit.empty())
+    vo.memLimit = parseMemLimit(o.memLimit, s.numRanks());
+  if (Status st = verify(s, vo); !st)
+    fail("invalid schedule: " + st.message());
+
+  auto sim = simulate(s, cost);
+  if (!sim)
+    fail("simulation failed: " + sim.message());
+
+  std::string out;
+  if (o.format == "json") {
+    out = exportJson(s, &*sim, cost);
+  } else if (o.format == "csv") {
+    out = exportCsv(s);
+  } else if (o.format == "svg") {
+    out = exportSvg(s, *sim);
+  } else if (o.format == "trace") {
+    out = exportTrace(s, *sim);
+  } else {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "%s: %d ranks, %d stages x %d cop%s, %d microbatches\n"
+                  "makespan %.4f  bubble_rate %.4f  zb_bubble_rate %.4f\n",
+                  s.name.c_str(), s.numRanks(), s.placement.numStages,
+                  s.placement.numCopies, s.placement.numCopies == 1 ? "y" : "ies",
+                  s.numMicrobatches, sim->makespan, sim->bubbleRate,
+                  sim->zbBubbleRate);
+    out = line;
+    for (size_t r = 0; r < sim->ranks.size(); ++r) {
+      const RankStats &rs = sim->ranks[r];
+      std::snprintf(line, sizeof line,
+                    "rank %zu: busy %.4f  idle %.4f  peak_activation %.4f M_B\n",
+                    r, rs.busy, sim->makespan - rs.busy, rs.peakMemory);
+      out += line;
+    }
+    out += exportTextGrid(s, *sim);
+  }
+
+  if (o.output.empty()) {
+    std::cout << out;
+  } else {
+    std::ofstream f(o.output, std::ios::binary);
+    if (!f || !(f << out))
+      fail("cannot write '" + o.output + "'");
+  }
+  return 0;
+}
