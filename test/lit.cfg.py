@@ -15,6 +15,7 @@ config.test_exec_root = os.path.join(config.pipeforge_obj_root, "test")
 
 config.substitutions.append(("%examples", os.path.join(config.pipeforge_src_root, "examples")))
 config.substitutions.append(("%srcroot", config.pipeforge_src_root))
+config.substitutions.append(("%pftools", config.pipeforge_tools_dir))
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

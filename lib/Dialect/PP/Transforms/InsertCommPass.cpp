@@ -15,6 +15,8 @@ using namespace pipeforge::pp;
 
 namespace {
 struct InsertCommPass : public pp::impl::PPInsertCommBase<InsertCommPass> {
+  using PPInsertCommBase::PPInsertCommBase;
+
   void runOnOperation() override {
     for (ScheduleOp op : getOperation().getOps<ScheduleOp>()) {
       sched::Schedule s = toLibrarySchedule(op);
@@ -23,7 +25,8 @@ struct InsertCommPass : public pp::impl::PPInsertCommBase<InsertCommPass> {
                      "compute-only schedule");
         return signalPassFailure();
       }
-      if (sched::Status st = sched::insertComm(s); !st) {
+      sched::CostModel cost = makeCostModel(s, tf, tb, tw, tfb, tcomm, memW);
+      if (sched::Status st = sched::insertComm(s, cost); !st) {
         op.emitError() << "cannot insert messages: " << st.message();
         return signalPassFailure();
       }

@@ -168,3 +168,17 @@ Operation *pp::actionOp(ScheduleOp op, int rank, size_t step) {
   }
   return nullptr;
 }
+
+sched::CostModel pp::makeCostModel(const sched::Schedule &s, double tf,
+                                   double tb, double tw, double tfb,
+                                   double tcomm, double memW) {
+  sched::CostModel cost;
+  cost.tf = tf;
+  cost.tb = tb;
+  cost.tw = tw;
+  cost.tfb = tfb;
+  cost.tcomm = tcomm;
+  cost.memB = double(s.numRanks()) / s.placement.numStages;
+  cost.memW = cost.memB * memW;
+  return cost;
+}

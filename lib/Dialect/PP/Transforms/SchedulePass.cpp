@@ -48,7 +48,7 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
                             : sched::minMicrobatches(k, ranks, chunksPerRank);
     auto s = sched::generate(k, opts);
     if (!s) {
-      emitError(loc) << "cannot build a '" << kind << "' schedule: "
+      emitError(loc) << "cannot build schedule '" << kind << "': "
                      << s.message();
       return failure();
     }
@@ -92,7 +92,7 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
         return signalPassFailure();
       }
       if (ranks > 0 && ranks != (int)p.getNumRanks()) {
-        p.emitError() << "ranks=" << ranks << " disagrees with @"
+        p.emitError() << "ranks=" << int(ranks) << " disagrees with @"
                       << p.getSymName() << " (" << p.getNumRanks()
                       << " ranks)";
         return signalPassFailure();

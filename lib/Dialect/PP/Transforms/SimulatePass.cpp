@@ -34,19 +34,11 @@ struct SimulatePass : public pp::impl::PPSimulateBase<SimulatePass> {
   using PPSimulateBase::PPSimulateBase;
 
   void runOnOperation() override {
-    sched::CostModel cost;
-    cost.tf = tf;
-    cost.tb = tb;
-    cost.tw = tw;
-    cost.tfb = tfb;
-    cost.tcomm = tcomm;
-    cost.memB = 1.0;
-    cost.memW = memW;
-
     llvm::raw_ostream &os = llvm::outs();
     int index = 0;
     for (ScheduleOp op : getOperation().getOps<ScheduleOp>()) {
       sched::Schedule s = toLibrarySchedule(op);
+      sched::CostModel cost = makeCostModel(s, tf, tb, tw, tfb, tcomm, memW);
       auto r = sched::simulate(s, cost);
       if (!r) {
         op.emitError() << "simulation failed: " << r.message();
@@ -61,7 +53,7 @@ struct SimulatePass : public pp::impl::PPSimulateBase<SimulatePass> {
       for (size_t i = 0; i < r->ranks.size(); ++i) {
         const sched::RankStats &rs = r->ranks[i];
         os << llvm::format("  rank %zu: busy %.4f  idle %.4f  peak_activation "
-                           "%.4f  exposed_comm %.4f\n",
+                           "%.4f M_B  exposed_comm %.4f\n",
                            i, rs.busy, r->makespan - rs.busy, rs.peakMemory,
                            rs.exposedComm);
       }

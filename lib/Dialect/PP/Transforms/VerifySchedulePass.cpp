@@ -19,14 +19,14 @@ struct VerifySchedulePass
   using PPVerifyScheduleBase::PPVerifyScheduleBase;
 
   void runOnOperation() override {
-    sched::VerifyOptions opts;
-    if (memLimit > 0)
-      opts.memLimit = memLimit;
-    opts.cost.memB = 1.0;
-    opts.cost.memW = memW;
     bool ok = true;
     for (ScheduleOp op : getOperation().getOps<ScheduleOp>()) {
-      sched::Status st = sched::verify(toLibrarySchedule(op), opts);
+      sched::Schedule s = toLibrarySchedule(op);
+      sched::VerifyOptions opts;
+      opts.cost = makeCostModel(s, tf, tb, tw, tfb, tcomm, memW);
+      if (memLimit > 0)
+        opts.memLimit = memLimit;
+      sched::Status st = sched::verify(s, opts);
       if (st)
         continue;
       ok = false;
@@ -34,10 +34,8 @@ struct VerifySchedulePass
       Operation *at = st.rank() >= 0 && st.step() >= 0
                           ? actionOp(op, st.rank(), st.step())
                           : nullptr;
-      InFlightDiagnostic d = (at ? at : op.getOperation())->emitError()
-                             << "invalid schedule: " << st.message();
-      if (at)
-        d.attachNote(op.getLoc()) << "in this schedule";
+      (at ? at : op.getOperation())->emitError()
+          << "invalid schedule: " << st.message();
     }
     if (!ok)
       signalPassFailure();

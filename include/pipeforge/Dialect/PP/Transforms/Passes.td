@@ -4,6 +4,81 @@
 
 include "mlir/Pass/PassBase.td"
 
+def PPPartition : Pass<"pp-partition", "::mlir::ModuleOp"> {
+  let summary = "Cut func.func @model into balanced pipeline stages (pp.pipeline)";
+  let description = [{
+    Groups the ops of `@model` by their `nn.layer` attribute (the ops of a
+    layer must be contiguous), costs each layer as the F + B + W FLOPs of its
+    ops (`CostOpInterface`; ops without one are free) and cuts the chain of
+    layers into `stages` contiguous stages that minimise the largest stage
+    cost (optimal; see `pipeforge/Partition/Partition.h`), or as `layout`
+    says. `placement` sets the ranks: `linear` (ranks = stages),
+    `interleaved` (needs `ranks`; stage k on rank k mod ranks), `v` (ranks =
+    stages / 2) or `dual` (ranks = stages, two copies of the same cut).
+
+    Each stage's `@forward` takes the activations live across the cut before
+    it (in definition order; they are exactly the previous stage's results),
+    then the data arguments it uses (`nn.role` "tokens"/"targets"), then the
+    parameters it uses, keeping their argument attributes; it returns the
+    values live across the next cut, or `@model`'s results on the last stage.
+    The pipeline gets `pp.imbalance` (max / mean stage cost) and each stage
+    `pp.layers` (its `nn.layer` ids) and `pp.cost` (F + B + W FLOPs).
+
+    ```sh
+    pipeforge-opt --pp-partition="stages=4 placement=linear" model.mlir
+    pipeforge-opt --pp-partition="stages=4 layout=3,4,4,3" model.mlir
+    ```
+  }];
+  let dependentDialects = ["::pipeforge::pp::PPDialect",
+                           "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"stages", "stages", "int", /*default=*/"0",
+           "Pipeline stages per model copy (v: 2 x ranks)">,
+    Option<"placement", "placement", "std::string", /*default=*/"\"linear\"",
+           "linear | interleaved | v | dual">,
+    Option<"ranks", "ranks", "int", /*default=*/"0",
+           "Ranks: required for interleaved, derived (and checked) otherwise">,
+    ListOption<"layout", "layout", "int",
+               "Layers per stage, e.g. 3,4,4,3 (default: balance by cost)">,
+    Option<"keepModel", "keep-model", "bool", /*default=*/"false",
+           "Keep @model; the pipeline is then named @model_pipeline">,
+    Option<"report", "report", "bool", /*default=*/"false",
+           "Emit a remark with the cut, stage costs and imbalance">
+  ];
+}
+
+def PPSplitBackward : Pass<"pp-split-backward", "::mlir::ModuleOp"> {
+  let summary = "Differentiate each stage's @forward into B, W and BW functions";
+  let description = [{
+    For every `pp.stage`, builds the reverse-mode backward of `@forward` from
+    the ops' `BackwardOpInterface` rules and splits it: `@backward_input` (B,
+    the gradients of the activation arguments), `@backward_weight` (W, one
+    gradient per parameter, in parameter order; nothing B returns depends on
+    it) and `@backward` (BW, both fused). `@forward` additionally returns the
+    tensors the backward reads (`pp.stash`), B returns the tensors W reads
+    that only B computes (`pp.wstash`). Every argument and result carries a
+    `pp.role`; docs/split-backward.md describes the convention. A module
+    without a pipeline whose `func.func @model` is the whole model is split
+    as one stage (functions `@model`, `@backward_input`, ... at module level).
+  }];
+  let dependentDialects = ["::pipeforge::nn::NNDialect",
+                           "::mlir::func::FuncDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
+/// The cost model options shared by the passes that replay a schedule.
+/// Memory is in units of M_B: one microbatch's activations on a rank's share
+/// of a p-way split (a stage of an S-stage model copy is p/S of it).
+defvar PP_CostOptions = [
+  Option<"tf", "tf", "double", "1.0", "Time of a forward F">,
+  Option<"tb", "tb", "double", "1.0", "Time of an input-gradient backward B">,
+  Option<"tw", "tw", "double", "1.0", "Time of a weight-gradient backward W">,
+  Option<"tfb", "tfb", "double", "-1.0",
+         "Time of an overlapped F&B pair (< 0: the sum of its members)">,
+  Option<"tcomm", "tcomm", "double", "0.0", "Time on every cross-rank edge">,
+  Option<"memW", "mem-w", "double", "0.5", "M_W / M_B">
+];
+
 def PPSchedule : Pass<"pp-schedule", "::mlir::ModuleOp"> {
   let summary = "Generate a pipeline schedule (pp.schedule) for each pp.pipeline";
   let description = [{
@@ -44,7 +119,10 @@ def PPInsertComm : Pass<"pp-insert-comm", "::mlir::ModuleOp"> {
     stage) that crosses ranks, none for same-rank hand-offs, and DualPipe's
     `pp.grad_reduce`. The order is deadlock-free under rendezvous semantics:
     every rank meets its messages in the order of one global total order.
+    The messages are placed by a replay on the cost options: give the costs
+    the schedule will run with and the messages do not stretch it.
   }];
+  let options = PP_CostOptions;
 }
 
 def PPVerifySchedule : Pass<"pp-verify-schedule", "::mlir::ModuleOp"> {
@@ -57,12 +135,10 @@ def PPVerifySchedule : Pass<"pp-verify-schedule", "::mlir::ModuleOp"> {
     stage's M_B) within the limit. The error names the rank and the step and
     shows that rank's program around it.
   }];
-  let options = [
+  let options = !listconcat(PP_CostOptions, [
     Option<"memLimit", "mem-limit", "double", /*default=*/"0",
-           "Per-rank activation limit in M_B units (0 = none)">,
-    Option<"memW", "mem-w", "double", /*default=*/"0.5",
-           "M_W / M_B: the share of F's activation that B keeps for W">
-  ];
+           "Per-rank activation limit in M_B units (0 = none)">
+  ]);
 }
 
 def PPSimulate : Pass<"pp-simulate", "::mlir::ModuleOp"> {
@@ -72,20 +148,13 @@ def PPSimulate : Pass<"pp-simulate", "::mlir::ModuleOp"> {
     Zero Bubble paper's) and per-rank busy time and peak activation memory,
     and optionally writes a Chrome/Perfetto trace and an SVG timeline.
   }];
-  let options = [
-    Option<"tf", "tf", "double", "1.0", "Time of a forward F">,
-    Option<"tb", "tb", "double", "1.0", "Time of an input-gradient backward B">,
-    Option<"tw", "tw", "double", "1.0", "Time of a weight-gradient backward W">,
-    Option<"tfb", "tfb", "double", "-1.0",
-           "Time of an overlapped F&B pair (< 0: the sum of its members)">,
-    Option<"tcomm", "tcomm", "double", "0.0", "Time on every cross-rank edge">,
-    Option<"memW", "mem-w", "double", "0.5", "M_W / M_B">,
+  let options = !listconcat(PP_CostOptions, [
     Option<"trace", "trace", "std::string", "\"\"",
            "Write a Chrome/Perfetto trace JSON to this path">,
     Option<"svg", "svg", "std::string", "\"\"",
            "Write an SVG timeline to this path">,
     Option<"grid", "grid", "bool", "false", "Also print the text grid">
-  ];
+  ]);
 }
 
 #endif // PIPEFORGE_PP_PASSES

@@ -9,6 +9,7 @@
 
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
 #include "pipeforge/Schedule/Action.h"
+#include "pipeforge/Schedule/Simulator.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -23,6 +24,12 @@ ScheduleOp buildScheduleOp(mlir::OpBuilder &b, mlir::Location loc,
 
 /// Replaces the rank programs of `op` with those of `s` (same shape).
 void replaceRankPrograms(ScheduleOp op, const sched::Schedule &s);
+
+/// The cost model of the passes' cost options for `s`: times as given,
+/// memory in units of M_B (a stage of an S-stage copy on p ranks is p/S).
+sched::CostModel makeCostModel(const sched::Schedule &s, double tf, double tb,
+                               double tw, double tfb, double tcomm,
+                               double memW);
 
 /// The op of rank `rank`'s program at position `step`, or null.
 mlir::Operation *actionOp(ScheduleOp op, int rank, size_t step);
