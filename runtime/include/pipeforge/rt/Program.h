@@ -1,0 +1,181 @@
+//===- Program.h - The compiled pipeline program ----------------*- C++ -*-===//
+//
+// What pipeforge-compile writes and pipeforge-run executes: everything a rank
+// needs to train its part of the model, with no MLIR in sight.
+//
+//   Program
+//   ├── model / training settings (shapes, microbatches, dp, seed, ...)
+//   ├── params[]        name, shape, initialisation, owning (copy, stage)
+//   ├── stages[]        per (copy, stage): rank, chunk, and four Functions:
+//   │                   forward (F), backwardInput (B), backwardWeight (W),
+//   │                   backward (BW, fused) — each a kernel sequence over
+//   │                   values, with arguments and results bound by role and
+//   │                   a liveness-based buffer assignment
+//   └── schedule        the verified per-rank action lists (send/recv
+//                       included), as the plain C++ schedule library has it
+//
+// The file is versioned and self-describing (docs/program-format.md); the
+// loader validates every index and size and a checksum, and rejects a
+// corrupt or truncated file with a message, never a crash.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEFORGE_RT_PROGRAM_H
+#define PIPEFORGE_RT_PROGRAM_H
+
+#include "pipeforge/Schedule/Action.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace pipeforge::rt {
+
+using sched::Expected;
+using sched::Status;
+
+enum class DType : uint8_t { F32, I32 };
+
+struct TensorType {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  int64_t numElements() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+  int64_t numBytes() const { return numElements() * 4; }
+};
+
+/// What a function argument is bound to when the executor calls it.
+enum class ArgRole : uint8_t {
+  Activation, ///< `index`-th activation from the previous stage (F)
+  Tokens,     ///< the microbatch's input tokens [batch, seq] (F, stage 0)
+  Targets,    ///< the microbatch's targets [batch, seq] (F and B, last stage)
+  Param,      ///< parameter `index` (global index into Program::params)
+  Stash,      ///< stash slot `index` that F of this (stage, mb) returned
+  GradIn,     ///< gradient of F's `index`-th activation result (B, BW); on
+              ///< the loss stage the scalar loss seed
+  WStash      ///< W-stash slot `index` that B of this (stage, mb) returned
+};
+
+/// What a function result is.
+enum class ResultRole : uint8_t {
+  Activation, ///< `index`-th activation to the next stage (F)
+  Loss,       ///< the microbatch's scalar mean loss (F, last stage)
+  Stash,      ///< stash slot `index`, kept for B / W / BW
+  GradOut,    ///< gradient of the `index`-th Activation argument (B, BW)
+  WStash,     ///< W-stash slot `index`, kept for W (B only)
+  ParamGrad   ///< gradient of parameter `index`, accumulated (W, BW)
+};
+
+struct ArgBinding {
+  ArgRole role;
+  int32_t index = 0;
+  int32_t value = 0; ///< the value id the argument defines
+};
+
+struct ResultBinding {
+  ResultRole role;
+  int32_t index = 0;
+  int32_t value = 0; ///< the value id returned
+};
+
+/// Attribute values of a kernel: integers, floats, strings, flags.
+using AttrValue = std::variant<int64_t, double, std::string, bool>;
+
+/// One kernel invocation: an nn op by mnemonic ("linear", "attention_bwd",
+/// "cross_entropy", ...) with its attributes, reading and writing values.
+struct Kernel {
+  std::string op;
+  std::map<std::string, AttrValue> attrs;
+  std::vector<int32_t> inputs;  ///< value ids (-1: an absent optional operand)
+  std::vector<int32_t> outputs; ///< value ids (-1: an absent optional result)
+};
+
+/// A stage body in SSA form: values are numbered 0..values.size()-1; every
+/// value is defined exactly once, by an argument or a kernel output, before
+/// it is read. `buffer[v]` is the buffer that holds value v (values whose
+/// lifetimes do not overlap share buffers); `bufferBytes[b]` its size.
+struct Function {
+  std::vector<TensorType> values;
+  std::vector<ArgBinding> args;
+  std::vector<ResultBinding> results;
+  std::vector<Kernel> kernels;
+  std::vector<int32_t> buffer;
+  std::vector<int64_t> bufferBytes;
+
+  bool empty() const { return kernels.empty() && args.empty(); }
+};
+
+struct Stage {
+  int32_t copy = 0, index = 0, rank = 0, chunk = 0;
+  Function forward, backwardInput, backwardWeight, backward;
+  int32_t numStash = 0;  ///< stash slots F returns
+  int32_t numWStash = 0; ///< W-stash slots B returns
+};
+
+struct Param {
+  std::string name;  ///< stable, unique (checkpoints use it)
+  TensorType type;
+  /// "normal:<std>", "zeros" or "ones"; values come from a counter-based
+  /// generator seeded with (Program::seed, name), so every rank and the
+  /// single-process reference initialise a parameter identically.
+  std::string init;
+  int32_t copy = 0, stage = 0; ///< the stage that owns it
+};
+
+struct ModelInfo {
+  std::string name;        ///< e.g. "gpt-tiny"
+  int64_t vocab = 0;
+  int64_t seqLen = 0;
+  int64_t microbatchSize = 0; ///< sequences per microbatch (b)
+};
+
+struct TrainingInfo {
+  std::string schedule; ///< "dualpipev", ..., or "none" (single process)
+  int32_t pipelineRanks = 1;
+  int32_t dataParallel = 1;
+  int32_t microbatches = 1; ///< per step, over all copies
+  uint64_t seed = 1234;
+};
+
+struct Program {
+  static constexpr uint32_t kVersion = 1;
+  ModelInfo model;
+  TrainingInfo training;
+  std::vector<Param> params;
+  std::vector<Stage> stages;   ///< every (copy, stage), any order
+  sched::Schedule schedule;    ///< per pipeline rank, messages included
+
+  /// The stage record of (copy, stage), or null.
+  const Stage *findStage(int copy, int stage) const {
+    for (const Stage &s : stages)
+      if (s.copy == copy && s.index == stage)
+        return &s;
+    return nullptr;
+  }
+};
+
+/// Writes the program file (binary header + JSON body + checksum; see
+/// docs/program-format.md).
+Status writeProgram(const Program &p, const std::string &path);
+std::string serializeProgram(const Program &p);
+
+/// Reads and validates a program file: magic, version, size, checksum, then
+/// every index, shape and binding. Errors name what is wrong and where.
+Expected<Program> readProgram(const std::string &path);
+Expected<Program> parseProgram(const std::string &bytes);
+
+/// Checks internal consistency (used by the reader and the compiler).
+Status validateProgram(const Program &p);
+
+/// A readable listing: settings, params, each stage's functions with their
+/// kernels and buffers, and the per-rank actions.
+std::string dumpProgram(const Program &p);
+
+} // namespace pipeforge::rt
+
+#endif // PIPEFORGE_RT_PROGRAM_H
