@@ -13,6 +13,7 @@
 #include "mlir/Transforms/Passes.h"
 
 #include "pipeforge/Dialect/NN/IR/NNDialect.h"
+#include "pipeforge/Dialect/NN/Transforms/Passes.h"
 #include "pipeforge/Dialect/PP/IR/PPDialect.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
 
@@ -25,6 +26,7 @@ int main(int argc, char **argv) {
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();
   pipeforge::pp::registerPPPasses();
+  pipeforge::nn::registerNNPasses();
   return mlir::asMainReturnCode(mlir::MlirOptMain(
       argc, argv, "PipeForge optimizer driver\n", registry));
 }

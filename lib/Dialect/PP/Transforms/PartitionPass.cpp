@@ -23,10 +23,11 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/SymbolTable.h"
 
+#include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/BitVector.h"
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -304,6 +305,12 @@ FailureOr<func::FuncOp> StageBuilder::buildForward(OpBuilder &b, int64_t s) {
   return fn;
 }
 
+/// A stage's F + B + W FLOPs as an integer attribute (FLOP counts are whole
+/// numbers, and an i64 prints exactly where a large f64 prints in hex).
+static IntegerAttr stageCostAttr(OpBuilder &b, double flops) {
+  return b.getI64IntegerAttr(static_cast<int64_t>(std::llround(flops)));
+}
+
 /// `value` printed with printf's `spec`.
 static std::string formatNumber(const char *spec, double value) {
   char buf[64];
@@ -312,9 +319,8 @@ static std::string formatNumber(const char *spec, double value) {
 }
 
 /// The `nn.layer` ids of the layers of stage `s`.
-static SmallVector<int64_t> layerIds(ArrayRef<Layer> layers,
-                                     const partition::StageCut &cut,
-                                     int64_t s) {
+static SmallVector<int64_t>
+layerIds(ArrayRef<Layer> layers, const partition::StageCut &cut, int64_t s) {
   SmallVector<int64_t> ids;
   int first = cut.firstLayer(s);
   for (int i = first; i < first + cut.sizes[s]; ++i)
@@ -341,14 +347,17 @@ LogicalResult PartitionPass::partitionModule() {
   auto model = dyn_cast_or_null<func::FuncOp>(
       SymbolTable::lookupSymbolIn(module, "model"));
   if (!model)
-    return module.emitError("found no 'func.func @model' to partition");
+    return emitError(module.getLoc(),
+                     "found no 'func.func @model' to partition");
   if (model.isExternal())
-    return model.emitError("'@model' has no body to partition");
+    return emitError(model.getLoc(), "'@model' has no body to partition");
   if (!model.getBody().hasOneBlock())
-    return model.emitError("'@model' must have a single block, it has ")
+    return emitError(model.getLoc(),
+                     "'@model' must have a single block, it has ")
            << model.getBody().getBlocks().size();
 
-  FailureOr<Plan> plan = resolvePlan(model.getLoc(), numStages, placement, ranks);
+  FailureOr<Plan> plan =
+      resolvePlan(model.getLoc(), numStages, placement, ranks);
   if (failed(plan))
     return failure();
   FailureOr<SmallVector<Layer>> layers = collectLayers(model.getBody().front());
@@ -361,11 +370,12 @@ LogicalResult PartitionPass::partitionModule() {
   std::vector<int> layoutVec(layout.begin(), layout.end());
   auto cut = partition::partition(costs, numStages, layoutVec);
   if (!cut)
-    return model.emitError("cannot partition @model: ") << cut.message();
+    return emitError(model.getLoc(), "cannot partition @model: ")
+           << cut.message();
 
   std::string name = keepModel ? "model_pipeline" : "model";
   if (keepModel && SymbolTable::lookupSymbolIn(module, name))
-    return model.emitError("keep-model names the pipeline '@")
+    return emitError(model.getLoc(), "keep-model names the pipeline '@")
            << name << "', but that symbol already exists";
 
   OpBuilder b(model);
@@ -381,7 +391,7 @@ LogicalResult PartitionPass::partitionModule() {
     auto stage = StageOp::create(b, model.getLoc(), s, rank, chunk);
     stage->setAttr("pp.layers",
                    b.getDenseI64ArrayAttr(layerIds(*layers, *cut, s)));
-    stage->setAttr("pp.cost", b.getF64FloatAttr(cut->stageCosts[s]));
+    stage->setAttr("pp.cost", stageCostAttr(b, cut->stageCosts[s]));
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(&stage.getBody().emplaceBlock());
     FailureOr<func::FuncOp> fn = builder.buildForward(b, s);
@@ -395,7 +405,7 @@ LogicalResult PartitionPass::partitionModule() {
     auto stage = StageOp::create(b, model.getLoc(), s, rank, chunk, 1);
     stage->setAttr("pp.layers",
                    b.getDenseI64ArrayAttr(layerIds(*layers, *cut, s)));
-    stage->setAttr("pp.cost", b.getF64FloatAttr(cut->stageCosts[s]));
+    stage->setAttr("pp.cost", stageCostAttr(b, cut->stageCosts[s]));
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(&stage.getBody().emplaceBlock());
     b.clone(*forwards[s]);
@@ -409,9 +419,8 @@ LogicalResult PartitionPass::partitionModule() {
         << "partitioned " << layers->size() << " layers into " << numStages
         << " stages (placement " << stringifyPlacementKind(plan->kind) << ", "
         << plan->ranks << " ranks): layers per stage [" << sizes
-        << "], stage FLOPs max "
-        << formatNumber("%.4g", cut->maxCost) << " mean "
-        << formatNumber("%.4g", cut->meanCost) << ", imbalance "
+        << "], stage FLOPs max " << formatNumber("%.4g", cut->maxCost)
+        << " mean " << formatNumber("%.4g", cut->meanCost) << ", imbalance "
         << formatNumber("%.4f", cut->imbalance);
   }
 

@@ -9,8 +9,8 @@ include "pipeforge/Dialect/NN/IR/NNInterfaces.td"
 
 /// Traits of every model-level (forward) op: pure, with a cost model
 /// (NNCost.cpp) and backward rules (NNBackward.cpp).
-defvar NN_CostTraits = []<Trait>;
-defvar NN_BackwardTraits = []<Trait>;
+defvar NN_CostTraits = [DeclareOpInterfaceMethods<NN_CostOpInterface>];
+defvar NN_BackwardTraits = [DeclareOpInterfaceMethods<NN_BackwardOpInterface>];
 defvar NN_ModelTraits = !listconcat([Pure], NN_CostTraits, NN_BackwardTraits);
 
 def NN_LinearOp : NN_Op<"linear", NN_ModelTraits> {

@@ -22,7 +22,7 @@ def PPPartition : Pass<"pp-partition", "::mlir::ModuleOp"> {
     parameters it uses, keeping their argument attributes; it returns the
     values live across the next cut, or `@model`'s results on the last stage.
     The pipeline gets `pp.imbalance` (max / mean stage cost) and each stage
-    `pp.layers` (its `nn.layer` ids) and `pp.cost` (F + B + W FLOPs).
+    `pp.layers` (its `nn.layer` ids) and `pp.cost` (F + B + W FLOPs, i64).
 
     ```sh
     pipeforge-opt --pp-partition="stages=4 placement=linear" model.mlir

@@ -1,0 +1,140 @@
+//===- CostReportPass.cpp - print the nn cost model -----------------------===//
+//
+// --nn-cost-report: per-layer (nn.layer) and per-stage (pp.stage @forward)
+// sums of the CostOpInterface, printed to stdout. The IR is unchanged.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/Dialect/NN/IR/NNOps.h"
+#include "pipeforge/Dialect/NN/Transforms/Passes.h"
+#include "pipeforge/Dialect/PP/IR/PPOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace pipeforge::nn {
+#define GEN_PASS_DEF_NNCOSTREPORT
+#include "pipeforge/Dialect/NN/Transforms/Passes.h.inc"
+} // namespace pipeforge::nn
+
+using namespace mlir;
+using namespace pipeforge;
+
+namespace {
+/// Sums of the cost model over a set of ops.
+struct CostSum {
+  double forward = 0, backwardInput = 0, backwardWeight = 0;
+  int64_t stash = 0, weightStash = 0, params = 0;
+  int64_t ops = 0;
+
+  void add(nn::CostOpInterface op, unsigned bpe) {
+    forward += op.getForwardFlops();
+    backwardInput += op.getBackwardInputFlops();
+    backwardWeight += op.getBackwardWeightFlops();
+    stash += op.getStashBytes(bpe);
+    weightStash += op.getWeightStashBytes(bpe);
+    params += op.getParamBytes(bpe);
+    ++ops;
+  }
+  void add(const CostSum &o) {
+    forward += o.forward;
+    backwardInput += o.backwardInput;
+    backwardWeight += o.backwardWeight;
+    stash += o.stash;
+    weightStash += o.weightStash;
+    params += o.params;
+    ops += o.ops;
+  }
+};
+
+void printHeader(raw_ostream &os, StringRef first) {
+  os << llvm::format("  %-14s %18s %18s %18s %16s %16s %14s\n",
+                     first.str().c_str(), "F_flops", "B_flops", "W_flops",
+                     "stash_bytes", "W_stash_bytes", "param_bytes");
+}
+
+void printRow(raw_ostream &os, StringRef label, const CostSum &c) {
+  os << llvm::format("  %-14s %18.0f %18.0f %18.0f %16lld %16lld %14lld\n",
+                     label.str().c_str(), c.forward, c.backwardInput,
+                     c.backwardWeight, (long long)c.stash,
+                     (long long)c.weightStash, (long long)c.params);
+}
+
+struct CostReportPass : public nn::impl::NNCostReportBase<CostReportPass> {
+  using NNCostReportBase::NNCostReportBase;
+
+  CostSum sumFunction(func::FuncOp func) {
+    CostSum sum;
+    func.walk([&](nn::CostOpInterface op) { sum.add(op, bytesPerElement); });
+    return sum;
+  }
+
+  void reportFunction(raw_ostream &os, func::FuncOp func) {
+    llvm::MapVector<int64_t, CostSum> layers;
+    CostSum untagged;
+    bool any = false;
+    func.walk([&](nn::CostOpInterface op) {
+      any = true;
+      if (auto layer = op->getAttrOfType<IntegerAttr>("nn.layer"))
+        layers[layer.getInt()].add(op, bytesPerElement);
+      else
+        untagged.add(op, bytesPerElement);
+    });
+    if (!any)
+      return;
+    os << "function @" << func.getSymName() << "\n";
+    printHeader(os, "layer");
+    CostSum total;
+    for (auto &[layer, cost] : layers) {
+      printRow(os, "layer " + std::to_string(layer), cost);
+      total.add(cost);
+    }
+    if (untagged.ops) {
+      printRow(os, "(no nn.layer)", untagged);
+      total.add(untagged);
+    }
+    printRow(os, "total", total);
+  }
+
+  void reportPipeline(raw_ostream &os, pp::PipelineOp pipeline) {
+    os << "pipeline @" << pipeline.getSymName() << "\n";
+    printHeader(os, "stage");
+    CostSum total;
+    for (auto stage : pipeline.getBody().getOps<pp::StageOp>()) {
+      auto fwd = dyn_cast_or_null<func::FuncOp>(
+          SymbolTable::lookupSymbolIn(stage, "forward"));
+      if (!fwd) {
+        stage.emitWarning("stage has no @forward; counted as empty");
+        continue;
+      }
+      CostSum cost = sumFunction(fwd);
+      std::string label = "stage " + std::to_string(stage.getIndex());
+      if (pipeline.getNumCopies() > 1)
+        label += "." + std::to_string(stage.getCopy());
+      label += " r" + std::to_string(stage.getRank());
+      printRow(os, label, cost);
+      total.add(cost);
+    }
+    printRow(os, "total", total);
+  }
+
+  void runOnOperation() override {
+    if (bytesPerElement == 0) {
+      emitError(getOperation().getLoc(),
+                "nn-cost-report: bytes-per-element must be > 0");
+      return signalPassFailure();
+    }
+    raw_ostream &os = llvm::outs();
+    os << "nn cost report (" << bytesPerElement
+       << " bytes per element, dropout masks 1 byte)\n";
+    // Model-level functions: the module's own (not a pp.stage's).
+    for (auto func : getOperation().getOps<func::FuncOp>())
+      reportFunction(os, func);
+    for (auto pipeline : getOperation().getOps<pp::PipelineOp>())
+      reportPipeline(os, pipeline);
+    markAllAnalysesPreserved();
+  }
+};
+} // namespace

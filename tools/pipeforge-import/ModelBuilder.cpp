@@ -1,0 +1,221 @@
+//===- ModelBuilder.cpp - nn IR for a model configuration -----------------===//
+
+#include "ModelBuilder.h"
+
+#include "pipeforge/Dialect/NN/IR/NNOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#include <cmath>
+#include <cstdio>
+
+using namespace mlir;
+using namespace pipeforge::import;
+namespace nn = pipeforge::nn;
+
+namespace {
+class ModelBuilder {
+public:
+  ModelBuilder(const ModelConfig &c, MLIRContext *ctx, Location loc)
+      : c(c), b(ctx), loc(loc), f32(b.getF32Type()) {}
+
+  OwningOpRef<ModuleOp> build();
+
+private:
+  // Types.
+  RankedTensorType tensor(ArrayRef<int64_t> shape) {
+    return RankedTensorType::get(shape, f32);
+  }
+  RankedTensorType act(int64_t features) {
+    return tensor({c.batch, c.seqLen, features});
+  }
+
+  // Function arguments.
+  Value argument(Type type, NamedAttrList attrs) {
+    argAttrs.push_back(attrs.getDictionary(b.getContext()));
+    return entry->addArgument(type, loc);
+  }
+  Value param(const std::string &name, ArrayRef<int64_t> shape,
+              const std::string &init) {
+    NamedAttrList attrs;
+    attrs.append("nn.role", b.getStringAttr("param"));
+    attrs.append("nn.name", b.getStringAttr(name));
+    attrs.append("nn.init", b.getStringAttr(init));
+    return argument(tensor(shape), attrs);
+  }
+  static std::string normal(double std) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "normal:%.6g", std);
+    return buf;
+  }
+
+  /// Tags an op with the current layer.
+  template <typename OpTy> OpTy tag(OpTy op) {
+    op->setAttr("nn.layer", b.getI64IntegerAttr(layer));
+    return op;
+  }
+
+  Value linear(Value x, const std::string &name, int64_t in, int64_t out,
+               bool bias, const std::string &init) {
+    Value w = param(name + ".weight", {out, in}, init);
+    Value bv = bias ? param(name + ".bias", {out}, "zeros") : Value();
+    auto outType =
+        cast<RankedTensorType>(x.getType()).clone({c.batch, c.seqLen, out});
+    return tag(nn::LinearOp::create(b, loc, outType, x, w, bv)).getResult();
+  }
+  Value layerNorm(Value x, const std::string &name) {
+    Value g = param(name + ".weight", {c.hidden}, "ones");
+    Value beta = param(name + ".bias", {c.hidden}, "zeros");
+    return tag(nn::LayerNormOp::create(b, loc, x.getType(), x, g, beta,
+                                       b.getF32FloatAttr(c.normEpsilon)))
+        .getResult();
+  }
+  Value rmsNorm(Value x, const std::string &name) {
+    Value g = param(name + ".weight", {c.hidden}, "ones");
+    return tag(nn::RMSNormOp::create(b, loc, x.getType(), x, g,
+                                     b.getF32FloatAttr(c.normEpsilon)))
+        .getResult();
+  }
+  /// The residual add; `nn.dropout` records the residual dropout it stands
+  /// for (cost model only).
+  Value residual(Value x, Value y) {
+    auto add = tag(nn::AddOp::create(b, loc, x, y));
+    if (c.residDropout > 0.0)
+      add->setAttr("nn.dropout", b.getF32FloatAttr(c.residDropout));
+    return add.getResult();
+  }
+  Value attention(Value q, Value k, Value v, bool rotary) {
+    FloatAttr dropout =
+        c.attnDropout > 0.0 ? b.getF32FloatAttr(c.attnDropout) : FloatAttr();
+    FloatAttr theta = rotary ? b.getF32FloatAttr(c.ropeTheta) : FloatAttr();
+    return tag(nn::AttentionOp::create(b, loc, q.getType(), q, k, v,
+                                       b.getI64IntegerAttr(c.numHeads),
+                                       b.getI64IntegerAttr(c.numKvHeads),
+                                       rotary ? b.getUnitAttr() : UnitAttr(),
+                                       theta, dropout))
+        .getResult();
+  }
+
+  Value gptBlock(Value x, int64_t i);
+  Value llamaBlock(Value x, int64_t i);
+
+  const ModelConfig &c;
+  OpBuilder b;
+  Location loc;
+  Type f32;
+  Block *entry = nullptr;
+  SmallVector<DictionaryAttr> argAttrs;
+  int64_t layer = 0;
+};
+} // namespace
+
+Value ModelBuilder::gptBlock(Value x, int64_t i) {
+  std::string p = "h." + std::to_string(i) + ".";
+  int64_t h = c.hidden;
+  std::string init = normal(c.initStd);
+  // GPT-2 scales the residual projections by 1/sqrt(2L).
+  std::string projInit = normal(c.initStd / std::sqrt(2.0 * c.numLayers));
+  Value n1 = layerNorm(x, p + "ln_1");
+  Value q = linear(n1, p + "attn.q", h, h, true, init);
+  Value k = linear(n1, p + "attn.k", h, h, true, init);
+  Value v = linear(n1, p + "attn.v", h, h, true, init);
+  Value a = attention(q, k, v, /*rotary=*/false);
+  Value o = linear(a, p + "attn.c_proj", h, h, true, projInit);
+  Value r1 = residual(x, o);
+  Value n2 = layerNorm(r1, p + "ln_2");
+  Value fc = linear(n2, p + "mlp.c_fc", h, c.intermediate, true, init);
+  Value g = tag(nn::GeluOp::create(b, loc, fc)).getResult();
+  Value proj = linear(g, p + "mlp.c_proj", c.intermediate, h, true, projInit);
+  return residual(r1, proj);
+}
+
+Value ModelBuilder::llamaBlock(Value x, int64_t i) {
+  std::string p = "layers." + std::to_string(i) + ".";
+  int64_t h = c.hidden, kvw = c.numKvHeads * c.headDim(), ffn = c.intermediate;
+  std::string init = normal(c.initStd);
+  Value n1 = rmsNorm(x, p + "input_layernorm");
+  Value q = linear(n1, p + "self_attn.q_proj", h, h, false, init);
+  Value k = linear(n1, p + "self_attn.k_proj", h, kvw, false, init);
+  Value v = linear(n1, p + "self_attn.v_proj", h, kvw, false, init);
+  Value a = attention(q, k, v, /*rotary=*/true);
+  Value o = linear(a, p + "self_attn.o_proj", h, h, false, init);
+  Value r1 = residual(x, o);
+  Value n2 = rmsNorm(r1, p + "post_attention_layernorm");
+  Value mlp;
+  if (c.kind == ModelKind::Mixtral) {
+    std::string m = p + "block_sparse_moe.";
+    int64_t e = c.numExperts;
+    Value router = param(m + "gate.weight", {e, h}, init);
+    Value w1 = param(m + "experts.w1", {e, ffn, h}, init);
+    Value w2 = param(m + "experts.w2", {e, h, ffn}, init);
+    Value w3 = param(m + "experts.w3", {e, ffn, h}, init);
+    mlp = tag(nn::MoEOp::create(b, loc, n2.getType(), n2, router, w1, w2, w3,
+                                b.getI64IntegerAttr(c.topK), FloatAttr(),
+                                b.getStringAttr("silu")))
+              .getResult();
+  } else {
+    Value gate = linear(n2, p + "mlp.gate_proj", h, ffn, false, init);
+    Value up = linear(n2, p + "mlp.up_proj", h, ffn, false, init);
+    Value act = tag(nn::SiluOp::create(b, loc, gate)).getResult();
+    Value prod = tag(nn::MulOp::create(b, loc, act, up)).getResult();
+    mlp = linear(prod, p + "mlp.down_proj", ffn, h, false, init);
+  }
+  return residual(r1, mlp);
+}
+
+OwningOpRef<ModuleOp> ModelBuilder::build() {
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  b.setInsertionPointToEnd(module->getBody());
+  auto lossType = RankedTensorType::get({}, f32);
+  auto func =
+      func::FuncOp::create(b, loc, "model", b.getFunctionType({}, {lossType}));
+  entry = func.addEntryBlock();
+  b.setInsertionPointToEnd(entry);
+
+  auto tokType = RankedTensorType::get({c.batch, c.seqLen}, b.getI32Type());
+  NamedAttrList tokAttrs, tgtAttrs;
+  tokAttrs.append("nn.role", b.getStringAttr("tokens"));
+  tgtAttrs.append("nn.role", b.getStringAttr("targets"));
+  Value tokens = argument(tokType, tokAttrs);
+  Value targets = argument(tokType, tgtAttrs);
+
+  bool gpt = c.kind == ModelKind::GPT2;
+  std::string init = normal(c.initStd);
+
+  // Layer 0: embeddings.
+  layer = 0;
+  Value table = param(gpt ? "wte" : "embed_tokens", {c.vocab, c.hidden}, init);
+  Value positions =
+      gpt ? param("wpe", {c.maxPositions, c.hidden}, init) : Value();
+  Value x = tag(nn::EmbeddingOp::create(b, loc, act(c.hidden), tokens, table,
+                                        positions))
+                .getResult();
+
+  // Layers 1 .. L: the blocks.
+  for (int64_t i = 0; i < c.numLayers; ++i) {
+    layer = i + 1;
+    x = gpt ? gptBlock(x, i) : llamaBlock(x, i);
+  }
+
+  // Layer L + 1: final norm, LM head (untied), loss.
+  layer = c.numLayers + 1;
+  x = gpt ? layerNorm(x, "ln_f") : rmsNorm(x, "norm");
+  Value logits = linear(x, "lm_head", c.hidden, c.vocab, false, init);
+  Value loss =
+      tag(nn::CrossEntropyOp::create(b, loc, lossType, logits, targets))
+          .getResult();
+  func::ReturnOp::create(b, loc, loss);
+
+  func.setFunctionType(
+      b.getFunctionType(entry->getArgumentTypes(), {lossType}));
+  for (auto [i, attrs] : llvm::enumerate(argAttrs))
+    func.setArgAttrs(i, attrs);
+  return module;
+}
+
+OwningOpRef<ModuleOp> pipeforge::import::buildModel(const ModelConfig &config,
+                                                    MLIRContext *ctx,
+                                                    Location loc) {
+  return ModelBuilder(config, ctx, loc).build();
+}

@@ -1,0 +1,241 @@
+//===- ModelConfig.cpp - HF-style model configuration ---------------------===//
+
+#include "ModelConfig.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+using namespace pipeforge::import;
+using json = nlohmann::json;
+
+/// A number as a config would spell it (0.1, 1.5, 1e-05).
+static std::string num(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", x);
+  return buf;
+}
+
+namespace {
+/// Reads typed keys from the config object; the first error wins and names
+/// the key. A key may have aliases (GPT-2 and Llama spell them differently).
+class KeyReader {
+public:
+  explicit KeyReader(const json &obj) : obj(obj) {}
+
+  /// The first present alias, or null.
+  const json *find(llvm::ArrayRef<const char *> names, std::string &found) {
+    for (const char *n : names) {
+      auto it = obj.find(n);
+      if (it != obj.end()) {
+        found = n;
+        return &*it;
+      }
+    }
+    found = names.front();
+    return nullptr;
+  }
+
+  /// A positive integer; `fallback` < 0 means required. JSON null counts as
+  /// absent (HF writes `"n_inner": null`).
+  int64_t positiveInt(llvm::ArrayRef<const char *> names,
+                      int64_t fallback = -1) {
+    std::string key;
+    const json *v = find(names, key);
+    if (!v || v->is_null()) {
+      if (fallback < 0)
+        fail("missing required key '" + key + "'" + aliasNote(names));
+      return fallback;
+    }
+    if (!v->is_number_integer()) {
+      fail("key '" + key + "' must be a positive integer, got " + describe(*v));
+      return 0;
+    }
+    int64_t x = v->get<int64_t>();
+    if (x <= 0)
+      fail("key '" + key + "' must be a positive integer, got " +
+           std::to_string(x));
+    return x;
+  }
+
+  double number(llvm::ArrayRef<const char *> names, double fallback) {
+    std::string key;
+    const json *v = find(names, key);
+    if (!v || v->is_null())
+      return fallback;
+    if (!v->is_number()) {
+      fail("key '" + key + "' must be a number, got " + describe(*v));
+      return fallback;
+    }
+    return v->get<double>();
+  }
+
+  /// A rate in [0, 1).
+  double rate(llvm::ArrayRef<const char *> names, double fallback) {
+    double p = number(names, fallback);
+    if (!(p >= 0.0 && p < 1.0)) {
+      std::string key;
+      find(names, key);
+      fail("key '" + key + "' must be in [0, 1), got " + num(p));
+    }
+    return p;
+  }
+
+  double positiveNumber(llvm::ArrayRef<const char *> names, double fallback) {
+    double x = number(names, fallback);
+    if (!(x > 0.0)) {
+      std::string key;
+      find(names, key);
+      fail("key '" + key + "' must be > 0, got " + num(x));
+    }
+    return x;
+  }
+
+  bool boolean(const char *name, bool fallback) {
+    auto it = obj.find(name);
+    if (it == obj.end() || it->is_null())
+      return fallback;
+    if (!it->is_boolean()) {
+      fail(std::string("key '") + name + "' must be a boolean, got " +
+           describe(*it));
+      return fallback;
+    }
+    return it->get<bool>();
+  }
+
+  /// Records the first error.
+  void fail(const std::string &msg) {
+    if (error.empty())
+      error = msg;
+  }
+
+  std::string error;
+
+private:
+  static std::string describe(const json &v) {
+    std::string d = v.dump();
+    if (d.size() > 40)
+      d = d.substr(0, 37) + "...";
+    return std::string(v.type_name()) + " " + d;
+  }
+  static std::string aliasNote(llvm::ArrayRef<const char *> names) {
+    if (names.size() < 2)
+      return "";
+    std::string s = " (or";
+    for (const char *n : names.drop_front())
+      s += std::string(" '") + n + "'";
+    return s + ")";
+  }
+
+  const json &obj;
+};
+} // namespace
+
+static llvm::Error configError(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+llvm::Expected<ModelConfig>
+pipeforge::import::parseModelConfig(llvm::StringRef text, int64_t seqLen,
+                                    int64_t batch) {
+  json root;
+  try {
+    root = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error &e) {
+    return configError(llvm::Twine("invalid JSON: ") + e.what());
+  }
+  if (!root.is_object())
+    return configError("the config must be a JSON object");
+
+  auto typeIt = root.find("model_type");
+  if (typeIt == root.end())
+    return configError("missing required key 'model_type' "
+                       "(gpt2, llama or mixtral)");
+  if (!typeIt->is_string())
+    return configError("key 'model_type' must be a string");
+  std::string type = typeIt->get<std::string>();
+
+  ModelConfig c;
+  if (type == "gpt2")
+    c.kind = ModelKind::GPT2;
+  else if (type == "llama")
+    c.kind = ModelKind::Llama;
+  else if (type == "mixtral")
+    c.kind = ModelKind::Mixtral;
+  else
+    return configError("key 'model_type': unsupported model type '" + type +
+                       "' (expected gpt2, llama or mixtral)");
+
+  KeyReader r(root);
+  c.numLayers = r.positiveInt({"n_layer", "num_hidden_layers"});
+  c.hidden = r.positiveInt({"n_embd", "hidden_size"});
+  c.numHeads = r.positiveInt({"n_head", "num_attention_heads"});
+  c.vocab = r.positiveInt({"vocab_size"});
+  c.maxPositions = r.positiveInt({"n_positions", "max_position_embeddings"});
+  c.initStd = r.positiveNumber({"initializer_range"}, 0.02);
+  if (c.kind == ModelKind::GPT2) {
+    c.numKvHeads = c.numHeads;
+    c.intermediate = r.positiveInt({"n_inner", "intermediate_size"},
+                                   c.hidden > 0 ? 4 * c.hidden : 1);
+    c.normEpsilon = r.positiveNumber({"layer_norm_epsilon"}, 1e-5);
+    // GPT2Config's defaults.
+    c.attnDropout = r.rate({"attn_pdrop"}, 0.1);
+    c.residDropout = r.rate({"resid_pdrop"}, 0.1);
+    c.tiedEmbeddings = r.boolean("tie_word_embeddings", true);
+  } else {
+    c.numKvHeads =
+        r.positiveInt({"num_key_value_heads"}, c.numHeads > 0 ? c.numHeads : 1);
+    c.intermediate = r.positiveInt({"intermediate_size", "n_inner"});
+    c.normEpsilon = r.positiveNumber({"rms_norm_eps"}, 1e-6);
+    c.ropeTheta = r.positiveNumber({"rope_theta"}, 10000.0);
+    c.attnDropout = r.rate({"attention_dropout", "attn_pdrop"}, 0.0);
+    c.residDropout = r.rate({"resid_pdrop"}, 0.0);
+    c.tiedEmbeddings = r.boolean("tie_word_embeddings", false);
+    if (c.kind == ModelKind::Mixtral) {
+      c.numExperts = r.positiveInt({"num_local_experts"});
+      c.topK = r.positiveInt({"num_experts_per_tok"});
+    }
+  }
+  if (!r.error.empty())
+    return configError(r.error);
+
+  // Consistency.
+  const char *hiddenKey = c.kind == ModelKind::GPT2 ? "n_embd" : "hidden_size";
+  const char *headsKey =
+      c.kind == ModelKind::GPT2 ? "n_head" : "num_attention_heads";
+  const char *posKey =
+      c.kind == ModelKind::GPT2 ? "n_positions" : "max_position_embeddings";
+  if (c.hidden % c.numHeads != 0)
+    return configError(llvm::Twine("key '") + hiddenKey + "' (" +
+                       llvm::Twine(c.hidden) + ") is not divisible by '" +
+                       headsKey + "' (" + llvm::Twine(c.numHeads) + ")");
+  if (c.numHeads % c.numKvHeads != 0)
+    return configError(llvm::Twine("key 'num_key_value_heads' (") +
+                       llvm::Twine(c.numKvHeads) +
+                       ") does not divide 'num_attention_heads' (" +
+                       llvm::Twine(c.numHeads) + ")");
+  if (c.kind != ModelKind::GPT2 && c.headDim() % 2 != 0)
+    return configError(llvm::Twine("rotary embeddings need an even head "
+                                   "dimension: 'hidden_size' / "
+                                   "'num_attention_heads' is ") +
+                       llvm::Twine(c.headDim()));
+  if (c.kind == ModelKind::Mixtral && c.topK > c.numExperts)
+    return configError(llvm::Twine("key 'num_experts_per_tok' (") +
+                       llvm::Twine(c.topK) + ") exceeds 'num_local_experts' (" +
+                       llvm::Twine(c.numExperts) + ")");
+
+  if (seqLen < 0)
+    return configError("--seq-len must be positive");
+  if (batch <= 0)
+    return configError("--microbatch-size must be positive");
+  c.seqLen = seqLen ? seqLen : c.maxPositions;
+  c.batch = batch;
+  if (c.seqLen > c.maxPositions)
+    return configError(llvm::Twine("--seq-len ") + llvm::Twine(c.seqLen) +
+                       " exceeds key '" + posKey + "' (" +
+                       llvm::Twine(c.maxPositions) + ")");
+  return c;
+}
