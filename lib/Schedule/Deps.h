@@ -12,6 +12,7 @@
 #include "pipeforge/Schedule/Action.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -111,6 +112,42 @@ std::string stepError(const Schedule &s, int32_t rank, size_t step,
 
 /// "F3.0 (rank 1, step 7)" or "F3.0 (absent)".
 std::string describeAt(const Work &w, const Loc &loc);
+
+/// Ranks blocked on keys (an item not yet produced, a message not yet
+/// matched): one intrusive list per key, so parking and waking are O(1)
+/// per rank. Used by the replays of the simulator and the verifier.
+class WaitLists {
+public:
+  void reset(size_t numKeys, int32_t numRanks) {
+    head.assign(numKeys, -1);
+    next.assign(numRanks, -1);
+    parked.assign(numRanks, kNone);
+  }
+  void park(int32_t r, size_t key) {
+    parked[r] = key;
+    next[r] = head[key];
+    head[key] = r;
+  }
+  /// Unparks every rank waiting on `key` and appends it to `ready`.
+  void wake(size_t key, std::vector<int32_t> &ready) {
+    for (int32_t r = head[key]; r >= 0;) {
+      int32_t n = next[r];
+      parked[r] = kNone;
+      next[r] = -1;
+      ready.push_back(r);
+      r = n;
+    }
+    head[key] = -1;
+  }
+  bool isParked(int32_t r) const { return parked[r] != kNone; }
+  /// The key rank r waits on (only while parked).
+  size_t parkedOn(int32_t r) const { return parked[r]; }
+
+private:
+  static constexpr size_t kNone = SIZE_MAX;
+  std::vector<int32_t> head, next;
+  std::vector<size_t> parked;
+};
 
 } // namespace pipeforge::sched::detail
 

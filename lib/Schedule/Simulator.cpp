@@ -83,8 +83,8 @@ private:
   /// Ready time of `w`'s input on rank r, or a block / failure.
   Step inputReady(int32_t r, size_t step, const Work &w, double &ready);
   void complete(int32_t r, const Work &w, double end);
-  void park(int32_t r, size_t key);
-  void wake(size_t key);
+  void park(int32_t r, size_t key) { waits.park(r, key); }
+  void wake(size_t key) { waits.wake(key, ready); }
   Step fail(int32_t r, size_t step, const std::string &msg) {
     error = stepError(s, r, step, msg);
     return Step::Failed;
@@ -116,8 +116,7 @@ private:
   std::vector<std::vector<Interval>> intervals;
 
   // Parking: intrusive lists keyed by work id, then channel keys.
-  std::vector<int32_t> head, next;
-  std::vector<size_t> parkedOn;
+  detail::WaitLists waits;
   std::vector<int32_t> ready;
   size_t sendKeyBase = 0, grKeyBase = 0;
   std::string error;
@@ -213,27 +212,8 @@ Status Replay::prepare() {
   intervals.resize(numRanks);
   sendKeyBase = idx.size();
   grKeyBase = sendKeyBase + nc;
-  head.assign(grKeyBase + nc, -1);
-  next.assign(numRanks, -1);
-  parkedOn.assign(numRanks, SIZE_MAX);
+  waits.reset(grKeyBase + nc, numRanks);
   return Status::ok();
-}
-
-void Replay::park(int32_t r, size_t key) {
-  parkedOn[r] = key;
-  next[r] = head[key];
-  head[key] = r;
-}
-
-void Replay::wake(size_t key) {
-  for (int32_t r = head[key]; r >= 0;) {
-    int32_t n = next[r];
-    parkedOn[r] = SIZE_MAX;
-    next[r] = -1;
-    ready.push_back(r);
-    r = n;
-  }
-  head[key] = -1;
 }
 
 void Replay::complete(int32_t r, const Work &w, double end) {
@@ -413,7 +393,7 @@ std::string Replay::blockedReason(int32_t r) const {
            std::to_string(a.peer) + " to reach its matching GRADREDUCE; " +
            where(a.peer);
   // A compute waiting on a remote producer (compute-only schedules).
-  size_t key = parkedOn[r];
+  size_t key = waits.parkedOn(r);
   if (key < idx.size()) {
     // Recover the work from its dense id.
     size_t rest = key / 4;
@@ -438,7 +418,7 @@ Expected<SimResult> Replay::run() {
   while (!ready.empty()) {
     int32_t r = ready.back();
     ready.pop_back();
-    if (parkedOn[r] != SIZE_MAX)
+    if (waits.isParked(r))
       continue; // parked again since it was queued
     if (advance(r) == Step::Failed)
       return Status::error(error);

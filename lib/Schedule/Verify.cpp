@@ -48,8 +48,8 @@ private:
   // Rendezvous execution.
   enum class Step { Done, Blocked };
   Step advance(int32_t r);
-  void park(int32_t r, size_t key);
-  void wake(size_t key);
+  void park(int32_t r, size_t key) { waits.park(r, key); }
+  void wake(size_t key) { waits.wake(key, ready); }
   std::string blockedReason(int32_t r) const;
   std::string whereIs(int32_t q) const;
 
@@ -70,8 +70,7 @@ private:
   std::vector<int32_t> sendArr, recvArr, grArr;
   std::vector<size_t> pc;
   std::vector<char> arrived;
-  std::vector<int32_t> head, next;
-  std::vector<size_t> parkedOn;
+  detail::WaitLists waits;
   std::vector<int32_t> ready;
   size_t sendWaitBase = 0, recvWaitBase = 0, grBase = 0;
 };
@@ -403,23 +402,6 @@ Status Verifier::checkChannels() {
   return Status::ok();
 }
 
-void Verifier::park(int32_t r, size_t key) {
-  parkedOn[r] = key;
-  next[r] = head[key];
-  head[key] = r;
-}
-
-void Verifier::wake(size_t key) {
-  for (int32_t r = head[key]; r >= 0;) {
-    int32_t n = next[r];
-    parkedOn[r] = SIZE_MAX;
-    next[r] = -1;
-    ready.push_back(r);
-    r = n;
-  }
-  head[key] = -1;
-}
-
 Verifier::Step Verifier::advance(int32_t r) {
   const std::vector<Action> &prog = s.programs[r];
   while (pc[r] < prog.size()) {
@@ -512,7 +494,7 @@ std::string Verifier::blockedReason(int32_t r) const {
     return toString(a) + " blocks until rank " + std::to_string(a.peer) +
            " reaches its matching GRADREDUCE; " + whereIs(a.peer);
   default: {
-    size_t key = parkedOn[r];
+    size_t key = waits.parkedOn(r);
     if (key >= idx.size())
       return toString(a) + " cannot proceed";
     for (const Work *w : {&a.work, &a.work2}) {
@@ -542,15 +524,13 @@ Status Verifier::execute() {
   sendWaitBase = idx.size();
   recvWaitBase = sendWaitBase + nc;
   grBase = recvWaitBase + nc;
-  head.assign(grBase + nc, -1);
-  next.assign(numRanks, -1);
-  parkedOn.assign(numRanks, SIZE_MAX);
+  waits.reset(grBase + nc, numRanks);
   for (int32_t r = numRanks - 1; r >= 0; --r)
     ready.push_back(r);
   while (!ready.empty()) {
     int32_t r = ready.back();
     ready.pop_back();
-    if (parkedOn[r] == SIZE_MAX)
+    if (!waits.isParked(r))
       advance(r);
   }
   std::vector<int32_t> stuck;
