@@ -8,14 +8,18 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "pipeforge/Schedule/AutoScheduler.h"
 #include "pipeforge/Schedule/CommInsertion.h"
 #include "pipeforge/Schedule/Export.h"
 #include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/Schedule/Simulator.h"
 #include "pipeforge/Schedule/Verify.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -31,6 +35,7 @@ Generate, verify and simulate a pipeline schedule.
 
 Schedule:
   --schedule NAME       gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev
+                        auto (automatic: heuristic + ILP under --mem-limit)
   --ranks N             pipeline ranks
   --microbatches M      microbatches (DualPipe: the total over both
                         directions); default: the smallest the kind accepts
@@ -46,6 +51,14 @@ Cost model (time units are yours; memory in units of M_B):
   --mem-limit X                per-rank activation limit: a number of M_B,
                                or "<k>p" for k x ranks M_B (e.g. 2p)
 
+Automatic schedule (--schedule auto; docs/auto-scheduler.md):
+  --placement P         linear (default) or v (auto ZB-V)
+  --time-limit S        ILP time limit in seconds (default 10)
+  --gap G               ILP relative gap target (default 0.0001)
+  --no-ilp              heuristic only
+  --hidden H --heads A --seq S
+                        derive M_W / M_B = 32h / (34h + 5as) (overrides --mem-w)
+
 Output:
   --format F            text (default) json csv svg trace
   -o FILE               write to FILE instead of standard output
@@ -57,6 +70,11 @@ struct Options {
   bool computeOnly = false;
   double tf = 1, tb = 1, tw = 1, tfb = -1, tcomm = 0, memW = 0.5;
   std::string memLimit;
+  // --schedule auto
+  std::string placement = "linear";
+  double timeLimit = 10, gap = 1e-4;
+  bool noIlp = false;
+  double hidden = 0, heads = 0, seq = 0;
 };
 
 [[noreturn]] void usageError(const std::string &msg) {
@@ -98,6 +116,10 @@ Options parseArgs(int argc, char **argv) {
       o.computeOnly = true;
       continue;
     }
+    if (a == "--no-ilp") {
+      o.noIlp = true;
+      continue;
+    }
     // --flag=value or --flag value
     std::string flag = a, value;
     if (size_t eq = a.find('='); eq != std::string::npos && a.rfind("--", 0) == 0) {
@@ -136,6 +158,18 @@ Options parseArgs(int argc, char **argv) {
       o.memW = parseNumber(flag, value);
     else if (flag == "--mem-limit")
       o.memLimit = value;
+    else if (flag == "--placement")
+      o.placement = value;
+    else if (flag == "--time-limit")
+      o.timeLimit = parseNumber(flag, value);
+    else if (flag == "--gap")
+      o.gap = parseNumber(flag, value);
+    else if (flag == "--hidden")
+      o.hidden = parseNumber(flag, value);
+    else if (flag == "--heads")
+      o.heads = parseNumber(flag, value);
+    else if (flag == "--seq")
+      o.seq = parseNumber(flag, value);
     else
       usageError("unknown option '" + a + "'");
   }
@@ -147,6 +181,15 @@ Options parseArgs(int argc, char **argv) {
       usageError(std::string(name) + " must be >= 0");
   if (o.memW < 0 || o.memW > 1)
     usageError("--mem-w must be in [0, 1]");
+  int shape = (o.hidden > 0) + (o.heads > 0) + (o.seq > 0);
+  if (shape != 0 && shape != 3)
+    usageError("--hidden, --heads and --seq go together (all > 0)");
+  if (shape == 3)
+    o.memW = memWRatio(o.hidden, o.heads, o.seq);
+  if (o.placement != "linear" && o.placement != "v")
+    usageError("--placement expects linear or v, got '" + o.placement + "'");
+  if (o.timeLimit < 0 || o.gap < 0)
+    usageError("--time-limit and --gap must be >= 0");
   return o;
 }
 
@@ -166,6 +209,8 @@ double parseMemLimit(const std::string &v, int ranks) {
   return parseNumber("--mem-limit", v);
 }
 
+std::optional<AutoResult> autoResult;
+
 Schedule obtainSchedule(const Options &o) {
   if (!o.importCsv.empty()) {
     if (!o.schedule.empty())
@@ -181,12 +226,38 @@ Schedule obtainSchedule(const Options &o) {
     usageError("--schedule is required (one of: gpipe 1f1b interleaved zb-h1 "
                "zb-h2 zbv dualpipe dualpipev)");
   auto kind = parseScheduleKind(o.schedule);
-  if (!kind || *kind == ScheduleKind::Auto)
+  if (!kind)
     usageError("unknown schedule '" + o.schedule +
                "'; expected one of: gpipe 1f1b interleaved zb-h1 zb-h2 zbv "
-               "dualpipe dualpipev");
+               "dualpipe dualpipev auto");
   if (o.ranks < 1)
     usageError("--ranks is required (>= 1)");
+  if (*kind == ScheduleKind::Auto) {
+    if (o.microbatches < 1)
+      usageError("--schedule auto needs --microbatches (>= 1)");
+    AutoOptions ao;
+    ao.ranks = o.ranks;
+    ao.microbatches = o.microbatches;
+    ao.vShape = o.placement == "v";
+    ao.cost.tf = o.tf;
+    ao.cost.tb = o.tb;
+    ao.cost.tw = o.tw;
+    ao.cost.tcomm = o.tcomm;
+    // M_B: one microbatch on a rank's share of a p-way split (a V stage is
+    // half of it), as for every other schedule below.
+    ao.cost.memB = ao.vShape ? 0.5 : 1.0;
+    ao.cost.memW = ao.cost.memB * o.memW;
+    if (!o.memLimit.empty())
+      ao.memLimit = parseMemLimit(o.memLimit, o.ranks);
+    ao.useIlp = !o.noIlp;
+    ao.ilpTimeLimit = o.timeLimit;
+    ao.ilpGap = o.gap;
+    auto r = autoSchedule(ao);
+    if (!r)
+      fail(r.message());
+    autoResult = r.take();
+    return autoResult->schedule;
+  }
   GenOptions g;
   g.ranks = o.ranks;
   g.chunksPerRank = o.chunks;
@@ -240,6 +311,14 @@ int main(int argc, char **argv) {
   std::string out;
   if (o.format == "json") {
     out = exportJson(s, &*sim, cost);
+    if (autoResult) {
+      auto j = nlohmann::ordered_json::parse(out);
+      j["summary"]["lower_bound"] = autoResult->bound.zbCost;
+      j["summary"]["lower_bound_makespan"] = autoResult->bound.makespan;
+      j["summary"]["gap"] = autoResult->gap;
+      j["summary"]["method"] = autoResult->method;
+      out = j.dump(2) + "\n";
+    }
   } else if (o.format == "csv") {
     out = exportCsv(s);
   } else if (o.format == "svg") {
@@ -256,6 +335,23 @@ int main(int argc, char **argv) {
                   s.numMicrobatches, sim->makespan, sim->bubbleRate,
                   sim->zbBubbleRate);
     out = line;
+    if (autoResult) {
+      const AutoResult &a = *autoResult;
+      std::snprintf(line, sizeof line,
+                    "auto: method %s  zb_cost %.4f  lower_bound %.4f  gap "
+                    "%.2f%%  (makespan lower bound %.4f)\n",
+                    a.method.c_str(), a.zbCost, a.bound.zbCost, 100 * a.gap,
+                    a.bound.makespan);
+      out += line;
+      if (a.ilpRan) {
+        std::snprintf(line, sizeof line,
+                      "auto: ILP %s, bound within its model %.4f\n",
+                      a.ilpOptimal ? "optimal" : "stopped", a.ilpBound);
+        out += line;
+      }
+      if (!a.note.empty())
+        out += "auto: " + a.note + "\n";
+    }
     for (size_t r = 0; r < sim->ranks.size(); ++r) {
       const RankStats &rs = sim->ranks[r];
       std::snprintf(line, sizeof line,

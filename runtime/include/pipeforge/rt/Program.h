@@ -176,6 +176,25 @@ Status validateProgram(const Program &p);
 /// kernels and buffers, and the per-rank actions.
 std::string dumpProgram(const Program &p);
 
+/// Names used in the file and in messages: "f32" "i32"; "activation"
+/// "tokens" "targets" "param" "stash" "grad_in" "wstash"; "activation"
+/// "loss" "stash" "grad_out" "wstash" "param_grad"; "forward"
+/// "backward_input" "backward_weight" "backward".
+const char *dtypeName(DType t);
+const char *argRoleName(ArgRole r);
+const char *resultRoleName(ResultRole r);
+enum class FunctionKind : uint8_t { Forward, BackwardInput, BackwardWeight, Backward };
+const char *functionKindName(FunctionKind k);
+/// The stage's function of that kind.
+const Function &stageFunction(const Stage &s, FunctionKind k);
+Function &stageFunction(Stage &s, FunctionKind k);
+
+/// The file header (docs/program-format.md): magic, version, flags, body
+/// length, FNV-1a 64 checksum of the body; all little-endian.
+inline constexpr char kProgramMagic[8] = {'P', 'F', 'P', 'R', 'O', 'G', 0, 0};
+inline constexpr size_t kProgramHeaderSize = 32;
+uint64_t programChecksum(const std::string &body);
+
 } // namespace pipeforge::rt
 
 #endif // PIPEFORGE_RT_PROGRAM_H

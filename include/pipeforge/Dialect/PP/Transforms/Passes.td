@@ -96,9 +96,14 @@ def PPSchedule : Pass<"pp-schedule", "::mlir::ModuleOp"> {
 
     Impossible requests (DualPipe with an odd rank count, ZB-H2 with
     m < 2p, ...) are errors that name the rule.
+
+    `kind=auto` runs the automatic scheduler (docs/auto-scheduler.md) on the
+    cost options under `mem-limit` (M_B units, or `<k>p`), on a `linear` or
+    `v` placement (the pipeline's, else `placement`); an impossible limit is
+    an error.
   }];
   let dependentDialects = ["::pipeforge::pp::PPDialect"];
-  let options = [
+  let options = !listconcat(PP_CostOptions, [
     Option<"kind", "kind", "std::string", /*default=*/"\"1f1b\"",
            "gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | zbv | dualpipe | dualpipev">,
     Option<"microbatches", "microbatches", "int", /*default=*/"0",
@@ -107,8 +112,17 @@ def PPSchedule : Pass<"pp-schedule", "::mlir::ModuleOp"> {
     Option<"ranks", "ranks", "int", /*default=*/"0",
            "Pipeline ranks when the module has no pp.pipeline">,
     Option<"chunks", "chunks", "int", /*default=*/"2",
-           "Model chunks per rank for interleaved 1F1B without a pp.pipeline">
-  ];
+           "Model chunks per rank for interleaved 1F1B without a pp.pipeline">,
+    Option<"memLimit", "mem-limit", "std::string", /*default=*/"\"\"",
+           "kind=auto: per-rank activation limit in M_B, or <k>p (k x ranks); "
+           "empty = unlimited">,
+    Option<"autoPlacement", "placement", "std::string", /*default=*/"\"linear\"",
+           "kind=auto without a pp.pipeline: linear or v">,
+    Option<"timeLimit", "time-limit", "double", /*default=*/"10.0",
+           "kind=auto: ILP time limit in seconds (0 = heuristic only)">,
+    Option<"gap", "gap", "double", /*default=*/"0.0001",
+           "kind=auto: ILP relative gap target">
+  ]);
 }
 
 def PPInsertComm : Pass<"pp-insert-comm", "::mlir::ModuleOp"> {

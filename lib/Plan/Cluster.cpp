@@ -1,0 +1,123 @@
+//===- Cluster.cpp - The cluster description JSON -------------------------===//
+//
+// Schema (docs/planner.md): gpus, gpus_per_node, memory_gb, peak_tflops,
+// intra_node_gb_per_s, inter_node_gb_per_s (needed with more than one node),
+// and the optional name, reserved_memory_gb, efficiency, description.
+// Unknown keys are errors, so a misspelt key is not silently ignored.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/Plan/Planner.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <set>
+
+using namespace pipeforge;
+using namespace pipeforge::plan;
+using json = nlohmann::json;
+
+namespace {
+Status keyError(const std::string &key, const std::string &what) {
+  return Status::error("cluster: key '" + key + "': " + what);
+}
+
+/// A required (or optional, when `def` is given) finite number.
+Status getNumber(const json &j, const std::string &key, double &out,
+                 bool required, bool positive) {
+  auto it = j.find(key);
+  if (it == j.end()) {
+    if (required)
+      return Status::error("cluster: missing key '" + key + "'");
+    return Status::ok();
+  }
+  if (!it->is_number())
+    return keyError(key, std::string("expected a number, got ") +
+                             it->type_name());
+  double v = it->get<double>();
+  if (!std::isfinite(v) || (positive ? v <= 0 : v < 0))
+    return keyError(key, positive ? "expected a positive number"
+                                  : "expected a number >= 0");
+  out = v;
+  return Status::ok();
+}
+
+Status getInt(const json &j, const std::string &key, int &out) {
+  auto it = j.find(key);
+  if (it == j.end())
+    return Status::error("cluster: missing key '" + key + "'");
+  if (!it->is_number_integer() && !it->is_number_unsigned())
+    return keyError(key, std::string("expected an integer, got ") +
+                             (it->is_number() ? "a fraction" : it->type_name()));
+  long long v = it->get<long long>();
+  if (v <= 0 || v > (1 << 24))
+    return keyError(key, "expected a positive integer");
+  out = static_cast<int>(v);
+  return Status::ok();
+}
+} // namespace
+
+Expected<Cluster> plan::parseCluster(const std::string &text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false,
+                       /*ignore_comments=*/true);
+  if (j.is_discarded())
+    return Status::error("cluster: invalid JSON");
+  if (!j.is_object())
+    return Status::error("cluster: expected a JSON object");
+
+  static const std::set<std::string> known = {
+      "name",        "description",         "gpus",
+      "gpus_per_node", "memory_gb",         "reserved_memory_gb",
+      "peak_tflops", "efficiency",          "intra_node_gb_per_s",
+      "inter_node_gb_per_s"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!known.count(it.key()))
+      return Status::error("cluster: unknown key '" + it.key() +
+                           "' (known: gpus gpus_per_node memory_gb "
+                           "reserved_memory_gb peak_tflops efficiency "
+                           "intra_node_gb_per_s inter_node_gb_per_s name "
+                           "description)");
+
+  Cluster c;
+  if (auto it = j.find("name"); it != j.end()) {
+    if (!it->is_string())
+      return keyError("name", "expected a string");
+    c.name = it->get<std::string>();
+  }
+  if (Status s = getInt(j, "gpus", c.gpus); !s)
+    return s;
+  if (Status s = getInt(j, "gpus_per_node", c.gpusPerNode); !s)
+    return s;
+  if (c.gpus > c.gpusPerNode && c.gpus % c.gpusPerNode != 0)
+    return keyError("gpus", std::to_string(c.gpus) +
+                                " GPUs do not fill whole nodes of " +
+                                std::to_string(c.gpusPerNode) +
+                                " (gpus_per_node)");
+  if (Status s = getNumber(j, "memory_gb", c.memoryGiB, true, true); !s)
+    return s;
+  if (Status s = getNumber(j, "reserved_memory_gb", c.reservedGiB, false,
+                           false);
+      !s)
+    return s;
+  if (c.reservedGiB >= c.memoryGiB)
+    return keyError("reserved_memory_gb", "must be below memory_gb");
+  if (Status s = getNumber(j, "peak_tflops", c.peakTflops, true, true); !s)
+    return s;
+  if (Status s = getNumber(j, "efficiency", c.efficiency, false, true); !s)
+    return s;
+  if (c.efficiency > 1)
+    return keyError("efficiency", "expected a fraction of peak in (0, 1]");
+  if (Status s = getNumber(j, "intra_node_gb_per_s", c.intraNodeGBps, true,
+                           true);
+      !s)
+    return s;
+  bool multiNode = c.gpus > c.gpusPerNode;
+  if (Status s = getNumber(j, "inter_node_gb_per_s", c.interNodeGBps,
+                           multiNode, true);
+      !s)
+    return s;
+  if (c.name.empty())
+    c.name = std::to_string(c.gpus) + " GPUs";
+  return c;
+}

@@ -1,0 +1,188 @@
+//===- Report.cpp - The planner's table and JSON ---------------------------===//
+
+#include "pipeforge/Plan/Planner.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdarg>
+#include <cstdio>
+
+using namespace pipeforge;
+using namespace pipeforge::plan;
+using json = nlohmann::ordered_json;
+
+namespace {
+std::string fmt(const char *f, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return buf;
+}
+
+double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+
+double totalParams(const ModelCosts &m) {
+  double p = 0;
+  for (const LayerCost &l : m.layers)
+    p += l.params;
+  return p;
+}
+
+std::string splitText(const std::vector<int> &s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i)
+    out += (i ? "," : "") + std::to_string(s[i]);
+  return out;
+}
+
+std::string tokensText(double t) {
+  if (t >= 1e6)
+    return fmt("%.2fM", t / 1e6);
+  if (t >= 1e3)
+    return fmt("%.1fk", t / 1e3);
+  return fmt("%.0f", t);
+}
+
+std::string setupText(const Candidate &c) {
+  return fmt("%s, pp=%d dp=%d, microbatch %d x %d%s, %s", c.schedule.c_str(),
+             c.pp, c.dp, c.microbatchSize, c.microbatches,
+             c.kind == sched::ScheduleKind::DualPipe ? " (both directions)"
+                                                     : "",
+             layoutName(c.layout));
+}
+
+json candidateJson(const Candidate &c) {
+  json j;
+  j["schedule"] = c.schedule;
+  j["pp"] = c.pp;
+  j["dp"] = c.dp;
+  j["microbatch_size"] = c.microbatchSize;
+  j["microbatches"] = c.microbatches;
+  j["stages"] = c.stages;
+  j["layer_split"] = c.layerSplit;
+  j["layout"] = layoutName(c.layout);
+  j["pp_inter_node"] = c.ppInterNode;
+  j["dp_inter_node"] = c.dpInterNode;
+  j["step_time_s"] = c.stepTime;
+  j["pipeline_time_s"] = c.pipelineTime;
+  j["dp_allreduce_time_s"] = c.dpTime;
+  j["dual_grad_reduce_time_s"] = c.dualReduceTime;
+  j["comm_time_per_edge_s"] = c.commTime;
+  j["bubble_rate"] = c.bubbleRate;
+  j["memory_bytes"] = c.memoryBytes;
+  j["model_state_bytes"] = c.paramBytes;
+  j["activation_bytes"] = c.activationBytes;
+  j["fits"] = c.fits;
+  j["tokens_per_s"] = c.tokensPerSecond;
+  return j;
+}
+} // namespace
+
+std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
+                              const Cluster &cl, const PlanOptions &opts) {
+  std::string out;
+  out += fmt("model %s: %zu layers, %.1fM params, seq %lld; global batch %lld "
+             "sequences\n",
+             model.name.c_str(), model.layers.size(), totalParams(model) / 1e6,
+             (long long)model.seqLen, (long long)opts.globalBatch);
+  out += fmt("cluster %s: %d GPUs (%d per node), %.6g GiB per GPU "
+             "(%.6g reserved), %.6g TFLOP/s x %.2f, %.6g GB/s intra-node, %s\n",
+             cl.name.c_str(), cl.gpus, cl.gpusPerNode, cl.memoryGiB,
+             cl.reservedGiB, cl.peakTflops, cl.efficiency, cl.intraNodeGBps,
+             cl.interNodeGBps > 0
+                 ? fmt("%.6g GB/s inter-node", cl.interNodeGBps).c_str()
+                 : "one node");
+  out += fmt("evaluated %d setups: %zu fit, %zu over memory; %zu skipped\n\n",
+             r.evaluated, r.ranked.size(), r.overMemory.size(),
+             r.skipped.size());
+  out += fmt("%3s  %-11s %3s %4s %3s %5s  %-10s %-14s %10s %10s %9s %7s %8s "
+             "%9s\n",
+             "#", "schedule", "pp", "dp", "b", "m", "layout", "layers",
+             "step_ms", "pipe_ms", "dp_ms", "bubble", "mem_GiB", "tokens/s");
+  size_t n = std::min<size_t>(r.ranked.size(), std::max(1, opts.topN));
+  for (size_t i = 0; i < n; ++i) {
+    const Candidate &c = r.ranked[i];
+    std::string split = splitText(c.layerSplit);
+    if (split.size() > 14)
+      split = split.substr(0, 11) + "...";
+    out += fmt("%3zu  %-11s %3d %4d %3d %5d  %-10s %-14s %10.4g %10.4g %9.4g "
+               "%6.2f%% %8.2f %9s\n",
+               i + 1, c.schedule.c_str(), c.pp, c.dp, c.microbatchSize,
+               c.microbatches, layoutName(c.layout), split.c_str(),
+               c.stepTime * 1e3, c.pipelineTime * 1e3,
+               (c.dpTime + c.dualReduceTime) * 1e3, c.bubbleRate * 100,
+               gib(c.memoryBytes), tokensText(c.tokensPerSecond).c_str());
+  }
+  if (r.ranked.empty())
+    return out;
+  const Candidate &best = r.ranked.front();
+  out += "\n";
+  out += fmt("recommended: %s: step %.4g ms, bubble %.2f%%, %.3g GiB per GPU "
+             "(of %.3g usable), %s tokens/s\n",
+             setupText(best).c_str(), best.stepTime * 1e3,
+             best.bubbleRate * 100, gib(best.memoryBytes),
+             gib(cl.usableBytes()), tokensText(best.tokensPerSecond).c_str());
+  out += fmt("  time: pipeline %.4g ms + data-parallel all-reduce %.4g ms%s; "
+             "T_comm %.4g ms per cross-stage edge (%s)\n",
+             best.pipelineTime * 1e3, best.dpTime * 1e3,
+             best.dualReduceTime > 0
+                 ? fmt(" + copy grad sum %.4g ms", best.dualReduceTime * 1e3)
+                       .c_str()
+                 : "",
+             best.commTime * 1e3,
+             best.pp == 1 ? "no pipeline"
+                          : (best.ppInterNode ? "inter-node" : "intra-node"));
+  out += fmt("  memory: %.3g GiB model state + %.3g GiB peak activations\n",
+             gib(best.paramBytes), gib(best.activationBytes));
+  if (r.ranked.size() > 1) {
+    const Candidate &next = r.ranked[1];
+    out += fmt("  runner-up: %s is %.2f%% slower\n", setupText(next).c_str(),
+               (next.stepTime / best.stepTime - 1) * 100);
+  }
+  // A faster setup that memory rules out, if any.
+  const Candidate *faster = nullptr;
+  for (const Candidate &c : r.overMemory)
+    if (c.stepTime < best.stepTime &&
+        (!faster || c.stepTime < faster->stepTime))
+      faster = &c;
+  if (faster)
+    out += fmt("  ruled out by memory: %s would take %.4g ms but needs %.2f "
+               "GiB\n",
+               setupText(*faster).c_str(), faster->stepTime * 1e3,
+               gib(faster->memoryBytes));
+  return out;
+}
+
+std::string plan::formatJson(const PlanResult &r, const ModelCosts &model,
+                             const Cluster &cl, const PlanOptions &opts) {
+  json j;
+  j["model"] = {{"name", model.name},
+                {"layers", model.layers.size()},
+                {"params", totalParams(model)},
+                {"seq_len", model.seqLen}};
+  j["cluster"] = {{"name", cl.name},
+                  {"gpus", cl.gpus},
+                  {"gpus_per_node", cl.gpusPerNode},
+                  {"memory_gb", cl.memoryGiB},
+                  {"reserved_memory_gb", cl.reservedGiB},
+                  {"usable_bytes", cl.usableBytes()},
+                  {"peak_tflops", cl.peakTflops},
+                  {"efficiency", cl.efficiency},
+                  {"intra_node_gb_per_s", cl.intraNodeGBps},
+                  {"inter_node_gb_per_s", cl.interNodeGBps}};
+  j["global_batch"] = opts.globalBatch;
+  j["evaluated"] = r.evaluated;
+  j["fit"] = r.ranked.size();
+  j["over_memory"] = r.overMemory.size();
+  if (!r.ranked.empty())
+    j["recommendation"] = candidateJson(r.ranked.front());
+  json top = json::array();
+  size_t n = std::min<size_t>(r.ranked.size(), std::max(1, opts.topN));
+  for (size_t i = 0; i < n; ++i)
+    top.push_back(candidateJson(r.ranked[i]));
+  j["top"] = top;
+  j["skipped"] = r.skipped;
+  return j.dump(2) + "\n";
+}

@@ -1,0 +1,493 @@
+//===- AutoHeuristic.cpp - The automatic scheduler's heuristic ------------===//
+//
+// List scheduling on the cost model. Time advances event by event; a rank
+// that is free picks, among the passes whose inputs have arrived:
+//   B  (always allowed: it frees memory) -- first, or after an F when B is
+//      not prioritised (strict 1F-1B alternation);
+//   F  if the memory limit allows it (for a V's first chunk, room for the
+//      second chunk's F of some microbatch is kept) and the rank has fewer
+//      than `cap` microbatches in flight (the warm-up depth);
+//   W  when nothing else can run and either the gap to the next known
+//      arrival is >= T_W, or memory blocks an F, or (policy) always / when
+//      the gap is small but nonzero.
+// F, B, W of a stage run in microbatch order. A grid of the choices (cap
+// formula, B priority, W policy, V chunk preference) is run, handcrafted
+// ZB-H1 / ZB-H2 / ZB-V join as seeds when they fit the memory limit, and
+// the best by simulated Zero Bubble cost is improved by a time-boxed local
+// search that moves single passes on a rank and keeps strict improvements.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/Schedule/AutoScheduler.h"
+#include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/Verify.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace pipeforge::sched {
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kEps = 1e-9;
+
+struct Params {
+  double capA = 1; ///< cap = ceil(capA * downstream stages) + capB
+  int capB = 0;
+  bool capUnlimited = false;
+  bool bPriority = true;
+  int wPolicy = 0; ///< 0: gap >= T_W; 1: always when idle; 2: also small gaps
+  bool preferLaterF = true; ///< V: run the second chunk's F first
+};
+
+Work mk(WorkKind k, int s, int j) {
+  Work w;
+  w.kind = k;
+  w.stage = s;
+  w.mb = j;
+  return w;
+}
+
+class ListScheduler {
+public:
+  ListScheduler(const AutoOptions &o, const Placement &pl)
+      : o(o), c(o.cost), pl(pl), p(o.ranks), m(o.microbatches),
+        S(pl.numStages) {
+    stagesOf.resize(p);
+    for (int s = 0; s < S; ++s)
+      stagesOf[pl.rank(0, s)].push_back(s);
+  }
+
+  /// Empty result when the choices deadlock under the memory limit.
+  std::vector<std::vector<Work>> run(const Params &P);
+
+private:
+  double comm(int from, int to) const {
+    return pl.rank(0, from) == pl.rank(0, to) ? 0 : c.tcomm;
+  }
+  double readyF(int s) const {
+    int j = nf[s];
+    if (j >= m)
+      return kInf;
+    if (s == 0)
+      return 0;
+    double e = eF[s - 1][j];
+    return std::isnan(e) ? kInf : e + comm(s - 1, s);
+  }
+  double readyB(int s) const {
+    int j = nb[s];
+    if (j >= nf[s])
+      return kInf;
+    if (s == S - 1)
+      return eF[s][j];
+    double e = eB[s + 1][j];
+    return std::isnan(e) ? kInf : e + comm(s + 1, s);
+  }
+  bool memAllowsF(int r, int s) const {
+    if (o.memLimit < 0)
+      return true;
+    double need = mem[r] + c.memDelta(WorkKind::F, s);
+    // A V's first chunk keeps room for the second chunk's F.
+    for (int s2 : stagesOf[r])
+      if (s2 > s)
+        need += c.memDelta(WorkKind::F, s2);
+    return need <= o.memLimit + kEps;
+  }
+
+  const AutoOptions &o;
+  const CostModel &c;
+  const Placement &pl;
+  int p, m, S;
+  std::vector<std::vector<int>> stagesOf;
+  std::vector<int> nf, nb, nw;
+  std::vector<std::vector<double>> eF, eB;
+  std::vector<double> now, mem;
+};
+
+std::vector<std::vector<Work>> ListScheduler::run(const Params &P) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  nf.assign(S, 0);
+  nb.assign(S, 0);
+  nw.assign(S, 0);
+  eF.assign(S, std::vector<double>(m, nan));
+  eB.assign(S, std::vector<double>(m, nan));
+  now.assign(p, 0);
+  mem.assign(p, 0);
+  std::vector<int> inflight(p, 0), remaining(p, 0), cap(p, 1 << 30);
+  std::vector<char> lastWasF(p, 0);
+  std::vector<std::vector<Work>> orders(p);
+  for (int r = 0; r < p; ++r) {
+    remaining[r] = 3 * m * (int)stagesOf[r].size();
+    int down = S - stagesOf[r].front();
+    if (!P.capUnlimited)
+      cap[r] = std::max(1, (int)std::ceil(P.capA * down - 1e-9) + P.capB);
+  }
+  auto emit = [&](int r, WorkKind k, int s, double start) {
+    int j = k == WorkKind::F ? nf[s]++ : k == WorkKind::B ? nb[s]++ : nw[s]++;
+    double end = start + c.timeOf(k, s);
+    if (k == WorkKind::F) {
+      eF[s][j] = end;
+      ++inflight[r];
+    } else if (k == WorkKind::B) {
+      eB[s][j] = end;
+      --inflight[r];
+    }
+    mem[r] += c.memDelta(k, s);
+    now[r] = end;
+    --remaining[r];
+    lastWasF[r] = k == WorkKind::F;
+    orders[r].push_back(mk(k, s, j));
+  };
+
+  // Tries to start something on rank r at time t; returns the next time at
+  // which something known becomes ready (kInf if none) when it waits.
+  auto act = [&](int r, double t, double &nextKnown) -> bool {
+    nextKnown = kInf;
+    int bStage = -1, fStage = -1, wStage = -1;
+    double bReady = kInf;
+    bool fMemBlocked = false;
+    for (int s : stagesOf[r]) {
+      double rb = readyB(s);
+      if (rb <= t + kEps) {
+        if (bStage < 0 || rb < bReady - kEps ||
+            (std::fabs(rb - bReady) <= kEps && s > bStage))
+          bStage = s, bReady = rb;
+      } else {
+        nextKnown = std::min(nextKnown, rb);
+      }
+      double rf = readyF(s);
+      if (rf <= t + kEps) {
+        if (!memAllowsF(r, s)) {
+          fMemBlocked = true;
+        } else if (inflight[r] < cap[r]) {
+          if (fStage < 0 || (P.preferLaterF ? s > fStage : s < fStage))
+            fStage = s;
+        }
+      } else if (rf < kInf && memAllowsF(r, s) && inflight[r] < cap[r]) {
+        nextKnown = std::min(nextKnown, rf);
+      }
+      if (nw[s] < nb[s] && (wStage < 0 || eB[s][nw[s]] < eB[wStage][nw[wStage]]))
+        wStage = s;
+    }
+    if (bStage >= 0 && (P.bPriority || fStage < 0 || lastWasF[r])) {
+      emit(r, WorkKind::B, bStage, t);
+      return true;
+    }
+    if (fStage >= 0) {
+      emit(r, WorkKind::F, fStage, t);
+      return true;
+    }
+    if (bStage >= 0) {
+      emit(r, WorkKind::B, bStage, t);
+      return true;
+    }
+    if (wStage >= 0) {
+      double gap = nextKnown - t;
+      double tw = c.timeOf(WorkKind::W, wStage);
+      bool doW = fMemBlocked || gap >= tw - kEps || P.wPolicy == 1 ||
+                 (P.wPolicy == 2 && gap > 0.5 * tw);
+      if (doW) {
+        emit(r, WorkKind::W, wStage, t);
+        return true;
+      }
+    }
+    return false;
+  };
+
+  while (true) {
+    double t = kInf;
+    for (int r = 0; r < p; ++r)
+      if (remaining[r] > 0)
+        t = std::min(t, now[r]);
+    if (t == kInf)
+      break;
+    bool progress = false;
+    double next = kInf;
+    for (int r = 0; r < p; ++r) {
+      if (remaining[r] == 0)
+        continue;
+      if (now[r] > t + kEps) {
+        next = std::min(next, now[r]);
+        continue;
+      }
+      double nk;
+      if (act(r, t, nk))
+        progress = true;
+      else
+        next = std::min(next, nk);
+    }
+    if (progress)
+      continue;
+    if (next == kInf)
+      return {}; // deadlock under these choices
+    for (int r = 0; r < p; ++r)
+      if (remaining[r] > 0 && now[r] <= t + kEps)
+        now[r] = next;
+  }
+  return orders;
+}
+
+double zbCostOf(const SimResult &s) {
+  double z = 0;
+  for (const RankStats &r : s.ranks)
+    z = std::max(z, r.lastEnd - r.firstStart);
+  return z;
+}
+
+struct Cand {
+  std::vector<std::vector<Work>> orders;
+  double zb = kInf, sum = kInf, mk = kInf;
+  /// Zero Bubble cost, then the sum of all ranks' spans (lets the local
+  /// search cross plateaus of the max), then the makespan.
+  bool better(const Cand &o) const {
+    if (zb < o.zb - 1e-9)
+      return true;
+    if (zb > o.zb + 1e-9)
+      return false;
+    if (sum < o.sum - 1e-9)
+      return true;
+    if (sum > o.sum + 1e-9)
+      return false;
+    return mk < o.mk - 1e-9;
+  }
+};
+
+bool evaluate(Cand &cd, const Placement &pl, int m, const CostModel &cost) {
+  Schedule s = detail::ordersToSchedule(cd.orders, pl, m);
+  auto sim = simulate(s, cost);
+  if (!sim)
+    return false;
+  cd.zb = zbCostOf(*sim);
+  cd.mk = sim->makespan;
+  cd.sum = 0;
+  for (const RankStats &r : sim->ranks)
+    cd.sum += r.lastEnd - r.firstStart;
+  return true;
+}
+
+std::vector<std::vector<Work>> ordersOf(const Schedule &s) {
+  std::vector<std::vector<Work>> o(s.numRanks());
+  for (int r = 0; r < s.numRanks(); ++r)
+    for (const Action &a : s.programs[r])
+      if (a.kind == ActionKind::Compute)
+        o[r].push_back(a.work);
+  return o;
+}
+
+/// Moves one pass of a rank by up to `reach` positions; keeps strict
+/// improvements; stops at the deadline or a local optimum.
+void localSearch(Cand &best, const AutoOptions &opts, const Placement &pl,
+                 std::chrono::steady_clock::time_point deadline) {
+  const int reach = 6;
+  bool improved = true;
+  while (improved) {
+    improved = false;
+    for (int r = 0; r < opts.ranks && !improved; ++r) {
+      auto &ord = best.orders[r];
+      int n = (int)ord.size();
+      for (int a = 0; a < n && !improved; ++a) {
+        for (int d = -reach; d <= reach && !improved; ++d) {
+          int b = a + d;
+          if (d == 0 || b < 0 || b >= n)
+            continue;
+          if (std::chrono::steady_clock::now() > deadline)
+            return;
+          // Keep F, B, W of a stage in microbatch order (the ILP's R1).
+          bool sameKind = false;
+          for (int k = std::min(a, b); k <= std::max(a, b); ++k)
+            if (k != a && ord[k].kind == ord[a].kind &&
+                ord[k].stage == ord[a].stage)
+              sameKind = true;
+          if (sameKind)
+            continue;
+          Cand c2 = best;
+          auto &o2 = c2.orders[r];
+          Work w = o2[a];
+          o2.erase(o2.begin() + a);
+          o2.insert(o2.begin() + b, w);
+          if (opts.memLimit >= 0 &&
+              !detail::ordersFitMemory({o2}, opts.cost, opts.memLimit))
+            continue;
+          if (!evaluate(c2, pl, opts.microbatches, opts.cost))
+            continue;
+          if (c2.better(best)) {
+            best = std::move(c2);
+            improved = true;
+          }
+        }
+      }
+    }
+  }
+}
+} // namespace
+
+namespace detail {
+
+Schedule ordersToSchedule(const std::vector<std::vector<Work>> &orders,
+                          const Placement &pl, int m) {
+  Schedule s;
+  s.name = "auto";
+  s.placement = pl;
+  s.numMicrobatches = m;
+  s.programs.resize(pl.numRanks);
+  for (size_t r = 0; r < orders.size(); ++r)
+    for (const Work &w : orders[r])
+      s.programs[r].push_back(Action::compute(w));
+  return s;
+}
+
+bool ordersFitMemory(const std::vector<std::vector<Work>> &orders,
+                     const CostModel &cost, double limit) {
+  for (const auto &ord : orders) {
+    double mem = 0;
+    for (const Work &w : ord) {
+      mem += cost.memDelta(w.kind, w.stage);
+      if (mem > limit + kEps)
+        return false;
+    }
+  }
+  return true;
+}
+
+Expected<AutoResult> autoHeuristic(const AutoOptions &opts) {
+  Placement pl = opts.vShape ? Placement::vShape(opts.ranks)
+                             : Placement::linear(opts.ranks);
+  int m = opts.microbatches;
+  Cand best;
+  auto consider = [&](std::vector<std::vector<Work>> orders) {
+    if (orders.empty())
+      return;
+    if (opts.memLimit >= 0 &&
+        !ordersFitMemory(orders, opts.cost, opts.memLimit))
+      return;
+    Cand c;
+    c.orders = std::move(orders);
+    if (evaluate(c, pl, m, opts.cost) && c.better(best))
+      best = std::move(c);
+  };
+
+  // Handcrafted seeds.
+  std::vector<ScheduleKind> seeds;
+  if (opts.vShape)
+    seeds = {ScheduleKind::ZBV};
+  else
+    seeds = {ScheduleKind::ZBH1, ScheduleKind::ZBH2};
+  for (ScheduleKind k : seeds) {
+    GenOptions g;
+    g.ranks = opts.ranks;
+    g.microbatches = m;
+    auto s = generate(k, g);
+    if (s)
+      consider(ordersOf(*s));
+  }
+
+  // The grid of heuristic choices.
+  ListScheduler ls(opts, pl);
+  std::vector<Params> grid;
+  const double capAs[] = {1, 1.5, 1.75, 2, 2.25, 2.5, 3};
+  for (int unl = 0; unl < 2; ++unl)
+    for (double a : capAs)
+      for (int b = -2; b <= 2; ++b) {
+        if (unl && (a != 1 || b != 0))
+          continue;
+        for (int bp = 0; bp < 2; ++bp)
+          for (int wp = 0; wp < 3; ++wp)
+            for (int lf = 0; lf < (opts.vShape ? 2 : 1); ++lf) {
+              Params P;
+              P.capUnlimited = unl;
+              P.capA = a;
+              P.capB = b;
+              P.bPriority = bp;
+              P.wPolicy = wp;
+              P.preferLaterF = lf == 0;
+              grid.push_back(P);
+            }
+      }
+  bool debug = std::getenv("PF_AUTO_DEBUG") != nullptr;
+  for (const Params &P : grid) {
+    auto ord = ls.run(P);
+    if (debug) {
+      Cand c;
+      c.orders = ord;
+      bool fits = !ord.empty() && (opts.memLimit < 0 ||
+                                   ordersFitMemory(ord, opts.cost, opts.memLimit));
+      bool ok = fits && evaluate(c, pl, m, opts.cost);
+      std::fprintf(stderr, "cap %s%.1f%+d bP %d wP %d lf %d: %s %.3f\n",
+                   P.capUnlimited ? "inf " : "", P.capA, P.capB, P.bPriority,
+                   P.wPolicy, P.preferLaterF, ok ? "ok" : (fits ? "sim-fail" : "no-fit"),
+                   c.zb);
+    }
+    consider(std::move(ord));
+  }
+  if (best.orders.empty())
+    return Status::error("the heuristic found no schedule within the memory "
+                         "limit " + std::to_string(opts.memLimit));
+
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::microseconds(
+                      (long long)(std::max(0.0, opts.searchTimeLimit) * 1e6));
+  localSearch(best, opts, pl, deadline);
+
+  AutoResult res;
+  res.schedule = ordersToSchedule(best.orders, pl, m);
+  auto sim = simulate(res.schedule, opts.cost);
+  if (!sim)
+    return Status::error("internal error: " + sim.message());
+  res.sim = sim.take();
+  res.makespan = res.sim.makespan;
+  res.zbCost = zbCostOf(res.sim);
+  res.heuristicZbCost = res.zbCost;
+  res.method = "heuristic";
+  return res;
+}
+
+} // namespace detail
+
+double minFeasibleMemLimit(const AutoOptions &opts) {
+  Placement pl = opts.vShape ? Placement::vShape(opts.ranks)
+                             : Placement::linear(opts.ranks);
+  std::vector<double> need(opts.ranks, 0);
+  for (int s = 0; s < pl.numStages; ++s)
+    need[pl.rank(0, s)] += opts.cost.memDelta(WorkKind::F, s);
+  return *std::max_element(need.begin(), need.end());
+}
+
+Expected<AutoResult> autoSchedule(const AutoOptions &opts) {
+  if (opts.ranks < 1)
+    return Status::error("auto schedule: ranks must be >= 1");
+  if (opts.microbatches < 1)
+    return Status::error("auto schedule: microbatches must be >= 1");
+  double need = minFeasibleMemLimit(opts);
+  if (opts.memLimit >= 0 && opts.memLimit + kEps < need) {
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "memory limit %g is impossible: one microbatch's "
+                  "activations need %g on a rank%s, so no schedule fits",
+                  opts.memLimit, need,
+                  opts.vShape ? " (both chunks of the V)" : "");
+    return Status::error(buf);
+  }
+  auto h = detail::autoHeuristic(opts);
+  if (!h)
+    return h.status();
+  AutoResult res = h.take();
+  if (opts.useIlp)
+    res = detail::autoIlp(opts, std::move(res));
+  res.bound = autoLowerBound(opts);
+  double lb = res.bound.zbCost;
+  res.gap = res.zbCost > 0 ? std::max(0.0, (res.zbCost - lb) / res.zbCost) : 0;
+  VerifyOptions vo;
+  vo.cost = opts.cost;
+  if (opts.memLimit >= 0)
+    vo.memLimit = opts.memLimit;
+  if (Status st = verify(res.schedule, vo); !st)
+    return Status::error("internal error: the automatic schedule fails "
+                         "verification: " + st.message());
+  return res;
+}
+
+} // namespace pipeforge::sched

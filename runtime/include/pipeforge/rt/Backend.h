@@ -1,0 +1,71 @@
+//===- Backend.h - Compute backend interface --------------------*- C++ -*-===//
+//
+// What the executor needs from a device: buffers, copies, a few elementwise
+// helpers for gradient accumulation, and running one Kernel of a Function.
+// The executor never knows the concrete backend (CPU here; CUDA later).
+//
+// Buffers are opaque device pointers. On a host-visible backend (CPU) they
+// are plain host memory and the executor may read them directly.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEFORGE_RT_BACKEND_H
+#define PIPEFORGE_RT_BACKEND_H
+
+#include "pipeforge/rt/Program.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pipeforge::rt {
+
+/// The operands of one kernel call: device pointers with their types, in the
+/// order of Kernel::inputs / Kernel::outputs (null: absent optional operand
+/// or result).
+struct KernelCall {
+  const Kernel *kernel = nullptr;
+  std::vector<const void *> in;
+  std::vector<const TensorType *> inTypes;
+  std::vector<void *> out;
+  std::vector<const TensorType *> outTypes;
+};
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  virtual const char *name() const = 0;
+  /// True when device pointers are host pointers (CPU).
+  virtual bool hostVisible() const = 0;
+
+  /// A zero-filled buffer of `bytes` bytes (null on failure).
+  virtual void *alloc(int64_t bytes) = 0;
+  virtual void free(void *p) = 0;
+
+  virtual void copyToHost(void *hostDst, const void *src, int64_t bytes) = 0;
+  virtual void copyFromHost(void *dst, const void *hostSrc, int64_t bytes) = 0;
+  virtual void copy(void *dst, const void *src, int64_t bytes) = 0;
+  virtual void fillZero(void *p, int64_t bytes) = 0;
+  /// dst[i] += src[i] for n floats, in index order.
+  virtual void accumulate(float *dst, const float *src, int64_t n) = 0;
+  /// x[i] *= a.
+  virtual void scale(float *x, float a, int64_t n) = 0;
+
+  /// Runs one kernel. Outputs are overwritten (gradient ops' parameter
+  /// gradients too: the executor accumulates them). Unknown op or bad
+  /// operands: an error naming the op.
+  virtual Status run(const KernelCall &call) = 0;
+
+  /// Waits until all queued work is done (no-op on CPU).
+  virtual void synchronize() {}
+};
+
+/// The CPU reference backend (runtime/cpu kernels, float).
+std::unique_ptr<Backend> createCpuBackend();
+
+/// The op mnemonics the CPU backend runs (forward and gradient ops).
+std::vector<std::string> cpuBackendOps();
+
+} // namespace pipeforge::rt
+
+#endif // PIPEFORGE_RT_BACKEND_H

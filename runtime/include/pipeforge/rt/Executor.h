@@ -1,0 +1,154 @@
+//===- Executor.h - Interprets a rank's schedule each step ------*- C++ -*-===//
+//
+// Each training step the executor walks this pipeline rank's action list
+// (Program::schedule.programs[rank]):
+//
+//   F      binds args by role (Activation from a received or locally handed
+//          off bundle, Tokens/Targets from the data source for the global
+//          microbatch, Param), runs the kernels, keeps Stash results per
+//          (copy, stage, mb), hands Activation results to the next stage
+//          (locally, or to the following Send), records the Loss.
+//   B      GradIn = the received gradient, or on the loss stage the seed
+//          1 / microbatches (the step loss is the mean over microbatches);
+//          keeps WStash; GradOut goes to the previous stage.
+//   W      adds ParamGrad into the parameter's gradient accumulator; frees the
+//          stash of (copy, stage, mb).
+//   BW     B then W fused (the stage's backward function, or B then W).
+//   FB     Overlap: F then the backward member, one trace event.
+//   Send / Recv  point-to-point; receives are posted `recvLookahead`
+//          actions ahead and waited for only by the compute that needs them.
+//   GradReduce   DualPipe: pairwise sum of the two copies' gradients.
+//
+// Then: data-parallel gradient allreduce (sum, divided by dp), the global
+// gradient norm, and the optimizer step.
+//
+// Determinism (see docs/runtime.md): with dp = 1 and a schedule whose W (or
+// BW) of each stage runs in microbatch order, every run is bitwise equal to
+// the single-process reference; DualPipe (two partial sums added) and dp > 1
+// (a different summation order) agree within float rounding.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEFORGE_RT_EXECUTOR_H
+#define PIPEFORGE_RT_EXECUTOR_H
+
+#include "pipeforge/rt/Backend.h"
+#include "pipeforge/rt/Program.h"
+#include "pipeforge/rt/Transport.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pipeforge::rt {
+
+//===----------------------------------------------------------------------===//
+// Data and optimizer seams (replaced by Data.h / Optimizer.h when they land)
+//===----------------------------------------------------------------------===//
+
+/// Produces the tokens and targets of one microbatch: `batch` x `seq`
+/// int32 each, for `globalMb` (0..microbatches-1) of `step` on replica
+/// `dpIndex`.
+class TokenSource {
+public:
+  virtual ~TokenSource() = default;
+  virtual Status fill(int64_t step, int dpIndex, int64_t globalMb,
+                      int64_t batch, int64_t seq, int32_t *tokens,
+                      int32_t *targets) = 0;
+};
+
+/// A deterministic learnable stream: each sequence follows
+/// x[t+1] = (a x[t] + c) mod vocab from a hashed start; targets are the next
+/// tokens.
+std::unique_ptr<TokenSource> createPatternTokens(uint64_t seed, int64_t vocab);
+
+/// One parameter as the optimizer sees it (host-visible pointers).
+struct ParamSlot {
+  int32_t index = 0; ///< into Program::params
+  const Param *param = nullptr;
+  float *value = nullptr;
+  const float *grad = nullptr;
+  int64_t n = 0;
+};
+
+class StepOptimizer {
+public:
+  virtual ~StepOptimizer() = default;
+  /// Updates every local parameter. `gradNorm` is the global L2 norm of the
+  /// gradient (each logical parameter counted once). `step` counts from 1.
+  virtual Status update(const std::vector<ParamSlot> &params, double gradNorm,
+                        int64_t step) = 0;
+};
+
+/// Plain SGD: w -= lr * g.
+std::unique_ptr<StepOptimizer> createSgd(float lr);
+
+/// The deterministic parameter initialisation: "normal:<std>", "zeros",
+/// "ones", "uniform:<a>"; seeded with (seed, name without "@copy1").
+Status initParamValues(const Param &p, uint64_t seed, float *out);
+/// `name` without a trailing "@copyN".
+std::string baseParamName(const std::string &name);
+
+//===----------------------------------------------------------------------===//
+// Weights files (for tests comparing runs)
+//===----------------------------------------------------------------------===//
+
+using NamedTensors = std::vector<std::pair<std::string, std::vector<float>>>;
+Status writeWeights(const std::string &path, const NamedTensors &w);
+Expected<NamedTensors> readWeights(const std::string &path);
+/// Compares by name. Reports max abs / rel difference into `report`; true
+/// when every element satisfies |a-b| <= atol + rtol |b|.
+bool compareWeights(const NamedTensors &a, const NamedTensors &b, double rtol,
+                    double atol, std::string &report, bool &bitwise);
+
+//===----------------------------------------------------------------------===//
+// The executor
+//===----------------------------------------------------------------------===//
+
+struct ExecutorOptions {
+  bool trace = false;    ///< record Chrome trace events
+  int recvLookahead = 8; ///< Recv actions posted ahead of the current one
+};
+
+struct StepStats {
+  int64_t step = 0;
+  double loss = 0;       ///< mean over microbatches and replicas
+  double seconds = 0;    ///< wall time of the step (max over ranks)
+  double bubble = 0;     ///< 1 - busy / (P x pipeline span)
+  double gradNorm = 0;
+  int64_t tokens = 0;    ///< tokens processed per step over all replicas
+};
+
+class Executor {
+public:
+  static Expected<std::unique_ptr<Executor>>
+  create(const Program &prog, Backend &be, Transport &tr, TokenSource &data,
+         StepOptimizer &opt, const ExecutorOptions &o = {});
+  ~Executor();
+
+  /// One training step (collective over all ranks).
+  Expected<StepStats> step();
+  int64_t stepsDone() const;
+  void setStepsDone(int64_t s);
+
+  /// All logical parameters (copy 0 names), on world rank 0; empty
+  /// elsewhere (collective).
+  Expected<NamedTensors> gatherWeights();
+  /// This rank's parameters by global index, and access for checkpoints.
+  std::vector<int32_t> localParams() const;
+  float *paramData(int32_t index);
+  float *gradData(int32_t index);
+
+  /// Writes the merged Chrome trace on world rank 0 (collective).
+  Status writeTrace(const std::string &path);
+
+  struct Impl;
+
+private:
+  explicit Executor(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl;
+};
+
+} // namespace pipeforge::rt
+
+#endif // PIPEFORGE_RT_EXECUTOR_H

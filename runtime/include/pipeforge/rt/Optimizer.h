@@ -1,0 +1,194 @@
+//===- Optimizer.h - AdamW with clipping and post-validation ----*- C++ -*-===//
+//
+// AdamW (decoupled weight decay, bias correction) over registered parameter
+// tensors, with global gradient-norm clipping and Zero Bubble's
+// post-validation (docs/optimizer.md).
+//
+// No MPI in here: the caller reduces the gradient statistics (squared norm,
+// all-finite flag) across ranks and passes the numbers in.
+//
+// Two ways to step:
+//
+//   Synchronous      info = all-reduce(opt.localGradInfo());
+//                    opt.step(info);
+//
+//   Post-validation  partial = received ⊕ opt.localGradInfo();
+//                    opt.optimisticStep(partial);   // steps now
+//                    ... next iteration's warm-up: the global info arrives
+//                    opt.validate(global);          // accept, or roll back
+//                                                   // in place and redo /
+//                                                   // skip
+//
+// The rollback is the exact algebraic inverse of the step (DOMAIN.md):
+//   m' = m/(1-b1^t), v' = v/(1-b2^t),
+//   theta = (theta + lr m'/(sqrt(v')+eps)) / (1 - lr wd),
+//   m = (m - (1-b1) g)/b1,  v = (v - (1-b2) g^2)/b2,  t = t-1
+// so it restores parameters and moments up to floating-point rounding.
+//
+// A step over a non-finite gradient is skipped: t does not advance and
+// nothing changes. A stage whose own gradients are non-finite never steps
+// optimistically (the partial info already says so), because a NaN that
+// entered m or v cannot be rolled back.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEFORGE_RT_OPTIMIZER_H
+#define PIPEFORGE_RT_OPTIMIZER_H
+
+#include "pipeforge/Schedule/Action.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pipeforge::rt {
+
+using sched::Expected;
+using sched::Status;
+
+struct AdamWConfig {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weightDecay = 0.0; ///< decoupled: theta *= (1 - lr * weightDecay)
+  /// Global gradient-norm clipping threshold; <= 0 disables clipping.
+  double maxGradNorm = 0.0;
+  /// Post-validation: copy the gradients at optimisticStep() so that the
+  /// caller may zero / overwrite its gradient buffers before validate().
+  /// When false, the gradient buffers must stay unchanged until validate().
+  bool snapshotGrads = true;
+};
+
+/// Checks ranges: lr >= 0, 0 <= beta < 1, eps > 0, weightDecay >= 0,
+/// lr * weightDecay < 1 (the rollback divides by 1 - lr wd).
+Status checkConfig(const AdamWConfig &cfg);
+
+/// Gradient statistics; reduce across ranks with combine().
+struct GradInfo {
+  double normSq = 0.0;   ///< sum of squared gradient elements
+  bool allFinite = true; ///< no NaN / Inf anywhere
+  static GradInfo combine(const GradInfo &a, const GradInfo &b) {
+    return {a.normSq + b.normSq, a.allFinite && b.allFinite};
+  }
+};
+
+/// What happened to one step.
+enum class StepOutcome : uint8_t {
+  Applied, ///< stepped with the raw gradients
+  Clipped, ///< stepped with gradients scaled by clipScale < 1
+  Skipped  ///< non-finite gradients: nothing changed, t did not advance
+};
+const char *toString(StepOutcome o);
+
+/// What validate() did.
+struct ValidateResult {
+  StepOutcome outcome = StepOutcome::Applied; ///< the step as finally taken
+  bool rolledBack = false; ///< the optimistic step was undone
+  bool redone = false;     ///< a step with the correct scale was taken again
+  double clipScale = 1.0;  ///< the scale finally applied (1 when not clipped)
+};
+
+/// Optimizer state for checkpoints (names in registration order).
+template <typename T> struct AdamWState {
+  int64_t step = 0; ///< t: the number of steps taken (skips not counted)
+  double lr = 0.0;  ///< the current learning rate
+  std::vector<std::string> names;
+  std::vector<std::vector<T>> m, v;
+};
+
+template <typename T> class AdamWT {
+public:
+  explicit AdamWT(AdamWConfig cfg = {});
+
+  /// Registers a parameter tensor. `data` and `grad` are not owned and must
+  /// outlive the optimizer. Errors: empty/duplicate name, null pointers,
+  /// called while a step is pending validation.
+  Status addParam(std::string name, T *data, T *grad, size_t size);
+
+  size_t numParams() const { return params.size(); }
+  const std::string &paramName(size_t i) const { return params[i].name; }
+  size_t paramSize(size_t i) const { return params[i].size; }
+  /// t: the number of steps taken (skipped steps do not count).
+  int64_t stepCount() const { return t; }
+  const AdamWConfig &config() const { return cfg; }
+  /// Learning-rate schedules: takes effect at the next step (a pending step
+  /// keeps the lr it was taken with, also when it is redone).
+  void setLearningRate(double lr) { cfg.lr = lr; }
+  const std::vector<T> &moment1(size_t i) const { return params[i].m; }
+  const std::vector<T> &moment2(size_t i) const { return params[i].v; }
+
+  /// Squared norm and finiteness of this rank's registered gradients.
+  GradInfo localGradInfo() const;
+  /// The clipping scale for a global squared norm:
+  /// min(1, maxGradNorm / (sqrt(normSq) + 1e-6)); 1 when clipping is off.
+  double clipScale(double globalNormSq) const;
+
+  /// Synchronous step with the global statistics.
+  StepOutcome step(const GradInfo &global);
+
+  /// Post-validation, part 1: steps now with the (partial) statistics seen
+  /// so far. Non-finite partial info: no step (still pending). Errors: a
+  /// step is already pending.
+  Status optimisticStep(const GradInfo &partial);
+  bool hasPending() const { return pending.active; }
+  /// Post-validation, part 2: accepts the optimistic step when it used the
+  /// right scale; else rolls it back in place and redoes it with the global
+  /// clipping scale, or leaves it undone when the global gradients are not
+  /// finite. Errors: nothing pending.
+  Expected<ValidateResult> validate(const GradInfo &global);
+
+  /// Undoes the most recent step in place (DOMAIN.md formulas), using the
+  /// gradients and lr it was taken with. Exposed for tests and tools; the
+  /// gradients must be those of that step (snapshot or unchanged buffers).
+  /// Errors: no step to undo.
+  Status rollbackLastStep();
+
+  /// Checkpoint state. Errors: a step is pending validation.
+  Expected<AdamWState<T>> exportState() const;
+  /// Errors: names / sizes differ from the registered parameters, negative
+  /// step, a step pending.
+  Status importState(const AdamWState<T> &s);
+
+private:
+  struct Param {
+    std::string name;
+    T *data = nullptr;
+    T *grad = nullptr;
+    size_t size = 0;
+    std::vector<T> m, v;
+    std::vector<T> gradSnapshot; ///< post-validation, snapshotGrads only
+  };
+  /// The last step taken, for rollback.
+  struct LastStep {
+    bool valid = false;
+    bool fromSnapshot = false;
+    double scale = 1.0;
+    double lr = 0.0;
+  };
+  struct Pending {
+    bool active = false;
+    bool stepped = false; ///< false: the optimistic step was skipped
+    double scale = 1.0;
+    double lr = 0.0;
+  };
+
+  void applyStep(double scale, double lr, bool fromSnapshot);
+  const T *gradOf(const Param &p, bool fromSnapshot) const {
+    return fromSnapshot ? p.gradSnapshot.data() : p.grad;
+  }
+
+  AdamWConfig cfg;
+  std::vector<Param> params;
+  int64_t t = 0;
+  LastStep last;
+  Pending pending;
+};
+
+extern template class AdamWT<float>;
+extern template class AdamWT<double>;
+using AdamW = AdamWT<float>;
+
+} // namespace pipeforge::rt
+
+#endif // PIPEFORGE_RT_OPTIMIZER_H

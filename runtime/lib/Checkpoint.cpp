@@ -1,0 +1,595 @@
+//===- Checkpoint.cpp - Per-rank training checkpoints ---------------------===//
+//
+// See Checkpoint.h and docs/runtime-data.md for the file layout.
+//
+//===----------------------------------------------------------------------===//
+#include "pipeforge/rt/Checkpoint.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace pipeforge::rt {
+
+namespace {
+
+constexpr char kCkptMagic[8] = {'P', 'F', 'C', 'K', 'P', 'T', 0, 0};
+constexpr const char *kManifestName = "manifest.txt";
+constexpr const char *kManifestHeader = "pipeforge-checkpoint";
+/// Caps that keep a corrupt header from asking for absurd allocations.
+constexpr uint64_t kMaxNameLen = 4096;
+constexpr uint64_t kMaxRank = 16;
+
+class Writer {
+public:
+  std::vector<uint8_t> b;
+  void u8(uint8_t v) { b.push_back(v); }
+  void u32(uint32_t v) {
+    for (int i = 0; i < 4; ++i)
+      b.push_back(uint8_t(v >> (8 * i)));
+  }
+  void u64(uint64_t v) {
+    for (int i = 0; i < 8; ++i)
+      b.push_back(uint8_t(v >> (8 * i)));
+  }
+  void i64(int64_t v) { u64(uint64_t(v)); }
+  void f64(double v) {
+    uint64_t x;
+    std::memcpy(&x, &v, 8);
+    u64(x);
+  }
+  void str(const std::string &s) {
+    u32(uint32_t(s.size()));
+    b.insert(b.end(), s.begin(), s.end());
+  }
+  void bytes(const std::vector<uint8_t> &v) {
+    u64(v.size());
+    b.insert(b.end(), v.begin(), v.end());
+  }
+  void floats(const std::vector<float> &v) {
+    u64(v.size());
+    for (float f : v) {
+      uint32_t x;
+      std::memcpy(&x, &f, 4);
+      u32(x);
+    }
+  }
+};
+
+/// Bounds-checked reader: the first failure sticks and names what was read.
+class Reader {
+public:
+  Reader(const uint8_t *p, size_t n) : p(p), n(n) {}
+  bool ok() const { return err.empty(); }
+  const std::string &error() const { return err; }
+  size_t offset() const { return pos; }
+
+  bool need(uint64_t k, const char *what) {
+    if (!ok())
+      return false;
+    if (k > n - pos) {
+      err = std::string("truncated while reading ") + what + " at offset " +
+            std::to_string(pos);
+      return false;
+    }
+    return true;
+  }
+  uint64_t le(int k, const char *what) {
+    if (!need(uint64_t(k), what))
+      return 0;
+    uint64_t v = 0;
+    for (int i = 0; i < k; ++i)
+      v |= uint64_t(p[pos + i]) << (8 * i);
+    pos += size_t(k);
+    return v;
+  }
+  uint8_t u8(const char *w) { return uint8_t(le(1, w)); }
+  uint32_t u32(const char *w) { return uint32_t(le(4, w)); }
+  uint64_t u64(const char *w) { return le(8, w); }
+  int64_t i64(const char *w) { return int64_t(le(8, w)); }
+  double f64(const char *w) {
+    uint64_t x = le(8, w);
+    double d;
+    std::memcpy(&d, &x, 8);
+    return d;
+  }
+  std::string str(const char *w) {
+    uint32_t len = u32(w);
+    if (!ok())
+      return {};
+    if (len > kMaxNameLen) {
+      fail(std::string(w) + " length " + std::to_string(len) +
+           " is implausible");
+      return {};
+    }
+    if (!need(len, w))
+      return {};
+    std::string s(reinterpret_cast<const char *>(p + pos), len);
+    pos += len;
+    return s;
+  }
+  std::vector<uint8_t> bytes(const char *w) {
+    uint64_t len = u64(w);
+    if (!need(len, w))
+      return {};
+    std::vector<uint8_t> v(p + pos, p + pos + len);
+    pos += size_t(len);
+    return v;
+  }
+  std::vector<float> floats(const char *w) {
+    uint64_t len = u64(w);
+    if (!ok())
+      return {};
+    if (len > (n - pos) / 4) {
+      fail(std::string("truncated while reading ") + w + " (" +
+           std::to_string(len) + " floats) at offset " + std::to_string(pos));
+      return {};
+    }
+    std::vector<float> v(static_cast<size_t>(len));
+    for (uint64_t i = 0; i < len; ++i) {
+      uint32_t x = uint32_t(p[pos]) | uint32_t(p[pos + 1]) << 8 |
+                   uint32_t(p[pos + 2]) << 16 | uint32_t(p[pos + 3]) << 24;
+      std::memcpy(&v[size_t(i)], &x, 4);
+      pos += 4;
+    }
+    return v;
+  }
+  void fail(std::string m) {
+    if (ok())
+      err = std::move(m);
+  }
+
+private:
+  const uint8_t *p;
+  size_t n;
+  size_t pos = 0;
+  std::string err;
+};
+
+std::string shapeStr(const std::vector<int64_t> &s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    r += (i ? "x" : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+Expected<uint64_t> numElements(const std::vector<int64_t> &shape,
+                               const std::string &name) {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 1)
+      return Status::error("parameter '" + name + "' has shape " +
+                           shapeStr(shape) + " with a non-positive dimension");
+    if (n > (uint64_t(1) << 40) / uint64_t(d))
+      return Status::error("parameter '" + name + "' shape " + shapeStr(shape) +
+                           " is implausibly large");
+    n *= uint64_t(d);
+  }
+  return n;
+}
+
+Status writeAtomically(const fs::path &path, const std::vector<uint8_t> &b) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f)
+      return Status::error("checkpoint: cannot create '" + tmp.string() + "'");
+    f.write(reinterpret_cast<const char *>(b.data()),
+            std::streamsize(b.size()));
+    f.flush();
+    if (!f)
+      return Status::error("checkpoint: cannot write '" + tmp.string() + "'");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return Status::error("checkpoint: cannot rename '" + tmp.string() +
+                         "' to '" + path.string() + "'");
+  }
+  return Status::ok();
+}
+
+Expected<std::vector<uint8_t>> readAll(const fs::path &path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f)
+    return Status::error("checkpoint: cannot open '" + path.string() + "'");
+  std::vector<uint8_t> b((std::istreambuf_iterator<char>(f)),
+                         std::istreambuf_iterator<char>());
+  if (f.bad())
+    return Status::error("checkpoint: cannot read '" + path.string() + "'");
+  return b;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "0x%016" PRIx64, v);
+  return buf;
+}
+
+} // namespace
+
+std::string rankCheckpointFileName(uint32_t rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "rank-%05u.pfckpt", rank);
+  return buf;
+}
+
+//===----------------------------------------------------------------------===//
+// Encoding
+//===----------------------------------------------------------------------===//
+
+Expected<std::vector<uint8_t>> encodeRankCheckpoint(const RankCheckpoint &c) {
+  if (c.numRanks == 0 || c.rank >= c.numRanks)
+    return Status::error("checkpoint: rank " + std::to_string(c.rank) +
+                         " out of range for " + std::to_string(c.numRanks) +
+                         " ranks");
+  Writer w;
+  w.b.insert(w.b.end(), kCkptMagic, kCkptMagic + 8);
+  w.u32(kCheckpointVersion);
+  w.u32(c.rank);
+  w.u32(c.numRanks);
+  w.u32(0); // reserved
+  w.u64(c.step);
+  w.u64(c.programFingerprint);
+  w.u32(uint32_t(c.params.size()));
+  for (const CheckpointTensor &t : c.params) {
+    auto n = numElements(t.shape, t.name);
+    if (!n)
+      return Status::error("checkpoint: " + n.message());
+    if (*n != t.data.size())
+      return Status::error("checkpoint: parameter '" + t.name + "' shape " +
+                           shapeStr(t.shape) + " but " +
+                           std::to_string(t.data.size()) + " elements");
+    if (t.shape.size() > kMaxRank)
+      return Status::error("checkpoint: parameter '" + t.name +
+                           "' has too many dimensions");
+    w.str(t.name);
+    w.u32(uint32_t(t.shape.size()));
+    for (int64_t d : t.shape)
+      w.i64(d);
+    w.floats(t.data);
+  }
+  w.u8(c.hasOptimizer ? 1 : 0);
+  if (c.hasOptimizer) {
+    const AdamWState<float> &o = c.optimizer;
+    if (o.m.size() != o.names.size() || o.v.size() != o.names.size())
+      return Status::error("checkpoint: inconsistent optimizer state");
+    w.i64(o.step);
+    w.f64(o.lr);
+    w.u32(uint32_t(o.names.size()));
+    for (size_t i = 0; i < o.names.size(); ++i) {
+      w.str(o.names[i]);
+      w.floats(o.m[i]);
+      w.floats(o.v[i]);
+    }
+  }
+  w.bytes(c.data.serialize());
+  w.bytes(c.rngState);
+  w.u64(fnv1a64(w.b.data(), w.b.size()));
+  return std::move(w.b);
+}
+
+Expected<RankCheckpoint> decodeRankCheckpoint(const std::vector<uint8_t> &b,
+                                              const std::string &name) {
+  auto bad = [&](const std::string &m) {
+    return Status::error("checkpoint '" + name + "': " + m);
+  };
+  if (b.size() < 8 + 8)
+    return bad("truncated (" + std::to_string(b.size()) + " bytes)");
+  if (std::memcmp(b.data(), kCkptMagic, 8) != 0)
+    return bad("bad magic (not a PipeForge rank checkpoint)");
+  size_t body = b.size() - 8;
+  uint64_t stored = 0;
+  for (int i = 0; i < 8; ++i)
+    stored |= uint64_t(b[body + i]) << (8 * i);
+  // Check the version before the checksum so that a file of another
+  // version gets the more useful message.
+  Reader r(b.data(), body);
+  r.le(8, "magic");
+  uint32_t version = r.u32("version");
+  if (r.ok() && version != kCheckpointVersion)
+    return bad("unsupported version " + std::to_string(version) +
+               " (this reader knows " + std::to_string(kCheckpointVersion) +
+               ")");
+  if (stored != fnv1a64(b.data(), body))
+    return bad("checksum mismatch (file corrupt or truncated)");
+
+  RankCheckpoint c;
+  c.rank = r.u32("rank");
+  c.numRanks = r.u32("rank count");
+  r.u32("reserved");
+  c.step = r.u64("step");
+  c.programFingerprint = r.u64("program fingerprint");
+  uint32_t np = r.u32("parameter count");
+  for (uint32_t i = 0; i < np && r.ok(); ++i) {
+    CheckpointTensor t;
+    t.name = r.str("parameter name");
+    uint32_t rank = r.u32("parameter rank");
+    if (rank > kMaxRank) {
+      r.fail("parameter '" + t.name + "' has " + std::to_string(rank) +
+             " dimensions");
+      break;
+    }
+    for (uint32_t k = 0; k < rank; ++k)
+      t.shape.push_back(r.i64("dimension"));
+    t.data = r.floats("parameter data");
+    if (!r.ok())
+      break;
+    auto n = numElements(t.shape, t.name);
+    if (!n)
+      return bad(n.message());
+    if (*n != t.data.size())
+      return bad("parameter '" + t.name + "' shape " + shapeStr(t.shape) +
+                 " but " + std::to_string(t.data.size()) + " elements");
+    c.params.push_back(std::move(t));
+  }
+  c.hasOptimizer = r.u8("optimizer flag") != 0;
+  if (c.hasOptimizer && r.ok()) {
+    c.optimizer.step = r.i64("optimizer step");
+    c.optimizer.lr = r.f64("learning rate");
+    uint32_t no = r.u32("optimizer parameter count");
+    for (uint32_t i = 0; i < no && r.ok(); ++i) {
+      c.optimizer.names.push_back(r.str("optimizer parameter name"));
+      c.optimizer.m.push_back(r.floats("first moment"));
+      c.optimizer.v.push_back(r.floats("second moment"));
+    }
+  }
+  std::vector<uint8_t> pos = r.bytes("data position");
+  c.rngState = r.bytes("rng state");
+  if (!r.ok())
+    return bad(r.error());
+  if (r.offset() != body)
+    return bad(std::to_string(body - r.offset()) +
+               " unexpected bytes before the checksum");
+  if (c.numRanks == 0 || c.rank >= c.numRanks)
+    return bad("rank " + std::to_string(c.rank) + " out of range for " +
+               std::to_string(c.numRanks) + " ranks");
+  auto dp = DataPosition::parse(pos);
+  if (!dp)
+    return bad(dp.message());
+  c.data = *dp;
+  return c;
+}
+
+//===----------------------------------------------------------------------===//
+// Capture / restore
+//===----------------------------------------------------------------------===//
+
+Expected<RankCheckpoint>
+captureCheckpoint(uint32_t rank, uint32_t numRanks, uint64_t step,
+                  const std::vector<ParamRef> &params, const AdamW *opt,
+                  const DataPosition &data, std::vector<uint8_t> rngState,
+                  uint64_t programFingerprint) {
+  RankCheckpoint c;
+  c.rank = rank;
+  c.numRanks = numRanks;
+  c.step = step;
+  c.programFingerprint = programFingerprint;
+  c.data = data;
+  c.rngState = std::move(rngState);
+  std::set<std::string> seen;
+  for (const ParamRef &p : params) {
+    if (!seen.insert(p.name).second)
+      return Status::error("checkpoint: duplicate parameter '" + p.name + "'");
+    if (!p.data)
+      return Status::error("checkpoint: parameter '" + p.name +
+                           "' has no data");
+    auto n = numElements(p.shape, p.name);
+    if (!n)
+      return Status::error("checkpoint: " + n.message());
+    c.params.push_back(
+        {p.name, p.shape, std::vector<float>(p.data, p.data + size_t(*n))});
+  }
+  if (opt) {
+    auto st = opt->exportState();
+    if (!st)
+      return Status::error("checkpoint: " + st.message());
+    c.hasOptimizer = true;
+    c.optimizer = st.take();
+  }
+  return c;
+}
+
+Status restoreCheckpoint(const RankCheckpoint &c,
+                         const std::vector<ParamRef> &params, AdamW *opt) {
+  std::map<std::string, const CheckpointTensor *> saved;
+  for (const CheckpointTensor &t : c.params)
+    saved[t.name] = &t;
+  std::set<std::string> claimed;
+  for (const ParamRef &p : params) {
+    auto it = saved.find(p.name);
+    if (it == saved.end())
+      return Status::error("checkpoint (rank " + std::to_string(c.rank) +
+                           "): no parameter '" + p.name + "' saved");
+    if (it->second->shape != p.shape)
+      return Status::error("checkpoint (rank " + std::to_string(c.rank) +
+                           "): parameter '" + p.name + "' saved with shape " +
+                           shapeStr(it->second->shape) + ", expected " +
+                           shapeStr(p.shape));
+    if (!p.data)
+      return Status::error("checkpoint: parameter '" + p.name +
+                           "' has no data");
+    if (!claimed.insert(p.name).second)
+      return Status::error("checkpoint: parameter '" + p.name +
+                           "' listed twice");
+  }
+  for (const CheckpointTensor &t : c.params)
+    if (!claimed.count(t.name))
+      return Status::error("checkpoint (rank " + std::to_string(c.rank) +
+                           "): saved parameter '" + t.name +
+                           "' is not in the model");
+  if (opt) {
+    if (!c.hasOptimizer)
+      return Status::error("checkpoint (rank " + std::to_string(c.rank) +
+                           "): no optimizer state saved");
+    // importState validates before it changes anything.
+    if (Status st = opt->importState(c.optimizer); !st)
+      return Status::error("checkpoint (rank " + std::to_string(c.rank) +
+                           "): " + st.message());
+  }
+  for (const ParamRef &p : params) {
+    const CheckpointTensor &t = *saved[p.name];
+    std::memcpy(p.data, t.data.data(), t.data.size() * sizeof(float));
+  }
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Files
+//===----------------------------------------------------------------------===//
+
+Status writeRankCheckpoint(const std::string &dir, const RankCheckpoint &c) {
+  auto img = encodeRankCheckpoint(c);
+  if (!img)
+    return img.status();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    return Status::error("checkpoint: cannot create directory '" + dir +
+                         "': " + ec.message());
+  return writeAtomically(fs::path(dir) / rankCheckpointFileName(c.rank), *img);
+}
+
+Expected<CheckpointManifest> finalizeCheckpoint(const std::string &dir,
+                                                uint32_t numRanks) {
+  if (numRanks == 0)
+    return Status::error("checkpoint: zero ranks");
+  CheckpointManifest m;
+  m.numRanks = numRanks;
+  for (uint32_t r = 0; r < numRanks; ++r) {
+    std::string file = rankCheckpointFileName(r);
+    fs::path path = fs::path(dir) / file;
+    auto bytes = readAll(path);
+    if (!bytes)
+      return bytes.status();
+    auto c = decodeRankCheckpoint(*bytes, path.string());
+    if (!c)
+      return c.status();
+    if (c->rank != r || c->numRanks != numRanks)
+      return Status::error("checkpoint '" + path.string() + "': holds rank " +
+                           std::to_string(c->rank) + " of " +
+                           std::to_string(c->numRanks) + ", expected " +
+                           std::to_string(r) + " of " +
+                           std::to_string(numRanks));
+    if (r == 0) {
+      m.step = c->step;
+      m.programFingerprint = c->programFingerprint;
+    } else if (c->step != m.step ||
+               c->programFingerprint != m.programFingerprint) {
+      return Status::error(
+          "checkpoint '" + path.string() + "': step " +
+          std::to_string(c->step) +
+          " / program fingerprint differ from rank 0's (step " +
+          std::to_string(m.step) + ")");
+    }
+    uint64_t sum = 0;
+    for (int i = 0; i < 8; ++i)
+      sum |= uint64_t((*bytes)[bytes->size() - 8 + i]) << (8 * i);
+    m.files.push_back({r, file, bytes->size(), sum});
+  }
+  std::ostringstream os;
+  os << kManifestHeader << " " << kCheckpointVersion << "\n";
+  os << "step " << m.step << "\n";
+  os << "ranks " << m.numRanks << "\n";
+  os << "program " << hex64(m.programFingerprint) << "\n";
+  for (const auto &e : m.files)
+    os << "rank " << e.rank << " " << e.file << " " << e.bytes << " "
+       << hex64(e.checksum) << "\n";
+  std::string text = os.str();
+  Status st = writeAtomically(fs::path(dir) / kManifestName,
+                              std::vector<uint8_t>(text.begin(), text.end()));
+  if (!st)
+    return st;
+  return m;
+}
+
+Expected<CheckpointManifest> readManifest(const std::string &dir) {
+  fs::path path = fs::path(dir) / kManifestName;
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    return Status::error("checkpoint '" + dir + "': no " + kManifestName +
+                         " (not a checkpoint, or an incomplete one)");
+  auto bytes = readAll(path);
+  if (!bytes)
+    return bytes.status();
+  std::istringstream in(std::string(bytes->begin(), bytes->end()));
+  auto bad = [&](int line, const std::string &m) {
+    return Status::error(path.string() + ":" + std::to_string(line) + ": " + m);
+  };
+  CheckpointManifest m;
+  std::string word, hex;
+  in >> word >> m.version;
+  if (!in || word != kManifestHeader)
+    return bad(1, "not a PipeForge checkpoint manifest");
+  if (m.version != kCheckpointVersion)
+    return bad(1, "unsupported version " + std::to_string(m.version));
+  in >> word >> m.step;
+  if (!in || word != "step")
+    return bad(2, "expected 'step N'");
+  in >> word >> m.numRanks;
+  if (!in || word != "ranks" || m.numRanks == 0)
+    return bad(3, "expected 'ranks N' with N > 0");
+  in >> word >> hex;
+  if (!in || word != "program")
+    return bad(4, "expected 'program 0x...'");
+  m.programFingerprint = std::strtoull(hex.c_str(), nullptr, 16);
+  for (uint32_t r = 0; r < m.numRanks; ++r) {
+    CheckpointManifest::Entry e;
+    in >> word >> e.rank >> e.file >> e.bytes >> hex;
+    if (!in || word != "rank" || e.rank != r)
+      return bad(int(5 + r), "expected 'rank " + std::to_string(r) +
+                                 " FILE BYTES CHECKSUM'");
+    if (e.file != rankCheckpointFileName(r))
+      return bad(int(5 + r), "unexpected file name '" + e.file + "'");
+    e.checksum = std::strtoull(hex.c_str(), nullptr, 16);
+    m.files.push_back(e);
+  }
+  return m;
+}
+
+Expected<RankCheckpoint> loadRankCheckpoint(const std::string &dir,
+                                            uint32_t rank) {
+  auto m = readManifest(dir);
+  if (!m)
+    return m.status();
+  if (rank >= m->numRanks)
+    return Status::error("checkpoint '" + dir + "' has " +
+                         std::to_string(m->numRanks) + " ranks, rank " +
+                         std::to_string(rank) + " asked for");
+  const auto &e = m->files[rank];
+  fs::path path = fs::path(dir) / e.file;
+  auto bytes = readAll(path);
+  if (!bytes)
+    return bytes.status();
+  if (bytes->size() != e.bytes)
+    return Status::error(
+        "checkpoint '" + path.string() + "': " + std::to_string(bytes->size()) +
+        " bytes, the manifest says " + std::to_string(e.bytes));
+  auto c = decodeRankCheckpoint(*bytes, path.string());
+  if (!c)
+    return c.status();
+  uint64_t sum = 0;
+  for (int i = 0; i < 8; ++i)
+    sum |= uint64_t((*bytes)[bytes->size() - 8 + i]) << (8 * i);
+  if (sum != e.checksum)
+    return Status::error("checkpoint '" + path.string() +
+                         "': checksum differs from the manifest's (a file "
+                         "from another checkpoint?)");
+  if (c->rank != rank || c->numRanks != m->numRanks || c->step != m->step ||
+      c->programFingerprint != m->programFingerprint)
+    return Status::error("checkpoint '" + path.string() +
+                         "': rank / step / program do not match the manifest");
+  return c;
+}
+
+} // namespace pipeforge::rt

@@ -1,0 +1,551 @@
+//===- CpuBackend.cpp - The CPU reference backend -------------------------===//
+//
+// One adapter per nn op mnemonic over runtime/cpu/Kernels.h (float). The
+// gradient ops (docs/split-backward.md) receive forward values, not a saved
+// struct: each adapter recomputes what the kernel's Saved struct needs (the
+// statistics of a norm, the softmax of attention, the routing of a MoE, the
+// logsumexp of the loss) by running the forward kernel into scratch memory.
+// The recomputation is deterministic, so the bits equal a fused F+B.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/rt/Backend.h"
+
+#include "cpu/Kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <unordered_map>
+
+namespace pipeforge::rt {
+namespace {
+
+using namespace cpu;
+
+Status opError(const Kernel &k, const std::string &msg) {
+  return Status::error("kernel '" + k.op + "': " + msg);
+}
+
+/// Attribute accessors; a UnitAttr arrives as `true` or is absent.
+int64_t attrInt(const Kernel &k, const char *name, int64_t dflt) {
+  auto it = k.attrs.find(name);
+  if (it == k.attrs.end())
+    return dflt;
+  if (auto *v = std::get_if<int64_t>(&it->second))
+    return *v;
+  if (auto *v = std::get_if<double>(&it->second))
+    return int64_t(*v);
+  if (auto *v = std::get_if<bool>(&it->second))
+    return *v;
+  return dflt;
+}
+double attrFloat(const Kernel &k, const char *name, double dflt) {
+  auto it = k.attrs.find(name);
+  if (it == k.attrs.end())
+    return dflt;
+  if (auto *v = std::get_if<double>(&it->second))
+    return *v;
+  if (auto *v = std::get_if<int64_t>(&it->second))
+    return double(*v);
+  return dflt;
+}
+bool attrBool(const Kernel &k, const char *name) {
+  auto it = k.attrs.find(name);
+  if (it == k.attrs.end())
+    return false;
+  if (auto *v = std::get_if<bool>(&it->second))
+    return *v;
+  if (auto *v = std::get_if<int64_t>(&it->second))
+    return *v != 0;
+  return true; // a present unit attribute of another kind
+}
+std::string attrStr(const Kernel &k, const char *name, const char *dflt) {
+  auto it = k.attrs.find(name);
+  if (it == k.attrs.end())
+    return dflt;
+  if (auto *v = std::get_if<std::string>(&it->second))
+    return *v;
+  return dflt;
+}
+
+/// Operand access with the optional-operand convention: an absent optional
+/// operand is a null pointer (value id -1) or simply missing.
+struct Ops {
+  const KernelCall &c;
+  const float *f(size_t i) const {
+    return i < c.in.size() ? static_cast<const float *>(c.in[i]) : nullptr;
+  }
+  const int32_t *i32(size_t i) const {
+    return i < c.in.size() ? static_cast<const int32_t *>(c.in[i]) : nullptr;
+  }
+  const TensorType *t(size_t i) const {
+    return i < c.inTypes.size() ? c.inTypes[i] : nullptr;
+  }
+  float *o(size_t i) const {
+    return i < c.out.size() ? static_cast<float *>(c.out[i]) : nullptr;
+  }
+  const TensorType *ot(size_t i) const {
+    return i < c.outTypes.size() ? c.outTypes[i] : nullptr;
+  }
+  size_t nin() const { return c.in.size(); }
+};
+
+int64_t lastDim(const TensorType *t) {
+  return t && !t->shape.empty() ? t->shape.back() : 1;
+}
+int64_t numel(const TensorType *t) { return t ? t->numElements() : 0; }
+
+class CpuBackend final : public Backend {
+public:
+  CpuBackend();
+  const char *name() const override { return "cpu"; }
+  bool hostVisible() const override { return true; }
+  void *alloc(int64_t bytes) override {
+    size_t n = size_t(bytes > 0 ? bytes : 1);
+    n = (n + 63) / 64 * 64;
+    void *p = std::aligned_alloc(64, n);
+    if (p)
+      std::memset(p, 0, n);
+    return p;
+  }
+  void free(void *p) override { std::free(p); }
+  void copyToHost(void *d, const void *s, int64_t b) override {
+    if (b > 0 && d != s)
+      std::memcpy(d, s, size_t(b));
+  }
+  void copyFromHost(void *d, const void *s, int64_t b) override {
+    copyToHost(d, s, b);
+  }
+  void copy(void *d, const void *s, int64_t b) override {
+    if (b > 0 && d != s)
+      std::memmove(d, s, size_t(b));
+  }
+  void fillZero(void *p, int64_t b) override {
+    if (b > 0)
+      std::memset(p, 0, size_t(b));
+  }
+  void accumulate(float *d, const float *s, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i)
+      d[i] += s[i];
+  }
+  void scale(float *x, float a, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i)
+      x[i] *= a;
+  }
+  Status run(const KernelCall &call) override {
+    const Kernel &k = *call.kernel;
+    auto it = table.find(k.op);
+    if (it == table.end())
+      return opError(k, "unknown op for the cpu backend (known: " +
+                            knownList() + ")");
+    return it->second(k, Ops{call});
+  }
+
+  std::vector<std::string> ops() const {
+    std::vector<std::string> r;
+    for (auto &e : table)
+      r.push_back(e.first);
+    std::sort(r.begin(), r.end());
+    return r;
+  }
+
+private:
+  using Fn = std::function<Status(const Kernel &, const Ops &)>;
+  std::unordered_map<std::string, Fn> table;
+  Workspace<float> ws;
+  std::vector<float> scratch, ones, zeros;
+
+  std::string knownList() const {
+    std::string s;
+    for (auto &n : ops())
+      s += (s.empty() ? "" : " ") + n;
+    return s;
+  }
+  float *tmp(int64_t n) {
+    if ((int64_t)scratch.size() < n)
+      scratch.resize(size_t(n));
+    return scratch.data();
+  }
+  const float *onesOf(int64_t n) {
+    if ((int64_t)ones.size() < n)
+      ones.assign(size_t(n), 1.0f);
+    return ones.data();
+  }
+  const float *zerosOf(int64_t n) {
+    if ((int64_t)zeros.size() < n)
+      zeros.assign(size_t(n), 0.0f);
+    return zeros.data();
+  }
+  static Status need(const Kernel &k, const Ops &o, size_t nin, size_t nout) {
+    for (size_t i = 0; i < nin; ++i)
+      if (i >= o.c.in.size() || !o.c.in[i])
+        return opError(k, "missing operand #" + std::to_string(i));
+    for (size_t i = 0; i < nout; ++i)
+      if (i >= o.c.out.size() || !o.c.out[i])
+        return opError(k, "missing result #" + std::to_string(i));
+    return Status::ok();
+  }
+  Status checkTargets(const Kernel &k, const int32_t *t, int64_t n,
+                      int64_t limit, const char *what) {
+    Index bad = firstInvalidIndex(t, n, limit);
+    if (bad >= 0)
+      return opError(k, std::string(what) + " #" + std::to_string(bad) +
+                            " = " + std::to_string(t[bad]) +
+                            " is outside [0, " + std::to_string(limit) + ")");
+    return Status::ok();
+  }
+  Status attnShape(const Kernel &k, const Ops &o, AttentionShape &s) {
+    const TensorType *q = o.t(0), *kk = o.t(1);
+    if (!q || q->shape.size() < 3)
+      return opError(k, "q must be [batch, seq, heads*d]");
+    s.seq = q->shape[q->shape.size() - 2];
+    s.batch = s.seq ? q->numElements() / (s.seq * q->shape.back()) : 0;
+    s.heads = attrInt(k, "num_heads", 0);
+    s.kvHeads = attrInt(k, "num_kv_heads", s.heads);
+    if (s.heads <= 0 || s.kvHeads <= 0)
+      return opError(k, "num_heads / num_kv_heads must be positive");
+    s.headDim = q->shape.back() / s.heads;
+    s.rotary = attrBool(k, "rotary");
+    s.ropeTheta = attrFloat(k, "rope_theta", 10000.0);
+    if (!isValid(s) || lastDim(kk) != s.kvHeads * s.headDim)
+      return opError(k, "invalid attention shape");
+    return Status::ok();
+  }
+  Status moeShape(const Kernel &k, const Ops &o, MoEShape &s) {
+    const TensorType *x = o.t(0), *w1 = o.t(2);
+    if (!x || !w1 || w1->shape.size() != 3)
+      return opError(k, "bad moe operand shapes");
+    s.hidden = lastDim(x);
+    s.tokens = s.hidden ? x->numElements() / s.hidden : 0;
+    s.experts = w1->shape[0];
+    s.ffn = w1->shape[1];
+    s.topK = attrInt(k, "top_k", 1);
+    s.capacity = moeCapacity(attrFloat(k, "capacity_factor", 0.0), s.tokens,
+                             s.topK, s.experts);
+    std::string act = attrStr(k, "activation", "gelu");
+    if (act == "gelu")
+      s.act = Activation::Gelu;
+    else if (act == "silu")
+      s.act = Activation::Silu;
+    else
+      return opError(k, "unknown activation '" + act + "'");
+    if (!isValid(s))
+      return opError(k, "invalid moe shape");
+    return Status::ok();
+  }
+  /// moe and its gradient ops: (x, router, w1, w2, [w3], [dy]).
+  void moeParams(const Ops &o, bool withDy, MoEParams<float> &p,
+                 const float *&dy) {
+    p.router = o.f(1);
+    p.w1 = o.f(2);
+    p.w2 = o.f(3);
+    size_t n = o.nin();
+    bool hasW3Slot = withDy ? n >= 6 : n >= 5;
+    p.w3 = hasW3Slot ? o.f(4) : nullptr;
+    dy = withDy ? o.f(n - 1) : nullptr;
+  }
+};
+
+CpuBackend::CpuBackend() {
+  //===--- forward ops ---===//
+  table["linear"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s;
+    LinearShape sh;
+    sh.in = lastDim(o.t(0));
+    sh.out = o.t(1)->shape.empty() ? 0 : o.t(1)->shape[0];
+    sh.tokens = sh.in ? numel(o.t(0)) / sh.in : 0;
+    LinearParams<float> p{o.f(1), o.f(2)};
+    sh.hasBias = p.bias != nullptr;
+    LinearSaved<float> sv;
+    linearF(sh, p, o.f(0), o.o(0), sv);
+    return Status::ok();
+  };
+  table["layernorm"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 3, 1); !s)
+      return s;
+    NormShape sh{0, lastDim(o.t(0)), attrFloat(k, "epsilon", 1e-5)};
+    sh.tokens = sh.hidden ? numel(o.t(0)) / sh.hidden : 0;
+    NormSaved<float> sv;
+    layerNormF(sh, NormParams<float>{o.f(1), o.f(2)}, o.f(0), o.o(0), sv);
+    return Status::ok();
+  };
+  table["rmsnorm"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s;
+    NormShape sh{0, lastDim(o.t(0)), attrFloat(k, "epsilon", 1e-5)};
+    sh.tokens = sh.hidden ? numel(o.t(0)) / sh.hidden : 0;
+    NormSaved<float> sv;
+    rmsNormF(sh, NormParams<float>{o.f(1), nullptr}, o.f(0), o.o(0), sv);
+    return Status::ok();
+  };
+  table["gelu"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 1, 1); !s)
+      return s;
+    ActivationSaved<float> sv;
+    geluF(numel(o.t(0)), o.f(0), o.o(0), sv);
+    return Status::ok();
+  };
+  table["silu"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 1, 1); !s)
+      return s;
+    ActivationSaved<float> sv;
+    siluF(numel(o.t(0)), o.f(0), o.o(0), sv);
+    return Status::ok();
+  };
+  table["add"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s;
+    addF(numel(o.t(0)), o.f(0), o.f(1), o.o(0));
+    return Status::ok();
+  };
+  table["mul"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s;
+    MulSaved<float> sv;
+    mulF(numel(o.t(0)), o.f(0), o.f(1), o.o(0), sv);
+    return Status::ok();
+  };
+  table["embedding"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s;
+    EmbeddingShape sh;
+    sh.seq = lastDim(o.t(0));
+    sh.batch = sh.seq ? numel(o.t(0)) / sh.seq : 0;
+    sh.hidden = lastDim(o.t(1));
+    sh.vocab = o.t(1)->shape.empty() ? 0 : o.t(1)->shape[0];
+    EmbeddingParams<float> p{o.f(1), o.f(2)};
+    sh.learnedPositions = p.pos != nullptr;
+    if (Status s = checkTargets(k, o.i32(0), numel(o.t(0)), sh.vocab, "token");
+        !s)
+      return s;
+    EmbeddingSaved sv;
+    embeddingF(sh, p, o.i32(0), o.o(0), sv);
+    return Status::ok();
+  };
+  table["attention"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 3, 1); !s)
+      return s;
+    AttentionShape sh;
+    if (Status s = attnShape(k, o, sh); !s)
+      return s;
+    AttentionSaved<float> sv;
+    attentionF(sh, o.f(0), o.f(1), o.f(2), o.o(0), sv);
+    return Status::ok();
+  };
+  table["moe"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 4, 1); !s)
+      return s;
+    MoEShape sh;
+    if (Status s = moeShape(k, o, sh); !s)
+      return s;
+    MoEParams<float> p;
+    const float *dy;
+    moeParams(o, false, p, dy);
+    MoESaved<float> sv;
+    moeF(sh, p, o.f(0), o.o(0), sv);
+    return Status::ok();
+  };
+  table["cross_entropy"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s;
+    CrossEntropyShape sh{0, lastDim(o.t(0))};
+    sh.tokens = sh.vocab ? numel(o.t(0)) / sh.vocab : 0;
+    if (numel(o.t(1)) != sh.tokens)
+      return opError(k, "targets do not match the logits' leading shape");
+    if (Status s = checkTargets(k, o.i32(1), sh.tokens, sh.vocab, "target");
+        !s)
+      return s;
+    CrossEntropySaved<float> sv;
+    *o.o(0) = crossEntropyF(sh, o.f(0), o.i32(1), sv);
+    return Status::ok();
+  };
+
+  //===--- gradient ops ---===//
+  table["linear_bwd_input"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s; // (dy, W) -> dx
+    LinearShape sh;
+    sh.out = lastDim(o.t(0));
+    sh.in = lastDim(o.t(1));
+    sh.tokens = sh.out ? numel(o.t(0)) / sh.out : 0;
+    LinearSaved<float> sv;
+    sv.weight = o.f(1);
+    linearB(sh, sv, o.f(0), o.o(0));
+    return Status::ok();
+  };
+  table["linear_bwd_weight"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s; // (x, dy) -> dW, [db]
+    LinearShape sh;
+    sh.in = lastDim(o.t(0));
+    sh.out = lastDim(o.t(1));
+    sh.tokens = sh.in ? numel(o.t(0)) / sh.in : 0;
+    LinearGrads<float> g{o.o(0), o.o(1)};
+    sh.hasBias = g.dbias != nullptr;
+    std::memset(g.dweight, 0, size_t(sh.out * sh.in) * 4);
+    if (g.dbias)
+      std::memset(g.dbias, 0, size_t(sh.out) * 4);
+    LinearSaved<float> sv;
+    sv.x = o.f(0);
+    linearW(sh, sv, o.f(1), g);
+    return Status::ok();
+  };
+  auto normBwdInput = [this](bool layer) {
+    return [this, layer](const Kernel &k, const Ops &o) -> Status {
+      if (Status s = need(k, o, 3, 1); !s)
+        return s; // (x, gamma, dy) -> dx
+      NormShape sh{0, lastDim(o.t(0)), attrFloat(k, "epsilon", 1e-5)};
+      sh.tokens = sh.hidden ? numel(o.t(0)) / sh.hidden : 0;
+      NormSaved<float> sv;
+      float *y = tmp(numel(o.t(0)));
+      if (layer) {
+        layerNormF(sh, NormParams<float>{o.f(1), zerosOf(sh.hidden)}, o.f(0),
+                   y, sv);
+        layerNormB(sh, sv, o.f(2), o.o(0));
+      } else {
+        rmsNormF(sh, NormParams<float>{o.f(1), nullptr}, o.f(0), y, sv);
+        rmsNormB(sh, sv, o.f(2), o.o(0));
+      }
+      return Status::ok();
+    };
+  };
+  auto normBwdWeight = [this](bool layer) {
+    return [this, layer](const Kernel &k, const Ops &o) -> Status {
+      if (Status s = need(k, o, 2, layer ? 2 : 1); !s)
+        return s; // (x, dy) -> dgamma [, dbeta]
+      NormShape sh{0, lastDim(o.t(0)), attrFloat(k, "epsilon", 1e-5)};
+      sh.tokens = sh.hidden ? numel(o.t(0)) / sh.hidden : 0;
+      NormSaved<float> sv;
+      float *y = tmp(numel(o.t(0)));
+      NormGrads<float> g{o.o(0), layer ? o.o(1) : nullptr};
+      std::memset(g.dgamma, 0, size_t(sh.hidden) * 4);
+      if (g.dbeta)
+        std::memset(g.dbeta, 0, size_t(sh.hidden) * 4);
+      if (layer) {
+        layerNormF(sh,
+                   NormParams<float>{onesOf(sh.hidden), zerosOf(sh.hidden)},
+                   o.f(0), y, sv);
+        layerNormW(sh, sv, o.f(1), g);
+      } else {
+        rmsNormF(sh, NormParams<float>{onesOf(sh.hidden), nullptr}, o.f(0), y,
+                 sv);
+        rmsNormW(sh, sv, o.f(1), g);
+      }
+      return Status::ok();
+    };
+  };
+  table["layernorm_bwd_input"] = normBwdInput(true);
+  table["rmsnorm_bwd_input"] = normBwdInput(false);
+  table["layernorm_bwd_weight"] = normBwdWeight(true);
+  table["rmsnorm_bwd_weight"] = normBwdWeight(false);
+  auto actBwd = [this](bool gelu) {
+    return [this, gelu](const Kernel &k, const Ops &o) -> Status {
+      if (Status s = need(k, o, 2, 1); !s)
+        return s; // (x, dy) -> dx
+      ActivationSaved<float> sv;
+      sv.x = o.f(0);
+      if (gelu)
+        geluB(numel(o.t(0)), sv, o.f(1), o.o(0));
+      else
+        siluB(numel(o.t(0)), sv, o.f(1), o.o(0));
+      return Status::ok();
+    };
+  };
+  table["gelu_bwd"] = actBwd(true);
+  table["silu_bwd"] = actBwd(false);
+  table["embedding_bwd_weight"] = [this](const Kernel &k,
+                                         const Ops &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s; // (tokens, dy) -> dtable [, dpos]
+    EmbeddingShape sh;
+    sh.seq = lastDim(o.t(0));
+    sh.batch = sh.seq ? numel(o.t(0)) / sh.seq : 0;
+    sh.hidden = lastDim(o.t(1));
+    sh.vocab = attrInt(k, "vocab", o.ot(0) && !o.ot(0)->shape.empty()
+                                       ? o.ot(0)->shape[0]
+                                       : 0);
+    EmbeddingGrads<float> g{o.o(0), o.o(1)};
+    sh.learnedPositions = g.dpos != nullptr;
+    std::memset(g.dtable, 0, size_t(numel(o.ot(0))) * 4);
+    if (g.dpos) {
+      std::memset(g.dpos, 0, size_t(numel(o.ot(1))) * 4);
+      if (numel(o.ot(1)) < sh.seq * sh.hidden)
+        return opError(k, "positions gradient smaller than seq x hidden");
+    }
+    if (Status s = checkTargets(k, o.i32(0), numel(o.t(0)), sh.vocab, "token");
+        !s)
+      return s;
+    EmbeddingSaved sv;
+    sv.tokens = o.i32(0);
+    embeddingW(sh, sv, o.f(1), g);
+    return Status::ok();
+  };
+  table["attention_bwd"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 4, 3); !s)
+      return s; // (q, k, v, dy) -> dq, dk, dv
+    AttentionShape sh;
+    if (Status s = attnShape(k, o, sh); !s)
+      return s;
+    AttentionSaved<float> sv;
+    attentionF(sh, o.f(0), o.f(1), o.f(2), tmp(numel(o.t(0))), sv);
+    attentionB(sh, sv, o.f(3), o.o(0), o.o(1), o.o(2), ws);
+    return Status::ok();
+  };
+  auto moeBwd = [this](bool weight) {
+    return [this, weight](const Kernel &k, const Ops &o) -> Status {
+      if (Status s = need(k, o, 5, weight ? 3 : 1); !s)
+        return s;
+      MoEShape sh;
+      if (Status s = moeShape(k, o, sh); !s)
+        return s;
+      MoEParams<float> p;
+      const float *dy;
+      moeParams(o, true, p, dy);
+      if (!dy)
+        return opError(k, "missing result gradient");
+      MoESaved<float> sv;
+      moeF(sh, p, o.f(0), tmp(numel(o.t(0))), sv);
+      if (!weight) {
+        moeB(sh, sv, dy, o.o(0), ws);
+        return Status::ok();
+      }
+      MoEGrads<float> g{o.o(0), o.o(1), o.o(2), p.w3 ? o.o(3) : nullptr};
+      for (int i = 0; i < 4; ++i)
+        if (o.o(i))
+          std::memset(o.o(i), 0, size_t(numel(o.ot(i))) * 4);
+      if (p.w3 && !g.dw3)
+        return opError(k, "missing w3 gradient result");
+      moeW(sh, sv, dy, g, ws);
+      return Status::ok();
+    };
+  };
+  table["moe_bwd_input"] = moeBwd(false);
+  table["moe_bwd_weight"] = moeBwd(true);
+  table["cross_entropy_bwd"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 3, 1); !s)
+      return s; // (logits, targets, dloss) -> dlogits
+    CrossEntropyShape sh{0, lastDim(o.t(0))};
+    sh.tokens = sh.vocab ? numel(o.t(0)) / sh.vocab : 0;
+    if (Status s = checkTargets(k, o.i32(1), sh.tokens, sh.vocab, "target");
+        !s)
+      return s;
+    CrossEntropySaved<float> sv;
+    crossEntropyF(sh, o.f(0), o.i32(1), sv);
+    crossEntropyB(sh, sv, *o.f(2), o.o(0));
+    return Status::ok();
+  };
+}
+
+} // namespace
+
+std::unique_ptr<Backend> createCpuBackend() {
+  return std::make_unique<CpuBackend>();
+}
+
+std::vector<std::string> cpuBackendOps() { return CpuBackend().ops(); }
+
+} // namespace pipeforge::rt

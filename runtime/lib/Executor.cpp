@@ -1,0 +1,1113 @@
+//===- Executor.cpp - Interprets a rank's schedule each step --------------===//
+
+#include "pipeforge/rt/Executor.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace pipeforge::rt {
+
+using sched::Action;
+using sched::ActionKind;
+using sched::Payload;
+using sched::Work;
+using sched::WorkKind;
+
+namespace {
+
+double nowS() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+/// An owned device buffer.
+struct Buf {
+  Backend *be = nullptr;
+  void *p = nullptr;
+  int64_t bytes = 0;
+  Buf(Backend &b, int64_t n) : be(&b), p(b.alloc(n)), bytes(n) {}
+  ~Buf() {
+    if (p)
+      be->free(p);
+  }
+  Buf(const Buf &) = delete;
+  Buf &operator=(const Buf &) = delete;
+  float *f() { return static_cast<float *>(p); }
+};
+using BufP = std::shared_ptr<Buf>;
+
+using Key = std::tuple<int, int, int>; // copy, stage, mb
+
+/// How a function's values map to memory.
+struct FnPlan {
+  bool perValue = false;               ///< ignore the buffer assignment
+  std::vector<std::unique_ptr<Buf>> bufs; ///< workspace, lazily allocated
+};
+
+struct TraceEvent {
+  std::string name;
+  int tid; ///< 0 compute, 1 comm
+  double ts, dur; ///< seconds since the run's epoch
+};
+
+uint64_t splitmix(uint64_t &x) {
+  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+uint64_t hashStr(const std::string &s, uint64_t h) {
+  for (unsigned char c : s)
+    h = (h ^ c) * 0x100000001B3ull;
+  return h;
+}
+
+class PatternTokens final : public TokenSource {
+public:
+  PatternTokens(uint64_t seed, int64_t vocab) : seed(seed), vocab(vocab) {}
+  Status fill(int64_t step, int dpIndex, int64_t g, int64_t batch,
+              int64_t seq, int32_t *tok, int32_t *tgt) override {
+    if (vocab < 2)
+      return Status::error("pattern data needs a vocabulary of at least 2");
+    for (int64_t b = 0; b < batch; ++b) {
+      uint64_t x = seed ^ (uint64_t(step) * 1000003ull) ^
+                   (uint64_t(dpIndex) << 40) ^ (uint64_t(g) << 20) ^
+                   uint64_t(b);
+      int64_t cur = int64_t(splitmix(x) % uint64_t(vocab));
+      int64_t mult = 1 + 2 * ((step + g + b) % 2); // two interleaved rules
+      for (int64_t t = 0; t < seq; ++t) {
+        int64_t nxt = (cur * mult + 1) % vocab;
+        tok[b * seq + t] = int32_t(cur);
+        tgt[b * seq + t] = int32_t(nxt);
+        cur = nxt;
+      }
+    }
+    return Status::ok();
+  }
+
+private:
+  uint64_t seed;
+  int64_t vocab;
+};
+
+class Sgd final : public StepOptimizer {
+public:
+  explicit Sgd(float lr) : lr(lr) {}
+  Status update(const std::vector<ParamSlot> &ps, double, int64_t) override {
+    for (const ParamSlot &p : ps)
+      for (int64_t i = 0; i < p.n; ++i)
+        p.value[i] -= lr * p.grad[i];
+    return Status::ok();
+  }
+
+private:
+  float lr;
+};
+
+} // namespace
+
+std::unique_ptr<TokenSource> createPatternTokens(uint64_t seed,
+                                                 int64_t vocab) {
+  return std::make_unique<PatternTokens>(seed, vocab);
+}
+std::unique_ptr<StepOptimizer> createSgd(float lr) {
+  return std::make_unique<Sgd>(lr);
+}
+
+std::string baseParamName(const std::string &name) {
+  size_t at = name.rfind("@copy");
+  if (at == std::string::npos)
+    return name;
+  for (size_t i = at + 5; i < name.size(); ++i)
+    if (!isdigit((unsigned char)name[i]))
+      return name;
+  return name.substr(0, at);
+}
+
+Status initParamValues(const Param &p, uint64_t seed, float *out) {
+  int64_t n = p.type.numElements();
+  const std::string &init = p.init;
+  uint64_t base = hashStr(baseParamName(p.name), 0xcbf29ce484222325ull ^ seed);
+  auto uniform01 = [&](int64_t i, int k) {
+    uint64_t x = base + uint64_t(i) * 2 + uint64_t(k);
+    return (double(splitmix(x) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  };
+  if (init == "zeros" || init.empty()) {
+    std::fill(out, out + n, 0.0f);
+  } else if (init == "ones") {
+    std::fill(out, out + n, 1.0f);
+  } else if (init.rfind("normal:", 0) == 0 || init.rfind("uniform:", 0) == 0) {
+    bool normal = init[0] == 'n';
+    char *end = nullptr;
+    const char *num = init.c_str() + (normal ? 7 : 8);
+    double a = std::strtod(num, &end);
+    if (end == num || *end)
+      return Status::error("parameter '" + p.name + "': bad init '" + init +
+                           "'");
+    for (int64_t i = 0; i < n; ++i) {
+      double u1 = uniform01(i, 0), u2 = uniform01(i, 1);
+      out[i] = normal ? float(a * std::sqrt(-2.0 * std::log(u1)) *
+                              std::cos(6.283185307179586 * u2))
+                      : float(a * (2 * u1 - 1));
+    }
+  } else {
+    return Status::error("parameter '" + p.name + "': unknown init '" + init +
+                         "' (expected normal:<std>, uniform:<a>, zeros, ones)");
+  }
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Weights files: "PFWEIGHTS1\n" then per tensor "<name> <n>\n" + n floats.
+//===----------------------------------------------------------------------===//
+
+Status writeWeights(const std::string &path, const NamedTensors &w) {
+  FILE *f = std::fopen(path.c_str(), "wb");
+  if (!f)
+    return Status::error("cannot write '" + path + "'");
+  std::fputs("PFWEIGHTS1\n", f);
+  for (auto &[name, v] : w) {
+    std::fprintf(f, "%s %zu\n", name.c_str(), v.size());
+    std::fwrite(v.data(), 4, v.size(), f);
+  }
+  bool ok = std::fclose(f) == 0;
+  return ok ? Status::ok() : Status::error("error writing '" + path + "'");
+}
+
+Expected<NamedTensors> readWeights(const std::string &path) {
+  FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    return Status::error("cannot open weights file '" + path + "'");
+  char line[4096];
+  NamedTensors out;
+  if (!std::fgets(line, sizeof line, f) ||
+      std::string(line) != "PFWEIGHTS1\n") {
+    std::fclose(f);
+    return Status::error("'" + path + "' is not a weights file");
+  }
+  while (std::fgets(line, sizeof line, f)) {
+    char name[4000];
+    size_t n = 0;
+    if (std::sscanf(line, "%3999s %zu", name, &n) != 2 || n > (1ull << 34)) {
+      std::fclose(f);
+      return Status::error("'" + path + "': bad tensor header");
+    }
+    std::vector<float> v(n);
+    if (std::fread(v.data(), 4, n, f) != n) {
+      std::fclose(f);
+      return Status::error("'" + path + "': truncated tensor '" +
+                           std::string(name) + "'");
+    }
+    out.emplace_back(name, std::move(v));
+  }
+  std::fclose(f);
+  return out;
+}
+
+bool compareWeights(const NamedTensors &a, const NamedTensors &b, double rtol,
+                    double atol, std::string &report, bool &bitwise) {
+  std::map<std::string, const std::vector<float> *> bm;
+  for (auto &[n, v] : b)
+    bm[n] = &v;
+  bool ok = a.size() == b.size();
+  bitwise = ok;
+  double maxAbs = 0, maxRel = 0;
+  std::string worst, problems;
+  for (auto &[n, v] : a) {
+    auto it = bm.find(n);
+    if (it == bm.end() || it->second->size() != v.size()) {
+      problems += " missing-or-resized:" + n;
+      ok = bitwise = false;
+      continue;
+    }
+    const std::vector<float> &w = *it->second;
+    if (std::memcmp(v.data(), w.data(), v.size() * 4) != 0)
+      bitwise = false;
+    for (size_t i = 0; i < v.size(); ++i) {
+      double d = std::fabs(double(v[i]) - double(w[i]));
+      double r = d / std::max(1e-30, std::fabs(double(w[i])));
+      if (!(d <= atol + rtol * std::fabs(double(w[i]))))
+        ok = false;
+      if (d > maxAbs || std::isnan(d)) {
+        maxAbs = d;
+        worst = n + "[" + std::to_string(i) + "]";
+      }
+      maxRel = std::max(maxRel, d > 0 ? r : 0.0);
+    }
+  }
+  if (a.size() != b.size())
+    problems += " tensor-count " + std::to_string(a.size()) + " vs " +
+                std::to_string(b.size());
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%zu tensors: %s; max abs diff %.3g (%s), max rel diff %.3g%s",
+                a.size(), bitwise ? "bitwise equal" : "not bitwise equal",
+                maxAbs, worst.empty() ? "-" : worst.c_str(), maxRel,
+                problems.c_str());
+  report = buf;
+  return ok;
+}
+
+//===----------------------------------------------------------------------===//
+// Executor
+//===----------------------------------------------------------------------===//
+
+struct Executor::Impl {
+  const Program &prog;
+  Backend &be;
+  Transport &tr;
+  TokenSource &data;
+  StepOptimizer &opt;
+  ExecutorOptions opts;
+  int prank = 0, numStages = 1, mPerCopy = 1, totalMb = 1;
+  int64_t stepNo = 0;
+  double epoch = 0;
+
+  struct ParamState {
+    BufP value, grad;
+  };
+  std::map<int32_t, ParamState> params; ///< local params by global index
+  std::map<std::pair<int, int>, std::array<FnPlan, 4>> plans;
+  /// Bytes of the activation bundle F(copy, stage) sends, and each
+  /// activation's offset in it.
+  std::map<std::pair<int, int>, std::vector<int64_t>> actOffsets;
+  std::map<std::pair<int, int>, int64_t> actBytes;
+
+  // Per-step state.
+  std::map<Key, std::vector<BufP>> stash, wstash;
+  struct Inbox {
+    BufP buf;
+    RequestId req = 0; ///< pending receive, 0: ready
+    double posted = 0;
+    std::string label;
+  };
+  std::map<std::tuple<int, int, int, int>, Inbox> inbox;  ///< (payload, c, s, mb)
+  std::map<std::tuple<int, int, int, int>, BufP> outbox; ///< producer identity
+  struct PendingSend {
+    RequestId req;
+    BufP buf;
+    double posted;
+    std::string label;
+  };
+  std::vector<PendingSend> sends;
+  std::map<std::pair<int, int>, std::pair<BufP, BufP>> tokens; ///< (c, mb)
+  BufP seed;
+  double lossSum = 0;
+  int lossCount = 0;
+  double busy = 0;
+  std::vector<TraceEvent> events;
+  std::set<size_t> posted; ///< action indices whose Recv is posted
+
+  Impl(const Program &p, Backend &b, Transport &t, TokenSource &d,
+       StepOptimizer &o, ExecutorOptions op)
+      : prog(p), be(b), tr(t), data(d), opt(o), opts(op) {}
+
+  const Stage &stageOf(int c, int s) {
+    return *prog.findStage(c, s); // validated in init()
+  }
+  int rankOf(int c, int s) const {
+    return prog.schedule.placement.rank(c, s);
+  }
+
+  Status init();
+  Status runFunction(const Stage &st, int which, int c, int mb,
+                     const std::vector<BufP> *stashIn,
+                     const std::vector<BufP> *wstashIn, float *gradInPtr,
+                     std::vector<BufP> *stashOut,
+                     std::vector<BufP> *wstashOut, BufP *actOut,
+                     BufP *gradOut);
+  Status compute(const Work &w);
+  Status doF(const Work &w);
+  Status doB(const Work &w, bool fused);
+  Status doW(const Work &w);
+  Status recv(const Action &a, size_t idx);
+  Status send(const Action &a);
+  Status gradReduce(const Action &a);
+  Expected<BufP> takeInbox(Payload p, int c, int s, int mb);
+  Status dataFor(int c, int mb, BufP &tok, BufP &tgt);
+  void record(const std::string &name, int tid, double t0, double t1) {
+    if (opts.trace)
+      events.push_back({name, tid, t0 - epoch, t1 - t0});
+  }
+  void pollSends() {
+    tr.progress();
+    for (size_t i = 0; i < sends.size();) {
+      if (tr.test(sends[i].req)) {
+        record(sends[i].label, 1, sends[i].posted, nowS());
+        sends.erase(sends.begin() + long(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+  Expected<StepStats> step();
+};
+
+static Status stageError(int c, int s, const std::string &m) {
+  return Status::error("stage " + std::to_string(s) + " of copy " +
+                       std::to_string(c) + ": " + m);
+}
+
+Status Executor::Impl::init() {
+  const sched::Schedule &sc = prog.schedule;
+  if (sc.programs.size() != size_t(sc.numRanks()) || sc.numRanks() < 1)
+    return Status::error("program has no per-rank schedule");
+  if (!sc.hasComm && sc.numRanks() > 1)
+    return Status::error("the schedule has no send/recv actions (compile "
+                         "it with communication inserted)");
+  prank = tr.pipelineRank();
+  numStages = sc.placement.numStages;
+  mPerCopy = sc.numMicrobatches;
+  totalMb = prog.training.microbatches > 0
+                ? prog.training.microbatches
+                : mPerCopy * sc.placement.numCopies;
+  if (mPerCopy < 1 || numStages < 1)
+    return Status::error("schedule has no microbatches or stages");
+  for (int c = 0; c < sc.placement.numCopies; ++c)
+    for (int s = 0; s < numStages; ++s) {
+      const Stage *st = prog.findStage(c, s);
+      if (!st)
+        return stageError(c, s, "missing from the program");
+      if (st->rank != sc.placement.rank(c, s))
+        return stageError(c, s, "rank disagrees with the schedule placement");
+      // Activation bundle layout.
+      std::vector<int64_t> off;
+      int64_t total = 0;
+      std::vector<std::pair<int32_t, int32_t>> acts;
+      for (const ResultBinding &r : st->forward.results)
+        if (r.role == ResultRole::Activation)
+          acts.push_back({r.index, r.value});
+      std::sort(acts.begin(), acts.end());
+      for (auto &[idx, v] : acts) {
+        if (idx != int32_t(off.size()))
+          return stageError(c, s, "activation results are not numbered 0..n-1");
+        off.push_back(total);
+        total += (st->forward.values[size_t(v)].numBytes() + 63) / 64 * 64;
+      }
+      actOffsets[{c, s}] = off;
+      actBytes[{c, s}] = total;
+    }
+  // Local parameters.
+  for (size_t i = 0; i < prog.params.size(); ++i) {
+    const Param &p = prog.params[i];
+    if (p.copy >= sc.placement.numCopies || p.stage >= numStages)
+      return Status::error("parameter '" + p.name + "' has no stage");
+    if (rankOf(p.copy, p.stage) != prank)
+      continue;
+    ParamState ps;
+    ps.value = std::make_shared<Buf>(be, p.type.numBytes());
+    ps.grad = std::make_shared<Buf>(be, p.type.numBytes());
+    if (!ps.value->p || !ps.grad->p)
+      return Status::error("out of memory for parameter '" + p.name + "'");
+    std::vector<float> host(static_cast<size_t>(p.type.numElements()));
+    if (Status s = initParamValues(p, prog.training.seed, host.data()); !s)
+      return s;
+    be.copyFromHost(ps.value->p, host.data(), p.type.numBytes());
+    params[int32_t(i)] = ps;
+  }
+  // Buffer plans: per-value when the assignment is missing or lets a kernel
+  // write a buffer it also reads.
+  for (const Stage &st : prog.stages) {
+    const Function *fns[4] = {&st.forward, &st.backwardInput,
+                              &st.backwardWeight, &st.backward};
+    auto &pl = plans[{st.copy, st.index}];
+    for (int k = 0; k < 4; ++k) {
+      const Function &fn = *fns[k];
+      bool ok = fn.buffer.size() == fn.values.size();
+      for (size_t v = 0; ok && v < fn.values.size(); ++v)
+        ok = fn.buffer[v] >= 0 && size_t(fn.buffer[v]) < fn.bufferBytes.size() &&
+             fn.bufferBytes[size_t(fn.buffer[v])] >= fn.values[v].numBytes();
+      for (const Kernel &kn : fn.kernels) {
+        if (!ok)
+          break;
+        std::set<int32_t> ins;
+        for (int32_t v : kn.inputs)
+          if (v >= 0)
+            ins.insert(fn.buffer[size_t(v)]);
+        std::set<int32_t> outs;
+        for (int32_t v : kn.outputs)
+          if (v >= 0 && (ins.count(fn.buffer[size_t(v)]) ||
+                         !outs.insert(fn.buffer[size_t(v)]).second))
+            ok = false;
+      }
+      pl[k].perValue = !ok;
+      pl[k].bufs.resize(ok ? fn.bufferBytes.size() : fn.values.size());
+    }
+  }
+  seed = std::make_shared<Buf>(be, 4);
+  float sv = 1.0f / float(totalMb);
+  be.copyFromHost(seed->p, &sv, 4);
+  epoch = nowS();
+  return Status::ok();
+}
+
+Status Executor::Impl::dataFor(int c, int mb, BufP &tok, BufP &tgt) {
+  auto it = tokens.find({c, mb});
+  if (it != tokens.end()) {
+    tok = it->second.first;
+    tgt = it->second.second;
+    return Status::ok();
+  }
+  int64_t b = prog.model.microbatchSize, s = prog.model.seqLen;
+  std::vector<int32_t> ht(static_cast<size_t>(b * s)), hg(static_cast<size_t>(b * s));
+  int64_t g = int64_t(mb) + int64_t(c) * mPerCopy;
+  if (Status st = data.fill(stepNo, tr.dpIndex(), g, b, s, ht.data(),
+                            hg.data());
+      !st)
+    return st;
+  tok = std::make_shared<Buf>(be, b * s * 4);
+  tgt = std::make_shared<Buf>(be, b * s * 4);
+  be.copyFromHost(tok->p, ht.data(), b * s * 4);
+  be.copyFromHost(tgt->p, hg.data(), b * s * 4);
+  tokens[{c, mb}] = {tok, tgt};
+  return Status::ok();
+}
+
+Expected<BufP> Executor::Impl::takeInbox(Payload p, int c, int s, int mb) {
+  auto key = std::make_tuple(int(p), c, s, mb);
+  auto it = inbox.find(key);
+  if (it == inbox.end())
+    return Status::error(std::string("no ") +
+                         (p == Payload::Activation ? "activation" : "gradient") +
+                         " for stage " + std::to_string(s) + " mb " +
+                         std::to_string(mb) + " copy " + std::to_string(c) +
+                         " (schedule lacks a Recv?)");
+  Inbox in = it->second;
+  inbox.erase(it);
+  if (in.req) {
+    if (Status st = tr.wait(in.req); !st)
+      return st;
+    record(in.label, 1, in.posted, nowS());
+  }
+  return in.buf;
+}
+
+/// Runs function `which` (0 F, 1 B, 2 W, 3 BW) of `st` for microbatch mb.
+Status Executor::Impl::runFunction(const Stage &st, int which, int c, int mb,
+                                   const std::vector<BufP> *stashIn,
+                                   const std::vector<BufP> *wstashIn,
+                                   float *gradIn, std::vector<BufP> *stashOut,
+                                   std::vector<BufP> *wstashOut, BufP *actOut,
+                                   BufP *gradOut) {
+  const Function *fns[4] = {&st.forward, &st.backwardInput, &st.backwardWeight,
+                            &st.backward};
+  const Function &fn = *fns[which];
+  FnPlan &plan = plans[{st.copy, st.index}][which];
+  std::vector<void *> ptr(fn.values.size(), nullptr);
+  const char *fnName[4] = {"F", "B", "W", "BW"};
+  auto err = [&](const std::string &m) {
+    return stageError(c, st.index,
+                      std::string(fnName[which]) + " mb " +
+                          std::to_string(mb) + ": " + m);
+  };
+  BufP tok, tgt, actIn;
+  for (const ArgBinding &a : fn.args) {
+    if (a.value < 0 || size_t(a.value) >= ptr.size())
+      return err("bad argument value id");
+    switch (a.role) {
+    case ArgRole::Activation: {
+      if (!actIn) {
+        auto r = takeInbox(Payload::Activation, c, st.index, mb);
+        if (!r)
+          return r.status();
+        actIn = *r;
+      }
+      auto &off = actOffsets[{c, st.index - 1}];
+      if (st.index == 0 || size_t(a.index) >= off.size())
+        return err("activation argument #" + std::to_string(a.index) +
+                   " has no producer");
+      ptr[size_t(a.value)] = static_cast<char *>(actIn->p) + off[size_t(a.index)];
+      break;
+    }
+    case ArgRole::Tokens:
+    case ArgRole::Targets:
+      if (Status s = dataFor(c, mb, tok, tgt); !s)
+        return s;
+      ptr[size_t(a.value)] = (a.role == ArgRole::Tokens ? tok : tgt)->p;
+      break;
+    case ArgRole::Param: {
+      auto it = params.find(a.index);
+      if (it == params.end())
+        return err("parameter #" + std::to_string(a.index) +
+                   " is not on this rank");
+      ptr[size_t(a.value)] = it->second.value->p;
+      break;
+    }
+    case ArgRole::Stash:
+    case ArgRole::WStash: {
+      auto *v = a.role == ArgRole::Stash ? stashIn : wstashIn;
+      if (!v || size_t(a.index) >= v->size() || !(*v)[size_t(a.index)])
+        return err(std::string(a.role == ArgRole::Stash ? "stash" : "w-stash") +
+                   " slot " + std::to_string(a.index) + " is missing");
+      ptr[size_t(a.value)] = (*v)[size_t(a.index)]->p;
+      break;
+    }
+    case ArgRole::GradIn:
+      if (!gradIn)
+        return err("no incoming gradient");
+      ptr[size_t(a.value)] =
+          st.index == numStages - 1
+              ? static_cast<void *>(gradIn)
+              : static_cast<void *>(reinterpret_cast<char *>(gradIn) +
+                                    actOffsets[{c, st.index}].at(
+                                        size_t(a.index)));
+      break;
+    }
+  }
+  // Kernels.
+  auto valuePtr = [&](int32_t v) -> void * {
+    if (ptr[size_t(v)])
+      return ptr[size_t(v)];
+    size_t b = plan.perValue ? size_t(v) : size_t(fn.buffer[size_t(v)]);
+    int64_t bytes =
+        plan.perValue ? fn.values[size_t(v)].numBytes() : fn.bufferBytes[b];
+    if (!plan.bufs[b])
+      plan.bufs[b] = std::make_unique<Buf>(be, std::max<int64_t>(bytes, 4));
+    return ptr[size_t(v)] = plan.bufs[b]->p;
+  };
+  KernelCall call;
+  for (const Kernel &k : fn.kernels) {
+    call.kernel = &k;
+    call.in.clear();
+    call.inTypes.clear();
+    call.out.clear();
+    call.outTypes.clear();
+    for (int32_t v : k.inputs) {
+      if (v >= int32_t(ptr.size()))
+        return err("bad value id in kernel '" + k.op + "'");
+      if (v >= 0 && !ptr[size_t(v)])
+        return err("kernel '" + k.op + "' reads value " + std::to_string(v) +
+                   " before it is defined");
+      call.in.push_back(v >= 0 ? ptr[size_t(v)] : nullptr);
+      call.inTypes.push_back(v >= 0 ? &fn.values[size_t(v)] : nullptr);
+    }
+    for (int32_t v : k.outputs) {
+      if (v >= int32_t(ptr.size()))
+        return err("bad value id in kernel '" + k.op + "'");
+      // A new definition: (re)bind to the value's own buffer.
+      if (v >= 0)
+        ptr[size_t(v)] = nullptr;
+      call.out.push_back(v >= 0 ? valuePtr(v) : nullptr);
+      call.outTypes.push_back(v >= 0 ? &fn.values[size_t(v)] : nullptr);
+    }
+    if (Status s = be.run(call); !s)
+      return err(s.message());
+  }
+  // Results.
+  for (const ResultBinding &r : fn.results) {
+    if (r.value < 0 || size_t(r.value) >= ptr.size() || !ptr[size_t(r.value)])
+      return err("result value " + std::to_string(r.value) + " is undefined");
+    void *src = ptr[size_t(r.value)];
+    int64_t bytes = fn.values[size_t(r.value)].numBytes();
+    switch (r.role) {
+    case ResultRole::Activation: {
+      auto &off = actOffsets[{c, st.index}];
+      if (!*actOut)
+        *actOut = std::make_shared<Buf>(be, std::max<int64_t>(
+                                                actBytes[{c, st.index}], 4));
+      be.copy(static_cast<char *>((*actOut)->p) + off.at(size_t(r.index)), src,
+              bytes);
+      break;
+    }
+    case ResultRole::GradOut: {
+      if (st.index == 0)
+        return err("gradient result on the first stage");
+      auto &off = actOffsets[{c, st.index - 1}];
+      if (size_t(r.index) >= off.size())
+        return err("gradient result #" + std::to_string(r.index) +
+                   " has no activation");
+      if (!*gradOut)
+        *gradOut = std::make_shared<Buf>(
+            be, std::max<int64_t>(actBytes[{c, st.index - 1}], 4));
+      be.copy(static_cast<char *>((*gradOut)->p) + off[size_t(r.index)], src,
+              bytes);
+      break;
+    }
+    case ResultRole::Loss: {
+      float l = 0;
+      be.copyToHost(&l, src, 4);
+      lossSum += l;
+      ++lossCount;
+      break;
+    }
+    case ResultRole::Stash:
+    case ResultRole::WStash: {
+      auto *v = r.role == ResultRole::Stash ? stashOut : wstashOut;
+      if (!v)
+        return err("unexpected stash result");
+      if (v->size() <= size_t(r.index))
+        v->resize(size_t(r.index) + 1);
+      auto b = std::make_shared<Buf>(be, std::max<int64_t>(bytes, 4));
+      be.copy(b->p, src, bytes);
+      (*v)[size_t(r.index)] = b;
+      break;
+    }
+    case ResultRole::ParamGrad: {
+      auto it = params.find(r.index);
+      if (it == params.end())
+        return err("gradient of parameter #" + std::to_string(r.index) +
+                   " which is not on this rank");
+      if (prog.params[size_t(r.index)].type.numBytes() != bytes)
+        return err("gradient size of parameter '" +
+                   prog.params[size_t(r.index)].name + "' differs");
+      be.accumulate(it->second.grad->f(), static_cast<const float *>(src),
+                    bytes / 4);
+      break;
+    }
+    }
+  }
+  return Status::ok();
+}
+
+Status Executor::Impl::doF(const Work &w) {
+  const Stage &st = stageOf(w.copy, w.stage);
+  std::vector<BufP> st_out;
+  BufP act, none;
+  if (Status s = runFunction(st, 0, w.copy, w.mb, nullptr, nullptr, nullptr,
+                             &st_out, nullptr, &act, &none);
+      !s)
+    return s;
+  stash[{w.copy, w.stage, w.mb}] = std::move(st_out);
+  if (w.stage + 1 < numStages) {
+    if (!act)
+      return stageError(w.copy, w.stage, "F returned no activation");
+    if (rankOf(w.copy, w.stage + 1) == prank)
+      inbox[{int(Payload::Activation), w.copy, w.stage + 1, w.mb}] =
+          Inbox{act, 0, 0, ""};
+    else
+      outbox[{int(Payload::Activation), w.copy, w.stage, w.mb}] = act;
+  }
+  return Status::ok();
+}
+
+Status Executor::Impl::doB(const Work &w, bool fused) {
+  const Stage &st = stageOf(w.copy, w.stage);
+  Key key{w.copy, w.stage, w.mb};
+  BufP gin;
+  if (w.stage == numStages - 1) {
+    gin = seed;
+  } else {
+    auto r = takeInbox(Payload::Gradient, w.copy, w.stage, w.mb);
+    if (!r)
+      return r.status();
+    gin = *r;
+  }
+  BufP act, gout;
+  std::vector<BufP> ws;
+  bool useFusedFn = fused && !st.backward.empty();
+  if (Status s = runFunction(st, useFusedFn ? 3 : 1, w.copy, w.mb, &stash[key],
+                             nullptr, gin->f(), nullptr, &ws, &act, &gout);
+      !s)
+    return s;
+  wstash[key] = std::move(ws);
+  if (w.stage > 0) {
+    if (!gout)
+      return stageError(w.copy, w.stage, "backward returned no gradient");
+    if (rankOf(w.copy, w.stage - 1) == prank)
+      inbox[{int(Payload::Gradient), w.copy, w.stage - 1, w.mb}] =
+          Inbox{gout, 0, 0, ""};
+    else
+      outbox[{int(Payload::Gradient), w.copy, w.stage, w.mb}] = gout;
+  }
+  if (fused) {
+    if (!useFusedFn)
+      return doW(w);
+    stash.erase(key);
+    wstash.erase(key);
+  }
+  return Status::ok();
+}
+
+Status Executor::Impl::doW(const Work &w) {
+  const Stage &st = stageOf(w.copy, w.stage);
+  Key key{w.copy, w.stage, w.mb};
+  if (!st.backwardWeight.empty()) {
+    BufP none;
+    if (Status s = runFunction(st, 2, w.copy, w.mb, &stash[key], &wstash[key],
+                               nullptr, nullptr, nullptr, &none, &none);
+        !s)
+      return s;
+  }
+  stash.erase(key);
+  wstash.erase(key);
+  return Status::ok();
+}
+
+Status Executor::Impl::compute(const Work &w) {
+  if (w.copy < 0 || w.copy >= prog.schedule.placement.numCopies ||
+      w.stage < 0 || w.stage >= numStages ||
+      rankOf(w.copy, w.stage) != prank)
+    return Status::error("action " + sched::toString(w) +
+                         " is not for a stage of pipeline rank " +
+                         std::to_string(prank));
+  switch (w.kind) {
+  case WorkKind::F:
+    return doF(w);
+  case WorkKind::B:
+    return doB(w, false);
+  case WorkKind::W:
+    return doW(w);
+  case WorkKind::BW:
+    return doB(w, true);
+  }
+  return Status::ok();
+}
+
+Status Executor::Impl::recv(const Action &a, size_t idx) {
+  if (!posted.insert(idx).second)
+    return Status::ok();
+  const Work &w = a.work;
+  bool act = a.payload == Payload::Activation;
+  if (!act && a.payload != Payload::Gradient)
+    return Status::error("unsupported receive payload");
+  int consumer = act ? w.stage + 1 : w.stage - 1;
+  int layoutStage = act ? w.stage : w.stage - 1;
+  if (consumer < 0 || consumer >= numStages)
+    return Status::error("receive " + sched::toString(a) + " has no consumer");
+  auto b = std::make_shared<Buf>(
+      be, std::max<int64_t>(actBytes[{w.copy, layoutStage}], 4));
+  MessageId id{a.payload, w.stage, w.mb, w.copy};
+  auto r = tr.irecv(a.peer, messageTag(id, numStages, mPerCopy), b->f(),
+                    actBytes[{w.copy, layoutStage}] / 4);
+  if (!r)
+    return r.status();
+  inbox[{int(a.payload), w.copy, consumer, w.mb}] =
+      Inbox{b, *r, nowS(), sched::toString(a)};
+  return Status::ok();
+}
+
+Status Executor::Impl::send(const Action &a) {
+  const Work &w = a.work;
+  auto key = std::make_tuple(int(a.payload), int(w.copy), w.stage, w.mb);
+  auto it = outbox.find(key);
+  if (it == outbox.end())
+    return Status::error("send " + sched::toString(a) +
+                         " before its producer ran");
+  BufP b = it->second;
+  outbox.erase(it);
+  int layoutStage = a.payload == Payload::Activation ? w.stage : w.stage - 1;
+  MessageId id{a.payload, w.stage, w.mb, w.copy};
+  auto r = tr.isend(a.peer, messageTag(id, numStages, mPerCopy), b->f(),
+                    actBytes[{w.copy, layoutStage}] / 4);
+  if (!r)
+    return r.status();
+  sends.push_back({*r, b, nowS(), sched::toString(a)});
+  return Status::ok();
+}
+
+Status Executor::Impl::gradReduce(const Action &a) {
+  // Canonical order: by base name; both peers hold the same logical params.
+  std::vector<std::pair<std::string, int32_t>> order;
+  for (auto &[i, ps] : params)
+    order.push_back({baseParamName(prog.params[size_t(i)].name), i});
+  std::sort(order.begin(), order.end());
+  int64_t n = 0;
+  for (auto &[name, i] : order)
+    n += prog.params[size_t(i)].type.numElements();
+  float cnt = float(n);
+  if (Status s = tr.pairwiseSum(a.peer, &cnt, 1); !s)
+    return s;
+  if (cnt != 2.0f * float(n))
+    return Status::error("GRADREDUCE with pipeline rank " +
+                         std::to_string(a.peer) +
+                         ": the two ranks hold different parameter sets");
+  std::vector<float> host(static_cast<size_t>(n));
+  int64_t off = 0;
+  for (auto &[name, i] : order) {
+    int64_t k = prog.params[size_t(i)].type.numElements();
+    be.copyToHost(host.data() + off, params[i].grad->p, k * 4);
+    off += k;
+  }
+  if (Status s = tr.pairwiseSum(a.peer, host.data(), n); !s)
+    return s;
+  off = 0;
+  for (auto &[name, i] : order) {
+    int64_t k = prog.params[size_t(i)].type.numElements();
+    be.copyFromHost(params[i].grad->p, host.data() + off, k * 4);
+    off += k;
+  }
+  return Status::ok();
+}
+
+Expected<StepStats> Executor::Impl::step() {
+  if (Status s = tr.barrier(Group::Pipeline); !s)
+    return s;
+  double t0 = nowS();
+  for (auto &[i, ps] : params)
+    be.fillZero(ps.grad->p, ps.grad->bytes);
+  stash.clear();
+  wstash.clear();
+  inbox.clear();
+  outbox.clear();
+  tokens.clear();
+  posted.clear();
+  lossSum = 0;
+  lossCount = 0;
+  busy = 0;
+  const std::vector<Action> &acts = prog.schedule.programs[size_t(prank)];
+  size_t nextPost = 0;
+  for (size_t i = 0; i < acts.size(); ++i) {
+    // Pre-post the receives of the next few actions.
+    size_t horizon = std::min(acts.size(), i + 1 + size_t(std::max(0, opts.recvLookahead)));
+    for (; nextPost < horizon; ++nextPost)
+      if (acts[nextPost].kind == ActionKind::Recv)
+        if (Status s = recv(acts[nextPost], nextPost); !s)
+          return Status::errorAt(prank, long(nextPost), s.message());
+    const Action &a = acts[i];
+    double a0 = nowS();
+    Status s = Status::ok();
+    switch (a.kind) {
+    case ActionKind::Compute:
+      s = compute(a.work);
+      break;
+    case ActionKind::Overlap:
+      s = compute(a.work);
+      if (s)
+        s = compute(a.work2);
+      break;
+    case ActionKind::Send:
+      s = send(a);
+      break;
+    case ActionKind::Recv:
+      s = recv(a, i);
+      break;
+    case ActionKind::GradReduce:
+      s = gradReduce(a);
+      break;
+    }
+    if (!s)
+      return Status::errorAt(prank, long(i),
+                             "pipeline rank " + std::to_string(prank) +
+                                 " action " + std::to_string(i) + " (" +
+                                 sched::toString(a) + "): " + s.message());
+    double a1 = nowS();
+    if (a.kind == ActionKind::Compute || a.kind == ActionKind::Overlap) {
+      busy += a1 - a0;
+      record(sched::toString(a), 0, a0, a1);
+    } else if (a.kind == ActionKind::GradReduce) {
+      record(sched::toString(a), 1, a0, a1);
+    }
+    pollSends();
+  }
+  for (PendingSend &ps : sends) {
+    if (Status s = tr.wait(ps.req); !s)
+      return s;
+    record(ps.label, 1, ps.posted, nowS());
+  }
+  sends.clear();
+  if (!inbox.empty() || !outbox.empty())
+    return Status::error("pipeline rank " + std::to_string(prank) +
+                         ": step ended with " + std::to_string(inbox.size()) +
+                         " unconsumed and " + std::to_string(outbox.size()) +
+                         " unsent messages (schedule incomplete)");
+  double span = nowS() - t0;
+
+  // Data parallel: sum, then divide by dp.
+  int D = tr.dpSize();
+  if (D > 1) {
+    int64_t n = 0;
+    for (auto &[i, ps] : params)
+      n += ps.grad->bytes / 4;
+    std::vector<float> host(static_cast<size_t>(n));
+    int64_t off = 0;
+    for (auto &[i, ps] : params) {
+      be.copyToHost(host.data() + off, ps.grad->p, ps.grad->bytes);
+      off += ps.grad->bytes / 4;
+    }
+    if (Status s = tr.allreduce(host.data(), n, Group::DataParallel); !s)
+      return s;
+    off = 0;
+    float inv = 1.0f / float(D);
+    for (auto &[i, ps] : params) {
+      be.copyFromHost(ps.grad->p, host.data() + off, ps.grad->bytes);
+      be.scale(ps.grad->f(), inv, ps.grad->bytes / 4);
+      off += ps.grad->bytes / 4;
+    }
+  }
+  // Gradient norm (copy-0 params only), loss, busy time.
+  std::vector<float> host;
+  double sq = 0;
+  std::vector<ParamSlot> slots;
+  for (auto &[i, ps] : params) {
+    const Param &p = prog.params[size_t(i)];
+    int64_t n = p.type.numElements();
+    const float *g = ps.grad->f();
+    if (!be.hostVisible()) {
+      host.resize(size_t(n));
+      be.copyToHost(host.data(), g, n * 4);
+      g = host.data();
+    }
+    if (p.copy == 0)
+      for (int64_t k = 0; k < n; ++k)
+        sq += double(g[k]) * g[k];
+    slots.push_back({i, &p, ps.value->f(), ps.grad->f(), n});
+  }
+  float red[3] = {float(sq), float(lossSum), float(busy)};
+  if (Status s = tr.allreduce(red, 3, Group::Pipeline); !s)
+    return s;
+  float spanMax = float(span);
+  if (Status s = tr.allreduce(&spanMax, 1, Group::Pipeline, ReduceOp::Max); !s)
+    return s;
+  float lossAll = red[1];
+  if (Status s = tr.allreduce(&lossAll, 1, Group::DataParallel); !s)
+    return s;
+  ++stepNo;
+  if (!be.hostVisible())
+    return Status::error("optimizer on a non-host-visible backend: not yet");
+  if (Status s = opt.update(slots, std::sqrt(double(red[0])), stepNo); !s)
+    return s;
+  StepStats st;
+  st.step = stepNo;
+  st.loss = double(lossAll) / double(totalMb) / double(D);
+  st.gradNorm = std::sqrt(double(red[0]));
+  int P = tr.pipelineSize();
+  st.bubble = spanMax > 0 ? 1.0 - double(red[2]) / (double(P) * spanMax) : 0;
+  float total = float(nowS() - t0);
+  if (Status s = tr.allreduce(&total, 1, Group::World, ReduceOp::Max); !s)
+    return s;
+  st.seconds = total;
+  st.tokens = int64_t(totalMb) * prog.model.microbatchSize *
+              prog.model.seqLen * D;
+  return st;
+}
+
+Executor::Executor(std::unique_ptr<Impl> i) : impl(std::move(i)) {}
+Executor::~Executor() = default;
+
+Expected<std::unique_ptr<Executor>>
+Executor::create(const Program &prog, Backend &be, Transport &tr,
+                 TokenSource &data, StepOptimizer &opt,
+                 const ExecutorOptions &o) {
+  if (tr.pipelineSize() != prog.schedule.numRanks())
+    return Status::error("transport has " + std::to_string(tr.pipelineSize()) +
+                         " pipeline ranks, the program " +
+                         std::to_string(prog.schedule.numRanks()));
+  auto impl = std::make_unique<Impl>(prog, be, tr, data, opt, o);
+  if (Status s = impl->init(); !s)
+    return s;
+  return std::unique_ptr<Executor>(new Executor(std::move(impl)));
+}
+
+Expected<StepStats> Executor::step() { return impl->step(); }
+int64_t Executor::stepsDone() const { return impl->stepNo; }
+void Executor::setStepsDone(int64_t s) { impl->stepNo = s; }
+
+std::vector<int32_t> Executor::localParams() const {
+  std::vector<int32_t> r;
+  for (auto &[i, ps] : impl->params)
+    r.push_back(i);
+  return r;
+}
+float *Executor::paramData(int32_t i) {
+  auto it = impl->params.find(i);
+  return it == impl->params.end() ? nullptr : it->second.value->f();
+}
+float *Executor::gradData(int32_t i) {
+  auto it = impl->params.find(i);
+  return it == impl->params.end() ? nullptr : it->second.grad->f();
+}
+
+/// Serialises (name, floats) pairs as text-free bytes for gathering.
+static std::string packTensors(const NamedTensors &t) {
+  std::string s;
+  for (auto &[n, v] : t) {
+    uint64_t ln = n.size(), lv = v.size();
+    s.append(reinterpret_cast<const char *>(&ln), 8);
+    s += n;
+    s.append(reinterpret_cast<const char *>(&lv), 8);
+    s.append(reinterpret_cast<const char *>(v.data()), v.size() * 4);
+  }
+  return s;
+}
+static NamedTensors unpackTensors(const std::string &s) {
+  NamedTensors t;
+  size_t p = 0;
+  while (p + 8 <= s.size()) {
+    uint64_t ln, lv;
+    std::memcpy(&ln, s.data() + p, 8);
+    p += 8;
+    std::string n = s.substr(p, ln);
+    p += ln;
+    std::memcpy(&lv, s.data() + p, 8);
+    p += 8;
+    std::vector<float> v(lv);
+    std::memcpy(v.data(), s.data() + p, lv * 4);
+    p += lv * 4;
+    t.emplace_back(std::move(n), std::move(v));
+  }
+  return t;
+}
+
+Expected<NamedTensors> Executor::gatherWeights() {
+  NamedTensors mine;
+  if (impl->tr.dpIndex() == 0)
+    for (auto &[i, ps] : impl->params) {
+      const Param &p = impl->prog.params[size_t(i)];
+      if (p.copy != 0)
+        continue;
+      std::vector<float> v(static_cast<size_t>(p.type.numElements()));
+      impl->be.copyToHost(v.data(), ps.value->p, p.type.numBytes());
+      mine.emplace_back(p.name, std::move(v));
+    }
+  auto all = impl->tr.gatherStrings(packTensors(mine));
+  if (!all)
+    return all.status();
+  NamedTensors out;
+  for (const std::string &s : *all)
+    for (auto &t : unpackTensors(s))
+      out.push_back(std::move(t));
+  // Program order.
+  std::map<std::string, size_t> pos;
+  for (size_t i = 0; i < impl->prog.params.size(); ++i)
+    pos.emplace(impl->prog.params[i].name, i);
+  std::sort(out.begin(), out.end(), [&](auto &a, auto &b) {
+    return pos[a.first] < pos[b.first];
+  });
+  return out;
+}
+
+Status Executor::writeTrace(const std::string &path) {
+  std::string js;
+  int wr = impl->tr.worldRank();
+  char buf[512];
+  for (const TraceEvent &e : impl->events) {
+    std::snprintf(buf, sizeof buf,
+                  "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,"
+                  "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f},\n",
+                  e.name.c_str(), e.tid ? "comm" : "compute", wr, e.tid,
+                  e.ts * 1e6, e.dur * 1e6);
+    js += buf;
+  }
+  auto all = impl->tr.gatherStrings(js);
+  if (!all)
+    return all.status();
+  if (wr != 0)
+    return Status::ok();
+  FILE *f = std::fopen(path.c_str(), "w");
+  if (!f)
+    return Status::error("cannot write trace '" + path + "'");
+  std::fputs("{\"traceEvents\":[\n", f);
+  for (size_t r = 0; r < all->size(); ++r) {
+    std::fprintf(f,
+                 "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%zu,"
+                 "\"args\":{\"name\":\"rank %zu\"}},\n"
+                 "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%zu,\"tid\":0,"
+                 "\"args\":{\"name\":\"compute\"}},\n"
+                 "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%zu,\"tid\":1,"
+                 "\"args\":{\"name\":\"comm\"}},\n",
+                 r, r, r, r);
+    std::fputs((*all)[r].c_str(), f);
+  }
+  std::fputs("{\"name\":\"end\",\"ph\":\"i\",\"pid\":0,\"ts\":0,\"s\":\"g\"}\n]}\n",
+             f);
+  return std::fclose(f) == 0 ? Status::ok()
+                             : Status::error("error writing '" + path + "'");
+}
+
+} // namespace pipeforge::rt

@@ -1,0 +1,665 @@
+//===- ProgramValidate.cpp - Semantic checks of a Program -----------------===//
+//
+// Everything the executor relies on, checked once at load time (and by the
+// compiler before it writes): settings, placement, params, stage records,
+// each function's SSA form, roles, buffers, the wiring between functions and
+// stages, and the schedule (sched::verify). The first error wins; messages
+// name the stage, function, and the index at fault.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/rt/Program.h"
+
+#include "pipeforge/Schedule/Verify.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace pipeforge::rt {
+
+namespace {
+
+constexpr FunctionKind kAllKinds[] = {
+    FunctionKind::Forward, FunctionKind::BackwardInput,
+    FunctionKind::BackwardWeight, FunctionKind::Backward};
+
+std::string str(const TensorType &t) {
+  std::string s = dtypeName(t.dtype);
+  s += "[";
+  for (size_t i = 0; i < t.shape.size(); ++i)
+    s += (i ? "x" : "") + std::to_string(t.shape[i]);
+  return s + "]";
+}
+
+bool sameType(const TensorType &a, const TensorType &b) {
+  return a.dtype == b.dtype && a.shape == b.shape;
+}
+
+/// Shape dims positive and the element count sane (< 2^40).
+bool goodShape(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d <= 0 || d > (int64_t(1) << 40) || n > (int64_t(1) << 40) / d)
+      return false;
+    n *= d;
+  }
+  return true;
+}
+
+bool argAllowed(FunctionKind k, ArgRole r) {
+  switch (k) {
+  case FunctionKind::Forward:
+    return r == ArgRole::Activation || r == ArgRole::Tokens ||
+           r == ArgRole::Targets || r == ArgRole::Param;
+  case FunctionKind::BackwardInput:
+  case FunctionKind::Backward:
+    return r == ArgRole::Param || r == ArgRole::Stash ||
+           r == ArgRole::GradIn || r == ArgRole::Targets;
+  case FunctionKind::BackwardWeight:
+    return r == ArgRole::Param || r == ArgRole::Stash || r == ArgRole::WStash;
+  }
+  return false;
+}
+
+bool resultAllowed(FunctionKind k, ResultRole r) {
+  switch (k) {
+  case FunctionKind::Forward:
+    return r == ResultRole::Activation || r == ResultRole::Loss ||
+           r == ResultRole::Stash;
+  case FunctionKind::BackwardInput:
+    return r == ResultRole::GradOut || r == ResultRole::WStash;
+  case FunctionKind::BackwardWeight:
+    return r == ResultRole::ParamGrad;
+  case FunctionKind::Backward:
+    return r == ResultRole::GradOut || r == ResultRole::ParamGrad;
+  }
+  return false;
+}
+
+class Validator {
+public:
+  explicit Validator(const Program &p) : p(p) {}
+  Status run();
+
+private:
+  Status settings();
+  Status placement();
+  Status params();
+  Status stages();
+  Status function(const Stage &s, FunctionKind k);
+  Status wiring(const Stage &s);
+  Status chain();
+
+  std::string where(const Stage &s) const {
+    return "stage " + std::to_string(s.index) + " (copy " +
+           std::to_string(s.copy) + ")";
+  }
+  std::string where(const Stage &s, FunctionKind k) const {
+    return where(s) + " " + functionKindName(k);
+  }
+  std::string paramName(int32_t i) const {
+    return "param " + std::to_string(i) + " (" + p.params[i].name + ")";
+  }
+  bool isLast(const Stage &s) const {
+    return s.index == p.schedule.placement.numStages - 1;
+  }
+
+  const Program &p;
+};
+
+Status Validator::settings() {
+  const ModelInfo &m = p.model;
+  if (m.vocab <= 0)
+    return Status::error("model.vocab must be positive (is " +
+                         std::to_string(m.vocab) + ")");
+  if (m.seqLen <= 0)
+    return Status::error("model.seq_len must be positive (is " +
+                         std::to_string(m.seqLen) + ")");
+  if (m.microbatchSize <= 0)
+    return Status::error("model.microbatch_size must be positive (is " +
+                         std::to_string(m.microbatchSize) + ")");
+  const TrainingInfo &t = p.training;
+  if (t.pipelineRanks < 1)
+    return Status::error("training.pipeline_ranks must be at least 1 (is " +
+                         std::to_string(t.pipelineRanks) + ")");
+  if (t.dataParallel < 1)
+    return Status::error("training.data_parallel must be at least 1 (is " +
+                         std::to_string(t.dataParallel) + ")");
+  if (t.microbatches < 1)
+    return Status::error("training.microbatches must be at least 1 (is " +
+                         std::to_string(t.microbatches) + ")");
+  return Status::ok();
+}
+
+Status Validator::placement() {
+  const sched::Schedule &s = p.schedule;
+  const sched::Placement &pl = s.placement;
+  if (pl.numRanks < 1)
+    return Status::error("schedule: no ranks");
+  if (s.programs.size() != size_t(pl.numRanks))
+    return Status::error("schedule: " + std::to_string(s.programs.size()) +
+                         " rank programs for " + std::to_string(pl.numRanks) +
+                         " ranks");
+  if (pl.numStages < 1 || pl.numCopies < 1 || pl.numCopies > 2 ||
+      pl.rankOf.size() != size_t(pl.numCopies))
+    return Status::error("schedule: malformed placement (" +
+                         std::to_string(pl.numCopies) + " copies, " +
+                         std::to_string(pl.numStages) + " stages)");
+  for (size_t c = 0; c < pl.rankOf.size(); ++c) {
+    if (pl.rankOf[c].size() != size_t(pl.numStages))
+      return Status::error("schedule: placement of copy " + std::to_string(c) +
+                           " has " + std::to_string(pl.rankOf[c].size()) +
+                           " entries for " + std::to_string(pl.numStages) +
+                           " stages");
+    for (size_t st = 0; st < pl.rankOf[c].size(); ++st)
+      if (pl.rankOf[c][st] < 0 || pl.rankOf[c][st] >= pl.numRanks)
+        return Status::error("schedule: placement puts stage " +
+                             std::to_string(st) + " (copy " +
+                             std::to_string(c) + ") on rank " +
+                             std::to_string(pl.rankOf[c][st]) +
+                             ", out of range");
+  }
+  if (p.training.pipelineRanks != pl.numRanks)
+    return Status::error("training.pipeline_ranks is " +
+                         std::to_string(p.training.pipelineRanks) +
+                         " but the schedule has " +
+                         std::to_string(pl.numRanks) + " ranks");
+  if (int64_t(s.numMicrobatches) * pl.numCopies != p.training.microbatches)
+    return Status::error("training.microbatches is " +
+                         std::to_string(p.training.microbatches) +
+                         " but the schedule runs " +
+                         std::to_string(s.numMicrobatches) + " per copy x " +
+                         std::to_string(pl.numCopies) + " copies");
+  return Status::ok();
+}
+
+Status Validator::params() {
+  const sched::Placement &pl = p.schedule.placement;
+  std::map<std::string, size_t> seen;
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const Param &pr = p.params[i];
+    std::string w = "param " + std::to_string(i);
+    if (pr.name.empty())
+      return Status::error(w + ": empty name");
+    w += " (" + pr.name + ")";
+    auto [it, fresh] = seen.emplace(pr.name, i);
+    if (!fresh)
+      return Status::error(w + ": name already used by param " +
+                           std::to_string(it->second));
+    if (pr.type.dtype != DType::F32)
+      return Status::error(w + ": parameters are f32");
+    if (pr.type.shape.empty() || !goodShape(pr.type.shape))
+      return Status::error(w + ": shape " + str(pr.type) +
+                           " must have positive dimensions");
+    bool initOk = pr.init == "zeros" || pr.init == "ones";
+    if (pr.init.rfind("normal:", 0) == 0) {
+      const std::string num = pr.init.substr(7);
+      char *end = nullptr;
+      double sd = num.empty() ? -1 : std::strtod(num.c_str(), &end);
+      initOk = !num.empty() && end && *end == 0 && std::isfinite(sd) && sd >= 0;
+    }
+    if (!initOk)
+      return Status::error(w + ": unknown init \"" + pr.init +
+                           "\" (normal:<std>, zeros, ones)");
+    if (pr.copy < 0 || pr.copy >= pl.numCopies || pr.stage < 0 ||
+        pr.stage >= pl.numStages)
+      return Status::error(w + ": owner stage " + std::to_string(pr.stage) +
+                           " (copy " + std::to_string(pr.copy) +
+                           ") does not exist");
+  }
+  return Status::ok();
+}
+
+Status Validator::stages() {
+  const sched::Placement &pl = p.schedule.placement;
+  // Rank-local chunk: position of (copy, stage) among the rank's stages in
+  // (copy, stage) order.
+  std::vector<std::map<std::pair<int, int>, int>> onRank(pl.numRanks);
+  for (int c = 0; c < pl.numCopies; ++c)
+    for (int st = 0; st < pl.numStages; ++st)
+      onRank[pl.rankOf[c][st]][{c, st}] = 0;
+  for (auto &m : onRank) {
+    int k = 0;
+    for (auto &kv : m)
+      kv.second = k++;
+  }
+  std::set<std::pair<int, int>> seen;
+  for (size_t i = 0; i < p.stages.size(); ++i) {
+    const Stage &s = p.stages[i];
+    if (s.copy < 0 || s.copy >= pl.numCopies || s.index < 0 ||
+        s.index >= pl.numStages)
+      return Status::error("stages[" + std::to_string(i) + "]: " + where(s) +
+                           " is not in the schedule's placement (" +
+                           std::to_string(pl.numCopies) + " copies, " +
+                           std::to_string(pl.numStages) + " stages)");
+    if (!seen.insert({s.copy, s.index}).second)
+      return Status::error("stages[" + std::to_string(i) + "]: " + where(s) +
+                           " appears twice");
+    int32_t rank = pl.rank(s.copy, s.index);
+    if (s.rank != rank)
+      return Status::error(where(s) + ": rank is " + std::to_string(s.rank) +
+                           " but the schedule places it on rank " +
+                           std::to_string(rank));
+    int chunk = onRank[rank][{s.copy, s.index}];
+    if (s.chunk != chunk)
+      return Status::error(where(s) + ": chunk is " + std::to_string(s.chunk) +
+                           " but it is chunk " + std::to_string(chunk) +
+                           " of rank " + std::to_string(rank));
+    if (s.numStash < 0 || s.numWStash < 0)
+      return Status::error(where(s) + ": negative stash count");
+  }
+  for (int c = 0; c < pl.numCopies; ++c)
+    for (int st = 0; st < pl.numStages; ++st)
+      if (!seen.count({c, st}))
+        return Status::error("stage " + std::to_string(st) + " (copy " +
+                             std::to_string(c) + ") has no stage record");
+  for (const Stage &s : p.stages) {
+    for (FunctionKind k : kAllKinds)
+      if (Status st = function(s, k); !st)
+        return st;
+    if (Status st = wiring(s); !st)
+      return st;
+  }
+  return chain();
+}
+
+/// SSA form, roles allowed here, indices in range, buffers.
+Status Validator::function(const Stage &s, FunctionKind k) {
+  const Function &f = stageFunction(s, k);
+  const std::string w = where(s, k);
+  const int32_t nv = int32_t(f.values.size());
+  auto err = [&](const std::string &m) { return Status::error(w + ": " + m); };
+  for (int32_t v = 0; v < nv; ++v)
+    if (!goodShape(f.values[v].shape))
+      return err("value " + std::to_string(v) + " has shape " +
+                 str(f.values[v]) + " (dimensions must be positive)");
+  std::vector<int32_t> def(nv, -1);     // position: 0 = args, k+1 = kernel k
+  std::vector<int32_t> lastUse(nv, -1);
+  auto vname = [](int32_t v) { return "value " + std::to_string(v); };
+  auto define = [&](int32_t v, int32_t pos,
+                    const std::string &by) -> Status {
+    if (v < 0 || v >= nv)
+      return err(by + " defines " + vname(v) + ", out of range (" +
+                 std::to_string(nv) + " values)");
+    if (def[v] >= 0)
+      return err(by + " defines " + vname(v) + " again");
+    def[v] = pos;
+    lastUse[v] = pos;
+    return Status::ok();
+  };
+  // Arguments.
+  std::set<std::pair<int, int>> argSeen;
+  for (size_t i = 0; i < f.args.size(); ++i) {
+    const ArgBinding &a = f.args[i];
+    std::string an = "argument " + std::to_string(i) + " (" +
+                     argRoleName(a.role) + " " + std::to_string(a.index) + ")";
+    if (!argAllowed(k, a.role))
+      return err(an + ": role " + argRoleName(a.role) +
+                 " is not allowed in " + functionKindName(k));
+    if (!argSeen.insert({int(a.role), a.index}).second)
+      return err(an + ": bound twice");
+    if (Status st = define(a.value, 0, an); !st)
+      return st;
+    const TensorType &t = f.values[a.value];
+    switch (a.role) {
+    case ArgRole::Param:
+      if (a.index < 0 || a.index >= int32_t(p.params.size()))
+        return err(an + ": param index out of range (" +
+                   std::to_string(p.params.size()) + " params)");
+      if (p.params[a.index].copy != s.copy || p.params[a.index].stage != s.index)
+        return err(an + ": " + paramName(a.index) + " belongs to stage " +
+                   std::to_string(p.params[a.index].stage) + " (copy " +
+                   std::to_string(p.params[a.index].copy) + ")");
+      if (!sameType(t, p.params[a.index].type))
+        return err(an + ": value is " + str(t) + " but " + paramName(a.index) +
+                   " is " + str(p.params[a.index].type));
+      break;
+    case ArgRole::Stash:
+      if (a.index < 0 || a.index >= s.numStash)
+        return err(an + ": stash slot out of range (num_stash " +
+                   std::to_string(s.numStash) + ")");
+      break;
+    case ArgRole::WStash:
+      if (a.index < 0 || a.index >= s.numWStash)
+        return err(an + ": wstash slot out of range (num_wstash " +
+                   std::to_string(s.numWStash) + ")");
+      break;
+    case ArgRole::Tokens:
+    case ArgRole::Targets: {
+      if (a.role == ArgRole::Tokens && s.index != 0)
+        return err(an + ": only stage 0 takes tokens");
+      if (a.role == ArgRole::Targets && !isLast(s))
+        return err(an + ": only the last stage takes targets");
+      if (a.index != 0)
+        return err(an + ": index must be 0");
+      std::vector<int64_t> want = {p.model.microbatchSize, p.model.seqLen};
+      if (t.dtype != DType::I32 || t.shape != want)
+        return err(an + ": value is " + str(t) + ", expected i32[" +
+                   std::to_string(want[0]) + "x" + std::to_string(want[1]) +
+                   "]");
+      break;
+    }
+    case ArgRole::Activation:
+      if (s.index == 0)
+        return err(an + ": stage 0 has no activation input");
+      if (a.index < 0)
+        return err(an + ": negative index");
+      break;
+    case ArgRole::GradIn:
+      if (a.index < 0)
+        return err(an + ": negative index");
+      if (isLast(s) && (a.index != 0 || t.numElements() != 1 ||
+                        t.dtype != DType::F32))
+        return err(an + ": on the last stage grad_in is the scalar loss seed "
+                        "(index 0, one f32 element), got " + str(t));
+      break;
+    }
+  }
+  // Kernels.
+  for (size_t ki = 0; ki < f.kernels.size(); ++ki) {
+    const Kernel &kn = f.kernels[ki];
+    std::string kname = "kernel " + std::to_string(ki);
+    if (kn.op.empty())
+      return err(kname + ": empty op name");
+    kname += " (" + kn.op + ")";
+    for (const auto &[name, v] : kn.attrs) {
+      if (name.empty())
+        return err(kname + ": attribute with an empty name");
+      if (auto *d = std::get_if<double>(&v); d && !std::isfinite(*d))
+        return err(kname + ": attribute " + name + " is not finite");
+    }
+    int32_t pos = int32_t(ki) + 1;
+    for (size_t ii = 0; ii < kn.inputs.size(); ++ii) {
+      int32_t v = kn.inputs[ii];
+      if (v == -1)
+        continue;
+      if (v < 0 || v >= nv)
+        return err(kname + " input " + std::to_string(ii) + " reads " +
+                   vname(v) + ", out of range (" + std::to_string(nv) +
+                   " values)");
+      if (def[v] < 0)
+        return err("kernel " + std::to_string(ki) + " reads " + vname(v) +
+                   " before it is defined");
+      lastUse[v] = pos;
+    }
+    for (size_t oi = 0; oi < kn.outputs.size(); ++oi) {
+      int32_t v = kn.outputs[oi];
+      if (v == -1)
+        continue;
+      if (Status st = define(v, pos, kname + " output " + std::to_string(oi));
+          !st)
+        return st;
+    }
+  }
+  // Results.
+  const int32_t end = int32_t(f.kernels.size()) + 1;
+  std::set<std::pair<int, int>> resSeen;
+  for (size_t i = 0; i < f.results.size(); ++i) {
+    const ResultBinding &r = f.results[i];
+    std::string rn = "result " + std::to_string(i) + " (" +
+                     resultRoleName(r.role) + " " + std::to_string(r.index) +
+                     ")";
+    if (!resultAllowed(k, r.role))
+      return err(rn + ": role " + resultRoleName(r.role) +
+                 " is not allowed in " + functionKindName(k));
+    if (!resSeen.insert({int(r.role), r.index}).second)
+      return err(rn + ": bound twice");
+    if (r.value < 0 || r.value >= nv)
+      return err(rn + ": " + vname(r.value) + " out of range (" +
+                 std::to_string(nv) + " values)");
+    if (def[r.value] < 0)
+      return err(rn + " returns " + vname(r.value) +
+                 ", which is never defined");
+    lastUse[r.value] = end;
+    const TensorType &t = f.values[r.value];
+    switch (r.role) {
+    case ResultRole::ParamGrad:
+      if (r.index < 0 || r.index >= int32_t(p.params.size()))
+        return err(rn + ": param index out of range (" +
+                   std::to_string(p.params.size()) + " params)");
+      if (p.params[r.index].copy != s.copy || p.params[r.index].stage != s.index)
+        return err(rn + ": " + paramName(r.index) + " belongs to stage " +
+                   std::to_string(p.params[r.index].stage) + " (copy " +
+                   std::to_string(p.params[r.index].copy) + ")");
+      if (!sameType(t, p.params[r.index].type))
+        return err(rn + ": value is " + str(t) + " but " + paramName(r.index) +
+                   " is " + str(p.params[r.index].type));
+      break;
+    case ResultRole::Stash:
+      if (r.index < 0 || r.index >= s.numStash)
+        return err(rn + ": stash slot out of range (num_stash " +
+                   std::to_string(s.numStash) + ")");
+      break;
+    case ResultRole::WStash:
+      if (r.index < 0 || r.index >= s.numWStash)
+        return err(rn + ": wstash slot out of range (num_wstash " +
+                   std::to_string(s.numWStash) + ")");
+      break;
+    case ResultRole::Loss:
+      if (!isLast(s))
+        return err(rn + ": only the last stage returns the loss");
+      if (r.index != 0 || t.numElements() != 1 || t.dtype != DType::F32)
+        return err(rn + ": the loss is one f32 element at index 0, got " +
+                   str(t));
+      break;
+    case ResultRole::Activation:
+      if (isLast(s))
+        return err(rn + ": the last stage sends no activation");
+      if (r.index < 0)
+        return err(rn + ": negative index");
+      break;
+    case ResultRole::GradOut:
+      if (r.index < 0)
+        return err(rn + ": negative index");
+      break;
+    }
+  }
+  for (int32_t v = 0; v < nv; ++v)
+    if (def[v] < 0)
+      return err(vname(v) + " is never defined");
+  // Arguments are bound to storage outside the function (parameters,
+  // stash, received messages): their buffers are never reused.
+  for (const ArgBinding &a : f.args)
+    lastUse[a.value] = end;
+  // Buffers.
+  if (f.buffer.size() != size_t(nv))
+    return err("buffer assignment has " + std::to_string(f.buffer.size()) +
+               " entries for " + std::to_string(nv) + " values");
+  const int32_t nb = int32_t(f.bufferBytes.size());
+  for (int32_t b = 0; b < nb; ++b)
+    if (f.bufferBytes[b] <= 0)
+      return err("buffer " + std::to_string(b) + " has size " +
+                 std::to_string(f.bufferBytes[b]));
+  std::vector<std::vector<int32_t>> members(nb);
+  for (int32_t v = 0; v < nv; ++v) {
+    int32_t b = f.buffer[v];
+    if (b < 0 || b >= nb)
+      return err(vname(v) + " is in buffer " + std::to_string(b) +
+                 ", out of range (" + std::to_string(nb) + " buffers)");
+    if (f.bufferBytes[b] < f.values[v].numBytes())
+      return err(vname(v) + " (" + str(f.values[v]) + ", " +
+                 std::to_string(f.values[v].numBytes()) + " bytes) does not fit "
+                 "in buffer " + std::to_string(b) + " (" +
+                 std::to_string(f.bufferBytes[b]) + " bytes)");
+    members[b].push_back(v);
+  }
+  for (int32_t b = 0; b < nb; ++b) {
+    std::vector<int32_t> &m = members[b];
+    std::sort(m.begin(), m.end(), [&](int32_t x, int32_t y) {
+      return def[x] != def[y] ? def[x] < def[y] : x < y;
+    });
+    for (size_t i = 1; i < m.size(); ++i)
+      if (def[m[i]] <= lastUse[m[i - 1]])
+        return err(vname(m[i - 1]) + " and " + vname(m[i]) +
+                   " share buffer " + std::to_string(b) +
+                   " but are live at the same time");
+  }
+  return Status::ok();
+}
+
+/// Stash / W-stash / activation-gradient wiring between a stage's functions.
+Status Validator::wiring(const Stage &s) {
+  auto typeOf = [](const Function &f, int32_t v) -> const TensorType & {
+    return f.values[v];
+  };
+  // Forward's stash results: every slot exactly once.
+  std::vector<const TensorType *> stash(s.numStash, nullptr),
+      wstash(s.numWStash, nullptr);
+  for (const ResultBinding &r : s.forward.results)
+    if (r.role == ResultRole::Stash)
+      stash[r.index] = &typeOf(s.forward, r.value);
+  for (int32_t i = 0; i < s.numStash; ++i)
+    if (!stash[i])
+      return Status::error(where(s, FunctionKind::Forward) +
+                           ": stash slot " + std::to_string(i) +
+                           " is never returned");
+  for (const ResultBinding &r : s.backwardInput.results)
+    if (r.role == ResultRole::WStash)
+      wstash[r.index] = &typeOf(s.backwardInput, r.value);
+  for (int32_t i = 0; i < s.numWStash; ++i)
+    if (!wstash[i])
+      return Status::error(where(s, FunctionKind::BackwardInput) +
+                           ": wstash slot " + std::to_string(i) +
+                           " is never returned");
+  // Forward activation results and arguments by index.
+  std::map<int32_t, const TensorType *> actOut, actIn;
+  for (const ResultBinding &r : s.forward.results)
+    if (r.role == ResultRole::Activation)
+      actOut[r.index] = &typeOf(s.forward, r.value);
+  for (const ArgBinding &a : s.forward.args)
+    if (a.role == ArgRole::Activation)
+      actIn[a.index] = &typeOf(s.forward, a.value);
+  bool hasLoss = false, hasTokens = false;
+  for (const ResultBinding &r : s.forward.results)
+    hasLoss |= r.role == ResultRole::Loss;
+  for (const ArgBinding &a : s.forward.args)
+    hasTokens |= a.role == ArgRole::Tokens;
+  if (isLast(s) && !hasLoss)
+    return Status::error(where(s, FunctionKind::Forward) +
+                         ": the last stage must return the loss");
+  if (s.index == 0 && !hasTokens)
+    return Status::error(where(s, FunctionKind::Forward) +
+                         ": stage 0 must take the tokens");
+  if (!isLast(s) && actOut.empty())
+    return Status::error(where(s, FunctionKind::Forward) +
+                         ": returns no activation for the next stage");
+  int32_t expect = 0;
+  for (auto &[i, t] : actOut)
+    if (i != expect++)
+      return Status::error(where(s, FunctionKind::Forward) +
+                           ": activation results are not numbered 0.." +
+                           std::to_string(actOut.size() - 1));
+  expect = 0;
+  for (auto &[i, t] : actIn)
+    if (i != expect++)
+      return Status::error(where(s, FunctionKind::Forward) +
+                           ": activation arguments are not numbered 0.." +
+                           std::to_string(actIn.size() - 1));
+  for (FunctionKind k : kAllKinds) {
+    if (k == FunctionKind::Forward)
+      continue;
+    const Function &f = stageFunction(s, k);
+    const std::string w = where(s, k);
+    for (size_t i = 0; i < f.args.size(); ++i) {
+      const ArgBinding &a = f.args[i];
+      const TensorType &t = typeOf(f, a.value);
+      std::string an = "argument " + std::to_string(i) + " (" +
+                       argRoleName(a.role) + " " + std::to_string(a.index) +
+                       ")";
+      const TensorType *want = nullptr;
+      std::string from;
+      if (a.role == ArgRole::Stash) {
+        want = stash[a.index];
+        from = "forward's stash result";
+      } else if (a.role == ArgRole::WStash) {
+        want = wstash[a.index];
+        from = "backward_input's wstash result";
+      } else if (a.role == ArgRole::GradIn && !isLast(s)) {
+        auto it = actOut.find(a.index);
+        if (it == actOut.end())
+          return Status::error(w + ": " + an + ": forward has no activation "
+                                              "result " +
+                               std::to_string(a.index));
+        want = it->second;
+        from = "forward's activation result";
+      }
+      if (want && !sameType(*want, t))
+        return Status::error(w + ": " + an + " is " + str(t) + " but " + from +
+                             " is " + str(*want));
+    }
+    for (size_t i = 0; i < f.results.size(); ++i) {
+      const ResultBinding &r = f.results[i];
+      if (r.role != ResultRole::GradOut)
+        continue;
+      std::string rn = "result " + std::to_string(i) + " (grad_out " +
+                       std::to_string(r.index) + ")";
+      auto it = actIn.find(r.index);
+      if (it == actIn.end())
+        return Status::error(w + ": " + rn + ": forward has no activation "
+                                             "argument " +
+                             std::to_string(r.index));
+      if (!sameType(*it->second, typeOf(f, r.value)))
+        return Status::error(w + ": " + rn + " is " +
+                             str(typeOf(f, r.value)) +
+                             " but the activation argument is " +
+                             str(*it->second));
+    }
+  }
+  return Status::ok();
+}
+
+/// Stage s's activation results match stage s+1's activation arguments.
+Status Validator::chain() {
+  for (const Stage &s : p.stages) {
+    if (isLast(s))
+      continue;
+    const Stage *next = p.findStage(s.copy, s.index + 1);
+    std::vector<const TensorType *> out, in;
+    for (const ResultBinding &r : s.forward.results)
+      if (r.role == ResultRole::Activation) {
+        if (size_t(r.index) >= out.size())
+          out.resize(r.index + 1, nullptr);
+        out[r.index] = &s.forward.values[r.value];
+      }
+    for (const ArgBinding &a : next->forward.args)
+      if (a.role == ArgRole::Activation) {
+        if (size_t(a.index) >= in.size())
+          in.resize(a.index + 1, nullptr);
+        in[a.index] = &next->forward.values[a.value];
+      }
+    if (out.size() != in.size())
+      return Status::error(where(*next, FunctionKind::Forward) + ": takes " +
+                           std::to_string(in.size()) +
+                           " activations but " + where(s) + " sends " +
+                           std::to_string(out.size()));
+    for (size_t i = 0; i < out.size(); ++i)
+      if (!sameType(*out[i], *in[i]))
+        return Status::error(where(*next, FunctionKind::Forward) +
+                             ": activation argument " + std::to_string(i) +
+                             " is " + str(*in[i]) + " but " + where(s) +
+                             " sends " + str(*out[i]));
+  }
+  return Status::ok();
+}
+
+Status Validator::run() {
+  if (Status st = settings(); !st)
+    return st;
+  if (Status st = placement(); !st)
+    return st;
+  if (Status st = params(); !st)
+    return st;
+  if (Status st = stages(); !st)
+    return st;
+  if (Status st = sched::verify(p.schedule); !st)
+    return Status::error("schedule: " + st.message());
+  return Status::ok();
+}
+
+} // namespace
+
+Status validateProgram(const Program &p) { return Validator(p).run(); }
+
+} // namespace pipeforge::rt

@@ -1,0 +1,295 @@
+//===- MpiTransport.cpp - OpenMPI transport -------------------------------===//
+//
+// World rank = dpIndex * P + pipelineRank. Two split communicators: the
+// pipeline of this replica (point-to-point, grad norm) and the data-parallel
+// group of this pipeline rank (gradient allreduce).
+//
+// Every wait is a test loop with a watchdog: when a peer stops answering for
+// timeout() seconds the job is aborted with a message naming the request.
+// (A peer that dies is normally caught earlier by mpirun, which kills the
+// job when a process exits without MPI_Finalize.)
+//
+// Allreduce is gather-to-root, sum in rank order, broadcast: slower than
+// MPI_Allreduce for large groups, but every rank gets the same bits and the
+// result does not depend on the MPI algorithm chosen.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/rt/MpiTransport.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <thread>
+
+namespace pipeforge::rt {
+
+bool launchedByMpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+         std::getenv("PMIX_RANK");
+}
+
+namespace {
+
+class MpiTransport final : public Transport {
+public:
+  MpiTransport(int *argc, char ***argv) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited)
+      MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+    MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+    void *ub = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    tagUb = flag ? *static_cast<int *>(ub) : 32767;
+  }
+  ~MpiTransport() override {
+    for (auto &[id, r] : reqs)
+      MPI_Cancel(&r.req);
+    if (pipe != MPI_COMM_NULL)
+      MPI_Comm_free(&pipe);
+    if (dp != MPI_COMM_NULL)
+      MPI_Comm_free(&dp);
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin)
+      MPI_Finalize();
+  }
+  const char *name() const override { return "mpi"; }
+
+  Status setup(int p, int d) override {
+    if (p < 1 || d < 1 || p * d != wsize)
+      return Status::error(
+          "the program needs " + std::to_string(p) + " pipeline ranks x " +
+          std::to_string(d) + " data-parallel replicas = " +
+          std::to_string(p * d) + " processes, but MPI started " +
+          std::to_string(wsize) + " (use mpirun -np " +
+          std::to_string(p * d) + ")");
+    P = p;
+    D = d;
+    prank = wrank % p;
+    dpi = wrank / p;
+    MPI_Comm_split(MPI_COMM_WORLD, dpi, prank, &pipe);
+    MPI_Comm_split(MPI_COMM_WORLD, prank, dpi, &dp);
+    return Status::ok();
+  }
+  int worldRank() const override { return wrank; }
+  int worldSize() const override { return wsize; }
+  int pipelineRank() const override { return prank; }
+  int pipelineSize() const override { return P; }
+  int dpIndex() const override { return dpi; }
+  int dpSize() const override { return D; }
+
+  int foldTag(int64_t tag) const {
+    int64_t range = int64_t(tagUb) - 16;
+    return int(tag % range);
+  }
+
+  Expected<RequestId> isend(int peer, int64_t tag, const float *buf,
+                            int64_t n) override {
+    if (Status s = checkPeer(peer); !s)
+      return s;
+    Req r{true, peer, tag};
+    MPI_Isend(buf, int(n), MPI_FLOAT, peer, foldTag(tag), pipe, &r.req);
+    reqs[next] = r;
+    return next++;
+  }
+  Expected<RequestId> irecv(int peer, int64_t tag, float *buf,
+                            int64_t n) override {
+    if (Status s = checkPeer(peer); !s)
+      return s;
+    Req r{false, peer, tag};
+    MPI_Irecv(buf, int(n), MPI_FLOAT, peer, foldTag(tag), pipe, &r.req);
+    reqs[next] = r;
+    return next++;
+  }
+  Status wait(RequestId id) override {
+    auto it = reqs.find(id);
+    if (it == reqs.end())
+      return Status::ok();
+    Req r = it->second;
+    std::string what = std::string(r.send ? "send to" : "receive from") +
+                       " pipeline rank " + std::to_string(r.peer) +
+                       " (tag " + std::to_string(r.tag) + ")";
+    if (Status s = waitReq(it->second.req, what); !s)
+      return s;
+    reqs.erase(id);
+    return Status::ok();
+  }
+  bool test(RequestId id) override {
+    auto it = reqs.find(id);
+    if (it == reqs.end())
+      return true;
+    int done = 0;
+    MPI_Test(&it->second.req, &done, MPI_STATUS_IGNORE);
+    if (done)
+      reqs.erase(it);
+    return done;
+  }
+  void progress() override {
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, pipe == MPI_COMM_NULL
+                                                 ? MPI_COMM_WORLD
+                                                 : pipe,
+               &flag, MPI_STATUS_IGNORE);
+    for (auto &[id, r] : reqs) {
+      int done = 0;
+      MPI_Test(&r.req, &done, MPI_STATUS_IGNORE);
+      if (done)
+        r.req = MPI_REQUEST_NULL; // completed: a later wait returns at once
+    }
+  }
+
+  Status allreduce(float *buf, int64_t n, Group g, ReduceOp op) override {
+    MPI_Comm c = comm(g);
+    int size = 0, rank = 0;
+    MPI_Comm_size(c, &size);
+    MPI_Comm_rank(c, &rank);
+    if (size == 1 || n == 0)
+      return Status::ok();
+    std::vector<float> all(rank == 0 ? size_t(n) * size : 0);
+    MPI_Request r;
+    MPI_Igather(buf, int(n), MPI_FLOAT, all.data(), int(n), MPI_FLOAT, 0, c,
+                &r);
+    if (Status s = waitReq(r, "allreduce (gather)"); !s)
+      return s;
+    if (rank == 0)
+      for (int k = 1; k < size; ++k) {
+        const float *src = all.data() + size_t(k) * n;
+        for (int64_t i = 0; i < n; ++i)
+          buf[i] = op == ReduceOp::Sum ? buf[i] + src[i]
+                                       : std::max(buf[i], src[i]);
+      }
+    MPI_Ibcast(buf, int(n), MPI_FLOAT, 0, c, &r);
+    return waitReq(r, "allreduce (broadcast)");
+  }
+  Status pairwiseSum(int peer, float *buf, int64_t n) override {
+    if (Status s = checkPeer(peer); !s)
+      return s;
+    if (peer == prank) {
+      for (int64_t i = 0; i < n; ++i)
+        buf[i] = buf[i] + buf[i];
+      return Status::ok();
+    }
+    std::vector<float> other(static_cast<size_t>(n));
+    MPI_Request r[2];
+    int tag = tagUb - 1;
+    MPI_Irecv(other.data(), int(n), MPI_FLOAT, peer, tag, pipe, &r[0]);
+    MPI_Isend(buf, int(n), MPI_FLOAT, peer, tag, pipe, &r[1]);
+    std::string what = "gradient exchange with pipeline rank " +
+                       std::to_string(peer);
+    if (Status s = waitReq(r[0], what); !s)
+      return s;
+    if (Status s = waitReq(r[1], what); !s)
+      return s;
+    // a + b == b + a bitwise: both sides get the same result.
+    for (int64_t i = 0; i < n; ++i)
+      buf[i] = buf[i] + other[i];
+    return Status::ok();
+  }
+  Status barrier(Group g) override {
+    MPI_Request r;
+    MPI_Ibarrier(comm(g), &r);
+    return waitReq(r, "barrier");
+  }
+  Expected<std::vector<std::string>>
+  gatherStrings(const std::string &mine) override {
+    int len = int(mine.size());
+    std::vector<int> lens(wrank == 0 ? wsize : 0), displs;
+    MPI_Request r;
+    MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD,
+                &r);
+    if (Status s = waitReq(r, "gather"); !s)
+      return s;
+    std::string all;
+    if (wrank == 0) {
+      int total = 0;
+      for (int l : lens) {
+        displs.push_back(total);
+        total += l;
+      }
+      all.resize(size_t(total));
+    }
+    MPI_Igatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(),
+                 displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD, &r);
+    if (Status s = waitReq(r, "gather"); !s)
+      return s;
+    std::vector<std::string> out;
+    if (wrank == 0)
+      for (int k = 0; k < wsize; ++k)
+        out.push_back(all.substr(size_t(displs[k]), size_t(lens[k])));
+    return out;
+  }
+  [[noreturn]] void abort(const std::string &msg, int code) override {
+    std::fprintf(stderr, "pipeforge-run: rank %d: %s\n", wrank, msg.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
+    std::_Exit(code ? code : 1);
+  }
+
+private:
+  struct Req {
+    bool send;
+    int peer;
+    int64_t tag;
+    MPI_Request req = MPI_REQUEST_NULL;
+  };
+  int wrank = 0, wsize = 1, P = 1, D = 1, prank = 0, dpi = 0, tagUb = 32767;
+  MPI_Comm pipe = MPI_COMM_NULL, dp = MPI_COMM_NULL;
+  std::map<RequestId, Req> reqs;
+  RequestId next = 1;
+
+  MPI_Comm comm(Group g) const {
+    switch (g) {
+    case Group::DataParallel:
+      return dp;
+    case Group::Pipeline:
+      return pipe;
+    case Group::World:
+      break;
+    }
+    return MPI_COMM_WORLD;
+  }
+  Status checkPeer(int peer) const {
+    if (pipe == MPI_COMM_NULL)
+      return Status::error("mpi transport: setup() not called");
+    if (peer < 0 || peer >= P)
+      return Status::error("mpi transport: no pipeline rank " +
+                           std::to_string(peer));
+    return Status::ok();
+  }
+  /// Test loop with a watchdog: spins briefly, then sleeps in short naps so
+  /// oversubscribed ranks leave the core to the one computing.
+  Status waitReq(MPI_Request &r, const std::string &what) {
+    using Clock = std::chrono::steady_clock;
+    auto start = Clock::now();
+    for (long spin = 0;; ++spin) {
+      int done = 0;
+      MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+      if (done)
+        return Status::ok();
+      if (spin > 200)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if ((spin & 255) == 0 && timeoutS > 0 &&
+          std::chrono::duration<double>(Clock::now() - start).count() >
+              timeoutS)
+        return Status::error("timed out after " + std::to_string(timeoutS) +
+                             " s waiting for " + what +
+                             ": a peer has died or hangs");
+    }
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Transport> createMpiTransport(int *argc, char ***argv) {
+  return std::make_unique<MpiTransport>(argc, argv);
+}
+
+} // namespace pipeforge::rt

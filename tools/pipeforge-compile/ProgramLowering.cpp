@@ -1,0 +1,475 @@
+//===- ProgramLowering.cpp - Schedule-level IR to a runtime Program -------===//
+
+#include "ProgramLowering.h"
+
+#include "pipeforge/Dialect/PP/IR/PPOps.h"
+#include "pipeforge/Dialect/PP/Transforms/ScheduleConversion.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Matchers.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <algorithm>
+#include <map>
+#include <queue>
+
+using namespace mlir;
+
+namespace pipeforge::compile {
+
+void assignBuffers(rt::Function &f, const std::vector<int32_t> &def,
+                   const std::vector<int32_t> &lastUse) {
+  const size_t n = f.values.size();
+  f.buffer.assign(n, -1);
+  f.bufferBytes.clear();
+  std::vector<int32_t> order(n);
+  for (size_t i = 0; i < n; ++i)
+    order[i] = int32_t(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return def[a] < def[b]; });
+  // Live buffers by the position of their last use; free ones by size.
+  using Live = std::pair<int32_t, int32_t>; // (lastUse, buffer)
+  std::priority_queue<Live, std::vector<Live>, std::greater<Live>> live;
+  std::map<int64_t, std::vector<int32_t>> freeBySize;
+  for (int32_t v : order) {
+    while (!live.empty() && live.top().first < def[v]) {
+      int32_t b = live.top().second;
+      live.pop();
+      freeBySize[f.bufferBytes[b]].push_back(b);
+    }
+    int64_t bytes = f.values[v].numBytes();
+    auto it = freeBySize.find(bytes);
+    int32_t b;
+    if (it != freeBySize.end() && !it->second.empty()) {
+      b = it->second.back();
+      it->second.pop_back();
+    } else {
+      b = int32_t(f.bufferBytes.size());
+      f.bufferBytes.push_back(bytes);
+    }
+    f.buffer[v] = b;
+    live.push({lastUse[v], b});
+  }
+}
+
+namespace {
+
+constexpr const char *kFuncNames[] = {"forward", "backward_input",
+                                      "backward_weight", "backward"};
+
+StringRef strAttr(func::FuncOp f, unsigned i, StringRef name, bool result) {
+  StringAttr a = result ? f.getResultAttrOfType<StringAttr>(i, name)
+                        : f.getArgAttrOfType<StringAttr>(i, name);
+  return a ? a.getValue() : StringRef();
+}
+std::optional<int64_t> intAttr(func::FuncOp f, unsigned i, StringRef name,
+                               bool result) {
+  IntegerAttr a = result ? f.getResultAttrOfType<IntegerAttr>(i, name)
+                         : f.getArgAttrOfType<IntegerAttr>(i, name);
+  if (!a)
+    return std::nullopt;
+  return a.getInt();
+}
+
+/// What the lowering of one stage needs to know about its @forward.
+struct ForwardInfo {
+  func::FuncOp fn;
+  llvm::DenseMap<unsigned, int32_t> actInOrdinal;  // arg index -> k
+  llvm::DenseMap<unsigned, int32_t> actOutOrdinal; // result index -> k
+  llvm::DenseMap<unsigned, int32_t> paramOfArg;    // arg index -> global
+};
+
+class Lowering {
+public:
+  Lowering(ModuleOp m, const LowerOptions &o) : module(m), opts(o) {}
+  FailureOr<rt::Program> run();
+
+private:
+  LogicalResult collectParams(pp::StageOp st, int copy, ForwardInfo &fi);
+  LogicalResult lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
+                              const ForwardInfo &fi, bool firstStage,
+                              bool lastStage, rt::Function &out);
+  FailureOr<rt::TensorType> convertType(Type t, Operation *where);
+
+  ModuleOp module;
+  const LowerOptions &opts;
+  rt::Program prog;
+  llvm::StringMap<int32_t> paramIndex;
+};
+
+FailureOr<rt::TensorType> Lowering::convertType(Type t, Operation *where) {
+  auto rt = dyn_cast<RankedTensorType>(t);
+  if (!rt || !rt.hasStaticShape()) {
+    where->emitError() << "cannot lower type " << t
+                       << " to the program file (static tensors only)";
+    return failure();
+  }
+  rt::TensorType out;
+  Type e = rt.getElementType();
+  if (e.isF32())
+    out.dtype = rt::DType::F32;
+  else if (e.isSignlessInteger() || e.isSignedInteger())
+    out.dtype = rt::DType::I32;
+  else {
+    where->emitError() << "cannot lower element type " << e
+                       << " to the program file (f32 or integers)";
+    return failure();
+  }
+  out.shape.assign(rt.getShape().begin(), rt.getShape().end());
+  return out;
+}
+
+LogicalResult Lowering::collectParams(pp::StageOp st, int copy,
+                                      ForwardInfo &fi) {
+  func::FuncOp f = fi.fn;
+  int32_t actIn = 0, actOut = 0;
+  for (unsigned i = 0; i < f.getNumArguments(); ++i) {
+    StringRef role = strAttr(f, i, "pp.role", false);
+    if (role == "act_in") {
+      fi.actInOrdinal[i] = actIn++;
+      continue;
+    }
+    if (role != "param")
+      continue;
+    StringRef name = strAttr(f, i, "nn.name", false);
+    if (name.empty())
+      return f.emitError() << "parameter argument " << i << " has no nn.name";
+    StringRef init = strAttr(f, i, "nn.init", false);
+    std::string full = name.str();
+    if (copy > 0)
+      full += "@copy" + std::to_string(copy);
+    auto ty = convertType(f.getArgument(i).getType(), f);
+    if (failed(ty))
+      return failure();
+    auto [it, fresh] = paramIndex.try_emplace(full, int32_t(prog.params.size()));
+    if (!fresh) {
+      const rt::Param &other = prog.params[it->second];
+      return f.emitError() << "parameter '" << full << "' is used by stage "
+                           << st.getIndex() << " and by stage " << other.stage
+                           << " (copy " << other.copy
+                           << "): a parameter must belong to one stage";
+    }
+    rt::Param p;
+    p.name = full;
+    p.type = *ty;
+    p.init = init.empty() ? "zeros" : init.str();
+    p.copy = copy;
+    p.stage = int32_t(st.getIndex());
+    prog.params.push_back(std::move(p));
+    fi.paramOfArg[i] = it->second;
+  }
+  for (unsigned r = 0; r < f.getNumResults(); ++r)
+    if (strAttr(f, r, "pp.role", true) == "act_out")
+      fi.actOutOrdinal[r] = actOut++;
+  return success();
+}
+
+LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
+                                      const ForwardInfo &fi, bool firstStage,
+                                      bool lastStage, rt::Function &out) {
+  llvm::DenseMap<Value, int32_t> ids;
+  std::vector<int32_t> def, lastUse;
+  auto newValue = [&](Value v, int32_t pos,
+                      Operation *where) -> FailureOr<int32_t> {
+    auto ty = convertType(v.getType(), where);
+    if (failed(ty))
+      return failure();
+    int32_t id = int32_t(out.values.size());
+    out.values.push_back(*ty);
+    ids[v] = id;
+    def.push_back(pos);
+    lastUse.push_back(pos);
+    return id;
+  };
+  auto use = [&](Value v, int32_t pos) -> int32_t {
+    auto it = ids.find(v);
+    if (it == ids.end())
+      return -2;
+    lastUse[it->second] = std::max(lastUse[it->second], pos);
+    return it->second;
+  };
+  auto forwardParam = [&](std::optional<int64_t> argIdx) -> int32_t {
+    if (!argIdx)
+      return -1;
+    auto it = fi.paramOfArg.find(unsigned(*argIdx));
+    return it == fi.paramOfArg.end() ? -1 : it->second;
+  };
+
+  Block &body = fn.getBody().front();
+  // Arguments.
+  for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
+    StringRef role = strAttr(fn, i, "pp.role", false);
+    auto id = newValue(fn.getArgument(i), 0, fn);
+    if (failed(id))
+      return failure();
+    rt::ArgBinding a{rt::ArgRole::Activation, 0, *id};
+    if (role == "act_in" && kind == rt::FunctionKind::Forward) {
+      a.role = rt::ArgRole::Activation;
+      a.index = fi.actInOrdinal.lookup(i);
+    } else if (role == "data" || role == "tokens" || role == "targets") {
+      StringRef nnRole = strAttr(fn, i, "nn.role", false);
+      if (nnRole == "tokens" || (nnRole.empty() && firstStage && !lastStage))
+        a.role = rt::ArgRole::Tokens;
+      else if (nnRole == "targets" || (nnRole.empty() && lastStage && !firstStage))
+        a.role = rt::ArgRole::Targets;
+      else
+        return fn.emitError() << "argument " << i
+                              << ": cannot tell tokens from targets (set "
+                                 "nn.role)";
+    } else if (role == "param") {
+      a.role = rt::ArgRole::Param;
+      a.index = kind == rt::FunctionKind::Forward
+                    ? forwardParam(i)
+                    : forwardParam(intAttr(fn, i, "pp.arg", false));
+      if (a.index < 0)
+        return fn.emitError() << "argument " << i
+                              << ": parameter not found in @forward";
+    } else if (role == "stash") {
+      a.role = rt::ArgRole::Stash;
+      a.index = int32_t(intAttr(fn, i, "pp.stash", false).value_or(-1));
+    } else if (role == "wstash") {
+      a.role = rt::ArgRole::WStash;
+      a.index = int32_t(intAttr(fn, i, "pp.wstash", false).value_or(-1));
+    } else if (role == "grad_in") {
+      a.role = rt::ArgRole::GradIn;
+      auto r = intAttr(fn, i, "pp.result", false);
+      auto it = r ? fi.actOutOrdinal.find(unsigned(*r)) : fi.actOutOrdinal.end();
+      if (it == fi.actOutOrdinal.end())
+        return fn.emitError() << "argument " << i
+                              << ": grad_in of a result that is not an "
+                                 "activation";
+      a.index = it->second;
+    } else if (role == "loss_seed") {
+      a.role = rt::ArgRole::GradIn;
+      a.index = 0;
+    } else {
+      return fn.emitError() << "argument " << i << ": unexpected pp.role '"
+                            << role << "' in @" << fn.getSymName();
+    }
+    out.args.push_back(a);
+  }
+  // Kernels.
+  int32_t pos = 0;
+  for (Operation &op : body.without_terminator()) {
+    ++pos;
+    rt::Kernel k;
+    StringRef name = op.getName().getStringRef();
+    if (name.consume_front("nn.")) {
+      k.op = name.str();
+    } else if (auto c = dyn_cast<arith::ConstantOp>(op)) {
+      if (!matchPattern(c.getResult(), m_AnyZeroFloat()) &&
+          !matchPattern(c.getResult(), m_Zero()))
+        return op.emitError() << "only zero constants can be lowered to the "
+                                 "program file";
+      k.op = "zeros";
+    } else {
+      return op.emitError() << "cannot lower '" << op.getName()
+                            << "' to the program file (nn ops only)";
+    }
+    DictionaryAttr attrs = op.getAttrDictionary();
+    DenseI32ArrayAttr opSeg, resSeg;
+    for (NamedAttribute na : attrs) {
+      StringRef an = na.getName().getValue();
+      Attribute v = na.getValue();
+      if (an == "operandSegmentSizes" || an == "operand_segment_sizes") {
+        opSeg = dyn_cast<DenseI32ArrayAttr>(v);
+        continue;
+      }
+      if (an == "resultSegmentSizes" || an == "result_segment_sizes") {
+        resSeg = dyn_cast<DenseI32ArrayAttr>(v);
+        continue;
+      }
+      if (an.contains('.') || (k.op == "zeros" && an == "value"))
+        continue; // discardable (nn.layer, nn.dropout, ...) / the constant
+      if (auto b = dyn_cast<BoolAttr>(v))
+        k.attrs[an.str()] = b.getValue();
+      else if (isa<UnitAttr>(v))
+        k.attrs[an.str()] = true;
+      else if (auto i = dyn_cast<IntegerAttr>(v))
+        k.attrs[an.str()] = int64_t(i.getValue().getSExtValue());
+      else if (auto f = dyn_cast<FloatAttr>(v))
+        k.attrs[an.str()] = f.getValueAsDouble();
+      else if (auto s = dyn_cast<StringAttr>(v))
+        k.attrs[an.str()] = s.getValue().str();
+      else
+        return op.emitError() << "cannot lower attribute '" << an << "' ("
+                              << v << ") to the program file";
+    }
+    auto addOperands = [&](ValueRange vals, DenseI32ArrayAttr seg,
+                           std::vector<int32_t> &dst, bool isDef) -> LogicalResult {
+      auto one = [&](Value v) -> LogicalResult {
+        if (isDef) {
+          auto id = newValue(v, pos, &op);
+          if (failed(id))
+            return failure();
+          dst.push_back(*id);
+          return success();
+        }
+        int32_t id = use(v, pos);
+        if (id < 0)
+          return op.emitError() << "operand defined outside the function";
+        dst.push_back(id);
+        return success();
+      };
+      if (!seg) {
+        for (Value v : vals)
+          if (failed(one(v)))
+            return failure();
+        return success();
+      }
+      unsigned at = 0;
+      for (int32_t n : seg.asArrayRef()) {
+        if (n == 0)
+          dst.push_back(-1);
+        for (int32_t j = 0; j < n; ++j)
+          if (failed(one(vals[at++])))
+            return failure();
+      }
+      return success();
+    };
+    if (failed(addOperands(op.getOperands(), opSeg, k.inputs, false)) ||
+        failed(addOperands(op.getResults(), resSeg, k.outputs, true)))
+      return failure();
+    out.kernels.push_back(std::move(k));
+  }
+  // Results.
+  Operation *ret = body.getTerminator();
+  const int32_t end = pos + 1;
+  for (unsigned r = 0; r < ret->getNumOperands(); ++r) {
+    int32_t id = use(ret->getOperand(r), end);
+    if (id < 0)
+      return ret->emitError() << "returned value " << r << " is not lowered";
+    StringRef role = strAttr(fn, r, "pp.role", true);
+    rt::ResultBinding b{rt::ResultRole::Activation, 0, id};
+    if (role == "act_out") {
+      b.role = rt::ResultRole::Activation;
+      b.index = fi.actOutOrdinal.lookup(r);
+    } else if (role == "loss") {
+      b.role = rt::ResultRole::Loss;
+    } else if (role == "stash") {
+      b.role = rt::ResultRole::Stash;
+      b.index = int32_t(intAttr(fn, r, "pp.stash", true).value_or(-1));
+    } else if (role == "wstash") {
+      b.role = rt::ResultRole::WStash;
+      b.index = int32_t(intAttr(fn, r, "pp.wstash", true).value_or(-1));
+    } else if (role == "grad_out") {
+      b.role = rt::ResultRole::GradOut;
+      auto a = intAttr(fn, r, "pp.arg", true);
+      auto it = a ? fi.actInOrdinal.find(unsigned(*a)) : fi.actInOrdinal.end();
+      if (it == fi.actInOrdinal.end())
+        return fn.emitError() << "result " << r
+                              << ": grad_out of an argument that is not an "
+                                 "activation";
+      b.index = it->second;
+    } else if (role == "param_grad") {
+      b.role = rt::ResultRole::ParamGrad;
+      b.index = forwardParam(intAttr(fn, r, "pp.arg", true));
+      if (b.index < 0)
+        return fn.emitError() << "result " << r
+                              << ": param_grad of an unknown parameter";
+    } else {
+      return fn.emitError() << "result " << r << ": unexpected pp.role '"
+                            << role << "' in @" << fn.getSymName();
+    }
+    out.results.push_back(b);
+  }
+  // Arguments are bound to storage outside the function: never reuse them.
+  for (const rt::ArgBinding &a : out.args)
+    lastUse[a.value] = end;
+  assignBuffers(out, def, lastUse);
+  return success();
+}
+
+FailureOr<rt::Program> Lowering::run() {
+  pp::PipelineOp pipeline;
+  pp::ScheduleOp schedOp;
+  for (Operation &op : module.getBody()->getOperations()) {
+    if (auto p = dyn_cast<pp::PipelineOp>(op)) {
+      if (pipeline)
+        return op.emitError() << "more than one pp.pipeline", failure();
+      pipeline = p;
+    }
+    if (auto s = dyn_cast<pp::ScheduleOp>(op))
+      schedOp = s;
+  }
+  if (!pipeline)
+    return module.emitError() << "no pp.pipeline to lower", failure();
+  if (!opts.schedule && !schedOp)
+    return module.emitError() << "no pp.schedule to lower", failure();
+
+  prog.model = opts.model;
+  prog.training = opts.training;
+  prog.schedule = opts.schedule ? *opts.schedule : pp::toLibrarySchedule(schedOp);
+  prog.training.pipelineRanks = prog.schedule.numRanks();
+  prog.training.microbatches =
+      prog.schedule.numMicrobatches * prog.schedule.placement.numCopies;
+
+  std::vector<pp::StageOp> stages;
+  for (Operation &op : pipeline.getBody().front())
+    if (auto st = dyn_cast<pp::StageOp>(op))
+      stages.push_back(st);
+  std::stable_sort(stages.begin(), stages.end(),
+                   [](pp::StageOp a, pp::StageOp b) {
+                     return std::make_pair(a.getCopy(), a.getIndex()) <
+                            std::make_pair(b.getCopy(), b.getIndex());
+                   });
+  const int64_t numStages = pipeline.getNumStages();
+  std::vector<ForwardInfo> infos(stages.size());
+  for (size_t i = 0; i < stages.size(); ++i) {
+    pp::StageOp st = stages[i];
+    infos[i].fn = st.lookupSymbol<func::FuncOp>("forward");
+    for (const char *n : kFuncNames)
+      if (!st.lookupSymbol<func::FuncOp>(n))
+        return st.emitError() << "stage has no @" << n
+                              << " (run --pp-split-backward first)",
+               failure();
+    if (failed(collectParams(st, int(st.getCopy()), infos[i])))
+      return failure();
+  }
+  for (size_t i = 0; i < stages.size(); ++i) {
+    pp::StageOp st = stages[i];
+    rt::Stage s;
+    s.copy = int32_t(st.getCopy());
+    s.index = int32_t(st.getIndex());
+    s.rank = int32_t(st.getRank());
+    s.chunk = int32_t(st.getChunk());
+    bool first = s.index == 0, last = s.index == numStages - 1;
+    const rt::FunctionKind kinds[] = {
+        rt::FunctionKind::Forward, rt::FunctionKind::BackwardInput,
+        rt::FunctionKind::BackwardWeight, rt::FunctionKind::Backward};
+    for (int k = 0; k < 4; ++k)
+      if (failed(lowerFunction(st.lookupSymbol<func::FuncOp>(kFuncNames[k]),
+                               kinds[k], infos[i], first, last,
+                               rt::stageFunction(s, kinds[k]))))
+        return failure();
+    for (const rt::ResultBinding &r : s.forward.results)
+      s.numStash += r.role == rt::ResultRole::Stash;
+    for (const rt::ResultBinding &r : s.backwardInput.results)
+      s.numWStash += r.role == rt::ResultRole::WStash;
+    prog.stages.push_back(std::move(s));
+  }
+  // Tokens fix the run shape.
+  for (const rt::ArgBinding &a : prog.stages.front().forward.args)
+    if (a.role == rt::ArgRole::Tokens) {
+      const rt::TensorType &t = prog.stages.front().forward.values[a.value];
+      if (t.shape.size() == 2) {
+        prog.model.microbatchSize = t.shape[0];
+        prog.model.seqLen = t.shape[1];
+      }
+    }
+  return prog;
+}
+
+} // namespace
+
+FailureOr<rt::Program> lowerToProgram(ModuleOp module,
+                                      const LowerOptions &opts) {
+  return Lowering(module, opts).run();
+}
+
+} // namespace pipeforge::compile
