@@ -1,16 +1,49 @@
 #!/usr/bin/env bash
-# The main job. Until the runtime exists: set up, build pipeforge-opt, and
-# show the model and schedule IR of the examples.
+# The main job: set up, build, compile the tiny GPT (examples/gpt-tiny.json)
+# with DualPipeV for 4 pipeline ranks, train it on CPU with mpirun for 40
+# steps (the loss falls), and compare the measured bubble with the
+# simulator's prediction from the measured op costs.
+#   STEPS (default 40)  BUILD_DIR (default build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
 BUILD_DIR=${BUILD_DIR:-build}
+STEPS=${STEPS:-40}
+RANKS=4
+MICROBATCHES=8
+
+bash scripts/setup.sh
+mkdir -p "$BUILD_DIR"
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   linker=(); command -v ld.lld >/dev/null 2>&1 && linker=(-DLLVM_USE_LINKER=lld)
-  cmake -S . -B "$BUILD_DIR" -G Ninja "${linker[@]}" >/dev/null
+  cmake -S . -B "$BUILD_DIR" -G Ninja "${linker[@]}" >"$BUILD_DIR/configure.log" 2>&1 || {
+    tail -30 "$BUILD_DIR/configure.log"; exit 1; }
 fi
-ninja -C "$BUILD_DIR" pipeforge-opt >/dev/null
-for f in examples/*.mlir; do
-  echo "== $f"
-  "$BUILD_DIR/bin/pipeforge-opt" "$f"
-done
+echo "== building pipeforge-compile, pipeforge-run, pipeforge-sched"
+ninja -C "$BUILD_DIR" pipeforge-compile pipeforge-run pipeforge-sched >"$BUILD_DIR/demo-build.log" 2>&1 || {
+  grep -E "error|FAILED" -A3 "$BUILD_DIR/demo-build.log" | head -40; exit 1; }
+bin=$BUILD_DIR/bin
+work=$BUILD_DIR/demo
+mkdir -p "$work"
+
+echo "== compiling examples/gpt-tiny.json: DualPipeV, $RANKS ranks, $MICROBATCHES microbatches"
+"$bin/pipeforge-compile" examples/gpt-tiny.json --schedule dualpipev --ranks $RANKS \
+  --microbatches $MICROBATCHES --seq-len 32 -o "$work/gpt-tiny-dualpipev.pfp"
+
+echo "== training: mpirun -np $RANKS pipeforge-run ($STEPS steps)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun --oversubscribe -np $RANKS "$bin/pipeforge-run" "$work/gpt-tiny-dualpipev.pfp" \
+  --steps "$STEPS" --trace "$work/trace.json" | tee "$work/train.log"
+
+first=$(grep -m1 '^step 1 ' "$work/train.log" | awk '{print $4}')
+last=$(grep '^step ' "$work/train.log" | tail -1 | awk '{print $4}')
+measured=$(grep '^step ' "$work/train.log" | awk 'NR > 1 { s += $NF; n++ } END { if (n) printf "%.4f", s / n; else print "n/a" }')
+costs=$(python3 scripts/trace_costs.py "$work/trace.json")
+# shellcheck disable=SC2086
+simulated=$("$bin/pipeforge-sched" --schedule dualpipev --ranks $RANKS --microbatches $MICROBATCHES $costs \
+  | awk '/^makespan/ { print $4 }')
+echo
+echo "loss: $first -> $last over $STEPS steps"
+echo "measured op costs (ms): $costs"
+echo "bubble: measured $measured (mean of steps 2..$STEPS), simulated $simulated (pipeforge-sched, measured costs)"
+echo "trace of all ranks: $work/trace.json (open in ui.perfetto.dev)"
+echo "note: $RANKS MPI ranks share $(nproc) cores here, so measured times include oversubscription."

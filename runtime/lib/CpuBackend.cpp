@@ -13,6 +13,8 @@
 
 #include "cpu/Kernels.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -250,6 +252,16 @@ private:
 };
 
 CpuBackend::CpuBackend() {
+  // One BLAS thread per rank: OpenBLAS picks different kernels for
+  // different thread counts, which changes float results, and a pipelined
+  // run must add up exactly like its single-process reference. (One MPI
+  // rank per core is the intended layout anyway.) PIPEFORGE_BLAS_THREADS
+  // overrides it.
+  int threads = 1;
+  if (const char *env = std::getenv("PIPEFORGE_BLAS_THREADS"))
+    threads = std::max(1, std::atoi(env));
+  openblas_set_num_threads(threads);
+
   //===--- forward ops ---===//
   table["linear"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)

@@ -54,6 +54,7 @@ struct TraceEvent {
   std::string name;
   int tid; ///< 0 compute, 1 comm
   double ts, dur; ///< seconds since the run's epoch
+  std::string args; ///< JSON members for "args" (benchmarks/runtime_vs_sim.py)
 };
 
 uint64_t splitmix(uint64_t &x) {
@@ -301,8 +302,10 @@ struct Executor::Impl {
   double lossSum = 0;
   int lossCount = 0;
   double busy = 0;
+  double waited = 0; ///< seconds blocked in receive waits (trace args)
   std::vector<TraceEvent> events;
   std::set<size_t> posted; ///< action indices whose Recv is posted
+  bool nanPending = false;  ///< --inject-nan armed for this step
 
   Impl(const Program &p, Backend &b, Transport &t, TokenSource &d,
        StepOptimizer &o, ExecutorOptions op)
@@ -331,9 +334,10 @@ struct Executor::Impl {
   Status gradReduce(const Action &a);
   Expected<BufP> takeInbox(Payload p, int c, int s, int mb);
   Status dataFor(int c, int mb, BufP &tok, BufP &tgt);
-  void record(const std::string &name, int tid, double t0, double t1) {
+  void record(const std::string &name, int tid, double t0, double t1,
+              std::string args = "") {
     if (opts.trace)
-      events.push_back({name, tid, t0 - epoch, t1 - t0});
+      events.push_back({name, tid, t0 - epoch, t1 - t0, std::move(args)});
   }
   void pollSends() {
     tr.progress();
@@ -481,9 +485,12 @@ Expected<BufP> Executor::Impl::takeInbox(Payload p, int c, int s, int mb) {
   Inbox in = it->second;
   inbox.erase(it);
   if (in.req) {
+    double w0 = nowS();
     if (Status st = tr.wait(in.req); !st)
       return st;
-    record(in.label, 1, in.posted, nowS());
+    double w1 = nowS();
+    waited += w1 - w0;
+    record(in.label, 1, in.posted, w1);
   }
   return in.buf;
 }
@@ -658,6 +665,13 @@ Status Executor::Impl::runFunction(const Stage &st, int which, int c, int mb,
                    prog.params[size_t(r.index)].name + "' differs");
       be.accumulate(it->second.grad->f(), static_cast<const float *>(src),
                     bytes / 4);
+      if (nanPending && st.index == numStages - 1 &&
+          int64_t(tr.dpIndex()) * totalMb + int64_t(c) * mPerCopy + mb ==
+              opts.injectNanMb) {
+        float nan = std::nanf("");
+        be.copyFromHost(it->second.grad->p, &nan, 4);
+        nanPending = false;
+      }
       break;
     }
     }
@@ -850,6 +864,7 @@ Expected<StepStats> Executor::Impl::step() {
   lossSum = 0;
   lossCount = 0;
   busy = 0;
+  nanPending = opts.injectNanStep == stepNo + 1;
   const std::vector<Action> &acts = prog.schedule.programs[size_t(prank)];
   size_t nextPost = 0;
   for (size_t i = 0; i < acts.size(); ++i) {
@@ -860,6 +875,7 @@ Expected<StepStats> Executor::Impl::step() {
         if (Status s = recv(acts[nextPost], nextPost); !s)
           return Status::errorAt(prank, long(nextPost), s.message());
     const Action &a = acts[i];
+    waited = 0;
     double a0 = nowS();
     Status s = Status::ok();
     switch (a.kind) {
@@ -888,19 +904,31 @@ Expected<StepStats> Executor::Impl::step() {
                                  sched::toString(a) + "): " + s.message());
     double a1 = nowS();
     if (a.kind == ActionKind::Compute || a.kind == ActionKind::Overlap) {
-      busy += a1 - a0;
-      record(sched::toString(a), 0, a0, a1);
+      busy += a1 - a0 - waited; // blocked receive waits are bubble, not work
+      char wa[48];
+      std::snprintf(wa, sizeof wa, "\"wait_us\":%.3f", waited * 1e6);
+      record(sched::toString(a), 0, a0, a1, wa);
     } else if (a.kind == ActionKind::GradReduce) {
       record(sched::toString(a), 1, a0, a1);
     }
     pollSends();
   }
+  double loopEnd = nowS();
   for (PendingSend &ps : sends) {
     if (Status s = tr.wait(ps.req); !s)
       return s;
     record(ps.label, 1, ps.posted, nowS());
   }
   sends.clear();
+  if (opts.trace) {
+    // One event per step on tid 2: the schedule part (barrier exit to the
+    // last send's completion); drain = waiting for sends after the last action.
+    double t1 = nowS();
+    char sa[96];
+    std::snprintf(sa, sizeof sa, "\"actions\":%zu,\"drain_us\":%.3f",
+                  acts.size(), (t1 - loopEnd) * 1e6);
+    record("step " + std::to_string(stepNo + 1), 2, t0, t1, sa);
+  }
   if (!inbox.empty() || !outbox.empty())
     return Status::error("pipeline rank " + std::to_string(prank) +
                          ": step ended with " + std::to_string(inbox.size()) +
@@ -930,9 +958,15 @@ Expected<StepStats> Executor::Impl::step() {
       off += ps.grad->bytes / 4;
     }
   }
-  // Gradient norm (copy-0 params only), loss, busy time.
+  // Gradient norm (copy-0 params only), loss, busy time. `allSq` covers the
+  // other local gradients (DualPipe copy 1): post-validation's finite flag.
+  // The norm is the same number on any rank layout: each parameter's sum of
+  // squares is computed on its own, the pipeline allreduce adds it to zeros
+  // from the ranks that do not own it (exact), and the total is summed in
+  // global parameter order, as the single-process reference does.
   std::vector<float> host;
-  double sq = 0;
+  std::vector<float> paramSq(prog.params.size(), 0.0f);
+  double sq = 0, allSq = 0;
   std::vector<ParamSlot> slots;
   for (auto &[i, ps] : params) {
     const Param &p = prog.params[size_t(i)];
@@ -943,13 +977,38 @@ Expected<StepStats> Executor::Impl::step() {
       be.copyToHost(host.data(), g, n * 4);
       g = host.data();
     }
-    if (p.copy == 0)
+    if (p.copy == 0) {
+      double psq = 0;
       for (int64_t k = 0; k < n; ++k)
-        sq += double(g[k]) * g[k];
+        psq += double(g[k]) * g[k];
+      paramSq[size_t(i)] = float(psq);
+      sq += psq;
+    } else if (opts.optimizerSync == OptimizerSync::PostValidation)
+      for (int64_t k = 0; k < n; ++k)
+        allSq += double(g[k]) * g[k];
     slots.push_back({i, &p, ps.value->f(), ps.grad->f(), n});
   }
-  float red[3] = {float(sq), float(lossSum), float(busy)};
-  if (Status s = tr.allreduce(red, 3, Group::Pipeline); !s)
+  int64_t thisStep = stepNo + 1;
+  bool skip = opts.skipStep == thisStep;
+  bool pv = opts.optimizerSync == OptimizerSync::PostValidation && !skip;
+  if (!skip && !be.hostVisible())
+    return Status::error("optimizer on a non-host-visible backend: not yet");
+  // Post-validation: step at once with this rank's partial statistics; the
+  // global ones are reduced right after and validate() checks the step.
+  if (pv) {
+    GradInfo partial{sq, std::isfinite(sq) && std::isfinite(allSq)};
+    if (Status s = opt.optimisticUpdate(slots, partial, thisStep); !s)
+      return s;
+  }
+  if (Status s = tr.allreduce(paramSq.data(), int64_t(paramSq.size()),
+                              Group::Pipeline);
+      !s)
+    return s;
+  double globalSq = 0;
+  for (float v : paramSq)
+    globalSq += v;
+  float red[3] = {float(globalSq), float(lossSum), float(busy)};
+  if (Status s = tr.allreduce(red + 1, 2, Group::Pipeline); !s)
     return s;
   float spanMax = float(span);
   if (Status s = tr.allreduce(&spanMax, 1, Group::Pipeline, ReduceOp::Max); !s)
@@ -958,14 +1017,26 @@ Expected<StepStats> Executor::Impl::step() {
   if (Status s = tr.allreduce(&lossAll, 1, Group::DataParallel); !s)
     return s;
   ++stepNo;
-  if (!be.hostVisible())
-    return Status::error("optimizer on a non-host-visible backend: not yet");
-  if (Status s = opt.update(slots, std::sqrt(double(red[0])), stepNo); !s)
+  double gradNorm = std::sqrt(globalSq);
+  std::string outcome = "applied";
+  if (skip) {
+    outcome = "skipped";
+  } else if (pv) {
+    GradInfo global{gradNorm * gradNorm, std::isfinite(gradNorm)};
+    auto r = opt.validateUpdate(global);
+    if (!r)
+      return r.status();
+    outcome = r->outcome != StepOutcome::Skipped
+                  ? (r->rolledBack ? "redone" : "accepted")
+                  : (r->rolledBack ? "rolled-back" : "not-stepped");
+  } else if (Status s = opt.update(slots, gradNorm, stepNo); !s) {
     return s;
+  }
   StepStats st;
   st.step = stepNo;
   st.loss = double(lossAll) / double(totalMb) / double(D);
-  st.gradNorm = std::sqrt(double(red[0]));
+  st.gradNorm = gradNorm;
+  st.optimizer = outcome;
   int P = tr.pipelineSize();
   st.bubble = spanMax > 0 ? 1.0 - double(red[2]) / (double(P) * spanMax) : 0;
   float total = float(nowS() - t0);
@@ -1075,13 +1146,21 @@ Expected<NamedTensors> Executor::gatherWeights() {
 Status Executor::writeTrace(const std::string &path) {
   std::string js;
   int wr = impl->tr.worldRank();
-  char buf[512];
+  char buf[640];
+  // The rank's epoch on the host's steady clock, to align ranks' timelines.
+  std::snprintf(buf, sizeof buf,
+                "{\"name\":\"clock\",\"ph\":\"M\",\"pid\":%d,"
+                "\"args\":{\"epoch_us\":%.3f}},\n",
+                wr, impl->epoch * 1e6);
+  js += buf;
   for (const TraceEvent &e : impl->events) {
+    const char *cat[3] = {"compute", "comm", "step"};
     std::snprintf(buf, sizeof buf,
                   "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,"
-                  "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f},\n",
-                  e.name.c_str(), e.tid ? "comm" : "compute", wr, e.tid,
-                  e.ts * 1e6, e.dur * 1e6);
+                  "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f%s%s%s},\n",
+                  e.name.c_str(), cat[e.tid < 3 ? e.tid : 1], wr, e.tid,
+                  e.ts * 1e6, e.dur * 1e6, e.args.empty() ? "" : ",\"args\":{",
+                  e.args.c_str(), e.args.empty() ? "" : "}");
     js += buf;
   }
   auto all = impl->tr.gatherStrings(js);

@@ -3,17 +3,25 @@
 //   mpirun -np N pipeforge-run prog.pfp --steps K [--lr X] [--trace t.json]
 //          [--dump-weights FILE] [--optimizer adamw|sgd] [--data synthetic|
 //          pattern|FILE] [--comm-timeout S]
+//          [--checkpoint-dir D [--save-every K] [--resume]]
+//          [--optimizer-sync sync|post-validation] [--clip X]
 //   pipeforge-run --compare-weights A B [--rtol R] [--atol A]
+//
+// Checkpoints: D/step-NNNNNNNN/ (Checkpoint.h) after every K-th step;
+// --resume continues from the latest complete one, bitwise.
 //
 // Rank 0 prints one line per step: "step K loss X tokens/s Y bubble Z".
 // The world size must be the program's pipeline ranks x data parallel.
 //
 // Test hooks: PIPEFORGE_TEST_DIE_AT_STEP=K PIPEFORGE_TEST_DIE_RANK=R make
 // world rank R exit(1) at the start of step K (1-based), to test that the
-// other ranks end with a message instead of hanging.
+// other ranks end with a message instead of hanging. --inject-nan STEP:MB
+// (or PIPEFORGE_INJECT_NAN=STEP:MB) poisons the gradient of global
+// microbatch MB at step STEP; --skip-step K skips step K's update.
 //
 //===----------------------------------------------------------------------===//
 
+#include "pipeforge/rt/Checkpoint.h"
 #include "pipeforge/rt/Data.h"
 #include "pipeforge/rt/Executor.h"
 #include "pipeforge/rt/Optimizer.h"
@@ -22,7 +30,9 @@
 #include "pipeforge/rt/MpiTransport.h"
 #endif
 
+#include <algorithm>
 #include <cmath>
+#include <dirent.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -43,6 +53,9 @@ namespace {
       "         [--data synthetic|pattern|TOKENFILE] [--trace FILE]\n"
       "         [--dump-weights FILE] [--comm-timeout SECONDS]\n"
       "         [--recv-lookahead N] [--quiet]\n"
+      "         [--checkpoint-dir DIR [--save-every K] [--resume]]\n"
+      "         [--optimizer-sync sync|post-validation] [--clip X]\n"
+      "         [--skip-step K] [--inject-nan STEP:MB]\n"
       "       pipeforge-run --compare-weights A B [--rtol R] [--atol A]\n");
   std::exit(2);
 }
@@ -66,27 +79,84 @@ private:
 class AdamWAdapter final : public StepOptimizer {
 public:
   explicit AdamWAdapter(AdamWConfig c) : opt(c) {}
+  /// Registers the executor's local parameters (in localParams() order,
+  /// the order of the slots the executor passes), before a resume.
+  Status registerParams(Executor &ex, const Program &p) {
+    if (registered)
+      return Status::ok();
+    for (int32_t i : ex.localParams())
+      if (Status s = opt.addParam(p.params[size_t(i)].name, ex.paramData(i),
+                                  ex.gradData(i),
+                                  size_t(p.params[size_t(i)].type.numElements()));
+          !s)
+        return s;
+    registered = true;
+    return Status::ok();
+  }
   Status update(const std::vector<ParamSlot> &ps, double norm,
                 int64_t) override {
-    if (!registered) {
-      for (const ParamSlot &p : ps)
-        if (Status s = opt.addParam(p.param->name, p.value,
-                                    const_cast<float *>(p.grad), size_t(p.n));
-            !s)
-          return s;
-      registered = true;
-    }
+    if (Status s = ensure(ps); !s)
+      return s;
     GradInfo g;
     g.normSq = norm * norm;
     g.allFinite = std::isfinite(norm);
     opt.step(g);
     return Status::ok();
   }
+  Status optimisticUpdate(const std::vector<ParamSlot> &ps,
+                          const GradInfo &partial, int64_t) override {
+    if (Status s = ensure(ps); !s)
+      return s;
+    return opt.optimisticStep(partial);
+  }
+  Expected<ValidateResult> validateUpdate(const GradInfo &global) override {
+    return opt.validate(global);
+  }
+  AdamW &get() { return opt; }
 
 private:
+  Status ensure(const std::vector<ParamSlot> &ps) {
+    if (registered)
+      return Status::ok();
+    for (const ParamSlot &p : ps)
+      if (Status s = opt.addParam(p.param->name, p.value,
+                                  const_cast<float *>(p.grad), size_t(p.n));
+          !s)
+        return s;
+    registered = true;
+    return Status::ok();
+  }
   AdamWT<float> opt;
   bool registered = false;
 };
+
+/// <dir>/step-00000012: the checkpoint taken after step 12.
+std::string checkpointSubdir(const std::string &dir, int64_t step) {
+  char b[32];
+  std::snprintf(b, sizeof b, "/step-%08lld", (long long)step);
+  return dir + b;
+}
+
+/// The latest complete checkpoint (one with a manifest) under `dir`, or -1.
+int64_t latestCheckpoint(const std::string &dir) {
+  int64_t best = -1;
+  DIR *d = opendir(dir.c_str());
+  if (!d)
+    return -1;
+  while (dirent *e = readdir(d)) {
+    const char *n = e->d_name;
+    if (std::strncmp(n, "step-", 5) != 0)
+      continue;
+    char *end = nullptr;
+    long long k = std::strtoll(n + 5, &end, 10);
+    if (end == n + 5 || *end || k < 0)
+      continue;
+    if (access((dir + "/" + n + "/manifest.txt").c_str(), R_OK) == 0)
+      best = std::max<int64_t>(best, k);
+  }
+  closedir(d);
+  return best;
+}
 
 int compareMain(int argc, char **argv) {
   std::string a, b;
@@ -130,7 +200,20 @@ int main(int argc, char **argv) {
   int64_t steps = 10;
   double lr = 1e-3, maxNorm = 0, timeout = 120;
   int lookahead = 8;
-  bool quiet = false;
+  bool quiet = false, resume = false;
+  std::string ckDir, syncMode = "sync";
+  int64_t saveEvery = 0, skipStep = 0, nanStep = 0, nanMb = 0;
+  auto parseNan = [&](const char *v) {
+    long long a = 0, b = 0;
+    char tail = 0;
+    if (std::sscanf(v, "%lld:%lld%c", &a, &b, &tail) != 2 || a < 1 || b < 0)
+      usage("--inject-nan / PIPEFORGE_INJECT_NAN needs STEP:MB (STEP >= 1, "
+            "MB >= 0)");
+    nanStep = a;
+    nanMb = b;
+  };
+  if (const char *e = std::getenv("PIPEFORGE_INJECT_NAN"))
+    parseNan(e);
   for (int i = 1; i < argc; ++i) {
     std::string o = argv[i];
     auto val = [&]() -> std::string {
@@ -150,7 +233,7 @@ int main(int argc, char **argv) {
       steps = int64_t(num());
     else if (o == "--lr")
       lr = num();
-    else if (o == "--max-grad-norm")
+    else if (o == "--max-grad-norm" || o == "--clip")
       maxNorm = num();
     else if (o == "--optimizer")
       optName = val();
@@ -166,9 +249,18 @@ int main(int argc, char **argv) {
       lookahead = int(num());
     else if (o == "--quiet")
       quiet = true;
-    else if (o == "--checkpoint-dir" || o == "--save-every" ||
-             o == "--resume")
-      usage("checkpoints are not wired into pipeforge-run yet");
+    else if (o == "--checkpoint-dir")
+      ckDir = val();
+    else if (o == "--save-every")
+      saveEvery = int64_t(num());
+    else if (o == "--resume")
+      resume = true;
+    else if (o == "--optimizer-sync")
+      syncMode = val();
+    else if (o == "--skip-step")
+      skipStep = int64_t(num());
+    else if (o == "--inject-nan")
+      parseNan(val().c_str());
     else if (o == "-h" || o == "--help")
       usage(nullptr);
     else if (!o.empty() && o[0] == '-')
@@ -184,6 +276,14 @@ int main(int argc, char **argv) {
     usage("--steps must be >= 0");
   if (optName != "adamw" && optName != "sgd")
     usage("--optimizer must be adamw or sgd");
+  if (syncMode != "sync" && syncMode != "post-validation")
+    usage("--optimizer-sync must be sync or post-validation");
+  if (syncMode == "post-validation" && optName != "adamw")
+    usage("--optimizer-sync post-validation needs --optimizer adamw");
+  if ((saveEvery != 0 || resume) && ckDir.empty())
+    usage("--save-every and --resume need --checkpoint-dir");
+  if (saveEvery < 0)
+    usage("--save-every must be >= 0");
 
   std::unique_ptr<Transport> tr;
 #ifdef PIPEFORGE_HAVE_MPI
@@ -213,6 +313,7 @@ int main(int argc, char **argv) {
                 std::to_string(p.training.pipelineRanks));
 
   // Data.
+  uint64_t dataFp = 0;
   std::unique_ptr<DataSource> ds;
   std::unique_ptr<TokenSource> tokens;
   int64_t totalMb = p.training.microbatches;
@@ -220,6 +321,9 @@ int main(int argc, char **argv) {
     dataSpec = p.model.vocab >= 256 ? "synthetic" : "pattern";
   if (dataSpec == "pattern") {
     tokens = createPatternTokens(p.training.seed, p.model.vocab);
+    std::string id = "pattern " + std::to_string(p.training.seed) + " " +
+                     std::to_string(p.model.vocab);
+    dataFp = fnv1a64(id.data(), id.size());
   } else {
     if (dataSpec == "synthetic") {
       ds = std::make_unique<SyntheticLanguage>();
@@ -234,10 +338,12 @@ int main(int argc, char **argv) {
                   std::to_string(ds->vocabSize()) + ", the model " +
                   std::to_string(p.model.vocab));
     tokens = std::make_unique<DataAdapter>(*ds, totalMb);
+    dataFp = ds->fingerprint();
   }
 
   // Optimizer.
   std::unique_ptr<StepOptimizer> opt;
+  AdamWAdapter *adam = nullptr;
   if (optName == "sgd") {
     opt = createSgd(float(lr));
   } else {
@@ -246,21 +352,96 @@ int main(int argc, char **argv) {
     c.maxGradNorm = maxNorm;
     if (Status s = checkConfig(c); !s)
       return fail(s.message());
-    opt = std::make_unique<AdamWAdapter>(c);
+    auto a = std::make_unique<AdamWAdapter>(c);
+    adam = a.get();
+    opt = std::move(a);
   }
 
   auto be = createCpuBackend();
   ExecutorOptions eo;
   eo.trace = !tracePath.empty();
   eo.recvLookahead = lookahead;
+  eo.optimizerSync = syncMode == "post-validation"
+                         ? OptimizerSync::PostValidation
+                         : OptimizerSync::Sync;
+  eo.skipStep = skipStep;
+  eo.injectNanStep = nanStep;
+  eo.injectNanMb = nanMb;
   auto ex = Executor::create(p, *be, *tr, *tokens, *opt, eo);
   if (!ex)
     return fail(ex.message());
+  if (adam)
+    if (Status s = adam->registerParams(**ex, p); !s)
+      return fail(s.message());
+
+  // Checkpoints: this rank's parameters by name, the optimizer state, the
+  // step, the data position; the program fingerprint guards the layout.
+  uint64_t progFp = programChecksum(serializeProgram(p));
+  uint32_t wrank = uint32_t(tr->worldRank()), wsize = uint32_t(tr->worldSize());
+  std::vector<ParamRef> refs;
+  for (int32_t i : (*ex)->localParams())
+    refs.push_back({p.params[size_t(i)].name, p.params[size_t(i)].type.shape,
+                    (*ex)->paramData(i)});
+  if (resume) {
+    int64_t k = latestCheckpoint(ckDir);
+    if (k < 0)
+      return fail("--resume: no complete checkpoint (step-N/manifest.txt) "
+                  "in '" + ckDir + "'");
+    std::string dir = checkpointSubdir(ckDir, k);
+    auto ck = loadRankCheckpoint(dir, wrank);
+    if (!ck)
+      return fail("--resume: " + ck.message());
+    auto bad = [&](const std::string &m) {
+      return fail("--resume: checkpoint '" + dir + "' " + m);
+    };
+    if (ck->numRanks != wsize)
+      return bad("was written by " + std::to_string(ck->numRanks) +
+                 " ranks; this run has " + std::to_string(wsize));
+    if (ck->programFingerprint != progFp)
+      return bad("was written for a different program (fingerprint " +
+                 std::to_string(ck->programFingerprint) + ", this program " +
+                 std::to_string(progFp) +
+                 "): same model, schedule, ranks and microbatches needed");
+    if (ck->data.fingerprint != dataFp)
+      return bad("was written with different training data");
+    if (ck->data.nextStep != ck->step)
+      return bad("has data position " + std::to_string(ck->data.nextStep) +
+                 " but step " + std::to_string(ck->step));
+    if (ck->hasOptimizer != (adam != nullptr))
+      return bad(std::string(ck->hasOptimizer ? "has" : "has no") +
+                 " AdamW state but this run uses --optimizer " + optName);
+    if (Status s = restoreCheckpoint(*ck, refs, adam ? &adam->get() : nullptr);
+        !s)
+      return bad(s.message());
+    (*ex)->setStepsDone(int64_t(ck->step));
+    if (wrank == 0 && !quiet)
+      std::printf("resumed from %s (step %lld)\n", dir.c_str(),
+                  (long long)ck->step);
+  }
+  auto save = [&](int64_t k) -> Status {
+    std::string dir = checkpointSubdir(ckDir, k);
+    DataPosition pos;
+    pos.nextStep = uint64_t(k);
+    pos.fingerprint = dataFp;
+    auto c = captureCheckpoint(wrank, wsize, uint64_t(k), refs,
+                               adam ? &adam->get() : nullptr, pos, {}, progFp);
+    if (!c)
+      return c.status();
+    if (Status s = writeRankCheckpoint(dir, *c); !s)
+      return s;
+    if (Status s = tr->barrier(Group::World); !s)
+      return s;
+    if (wrank == 0)
+      if (auto m = finalizeCheckpoint(dir, wsize); !m)
+        return m.status();
+    // Nobody moves on (or exits) before the manifest is in place.
+    return tr->barrier(Group::World);
+  };
 
   const char *dieStep = std::getenv("PIPEFORGE_TEST_DIE_AT_STEP");
   const char *dieRank = std::getenv("PIPEFORGE_TEST_DIE_RANK");
   bool root = tr->worldRank() == 0;
-  for (int64_t k = 1; k <= steps; ++k) {
+  for (int64_t k = (*ex)->stepsDone() + 1; k <= steps; ++k) {
     if (dieStep && dieRank && std::atoll(dieStep) == k &&
         std::atoi(dieRank) == tr->worldRank()) {
       std::fprintf(stderr, "pipeforge-run: rank %d: test hook: dying at step "
@@ -271,12 +452,20 @@ int main(int argc, char **argv) {
     auto st = (*ex)->step();
     if (!st)
       return fail("step " + std::to_string(k) + ": " + st.message());
-    if (root && !quiet)
-      std::printf("step %lld loss %.6f tokens/s %.0f bubble %.3f\n",
+    if (root && !quiet) {
+      std::printf("step %lld loss %.6f tokens/s %.0f bubble %.3f",
                   (long long)st->step, st->loss,
                   st->seconds > 0 ? double(st->tokens) / st->seconds : 0.0,
                   st->bubble);
+      if (st->optimizer != "applied")
+        std::printf(" optimizer %s", st->optimizer.c_str());
+      std::printf("\n");
+    }
     std::fflush(stdout);
+    if (saveEvery > 0 && k % saveEvery == 0)
+      if (Status s = save(k); !s)
+        return fail("checkpoint after step " + std::to_string(k) + ": " +
+                    s.message());
   }
   if (!tracePath.empty())
     if (Status s = (*ex)->writeTrace(tracePath); !s)

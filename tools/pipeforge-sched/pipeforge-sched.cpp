@@ -45,6 +45,7 @@ Schedule:
 
 Cost model (time units are yours; memory in units of M_B):
   --tf T  --tb T  --tw T       times of F, B and W (default 1)
+  --tbw T                      time of a full backward BW (default: tb + tw)
   --tfb T                      time of an overlapped F&B pair (default: sum)
   --tcomm T                    time on every cross-rank edge (default 0)
   --mem-w R                    M_W / M_B (default 0.5)
@@ -68,7 +69,7 @@ struct Options {
   std::string schedule, importCsv, format = "text", output;
   int ranks = 0, microbatches = 0, chunks = 2;
   bool computeOnly = false;
-  double tf = 1, tb = 1, tw = 1, tfb = -1, tcomm = 0, memW = 0.5;
+  double tf = 1, tb = 1, tw = 1, tbw = -1, tfb = -1, tcomm = 0, memW = 0.5;
   std::string memLimit;
   // --schedule auto
   std::string placement = "linear";
@@ -150,6 +151,8 @@ Options parseArgs(int argc, char **argv) {
       o.tb = parseNumber(flag, value);
     else if (flag == "--tw")
       o.tw = parseNumber(flag, value);
+    else if (flag == "--tbw")
+      o.tbw = parseNumber(flag, value);
     else if (flag == "--tfb")
       o.tfb = parseNumber(flag, value);
     else if (flag == "--tcomm")
@@ -287,6 +290,7 @@ int main(int argc, char **argv) {
   cost.tf = o.tf;
   cost.tb = o.tb;
   cost.tw = o.tw;
+  cost.tbw = o.tbw;
   cost.tfb = o.tfb;
   cost.tcomm = o.tcomm;
   cost.memB = double(s.numRanks()) / s.placement.numStages;

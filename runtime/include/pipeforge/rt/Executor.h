@@ -32,6 +32,7 @@
 #define PIPEFORGE_RT_EXECUTOR_H
 
 #include "pipeforge/rt/Backend.h"
+#include "pipeforge/rt/Optimizer.h"
 #include "pipeforge/rt/Program.h"
 #include "pipeforge/rt/Transport.h"
 
@@ -78,6 +79,21 @@ public:
   /// gradient (each logical parameter counted once). `step` counts from 1.
   virtual Status update(const std::vector<ParamSlot> &params, double gradNorm,
                         int64_t step) = 0;
+
+  /// Post-validation (docs/runtime.md), part 1: step now with this rank's
+  /// partial gradient statistics (local squared norm over copy-0 params,
+  /// finiteness over every local gradient). Default: unsupported.
+  virtual Status optimisticUpdate(const std::vector<ParamSlot> &params,
+                                  const GradInfo &partial, int64_t step) {
+    (void)params, (void)partial, (void)step;
+    return Status::error("this optimizer has no post-validation mode");
+  }
+  /// Part 2: the global statistics arrived; accept, roll back and redo with
+  /// the global clip scale, or roll back and skip.
+  virtual Expected<ValidateResult> validateUpdate(const GradInfo &global) {
+    (void)global;
+    return Status::error("this optimizer has no post-validation mode");
+  }
 };
 
 /// Plain SGD: w -= lr * g.
@@ -105,9 +121,24 @@ bool compareWeights(const NamedTensors &a, const NamedTensors &b, double rtol,
 // The executor
 //===----------------------------------------------------------------------===//
 
+enum class OptimizerSync : uint8_t {
+  Sync,          ///< all-reduce the gradient statistics, then step
+  PostValidation ///< optimistic step, then validate (Zero Bubble)
+};
+
 struct ExecutorOptions {
   bool trace = false;    ///< record Chrome trace events
   int recvLookahead = 8; ///< Recv actions posted ahead of the current one
+  OptimizerSync optimizerSync = OptimizerSync::Sync;
+  /// Test hook: no optimizer update at this step (1-based; 0: none); the
+  /// data position still advances.
+  int64_t skipStep = 0;
+  /// Test hook: at step `injectNanStep` (1-based; 0: none) the gradient of
+  /// global microbatch `injectNanMb` (dpIndex * microbatches + copy *
+  /// m_per_copy + mb) becomes NaN on the loss stage that computes it (its
+  /// first local parameter's gradient gets a NaN).
+  int64_t injectNanStep = 0;
+  int64_t injectNanMb = 0;
 };
 
 struct StepStats {
@@ -117,6 +148,11 @@ struct StepStats {
   double bubble = 0;     ///< 1 - busy / (P x pipeline span)
   double gradNorm = 0;
   int64_t tokens = 0;    ///< tokens processed per step over all replicas
+  /// What the optimizer did: "applied", "skipped" (--skip-step), or for
+  /// post-validation "accepted", "redone" (rolled back, stepped with the
+  /// global clip scale), "rolled-back" (global non-finite: skipped),
+  /// "not-stepped" (local non-finite: skipped); sync steps report "applied".
+  std::string optimizer = "applied";
 };
 
 class Executor {
