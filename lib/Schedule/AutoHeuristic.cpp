@@ -12,7 +12,9 @@
 //      the gap is small but nonzero.
 // F, B, W of a stage run in microbatch order. A grid of the choices (cap
 // formula, B priority, W policy, V chunk preference) is run, handcrafted
-// ZB-H1 / ZB-H2 / ZB-V join as seeds when they fit the memory limit, and
+// ZB-H1 / ZB-H2 / ZB-V join as seeds when they fit the memory limit, so do
+// the eight variants of the Zero Bubble repo's own greedy (AutoZbGreedy.cpp,
+// linear only: the published ZB-1p / ZB-2p), and
 // the best by simulated Zero Bubble cost is improved by a time-boxed local
 // search that moves single passes on a rank and keeps strict improvements.
 //
@@ -384,6 +386,14 @@ Expected<AutoResult> autoHeuristic(const AutoOptions &opts) {
     if (s)
       consider(ordersOf(*s));
   }
+
+  // The Zero Bubble repo's own greedy (the published ZB-1p / ZB-2p), all
+  // eight settings of its binary choices (AutoZbGreedy.cpp).
+  if (!opts.vShape)
+    for (int ab = 0; ab < 2; ++ab)
+      for (int pb = 0; pb < 2; ++pb)
+        for (int nb = 0; nb < 2; ++nb)
+          consider(detail::zbGreedyOrders(opts, ab, pb, nb));
 
   // The grid of heuristic choices.
   ListScheduler ls(opts, pl);

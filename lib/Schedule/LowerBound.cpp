@@ -14,6 +14,16 @@
 //     run there, and each needs activations held at that moment: at most
 //     (L - M_B(s)) * max((T_B + T_W) / M_B, T_W / M_W) of work.
 //   - one microbatch's chain: span_r >= T_F(s) + down(s) + T_B(s) + T_W(s).
+//   - through a later stage k > s (on any rank): the first pass of stage k
+//     is some F(k, j'), which starts >= start F(s, j') + fwd(s, k) >= the
+//     rank's first start + fwd(s, k), fwd(s, k) = sum over i in [s, k) of
+//     T_F(i) + comm(i, i+1). All m F and m B of stage k run after it, one at
+//     a time, so the last of them, a B(k, j), ends >= that + m (T_F(k) +
+//     T_B(k)); then B(s, j) ends >= that + bwd(k, s), bwd = sum over i in
+//     [s, k) of T_B(i) + comm(i, i+1), and W(s, j) follows: span_r >=
+//     fwd(s, k) + m (T_F(k) + T_B(k)) + bwd(k, s) + T_W(s). (With uniform
+//     costs and k the last stage this is the fill, the last stage's F/B
+//     stream and the drain; it is tight for 1.5B m=24 at 2p M_B.)
 // The Zero Bubble cost bound is the max over ranks; the makespan bound adds
 // the earliest start of the rank (the F chain from stage 0 to its first
 // stage).
@@ -61,6 +71,14 @@ LowerBound autoLowerBound(const AutoOptions &opts) {
       minMb = std::min(minMb, mb);
       head = std::min(head, tf + down[s]);
       chain = std::max(chain, tf + down[s] + tb + tw);
+      double fwd = 0, bwd = 0;
+      for (int k = s + 1; k < S; ++k) {
+        fwd += c.timeOf(WorkKind::F, k - 1) + comm(k - 1, k);
+        bwd += c.timeOf(WorkKind::B, k - 1) + comm(k - 1, k);
+        double stream =
+            m * (c.timeOf(WorkKind::F, k) + c.timeOf(WorkKind::B, k));
+        chain = std::max(chain, fwd + stream + bwd + tw);
+      }
       double rate = mb > 0 ? (tb + tw) / mb : 1e300;
       if (tw > 0)
         rate = std::max(rate, mw > 0 ? tw / mw : 1e300);

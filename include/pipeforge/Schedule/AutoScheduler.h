@@ -3,7 +3,9 @@
 // The Zero Bubble automatic scheduler (paper §3 and appendix G), improved:
 //   1. a heuristic (list scheduling on the cost model: memory-limited
 //      warm-up, 1F-1B, W filling gaps, W flushed at the end) run over a small
-//      grid of its binary / integer choices, then a local search over the
+//      grid of its binary / integer choices, with the handcrafted ZB-H1/H2
+//      and a port of the Zero Bubble repo's own greedy (the published
+//      ZB-1p / ZB-2p) as further candidates, then a local search over the
 //      per-rank orders; the best by simulated Zero Bubble cost wins;
 //   2. an optional ILP refinement (COIN-OR CBC) warm-started from it;
 //   3. a cheap proven lower bound on the Zero Bubble cost and the makespan.
@@ -94,6 +96,15 @@ Expected<AutoResult> autoHeuristic(const AutoOptions &opts);
 /// ILP refinement of `start` (must be valid for opts). Returns the better
 /// of `start` and the ILP's solution, with ilp fields set.
 AutoResult autoIlp(const AutoOptions &opts, AutoResult start);
+/// The Zero Bubble repo's own greedy (auto_schedule.py, manual_order; see
+/// AutoZbGreedy.cpp), linear placement only, for one setting of its three
+/// binary choices. Returns the per-rank orders (empty when it cannot fit the
+/// memory limit or for a V) and, in `zbCost`, the greedy's own Zero Bubble
+/// cost (max over stages of last W end - first F start).
+std::vector<std::vector<Work>>
+zbGreedyOrders(const AutoOptions &opts, bool allowBubbleBeforeFirstB,
+               bool prioritizeB, bool noBubbleGreedy,
+               double *zbCost = nullptr);
 /// Peak memory of each rank's order under `cost`; true if within `limit`.
 bool ordersFitMemory(const std::vector<std::vector<Work>> &orders,
                      const CostModel &cost, double limit);
