@@ -12,6 +12,7 @@
 #include "pipeforge/Schedule/CommInsertion.h"
 #include "pipeforge/Schedule/Export.h"
 #include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/MemoryLimit.h"
 #include "pipeforge/Schedule/Simulator.h"
 #include "pipeforge/Schedule/Verify.h"
 
@@ -50,15 +51,25 @@ Cost model (time units are yours; memory in units of M_B):
   --tcomm T                    time on every cross-rank edge (default 0)
   --mem-w R                    M_W / M_B (default 0.5)
   --mem-limit X                per-rank activation limit: a number of M_B,
-                               or "<k>p" for k x ranks M_B (e.g. 2p)
+                               "<k>p" for k x ranks M_B (e.g. 2p), or bytes
+                               (12GB, 512MiB, 1e9B; suffixes B KB MB GB are
+                               powers of 1000, KiB MiB GiB of 1024), which
+                               needs --hidden --heads --seq
 
 Automatic schedule (--schedule auto; docs/auto-scheduler.md):
   --placement P         linear (default) or v (auto ZB-V)
   --time-limit S        ILP time limit in seconds (default 10)
   --gap G               ILP relative gap target (default 0.0001)
   --no-ilp              heuristic only
+
+Model shape (DOMAIN.md; any schedule):
   --hidden H --heads A --seq S
                         derive M_W / M_B = 32h / (34h + 5as) (overrides --mem-w)
+                        and M_B in bytes: s b (34h + 5as) per layer with
+                        2-byte activations, times the layers on a rank
+  --microbatch-size B   b, sequences per microbatch (default 1)
+  --layers L            transformer layers of the model (default: one per
+                        stage, L = stages); a stage holds L / stages of them
 
 Output:
   --format F            text (default) json csv svg trace
@@ -76,6 +87,8 @@ struct Options {
   double timeLimit = 10, gap = 1e-4;
   bool noIlp = false;
   double hidden = 0, heads = 0, seq = 0;
+  double microbatchSize = 1;
+  int layers = 0; ///< 0: one per stage
 };
 
 [[noreturn]] void usageError(const std::string &msg) {
@@ -173,6 +186,10 @@ Options parseArgs(int argc, char **argv) {
       o.heads = parseNumber(flag, value);
     else if (flag == "--seq")
       o.seq = parseNumber(flag, value);
+    else if (flag == "--microbatch-size")
+      o.microbatchSize = parseNumber(flag, value);
+    else if (flag == "--layers")
+      o.layers = parseInt(flag, value);
     else
       usageError("unknown option '" + a + "'");
   }
@@ -189,6 +206,11 @@ Options parseArgs(int argc, char **argv) {
     usageError("--hidden, --heads and --seq go together (all > 0)");
   if (shape == 3)
     o.memW = memWRatio(o.hidden, o.heads, o.seq);
+  if (!(o.microbatchSize > 0))
+    usageError("--microbatch-size must be > 0");
+  if (!o.memLimit.empty())
+    if (auto l = parseMemoryLimit(o.memLimit); !l)
+      usageError("--mem-limit: " + l.message());
   if (o.placement != "linear" && o.placement != "v")
     usageError("--placement expects linear or v, got '" + o.placement + "'");
   if (o.timeLimit < 0 || o.gap < 0)
@@ -205,11 +227,31 @@ std::string readFile(const std::string &path) {
   return ss.str();
 }
 
-/// "2p" -> 2 * ranks, "3.5" -> 3.5 (units of M_B).
-double parseMemLimit(const std::string &v, int ranks) {
-  if (!v.empty() && v.back() == 'p')
-    return parseNumber("--mem-limit", v.substr(0, v.size() - 1)) * ranks;
-  return parseNumber("--mem-limit", v);
+/// M_B in bytes (one microbatch's activations on a rank's share of the
+/// model: layers / ranks layers of s b (34h + 5as) bytes), or 0 without a
+/// model shape.
+double bytesPerMB(const Options &o, int ranks, int stages) {
+  if (!(o.hidden > 0))
+    return 0;
+  double layers = o.layers > 0 ? o.layers : stages;
+  return activationBytesPerLayer(o.hidden, o.heads, o.seq, o.microbatchSize) *
+         layers / ranks;
+}
+
+/// --mem-limit in M_B units: "2p" -> 2 * ranks, "3.5" -> 3.5, "12GB" -> 12e9
+/// bytes / M_B in bytes (docs/auto-scheduler.md).
+double parseMemLimit(const Options &o, int ranks, int stages) {
+  auto l = parseMemoryLimit(o.memLimit);
+  if (!l)
+    usageError("--mem-limit: " + l.message());
+  auto v = resolveMemoryLimit(
+      *l, ranks, bytesPerMB(o, ranks, stages),
+      "give --hidden, --heads and --seq (and --microbatch-size, --layers if "
+      "not 1 and one per stage) so that M_B = s b (34h + 5as) bytes per "
+      "layer is known");
+  if (!v)
+    usageError("--mem-limit: " + v.message());
+  return *v;
 }
 
 std::optional<AutoResult> autoResult;
@@ -251,13 +293,21 @@ Schedule obtainSchedule(const Options &o) {
     ao.cost.memB = ao.vShape ? 0.5 : 1.0;
     ao.cost.memW = ao.cost.memB * o.memW;
     if (!o.memLimit.empty())
-      ao.memLimit = parseMemLimit(o.memLimit, o.ranks);
+      ao.memLimit = parseMemLimit(o, o.ranks, ao.vShape ? 2 * o.ranks : o.ranks);
     ao.useIlp = !o.noIlp;
     ao.ilpTimeLimit = o.timeLimit;
     ao.ilpGap = o.gap;
     auto r = autoSchedule(ao);
-    if (!r)
-      fail(r.message());
+    if (!r) {
+      std::string msg = r.message();
+      if (auto l = parseMemoryLimit(o.memLimit); l && l->isBytes())
+        msg += " (in M_B units; --mem-limit " + o.memLimit + " = " +
+               formatBytes(l->value) + ", 1 M_B = " +
+               formatBytes(bytesPerMB(o, ao.ranks,
+                                      ao.vShape ? 2 * ao.ranks : ao.ranks)) +
+               ")";
+      fail(msg);
+    }
     autoResult = r.take();
     return autoResult->schedule;
   }
@@ -304,7 +354,7 @@ int main(int argc, char **argv) {
   VerifyOptions vo;
   vo.cost = cost;
   if (!o.memLimit.empty())
-    vo.memLimit = parseMemLimit(o.memLimit, s.numRanks());
+    vo.memLimit = parseMemLimit(o, s.numRanks(), s.placement.numStages);
   if (Status st = verify(s, vo); !st)
     fail("invalid schedule: " + st.message());
 

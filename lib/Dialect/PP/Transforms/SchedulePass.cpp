@@ -2,15 +2,19 @@
 //
 // Thin adapter: pick the placement from the pp.pipeline (or the options),
 // call the schedule library's generator, write the result as pp.schedule.
+// kind=auto costs the stages from their bodies when they have them
+// (StageCostModel.h).
 //
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
 #include "pipeforge/Dialect/PP/Transforms/ScheduleConversion.h"
+#include "pipeforge/Dialect/PP/Transforms/StageCostModel.h"
 #include "pipeforge/Schedule/AutoScheduler.h"
 #include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/MemoryLimit.h"
 
-#include <cstdlib>
+#include <optional>
 
 namespace pipeforge::pp {
 #define GEN_PASS_DEF_PPSCHEDULE
@@ -41,8 +45,10 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
   using PPScheduleBase::PPScheduleBase;
 
   /// Generates for `ranks` ranks; emits an error at `loc` on failure.
-  /// kind=auto: the automatic scheduler on the cost options.
-  FailureOr<sched::Schedule> generateAuto(Location loc, int ranks, bool v) {
+  /// kind=auto: the automatic scheduler, on the costs of `pipeline`'s stage
+  /// bodies when it has them, else on the cost options.
+  FailureOr<sched::Schedule> generateAuto(Location loc, int ranks, bool v,
+                                          PipelineOp pipeline = nullptr) {
     sched::AutoOptions o;
     o.ranks = ranks;
     o.microbatches = microbatches > 0 ? microbatches : 2 * ranks;
@@ -53,28 +59,78 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
     o.cost.tcomm = tcomm;
     o.cost.memB = v ? 0.5 : 1.0; // M_B units: a V stage is half a rank
     o.cost.memW = o.cost.memB * memW;
-    if (!memLimit.empty()) {
-      std::string str = memLimit;
-      double scale = 1;
-      if (str.back() == 'p') {
-        scale = ranks;
-        str.pop_back();
-      }
-      char *end = nullptr;
-      double d = std::strtod(str.c_str(), &end);
-      if (str.empty() || *end != '\0' || d < 0) {
-        emitError(loc) << "mem-limit expects a number of M_B or <k>p, got '"
-                       << memLimit << "'";
+
+    std::optional<StageCosts> costs;
+    if (pipeline) {
+      if (bytesPerElement < 1) {
+        emitError(loc) << "bytes-per-element must be >= 1";
         return failure();
       }
-      o.memLimit = d * scale;
+      auto c = collectStageCosts(pipeline, bytesPerElement);
+      if (failed(c))
+        return failure();
+      costs = std::move(*c);
+      if (costs && costs->bytesPerMB() <= 0)
+        costs.reset(); // nothing stashes: keep the uniform model
     }
+    if (costs)
+      o.cost = stageCostModel(*costs, flopsPerTime, tf, tb, tw, tcomm,
+                              o.cost.memB, o.cost.memW);
+
+    std::optional<sched::MemoryLimit> limit;
+    if (!memLimit.empty()) {
+      auto l = sched::parseMemoryLimit(memLimit);
+      if (!l) {
+        emitError(loc) << "mem-limit: " << l.message();
+        return failure();
+      }
+      limit = *l;
+      auto d = sched::resolveMemoryLimit(
+          *l, ranks, costs ? costs->bytesPerMB() : 0,
+          "no stage bodies to cost it (run --pp-partition first); give the "
+          "limit in M_B units or <k>p");
+      if (!d) {
+        emitError(loc) << "mem-limit: " << d.message();
+        return failure();
+      }
+      o.memLimit = *d;
+    }
+
+    // An impossible limit, in bytes where the cost model gives them.
+    if (costs && limit && o.memLimit + 1e-9 < sched::minFeasibleMemLimit(o)) {
+      sched::Placement pl = v ? sched::Placement::vShape(ranks)
+                              : sched::Placement::linear(ranks);
+      std::vector<int> rankOf(pl.numStages);
+      for (int s = 0; s < pl.numStages; ++s)
+        rankOf[s] = pl.rank(0, s);
+      auto [rank, bytes] = costs->maxRankStash(rankOf);
+      std::string stages;
+      for (int s = 0; s < pl.numStages; ++s)
+        if (rankOf[s] == rank)
+          stages += (stages.empty() ? "" : " and ") + std::to_string(s);
+      emitError(loc) << "cannot build schedule 'auto': memory limit '"
+                     << memLimit << "' (" << sched::formatBytes(o.memLimit *
+                                                   costs->bytesPerMB())
+                     << ") is impossible: one microbatch's activations on "
+                     << "rank " << rank << " (stage" << (v ? "s " : " ")
+                     << stages << ") need " << sched::formatBytes(bytes)
+                     << " (the stash of its forward ops at "
+                     << unsigned(bytesPerElement)
+                     << " bytes per element), so no schedule fits";
+      return failure();
+    }
+
     o.useIlp = timeLimit > 0;
     o.ilpTimeLimit = timeLimit;
     o.ilpGap = gap;
     auto r = sched::autoSchedule(o);
     if (!r) {
-      emitError(loc) << "cannot build schedule 'auto': " << r.message();
+      InFlightDiagnostic d = emitError(loc)
+                             << "cannot build schedule 'auto': " << r.message();
+      if (costs)
+        d << " (memory in units of M_B = "
+          << sched::formatBytes(costs->bytesPerMB())
+          << ": one microbatch's stash over all stages / ranks)";
       return failure();
     }
     return r->schedule;
@@ -150,7 +206,7 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
       }
       int chunksPerRank = p.getNumStages() / p.getNumRanks();
       auto s = isAuto ? generateAuto(p.getLoc(), p.getNumRanks(),
-                                     p.getPlacement() == PlacementKind::v)
+                                     p.getPlacement() == PlacementKind::v, p)
                       : generate(p.getLoc(), *k, p.getNumRanks(), chunksPerRank);
       if (failed(s))
         return signalPassFailure();

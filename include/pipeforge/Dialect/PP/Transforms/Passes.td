@@ -97,10 +97,18 @@ def PPSchedule : Pass<"pp-schedule", "::mlir::ModuleOp"> {
     Impossible requests (DualPipe with an odd rank count, ZB-H2 with
     m < 2p, ...) are errors that name the rule.
 
-    `kind=auto` runs the automatic scheduler (docs/auto-scheduler.md) on the
-    cost options under `mem-limit` (M_B units, or `<k>p`), on a `linear` or
-    `v` placement (the pipeline's, else `placement`); an impossible limit is
-    an error.
+    `kind=auto` runs the automatic scheduler (docs/auto-scheduler.md) under
+    `mem-limit`, on a `linear` or `v` placement (the pipeline's, else
+    `placement`); an impossible limit is an error. The limit is a number of
+    M_B, `<k>p` (k x ranks M_B) or bytes (`12GB`, `512MiB`, `1e9B`). When the
+    pipeline's stages have bodies (`@forward`, from --pp-partition), the
+    costs come from the nn cost model instead of `tf`/`tb`/`tw`/`mem-w`:
+    per-stage M_B = the stash bytes of the stage's forward ops
+    (`bytes-per-element`), M_W their weight-stash bytes, and per-stage F/B/W
+    times = FLOPs / `flops-per-time` (0: normalised so the mean stage's F
+    takes 1); M_B as a unit is then one microbatch's stash over all stages
+    divided by the ranks (linear: the mean stage's). Without bodies the
+    costs are uniform and a byte limit is an error.
   }];
   let dependentDialects = ["::pipeforge::pp::PPDialect"];
   let options = !listconcat(PP_CostOptions, [
@@ -114,8 +122,15 @@ def PPSchedule : Pass<"pp-schedule", "::mlir::ModuleOp"> {
     Option<"chunks", "chunks", "int", /*default=*/"2",
            "Model chunks per rank for interleaved 1F1B without a pp.pipeline">,
     Option<"memLimit", "mem-limit", "std::string", /*default=*/"\"\"",
-           "kind=auto: per-rank activation limit in M_B, or <k>p (k x ranks); "
+           "kind=auto: per-rank activation limit: M_B units, <k>p (k x ranks) "
+           "or bytes (12GB, 512MiB, 1e9B; needs stage bodies); "
            "empty = unlimited">,
+    Option<"bytesPerElement", "bytes-per-element", "unsigned",
+           /*default=*/"2",
+           "kind=auto with stage bodies: bytes of one activation element">,
+    Option<"flopsPerTime", "flops-per-time", "double", /*default=*/"0.0",
+           "kind=auto with stage bodies: FLOPs per time unit (0 = the mean "
+           "stage's F takes 1)">,
     Option<"autoPlacement", "placement", "std::string", /*default=*/"\"linear\"",
            "kind=auto without a pp.pipeline: linear or v">,
     Option<"timeLimit", "time-limit", "double", /*default=*/"10.0",
@@ -145,13 +160,19 @@ def PPVerifySchedule : Pass<"pp-verify-schedule", "::mlir::ModuleOp"> {
     Each F, B and W exactly once per (stage, microbatch) (or a BW in place of
     B and W); every dependency respected; sends and receives matched per
     channel in FIFO order; no deadlock (proved by executing the programs);
-    and, with `mem-limit`, peak activation memory per rank (in units of one
-    stage's M_B) within the limit. The error names the rank and the step and
+    and, with `mem-limit`, peak activation memory per rank within the limit:
+    a number of M_B or `<k>p` (k x ranks M_B) counts each stage of an
+    S-stage copy on p ranks as p/S M_B; a byte limit (`12GB`, `512MiB`,
+    `1e9B`) counts each stage's stash bytes from the nn cost model of its
+    `@forward` and needs the module's one pp.pipeline to have bodies. The error names the rank and the step and
     shows that rank's program around it.
   }];
   let options = !listconcat(PP_CostOptions, [
-    Option<"memLimit", "mem-limit", "double", /*default=*/"0",
-           "Per-rank activation limit in M_B units (0 = none)">
+    Option<"memLimit", "mem-limit", "std::string", /*default=*/"\"\"",
+           "Per-rank activation limit: M_B units, <k>p or bytes (12GB, "
+           "512MiB, 1e9B); empty or 0 = none">,
+    Option<"bytesPerElement", "bytes-per-element", "unsigned",
+           /*default=*/"2", "Byte limits: bytes of one activation element">
   ]);
 }
 

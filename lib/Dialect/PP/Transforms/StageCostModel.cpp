@@ -1,0 +1,107 @@
+//===- StageCostModel.cpp - Per-stage costs from a pipeline's bodies ------===//
+
+#include "pipeforge/Dialect/PP/Transforms/StageCostModel.h"
+#include "pipeforge/Dialect/NN/IR/NNInterfaces.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/SymbolTable.h"
+
+#include <algorithm>
+#include <numeric>
+
+using namespace mlir;
+using namespace pipeforge;
+using namespace pipeforge::pp;
+
+double StageCosts::bytesPerMB() const {
+  double total = std::accumulate(stashBytes.begin(), stashBytes.end(), 0.0);
+  return ranks > 0 ? total / ranks : 0;
+}
+
+std::pair<int, double>
+StageCosts::maxRankStash(const std::vector<int> &rankOf) const {
+  std::vector<double> need(ranks, 0);
+  for (int s = 0; s < numStages() && s < (int)rankOf.size(); ++s)
+    if (rankOf[s] >= 0 && rankOf[s] < ranks)
+      need[rankOf[s]] += stashBytes[s];
+  auto it = std::max_element(need.begin(), need.end());
+  return {int(it - need.begin()), *it};
+}
+
+FailureOr<std::optional<StageCosts>>
+pp::collectStageCosts(PipelineOp p, unsigned bytesPerElement) {
+  StageCosts c;
+  c.ranks = p.getNumRanks();
+  c.bytesPerElement = bytesPerElement;
+  int n = p.getNumStages();
+  c.fwdFlops.assign(n, 0);
+  c.bwdInputFlops.assign(n, 0);
+  c.bwdWeightFlops.assign(n, 0);
+  c.stashBytes.assign(n, 0);
+  c.weightStashBytes.assign(n, 0);
+  int withBody = 0, without = 0;
+  int64_t firstWithout = -1;
+  for (StageOp stage : p.getBody().getOps<StageOp>()) {
+    if (stage.getCopy() != 0)
+      continue; // a dual pipeline's second copy has the same stages
+    auto fwd = dyn_cast_or_null<func::FuncOp>(
+        SymbolTable::lookupSymbolIn(stage, "forward"));
+    if (!fwd || fwd.isExternal()) {
+      ++without;
+      if (firstWithout < 0)
+        firstWithout = stage.getIndex();
+      continue;
+    }
+    ++withBody;
+    int64_t s = stage.getIndex();
+    if (s < 0 || s >= n)
+      continue; // the pipeline verifier reports it
+    fwd.walk([&](nn::CostOpInterface op) {
+      c.fwdFlops[s] += op.getForwardFlops();
+      c.bwdInputFlops[s] += op.getBackwardInputFlops();
+      c.bwdWeightFlops[s] += op.getBackwardWeightFlops();
+      c.stashBytes[s] += double(op.getStashBytes(bytesPerElement));
+      c.weightStashBytes[s] += double(op.getWeightStashBytes(bytesPerElement));
+    });
+  }
+  if (withBody == 0)
+    return std::optional<StageCosts>();
+  if (without > 0) {
+    p.emitError() << "stage " << firstWithout << " of @" << p.getSymName()
+                  << " has no func.func @forward while others have one; the "
+                     "cost model needs a body in every stage or in none";
+    return failure();
+  }
+  return std::optional<StageCosts>(std::move(c));
+}
+
+sched::CostModel pp::stageCostModel(const StageCosts &c, double flopsPerTime,
+                                    double tf, double tb, double tw,
+                                    double tcomm, double memB, double memW) {
+  sched::CostModel cost;
+  cost.tf = tf;
+  cost.tb = tb;
+  cost.tw = tw;
+  cost.tcomm = tcomm;
+  cost.memB = memB;
+  cost.memW = memW;
+  int n = c.numStages();
+  double meanF =
+      n ? std::accumulate(c.fwdFlops.begin(), c.fwdFlops.end(), 0.0) / n : 0;
+  double scale = flopsPerTime > 0 ? flopsPerTime : meanF;
+  if (scale > 0) {
+    for (int s = 0; s < n; ++s) {
+      cost.tfStage.push_back(c.fwdFlops[s] / scale);
+      cost.tbStage.push_back(c.bwdInputFlops[s] / scale);
+      cost.twStage.push_back(c.bwdWeightFlops[s] / scale);
+    }
+  }
+  double unit = c.bytesPerMB();
+  if (unit > 0) {
+    for (int s = 0; s < n; ++s) {
+      cost.memBStage.push_back(c.stashBytes[s] / unit);
+      cost.memWStage.push_back(c.weightStashBytes[s] / unit);
+    }
+  }
+  return cost;
+}
