@@ -97,6 +97,15 @@ std::string exportJson(const Schedule &s, const SimResult *sim,
     sum["peak_activation"] = std::move(peak);
     sum["busy"] = std::move(busy);
     sum["exposed_comm"] = std::move(exposed);
+    if (!sim->commIntervals.empty()) { // communication model in use
+      Json p2p = Json::array(), a2a = Json::array();
+      for (const RankStats &st : sim->ranks) {
+        p2p.push_back(st.exposedP2P);
+        a2a.push_back(st.exposedA2A);
+      }
+      sum["exposed_p2p"] = std::move(p2p);
+      sum["exposed_a2a"] = std::move(a2a);
+    }
     j["summary"] = std::move(sum);
   }
   return j.dump(indent) + "\n";

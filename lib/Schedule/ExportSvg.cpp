@@ -10,8 +10,7 @@
 namespace pipeforge::sched {
 
 namespace {
-constexpr double kLeft = 64, kTop = 44, kLane = 24, kCommLane = 8,
-                 kGap = 8, kStride = kLane + kCommLane + kGap;
+constexpr double kLeft = 64, kTop = 44, kLane = 24, kGap = 8;
 
 const char *colourOf(const Action &a) {
   if (a.kind == ActionKind::Overlap)
@@ -64,6 +63,11 @@ double tickStep(double span, int target) {
 std::string exportSvg(const Schedule &s, const SimResult &sim,
                       const SvgOptions &opts) {
   int p = s.numRanks();
+  // With the communication model (all-to-alls, comm resource) the comm
+  // lane is taller: occupancy above, exposed waits below.
+  bool commModel = !sim.commIntervals.empty();
+  const double kCommLane = commModel ? 16 : 8;
+  const double kStride = kLane + kCommLane + kGap;
   double span = sim.makespan > 0 ? sim.makespan : 1;
   double px = opts.pxPerUnit > 0 ? opts.pxPerUnit : 1600.0 / span;
   double plotW = span * px;
@@ -99,8 +103,15 @@ std::string exportSvg(const Schedule &s, const SimResult &sim,
       {"#4e79a7", "F"},   {"#59a14f", "B (input grad)"},
       {"#edc948", "W"},   {"#f28e2b", "BW (full backward)"},
       {"#b07aa1", "F&B overlapped"}, {"#e15759", "recv wait"}};
+  std::vector<std::pair<const char *, const char *>> items(
+      std::begin(legend), std::end(legend));
+  if (commModel) {
+    items.back().second = "exposed comm";
+    items.push_back({"#76b7b2", "all-to-all"});
+    items.push_back({"#9c755f", "P2P transfer"});
+  }
   double lx = kLeft;
-  for (const auto &[col, text] : legend) {
+  for (const auto &[col, text] : items) {
     o += "<rect x=\"" + num(lx) + "\" y=\"24\" width=\"10\" height=\"10\" "
          "fill=\"" + col + "\"/><text x=\"" + num(lx + 13) +
          "\" y=\"33\">" + esc(text) + "</text>\n";
@@ -118,6 +129,13 @@ std::string exportSvg(const Schedule &s, const SimResult &sim,
   // Compute and comm intervals; per channel the send and recv points.
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> sends,
       recvs; // (x, y)
+  // Per channel: x where each message arrives (with overlapComm a Recv is
+  // posted early; the arrow ends when the transfer does).
+  std::map<std::pair<int, int>, std::vector<double>> arrivals;
+  std::map<std::pair<int, size_t>, double> transferEnd;
+  for (const CommInterval &ci : sim.commIntervals)
+    if (ci.kind == CommInterval::P2P)
+      transferEnd[{ci.rank, ci.actionIndex}] = kLeft + ci.end * px;
   for (const Interval &iv : sim.intervals) {
     if (iv.rank < 0 || iv.rank >= p)
       continue;
@@ -149,16 +167,47 @@ std::string exportSvg(const Schedule &s, const SimResult &sim,
            "\" fill=\"#333\"><title>" + esc(toString(a)) + " at " +
            num(iv.start) + "</title></rect>\n";
       sends[{iv.rank, a.peer}].push_back({x, cy + (kCommLane - 2) / 2});
+      auto te = transferEnd.find({iv.rank, iv.actionIndex});
+      arrivals[{iv.rank, a.peer}].push_back(te != transferEnd.end() ? te->second
+                                                                   : x);
     } else {
       if (w > 0)
-        o += "<rect x=\"" + num(x) + "\" y=\"" + num(cy) + "\" width=\"" +
-             num(w) + "\" height=\"" + num(kCommLane - 2) +
+        o += "<rect x=\"" + num(x) + "\" y=\"" +
+             num(commModel ? cy + 9 : cy) + "\" width=\"" + num(w) +
+             "\" height=\"" + num(commModel ? 5 : kCommLane - 2) +
              "\" fill=\"#e15759\"><title>" + esc(toString(a)) + " waits [" +
              num(iv.start) + ", " + num(iv.end) + "]</title></rect>\n";
       if (a.kind == ActionKind::Recv)
         recvs[{a.peer, iv.rank}].push_back(
             {x + w, cy + (kCommLane - 2) / 2});
     }
+  }
+  // Comm resource: all-to-alls and transfers (upper part of the comm
+  // lane), exposed waits (lower part, red).
+  for (const CommInterval &ci : sim.commIntervals) {
+    if (ci.rank < 0 || ci.rank >= p || ci.end <= ci.start)
+      continue;
+    double x = kLeft + ci.start * px, w = (ci.end - ci.start) * px;
+    double cy = laneY(ci.rank) + kLane + 1;
+    bool exposed = ci.kind == CommInterval::ExposedA2A ||
+                   ci.kind == CommInterval::ExposedP2P;
+    const char *what = ci.kind == CommInterval::A2A
+                           ? (ci.which ? "combine" : "dispatch")
+                       : ci.kind == CommInterval::P2P ? "P2P transfer"
+                       : ci.kind == CommInterval::ExposedA2A
+                           ? "exposed all-to-all"
+                           : "exposed P2P";
+    std::string title = what;
+    if (ci.kind == CommInterval::A2A)
+      title += std::string(ci.member ? " (B" : " (F") + ", layer " +
+               std::to_string(ci.layer) + ")";
+    o += "<rect x=\"" + num(x) + "\" y=\"" +
+         num(exposed ? cy + 9 : cy) + "\" width=\"" + num(w) +
+         "\" height=\"" + num(exposed ? 5 : 8) + "\" fill=\"" +
+         (exposed ? "#e15759"
+                  : ci.kind == CommInterval::A2A ? "#76b7b2" : "#9c755f") +
+         "\" stroke=\"white\" stroke-width=\"0.3\"><title>" + esc(title) +
+         " [" + num(ci.start) + ", " + num(ci.end) + "]</title></rect>\n";
   }
   // Message arrows, FIFO per channel.
   size_t nArrows = 0;
@@ -178,7 +227,8 @@ std::string exportSvg(const Schedule &s, const SimResult &sim,
       for (size_t k = 0; k < n; ++k)
         o += "<line x1=\"" + num(kv.second[k].first) + "\" y1=\"" +
              num(kv.second[k].second) + "\" x2=\"" +
-             num(it->second[k].first) + "\" y2=\"" +
+             num(std::max(it->second[k].first, arrivals[kv.first][k])) +
+             "\" y2=\"" +
              num(it->second[k].second) +
              "\" marker-end=\"url(#arr)\"/>\n";
     }

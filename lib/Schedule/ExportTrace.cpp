@@ -143,6 +143,39 @@ std::string exportTrace(const Schedule &s, const SimResult &sim,
       }
     }
   }
+  // Communication model: all-to-alls and P2P transfers on the comm
+  // thread, exposed waits on the compute thread (nested in the action).
+  for (const CommInterval &ci : sim.commIntervals) {
+    bool exposed = ci.kind == CommInterval::ExposedA2A ||
+                   ci.kind == CommInterval::ExposedP2P;
+    Json e;
+    std::string name;
+    switch (ci.kind) {
+    case CommInterval::A2A:
+      name = std::string("a2a ") + (ci.which ? "combine" : "dispatch") +
+             (ci.member ? " B" : " F") + " L" + std::to_string(ci.layer);
+      break;
+    case CommInterval::P2P:
+      name = "p2p " + toString(s.programs[ci.rank][ci.actionIndex]);
+      break;
+    case CommInterval::ExposedA2A:
+      name = "exposed a2a";
+      break;
+    case CommInterval::ExposedP2P:
+      name = "exposed p2p";
+      break;
+    }
+    e["name"] = name;
+    e["cat"] = exposed ? "exposed" : "comm";
+    e["ph"] = "X";
+    e["ts"] = ci.start * k;
+    e["dur"] = (ci.end - ci.start) * k;
+    e["pid"] = ci.rank;
+    e["tid"] = exposed ? kComputeTid : kCommTid;
+    if (exposed)
+      e["cname"] = "terrible";
+    events.push_back(std::move(e));
+  }
   Json root;
   root["traceEvents"] = std::move(events);
   root["displayTimeUnit"] = "ms";
@@ -150,6 +183,11 @@ std::string exportTrace(const Schedule &s, const SimResult &sim,
                            {"makespan", sim.makespan},
                            {"bubble_rate", sim.bubbleRate},
                            {"zb_bubble_rate", sim.zbBubbleRate}};
+  if (!sim.commIntervals.empty()) {
+    root["otherData"]["exposed_a2a"] = sim.exposedA2A;
+    root["otherData"]["exposed_p2p"] = sim.exposedP2P;
+    root["otherData"]["exposed_comm"] = sim.exposedComm;
+  }
   return root.dump() + "\n";
 }
 

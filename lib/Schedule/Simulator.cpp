@@ -42,6 +42,16 @@ double CostModel::timeOf(WorkKind k, int stage) const {
   return 0;
 }
 
+double CostModel::a2aTime(int stage) const {
+  return pick(tA2AStage, stage, tA2A);
+}
+
+int CostModel::moeLayers(int stage) const {
+  if (stage >= 0 && static_cast<size_t>(stage) < moeLayersStage.size())
+    return moeLayersStage[stage];
+  return moeLayersPerStage;
+}
+
 double CostModel::memDelta(WorkKind k, int stage) const {
   double mb = pick(memBStage, stage, memB);
   double mw = pick(memWStage, stage, memW);
@@ -57,6 +67,49 @@ double CostModel::memDelta(WorkKind k, int stage) const {
   }
   return 0;
 }
+
+
+namespace {
+/// The components of one work (F, B or BW of one stage) split by layer.
+/// Compute: attention and MLP (B: input-gradient parts; W: weight parts);
+/// comm: dispatch and combine all-to-alls.
+struct Parts {
+  int layers = 1;         ///< >= 1 (a dense stage is one layer, no comm)
+  double attn = 0, mlp = 0; ///< per layer: F, or B's input-gradient part
+  double attnW = 0, mlpW = 0; ///< per layer: BW's weight-gradient part
+  double a2a = 0;           ///< per all-to-all
+};
+
+Parts splitWork(const CostModel &cost, const Work &w, double scale) {
+  Parts p;
+  int L = cost.moeLayers(w.stage);
+  p.layers = std::max(1, L);
+  p.a2a = (L > 0 && w.kind != WorkKind::W) ? cost.a2aTime(w.stage) : 0;
+  double sh = std::min(1.0, std::max(0.0, cost.attnShare));
+  double c = cost.timeOf(w.kind, w.stage) * scale, cw = 0;
+  if (w.kind == WorkKind::BW) {
+    double tb = cost.timeOf(WorkKind::B, w.stage);
+    double tw = cost.timeOf(WorkKind::W, w.stage);
+    double frac = tb + tw > 0 ? tb / (tb + tw) : 1;
+    cw = c * (1 - frac);
+    c = c * frac;
+  }
+  p.attn = c * sh / p.layers;
+  p.mlp = c * (1 - sh) / p.layers;
+  p.attnW = cw * sh / p.layers;
+  p.mlpW = cw * (1 - sh) / p.layers;
+  return p;
+}
+
+/// One component to place on a resource.
+struct Comp {
+  double dur;
+  bool comm;
+  int dep1 = -1, dep2 = -1; ///< indices of earlier components
+  uint8_t which = 0, member = 0; ///< A2A: 0 dispatch 1 combine; member
+  int32_t layer = 0;
+};
+} // namespace
 
 namespace {
 using namespace detail;
@@ -90,6 +143,29 @@ private:
     return Step::Failed;
   }
   std::string blockedReason(int32_t r) const;
+  /// Runs compute action `i` (Compute or Overlap) of rank r from `start`
+  /// with its components (communication model); returns its end.
+  double runComponents(int32_t r, size_t i, const Action &a, double start,
+                       double &busy);
+  /// Occupies rank r's comm resource from `ready` for `dur`; returns the end.
+  double occupyComm(int32_t r, double ready, double dur) {
+    double st = cost.overlapComm ? std::max(ready, commFree[r]) : ready;
+    double en = st + dur;
+    if (cost.overlapComm)
+      commFree[r] = std::max(commFree[r], en);
+    stats[r].commBusy += dur;
+    return en;
+  }
+  void addComm(int32_t r, size_t i, double a, double b, CommInterval::Kind k,
+               int which = 0, int member = 0, int layer = 0) {
+    if (b > a || k == CommInterval::P2P || k == CommInterval::A2A)
+      commIv[r].push_back(CommInterval{r, i, a, b, k,
+                                       static_cast<uint8_t>(which),
+                                       static_cast<uint8_t>(member), layer});
+  }
+  bool stageHasA2A(int stage) const {
+    return cost.moeLayers(stage) > 0 && cost.a2aTime(stage) > 0;
+  }
 
   const Schedule &s;
   const CostModel &cost;
@@ -114,6 +190,13 @@ private:
   std::vector<RankStats> stats;
   std::vector<char> anyCompute;
   std::vector<std::vector<Interval>> intervals;
+  // Communication model.
+  bool commModel = false; ///< overlapComm, or some stage has all-to-alls
+  std::vector<double> commFree;                    ///< per rank
+  std::vector<std::vector<CommInterval>> commIv;   ///< per rank
+  std::vector<std::vector<double>> sendArrive;     ///< per channel
+  std::vector<double> sentAt;                      ///< by messageKey
+  double lastSent = 0; ///< inputReady: when the input left its sender
 
   // Parking: intrusive lists keyed by work id, then channel keys.
   detail::WaitLists waits;
@@ -210,6 +293,13 @@ Status Replay::prepare() {
   stats.assign(numRanks, RankStats());
   anyCompute.assign(numRanks, 0);
   intervals.resize(numRanks);
+  commModel = cost.overlapComm;
+  for (int st = 0; st < pl.numStages && !commModel; ++st)
+    commModel = stageHasA2A(st);
+  commFree.assign(numRanks, 0);
+  commIv.resize(numRanks);
+  sendArrive.resize(nc);
+  sentAt.assign(idx.size(), 0);
   sendKeyBase = idx.size();
   grKeyBase = sendKeyBase + nc;
   waits.reset(grKeyBase + nc, numRanks);
@@ -227,6 +317,7 @@ void Replay::complete(int32_t r, const Work &w, double end) {
 Replay::Step Replay::inputReady(int32_t r, size_t step, const Work &w,
                                 double &readyAt) {
   readyAt = 0;
+  lastSent = 0;
   std::optional<Work> nominal = nominalProducer(w, idx.numStages);
   if (!nominal)
     return Step::Done;
@@ -241,7 +332,7 @@ Replay::Step Replay::inputReady(int32_t r, size_t step, const Work &w,
   const Loc &pl = locs[pid];
   if (pl.rank == r) {
     if (done[pid]) {
-      readyAt = endTime[pid];
+      readyAt = lastSent = endTime[pid];
       return Step::Done;
     }
     return fail(r, step,
@@ -252,6 +343,7 @@ Replay::Step Replay::inputReady(int32_t r, size_t step, const Work &w,
     size_t key = messageKey(*prod, idx);
     if (received[key]) {
       readyAt = recvTime[key];
+      lastSent = sentAt[key];
       return Step::Done;
     }
     return fail(r, step,
@@ -261,6 +353,7 @@ Replay::Step Replay::inputReady(int32_t r, size_t step, const Work &w,
   }
   if (done[pid]) {
     readyAt = endTime[pid] + cost.tcomm;
+    lastSent = readyAt; // compute-only: an edge delay, not a message
     return Step::Done;
   }
   park(r, pid);
@@ -277,21 +370,36 @@ Replay::Step Replay::advance(int32_t r) {
     switch (a.kind) {
     case ActionKind::Compute:
     case ActionKind::Overlap: {
-      double in1 = 0, in2 = 0;
+      double in1 = 0, in2 = 0, sent1 = 0, sent2 = 0;
       Step k = inputReady(r, i, a.work, in1);
       if (k != Step::Done)
         return k;
+      sent1 = lastSent;
       bool pair = a.kind == ActionKind::Overlap;
       if (pair) {
         if (Step k2 = inputReady(r, i, a.work2, in2); k2 != Step::Done)
           return k2;
+        sent2 = lastSent;
       }
       double start = std::max({t, in1, in2});
-      double dur = cost.timeOf(a.work.kind, a.work.stage);
-      if (pair)
-        dur = cost.tfb >= 0 ? cost.tfb
-                            : dur + cost.timeOf(a.work2.kind, a.work2.stage);
-      double end = start + dur;
+      if (cost.overlapComm && s.hasComm && start > t) {
+        // The Recv did not block: the consumer waits here.
+        st.exposedComm += start - t;
+        double fl = std::max(0.0, std::max(in1 - std::max(t, sent1),
+                                           in2 - std::max(t, sent2)));
+        st.exposedP2P += fl;
+        addComm(r, i, start - fl, start, CommInterval::ExposedP2P);
+      }
+      double busy = 0;
+      double end = commModel ? runComponents(r, i, a, start, busy) : 0;
+      if (!commModel) {
+        double dur = cost.timeOf(a.work.kind, a.work.stage);
+        if (pair)
+          dur = cost.tfb >= 0 ? cost.tfb
+                              : dur + cost.timeOf(a.work2.kind, a.work2.stage);
+        end = start + dur;
+        busy = dur;
+      }
       mem[r] += cost.memDelta(a.work.kind, a.work.stage);
       st.peakMemory = std::max(st.peakMemory, mem[r]);
       if (pair) {
@@ -302,7 +410,7 @@ Replay::Step Replay::advance(int32_t r) {
         anyCompute[r] = 1;
         st.firstStart = start;
       }
-      st.busy += dur;
+      st.busy += busy;
       st.lastEnd = end;
       now[r] = end;
       intervals[r].push_back(Interval{r, i, start, end});
@@ -328,6 +436,13 @@ Replay::Step Replay::advance(int32_t r) {
       }
       sendPost[sl.chan].push_back(t);
       sendMsg[sl.chan].push_back(&a);
+      if (cost.overlapComm) {
+        double arrive = occupyComm(r, t, cost.tcomm);
+        addComm(r, i, arrive - cost.tcomm, arrive, CommInterval::P2P);
+        sendArrive[sl.chan].push_back(arrive);
+      } else {
+        sendArrive[sl.chan].push_back(t + cost.tcomm);
+      }
       intervals[r].push_back(Interval{r, i, t, t});
       wake(sendKeyBase + sl.chan);
       break;
@@ -342,15 +457,25 @@ Replay::Step Replay::advance(int32_t r) {
       if (!sameMessage(sent, a))
         return fail(r, i, "receives " + toString(a) + " but the matching send "
                           "on this channel is " + toString(sent));
-      double arrive = sendPost[sl.chan][sl.ordinal] + cost.tcomm;
-      double end = std::max(t, arrive);
+      double posted = sendPost[sl.chan][sl.ordinal];
+      double arrive = sendArrive[sl.chan][sl.ordinal];
+      // Blocking (default): the rank waits here. overlapComm: the receive
+      // is posted and the consumer waits for `arrive`.
+      double end = cost.overlapComm ? t : std::max(t, arrive);
       st.exposedComm += end - t;
+      if (!cost.overlapComm) {
+        double fl = std::max(0.0, end - std::max(t, posted));
+        st.exposedP2P += fl;
+        if (commModel)
+          addComm(r, i, end - fl, end, CommInterval::ExposedP2P);
+      }
       now[r] = end;
       intervals[r].push_back(Interval{r, i, t, end});
       if (a.payload != Payload::WeightGrad) {
         size_t key = messageKey(a.work, idx);
         received[key] = 1;
-        recvTime[key] = end;
+        recvTime[key] = cost.overlapComm ? std::max(t, arrive) : end;
+        sentAt[key] = posted;
       }
       break;
     }
@@ -375,6 +500,132 @@ Replay::Step Replay::advance(int32_t r) {
     ++pc[r];
   }
   return Step::Done;
+}
+
+double Replay::runComponents(int32_t r, size_t i, const Action &a,
+                             double start, double &busy) {
+  bool pair = a.kind == ActionKind::Overlap;
+  // tfb (when given) is the pair's compute; scale both members to it.
+  double scale = 1;
+  if (pair && cost.tfb >= 0) {
+    double sum = cost.timeOf(a.work.kind, a.work.stage) +
+                 cost.timeOf(a.work2.kind, a.work2.stage);
+    scale = sum > 0 ? cost.tfb / sum : 0;
+  }
+  std::vector<Comp> cs;
+  auto add = [&](double dur, bool comm, int d1, int d2, int which, int member,
+                 int layer) {
+    Comp c;
+    c.dur = dur;
+    c.comm = comm;
+    c.dep1 = d1;
+    c.dep2 = d2;
+    c.which = static_cast<uint8_t>(which);
+    c.member = static_cast<uint8_t>(member);
+    c.layer = layer;
+    cs.push_back(c);
+    return static_cast<int>(cs.size()) - 1;
+  };
+  bool fused = pair && cost.overlapComm && cost.fusePairs;
+  if (!fused) {
+    // Serial: every component waits for the one before it.
+    int prev = -1;
+    auto chain = [&](double dur, bool comm, int which, int member,
+                     int layer) { prev = add(dur, comm, prev, -1, which,
+                                             member, layer); };
+    const Work *ws[2] = {&a.work, pair ? &a.work2 : nullptr};
+    for (int m = 0; m < 2 && ws[m]; ++m) {
+      const Work &w = *ws[m];
+      Parts p = splitWork(cost, w, scale);
+      for (int l = 0; l < p.layers; ++l) {
+        if (w.kind == WorkKind::F) {
+          chain(p.attn, false, 0, m, l);
+          chain(p.a2a, true, 0, m, l);
+          chain(p.mlp, false, 0, m, l);
+          chain(p.a2a, true, 1, m, l);
+        } else if (w.kind == WorkKind::W) {
+          chain(p.attn + p.mlp, false, 0, m, l);
+        } else {
+          chain(p.a2a, true, 1, m, l);
+          chain(p.mlp, false, 0, m, l);
+          chain(p.mlpW, false, 0, m, l);
+          chain(p.a2a, true, 0, m, l);
+          chain(p.attn, false, 0, m, l);
+          chain(p.attnW, false, 0, m, l);
+        }
+      }
+    }
+  } else {
+    // DeepSeek's per-layer order (DOMAIN.md): combine(B), attn(F), mlp(B),
+    // dispatch(F), dispatch(B), mlp(W), mlp(F), attn(B), attn(W),
+    // combine(F). Layer k pairs F's k-th layer with the backward's k-th
+    // (in its own, reversed, order); a member with fewer layers has empty
+    // components there.
+    Parts pf = splitWork(cost, a.work, scale);
+    Parts pb = splitWork(cost, a.work2, scale);
+    int n = std::max(pf.layers, pb.layers);
+    int lastF = -1, lastB = -1;
+    for (int l = 0; l < n; ++l) {
+      bool hf = l < pf.layers, hb = l < pb.layers;
+      auto f = [&](double v) { return hf ? v : 0.0; };
+      auto b = [&](double v) { return hb ? v : 0.0; };
+      int combB = add(b(pb.a2a), true, lastB, -1, 1, 1, l);
+      int attnF = add(f(pf.attn), false, lastF, -1, 0, 0, l);
+      int mlpB = add(b(pb.mlp), false, combB, -1, 0, 1, l);
+      int dispF = add(f(pf.a2a), true, attnF, -1, 0, 0, l);
+      int dispB = add(b(pb.a2a), true, mlpB, -1, 0, 1, l);
+      add(b(pb.mlpW), false, combB, -1, 0, 1, l);
+      int mlpF = add(f(pf.mlp), false, dispF, -1, 0, 0, l);
+      int attnB = add(b(pb.attn), false, dispB, -1, 0, 1, l);
+      add(b(pb.attnW), false, dispB, -1, 0, 1, l);
+      int combF = add(f(pf.a2a), true, mlpF, -1, 1, 0, l);
+      lastF = combF;
+      lastB = attnB;
+    }
+  }
+  // List scheduling in the given order: compute and comm each run their
+  // components in order; a component starts when its resource is free and
+  // its dependencies are done.
+  std::vector<double> endOf(cs.size(), start);
+  double computeFree = start, end = start;
+  busy = 0;
+  RankStats &st = stats[r];
+  double exposed = 0;
+  for (size_t k = 0; k < cs.size(); ++k) {
+    const Comp &c = cs[k];
+    double ready = start;
+    if (c.dep1 >= 0)
+      ready = std::max(ready, endOf[c.dep1]);
+    if (c.dep2 >= 0)
+      ready = std::max(ready, endOf[c.dep2]);
+    if (c.dur <= 0) {
+      endOf[k] = ready; // an empty component passes its dependency on
+      continue;
+    }
+    if (c.comm) {
+      endOf[k] = occupyComm(r, ready, c.dur);
+      addComm(r, i, endOf[k] - c.dur, endOf[k], CommInterval::A2A, c.which,
+              c.member, c.layer);
+    } else {
+      double s0 = std::max(ready, computeFree);
+      if (s0 > computeFree) {
+        // Compute idles only waiting for an all-to-all.
+        exposed += s0 - computeFree;
+        addComm(r, i, computeFree, s0, CommInterval::ExposedA2A);
+      }
+      endOf[k] = s0 + c.dur;
+      computeFree = endOf[k];
+      busy += c.dur;
+    }
+    end = std::max(end, endOf[k]);
+  }
+  if (end > computeFree) {
+    exposed += end - computeFree;
+    addComm(r, i, computeFree, end, CommInterval::ExposedA2A);
+  }
+  st.exposedA2A += exposed;
+  st.exposedComm += exposed;
+  return end;
 }
 
 std::string Replay::blockedReason(int32_t r) const {
@@ -429,6 +680,13 @@ Expected<SimResult> Replay::run() {
 
   SimResult res;
   res.ranks = stats;
+  for (int32_t r = 0; r < numRanks; ++r) {
+    res.exposedComm += stats[r].exposedComm;
+    res.exposedP2P += stats[r].exposedP2P;
+    res.exposedA2A += stats[r].exposedA2A;
+    res.commIntervals.insert(res.commIntervals.end(), commIv[r].begin(),
+                             commIv[r].end());
+  }
   double sumBusy = 0, maxBusy = 0, zbCost = 0;
   for (int32_t r = 0; r < numRanks; ++r) {
     const RankStats &st = stats[r];

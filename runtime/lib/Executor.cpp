@@ -1,6 +1,7 @@
 //===- Executor.cpp - Interprets a rank's schedule each step --------------===//
 
 #include "pipeforge/rt/Executor.h"
+#include "pipeforge/rt/MoEParallel.h"
 
 #include <algorithm>
 #include <array>
@@ -273,6 +274,15 @@ struct Executor::Impl {
   struct ParamState {
     BufP value, grad;
   };
+  /// Expert parallelism (docs/runtime.md): group size and index; the moe
+  /// expert params (w1/w2/w3) of which this rank holds a 1/E slice.
+  int E = 1, epi = 0;
+  std::set<int32_t> expertParams;
+  /// Elements of parameter i held here (its slice for expert params).
+  int64_t localElems(int32_t i) const {
+    int64_t n = prog.params[size_t(i)].type.numElements();
+    return expertParams.count(i) ? n / E : n;
+  }
   std::map<int32_t, ParamState> params; ///< local params by global index
   std::map<std::pair<int, int>, std::array<FnPlan, 4>> plans;
   /// Bytes of the activation bundle F(copy, stage) sends, and each
@@ -397,6 +407,46 @@ Status Executor::Impl::init() {
       actOffsets[{c, s}] = off;
       actBytes[{c, s}] = total;
     }
+  // Expert parallelism: find the moe expert operands (w1, w2, w3).
+  E = prog.training.expertParallel;
+  epi = tr.epIndex();
+  if (E != tr.epSize())
+    return Status::error("the program has expert_parallel " +
+                         std::to_string(E) + " but the transport's group has " +
+                         std::to_string(tr.epSize()) + " ranks");
+  if (E > 1) {
+    if (!be.hostVisible())
+      return Status::error("expert parallelism needs a host-visible backend");
+    for (const Stage &st : prog.stages)
+      for (FunctionKind fk :
+           {FunctionKind::Forward, FunctionKind::BackwardInput,
+            FunctionKind::BackwardWeight, FunctionKind::Backward}) {
+        const Function &fn = stageFunction(st, fk);
+        std::map<int32_t, int32_t> paramOf; // value -> param index
+        for (const ArgBinding &a : fn.args)
+          if (a.role == ArgRole::Param)
+            paramOf[a.value] = a.index;
+        for (const Kernel &k : fn.kernels) {
+          if (!isMoEOp(k.op))
+            continue;
+          size_t nw = k.inputs.size() - (k.op == "moe" ? 2 : 3);
+          for (size_t j = 2; j < 2 + nw && j < k.inputs.size(); ++j) {
+            auto it = paramOf.find(k.inputs[j]);
+            if (it == paramOf.end())
+              return stageError(st.copy, st.index,
+                                "expert parallelism: operand " +
+                                    std::to_string(j) + " of '" + k.op +
+                                    "' is not a parameter");
+            const Param &p = prog.params[size_t(it->second)];
+            if (p.type.shape.empty() || p.type.shape[0] % E)
+              return Status::error("expert parameter '" + p.name +
+                                   "' does not split over " +
+                                   std::to_string(E) + " ranks");
+            expertParams.insert(it->second);
+          }
+        }
+      }
+  }
   // Local parameters.
   for (size_t i = 0; i < prog.params.size(); ++i) {
     const Param &p = prog.params[i];
@@ -405,14 +455,17 @@ Status Executor::Impl::init() {
     if (rankOf(p.copy, p.stage) != prank)
       continue;
     ParamState ps;
-    ps.value = std::make_shared<Buf>(be, p.type.numBytes());
-    ps.grad = std::make_shared<Buf>(be, p.type.numBytes());
+    int64_t nLocal = localElems(int32_t(i));
+    ps.value = std::make_shared<Buf>(be, nLocal * 4);
+    ps.grad = std::make_shared<Buf>(be, nLocal * 4);
     if (!ps.value->p || !ps.grad->p)
       return Status::error("out of memory for parameter '" + p.name + "'");
     std::vector<float> host(static_cast<size_t>(p.type.numElements()));
     if (Status s = initParamValues(p, prog.training.seed, host.data()); !s)
       return s;
-    be.copyFromHost(ps.value->p, host.data(), p.type.numBytes());
+    // An expert param: initialised whole (as the reference), then sliced.
+    int64_t off = expertParams.count(int32_t(i)) ? int64_t(epi) * nLocal : 0;
+    be.copyFromHost(ps.value->p, host.data() + off, nLocal * 4);
     params[int32_t(i)] = ps;
   }
   // Buffer plans: per-value when the assignment is missing or lets a kernel
@@ -460,7 +513,8 @@ Status Executor::Impl::dataFor(int c, int mb, BufP &tok, BufP &tgt) {
   }
   int64_t b = prog.model.microbatchSize, s = prog.model.seqLen;
   std::vector<int32_t> ht(static_cast<size_t>(b * s)), hg(static_cast<size_t>(b * s));
-  int64_t g = int64_t(mb) + int64_t(c) * mPerCopy;
+  // An EP rank reads its own microbatches: index offset by epi x totalMb.
+  int64_t g = int64_t(mb) + int64_t(c) * mPerCopy + int64_t(epi) * totalMb;
   if (Status st = data.fill(stepNo, tr.dpIndex(), g, b, s, ht.data(),
                             hg.data());
       !st)
@@ -603,7 +657,9 @@ Status Executor::Impl::runFunction(const Stage &st, int which, int c, int mb,
       call.out.push_back(v >= 0 ? valuePtr(v) : nullptr);
       call.outTypes.push_back(v >= 0 ? &fn.values[size_t(v)] : nullptr);
     }
-    if (Status s = be.run(call); !s)
+    if (Status s = E > 1 && isMoEOp(k.op) ? runMoEParallel(call, tr)
+                                          : be.run(call);
+        !s)
       return err(s.message());
   }
   // Results.
@@ -663,8 +719,9 @@ Status Executor::Impl::runFunction(const Stage &st, int which, int c, int mb,
       if (prog.params[size_t(r.index)].type.numBytes() != bytes)
         return err("gradient size of parameter '" +
                    prog.params[size_t(r.index)].name + "' differs");
+      // Expert params: the kernel wrote this rank's slice first.
       be.accumulate(it->second.grad->f(), static_cast<const float *>(src),
-                    bytes / 4);
+                    localElems(r.index));
       if (nanPending && st.index == numStages - 1 &&
           int64_t(tr.dpIndex()) * totalMb + int64_t(c) * mPerCopy + mb ==
               opts.injectNanMb) {
@@ -823,7 +880,7 @@ Status Executor::Impl::gradReduce(const Action &a) {
   std::sort(order.begin(), order.end());
   int64_t n = 0;
   for (auto &[name, i] : order)
-    n += prog.params[size_t(i)].type.numElements();
+    n += localElems(i);
   float cnt = float(n);
   if (Status s = tr.pairwiseSum(a.peer, &cnt, 1); !s)
     return s;
@@ -834,7 +891,7 @@ Status Executor::Impl::gradReduce(const Action &a) {
   std::vector<float> host(static_cast<size_t>(n));
   int64_t off = 0;
   for (auto &[name, i] : order) {
-    int64_t k = prog.params[size_t(i)].type.numElements();
+    int64_t k = localElems(i);
     be.copyToHost(host.data() + off, params[i].grad->p, k * 4);
     off += k;
   }
@@ -842,7 +899,7 @@ Status Executor::Impl::gradReduce(const Action &a) {
     return s;
   off = 0;
   for (auto &[name, i] : order) {
-    int64_t k = prog.params[size_t(i)].type.numElements();
+    int64_t k = localElems(i);
     be.copyFromHost(params[i].grad->p, host.data() + off, k * 4);
     off += k;
   }
@@ -958,6 +1015,33 @@ Expected<StepStats> Executor::Impl::step() {
       off += ps.grad->bytes / 4;
     }
   }
+  // Expert parallel: the replicated (non-expert) grads are summed over the
+  // EP group (gather, sum in rank order, broadcast); every grad is divided
+  // by E: each EP rank seeded its loss with 1 / microbatches of its own.
+  if (E > 1) {
+    int64_t n = 0;
+    for (auto &[i, ps] : params)
+      if (!expertParams.count(i))
+        n += ps.grad->bytes / 4;
+    std::vector<float> host(static_cast<size_t>(n));
+    int64_t off = 0;
+    for (auto &[i, ps] : params)
+      if (!expertParams.count(i)) {
+        be.copyToHost(host.data() + off, ps.grad->p, ps.grad->bytes);
+        off += ps.grad->bytes / 4;
+      }
+    if (Status s = tr.allreduce(host.data(), n, Group::Expert); !s)
+      return s;
+    off = 0;
+    float inv = 1.0f / float(E);
+    for (auto &[i, ps] : params) {
+      if (!expertParams.count(i)) {
+        be.copyFromHost(ps.grad->p, host.data() + off, ps.grad->bytes);
+        off += ps.grad->bytes / 4;
+      }
+      be.scale(ps.grad->f(), inv, ps.grad->bytes / 4);
+    }
+  }
   // Gradient norm (copy-0 params only), loss, busy time. `allSq` covers the
   // other local gradients (DualPipe copy 1): post-validation's finite flag.
   // The norm is the same number on any rank layout: each parameter's sum of
@@ -970,7 +1054,7 @@ Expected<StepStats> Executor::Impl::step() {
   std::vector<ParamSlot> slots;
   for (auto &[i, ps] : params) {
     const Param &p = prog.params[size_t(i)];
-    int64_t n = p.type.numElements();
+    int64_t n = localElems(i);
     const float *g = ps.grad->f();
     if (!be.hostVisible()) {
       host.resize(size_t(n));
@@ -1000,6 +1084,17 @@ Expected<StepStats> Executor::Impl::step() {
     if (Status s = opt.optimisticUpdate(slots, partial, thisStep); !s)
       return s;
   }
+  if (E > 1) {
+    // An expert param's squares: the sum of its slices over the EP group.
+    std::vector<float> ex(paramSq.size(), 0.0f);
+    for (int32_t i : expertParams)
+      ex[size_t(i)] = paramSq[size_t(i)];
+    if (Status s = tr.allreduce(ex.data(), int64_t(ex.size()), Group::Expert);
+        !s)
+      return s;
+    for (int32_t i : expertParams)
+      paramSq[size_t(i)] = ex[size_t(i)];
+  }
   if (Status s = tr.allreduce(paramSq.data(), int64_t(paramSq.size()),
                               Group::Pipeline);
       !s)
@@ -1016,6 +1111,9 @@ Expected<StepStats> Executor::Impl::step() {
   float lossAll = red[1];
   if (Status s = tr.allreduce(&lossAll, 1, Group::DataParallel); !s)
     return s;
+  if (E > 1)
+    if (Status s = tr.allreduce(&lossAll, 1, Group::Expert); !s)
+      return s;
   ++stepNo;
   double gradNorm = std::sqrt(globalSq);
   std::string outcome = "applied";
@@ -1034,7 +1132,7 @@ Expected<StepStats> Executor::Impl::step() {
   }
   StepStats st;
   st.step = stepNo;
-  st.loss = double(lossAll) / double(totalMb) / double(D);
+  st.loss = double(lossAll) / double(totalMb) / double(D) / double(E);
   st.gradNorm = gradNorm;
   st.optimizer = outcome;
   int P = tr.pipelineSize();
@@ -1044,7 +1142,7 @@ Expected<StepStats> Executor::Impl::step() {
     return s;
   st.seconds = total;
   st.tokens = int64_t(totalMb) * prog.model.microbatchSize *
-              prog.model.seqLen * D;
+              prog.model.seqLen * D * E;
   return st;
 }
 
@@ -1117,22 +1215,34 @@ static NamedTensors unpackTensors(const std::string &s) {
 
 Expected<NamedTensors> Executor::gatherWeights() {
   NamedTensors mine;
+  // Expert params: every EP rank sends its slice; the gather arrives in
+  // world rank order, i.e. in EP index order for a pipeline rank, so
+  // concatenating same-named slices rebuilds the full tensor.
   if (impl->tr.dpIndex() == 0)
     for (auto &[i, ps] : impl->params) {
       const Param &p = impl->prog.params[size_t(i)];
-      if (p.copy != 0)
+      bool expert = impl->expertParams.count(i) > 0;
+      if (p.copy != 0 || (!expert && impl->epi != 0))
         continue;
-      std::vector<float> v(static_cast<size_t>(p.type.numElements()));
-      impl->be.copyToHost(v.data(), ps.value->p, p.type.numBytes());
+      int64_t n = impl->localElems(i);
+      std::vector<float> v(static_cast<size_t>(n));
+      impl->be.copyToHost(v.data(), ps.value->p, n * 4);
       mine.emplace_back(p.name, std::move(v));
     }
   auto all = impl->tr.gatherStrings(packTensors(mine));
   if (!all)
     return all.status();
   NamedTensors out;
+  std::map<std::string, size_t> at;
   for (const std::string &s : *all)
-    for (auto &t : unpackTensors(s))
-      out.push_back(std::move(t));
+    for (auto &t : unpackTensors(s)) {
+      auto [it, fresh] = at.emplace(t.first, out.size());
+      if (fresh)
+        out.push_back(std::move(t));
+      else
+        out[it->second].second.insert(out[it->second].second.end(),
+                                      t.second.begin(), t.second.end());
+    }
   // Program order.
   std::map<std::string, size_t> pos;
   for (size_t i = 0; i < impl->prog.params.size(); ++i)

@@ -197,6 +197,8 @@ std::string serializeProgram(const Program &p) {
                    {"data_parallel", p.training.dataParallel},
                    {"microbatches", p.training.microbatches},
                    {"seed", p.training.seed}};
+  if (p.training.expertParallel != 1) // absent when 1: E = 1 files unchanged
+    j["training"]["expert_parallel"] = p.training.expertParallel;
   Json params = Json::array();
   for (const Param &pr : p.params)
     params.push_back({{"name", pr.name},
@@ -433,6 +435,8 @@ Program parseBody(const Json &j) {
   p.training.pipelineRanks = i32Field(t, "pipeline_ranks", "training");
   p.training.dataParallel = i32Field(t, "data_parallel", "training");
   p.training.microbatches = i32Field(t, "microbatches", "training");
+  if (t.contains("expert_parallel"))
+    p.training.expertParallel = i32Field(t, "expert_parallel", "training");
   const Json &seed = field(t, "seed", "training");
   if (!seed.is_number_unsigned())
     fail("training.seed", "expected a non-negative integer");

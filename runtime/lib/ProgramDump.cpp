@@ -101,7 +101,11 @@ std::string dumpProgram(const Program &p) {
      << ", microbatch_size " << p.model.microbatchSize << "\n";
   os << "training: schedule " << p.training.schedule << ", pipeline_ranks "
      << p.training.pipelineRanks << ", data_parallel "
-     << p.training.dataParallel << ", microbatches " << p.training.microbatches
+     << p.training.dataParallel
+     << (p.training.expertParallel != 1
+             ? ", expert_parallel " + std::to_string(p.training.expertParallel)
+             : std::string())
+     << ", microbatches " << p.training.microbatches
      << ", seed " << p.training.seed << "\n";
   int64_t numel = 0;
   for (const Param &pr : p.params)

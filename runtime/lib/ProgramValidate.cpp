@@ -127,6 +127,9 @@ Status Validator::settings() {
   if (t.dataParallel < 1)
     return Status::error("training.data_parallel must be at least 1 (is " +
                          std::to_string(t.dataParallel) + ")");
+  if (t.expertParallel < 1)
+    return Status::error("training.expert_parallel must be at least 1 (is " +
+                         std::to_string(t.expertParallel) + ")");
   if (t.microbatches < 1)
     return Status::error("training.microbatches must be at least 1 (is " +
                          std::to_string(t.microbatches) + ")");

@@ -60,6 +60,11 @@ static cl::opt<int> ranks("ranks",
                           cl::init(0), cl::cat(cat));
 static cl::opt<int> dp("dp", cl::desc("Data-parallel replicas"), cl::init(1),
                        cl::cat(cat));
+static cl::opt<int> ep("ep",
+                       cl::desc("Expert-parallel group size: each nn.moe "
+                                "layer's experts are split over this many "
+                                "ranks (must divide the expert count)"),
+                       cl::init(1), cl::cat(cat));
 static cl::opt<int> microbatches(
     "microbatches",
     cl::desc("Microbatches per step, over both copies for DualPipe "
@@ -153,6 +158,8 @@ int main(int argc, char **argv) {
     return fail("--ranks must be at least 1 (got " + Twine(numRanks) + ")");
   if (dp < 1)
     return fail("--dp must be at least 1 (got " + Twine(int(dp)) + ")");
+  if (ep < 1)
+    return fail("--ep must be at least 1 (got " + Twine(int(ep)) + ")");
   if (microbatchSize < 1)
     return fail("--microbatch-size must be at least 1 (got " +
                 Twine(int64_t(microbatchSize)) + ")");
@@ -229,6 +236,7 @@ int main(int argc, char **argv) {
   lo.model.name = sys::path::stem(inputPath).str();
   lo.training.schedule = kind;
   lo.training.dataParallel = dp;
+  lo.training.expertParallel = ep;
   lo.training.seed = seed;
 
   mlir::OwningOpRef<mlir::ModuleOp> module;
@@ -310,6 +318,23 @@ int main(int argc, char **argv) {
   auto prog = compile::lowerToProgram(*module, lo);
   if (mlir::failed(prog))
     return 1;
+  if (ep > 1) {
+    // Every nn.moe layer's expert count must split evenly over the EP group.
+    bool anyMoE = false;
+    for (const rt::Stage &st : prog->stages)
+      for (const rt::Kernel &k : st.forward.kernels) {
+        if (k.op != "moe" || k.inputs.size() < 3 || k.inputs[2] < 0)
+          continue;
+        anyMoE = true;
+        const rt::TensorType &w1 = st.forward.values[size_t(k.inputs[2])];
+        int64_t experts = w1.shape.empty() ? 0 : w1.shape[0];
+        if (experts % ep != 0)
+          return fail("--ep " + Twine(int(ep)) + " does not divide the " +
+                      Twine(experts) + " experts of a moe layer");
+      }
+    if (!anyMoE)
+      return fail("--ep " + Twine(int(ep)) + ": the model has no moe layer");
+  }
   if (sched::Status st = rt::validateProgram(*prog); !st)
     return fail("internal error: the lowered program is invalid: " +
                 st.message());

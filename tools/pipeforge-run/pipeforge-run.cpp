@@ -304,9 +304,15 @@ int main(int argc, char **argv) {
   if (!prog)
     return fail(progPath + ": " + prog.message());
   const Program &p = *prog;
-  if (Status s = tr->setup(p.training.pipelineRanks, p.training.dataParallel);
+  if (Status s = tr->setupGrid(p.training.pipelineRanks,
+                               p.training.dataParallel,
+                               p.training.expertParallel);
       !s)
     return fail(s.message());
+  if (p.training.expertParallel > 1 && !ckDir.empty())
+    return fail("--checkpoint-dir with expert parallelism (--ep " +
+                std::to_string(p.training.expertParallel) +
+                "): not supported yet");
   if (p.schedule.numRanks() != p.training.pipelineRanks)
     return fail("the schedule has " + std::to_string(p.schedule.numRanks()) +
                 " ranks but the program says " +
@@ -337,7 +343,9 @@ int main(int argc, char **argv) {
       return fail("data '" + ds->describe() + "' has vocabulary " +
                   std::to_string(ds->vocabSize()) + ", the model " +
                   std::to_string(p.model.vocab));
-    tokens = std::make_unique<DataAdapter>(*ds, totalMb);
+    // EP rank e of replica d reads (d * E + e) * M + ... (Executor adds e * M).
+    tokens = std::make_unique<DataAdapter>(
+        *ds, totalMb * int64_t(p.training.expertParallel));
     dataFp = ds->fingerprint();
   }
 

@@ -49,6 +49,12 @@ Cost model (time units are yours; memory in units of M_B):
   --tbw T                      time of a full backward BW (default: tb + tw)
   --tfb T                      time of an overlapped F&B pair (default: sum)
   --tcomm T                    time on every cross-rank edge (default 0)
+  --ta2a T                     time of one all-to-all (MoE dispatch or
+                               combine) per MoE layer and microbatch
+  --moe-layers L               MoE layers per stage (default 0)
+  --overlap-comm               communication on its own per-rank resource;
+                               overlapped F&B pairs fused (docs/schedule-
+                               library.md, "Communication model")
   --mem-w R                    M_W / M_B (default 0.5)
   --mem-limit X                per-rank activation limit: a number of M_B,
                                "<k>p" for k x ranks M_B (e.g. 2p), or bytes
@@ -80,6 +86,9 @@ struct Options {
   std::string schedule, importCsv, format = "text", output;
   int ranks = 0, microbatches = 0, chunks = 2;
   bool computeOnly = false;
+  bool overlapComm = false;
+  double ta2a = 0;
+  int moeLayers = 0;
   double tf = 1, tb = 1, tw = 1, tbw = -1, tfb = -1, tcomm = 0, memW = 0.5;
   std::string memLimit;
   // --schedule auto
@@ -130,6 +139,10 @@ Options parseArgs(int argc, char **argv) {
       o.computeOnly = true;
       continue;
     }
+    if (a == "--overlap-comm") {
+      o.overlapComm = true;
+      continue;
+    }
     if (a == "--no-ilp") {
       o.noIlp = true;
       continue;
@@ -170,6 +183,10 @@ Options parseArgs(int argc, char **argv) {
       o.tfb = parseNumber(flag, value);
     else if (flag == "--tcomm")
       o.tcomm = parseNumber(flag, value);
+    else if (flag == "--ta2a")
+      o.ta2a = parseNumber(flag, value);
+    else if (flag == "--moe-layers")
+      o.moeLayers = parseInt(flag, value);
     else if (flag == "--mem-w")
       o.memW = parseNumber(flag, value);
     else if (flag == "--mem-limit")
@@ -196,7 +213,8 @@ Options parseArgs(int argc, char **argv) {
   for (auto [name, v] : {std::pair<const char *, double>{"--tf", o.tf},
                          {"--tb", o.tb},
                          {"--tw", o.tw},
-                         {"--tcomm", o.tcomm}})
+                         {"--tcomm", o.tcomm},
+                         {"--ta2a", o.ta2a}})
     if (v < 0)
       usageError(std::string(name) + " must be >= 0");
   if (o.memW < 0 || o.memW > 1)
@@ -343,6 +361,9 @@ int main(int argc, char **argv) {
   cost.tbw = o.tbw;
   cost.tfb = o.tfb;
   cost.tcomm = o.tcomm;
+  cost.tA2A = o.ta2a;
+  cost.moeLayersPerStage = o.moeLayers;
+  cost.overlapComm = o.overlapComm;
   cost.memB = double(s.numRanks()) / s.placement.numStages;
   cost.memW = cost.memB * o.memW;
 
@@ -412,6 +433,13 @@ int main(int argc, char **argv) {
                     "rank %zu: busy %.4f  idle %.4f  peak_activation %.4f M_B\n",
                     r, rs.busy, sim->makespan - rs.busy, rs.peakMemory);
       out += line;
+      if (rs.exposedP2P > 0 || rs.exposedA2A > 0) {
+        std::snprintf(line, sizeof line,
+                      "rank %zu: exposed p2p %.4f  a2a %.4f  (comm busy "
+                      "%.4f)\n",
+                      r, rs.exposedP2P, rs.exposedA2A, rs.commBusy);
+        out += line;
+      }
     }
     out += exportTextGrid(s, *sim);
   }

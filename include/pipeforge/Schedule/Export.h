@@ -90,7 +90,10 @@ struct SvgOptions {
 
 /// One lane per rank (colour per kind: F, B, W, BW, FB; microbatch labels),
 /// under it a thin comm lane (receive waits in red, sends as ticks), arrows
-/// from send to receive, a time axis and a legend.
+/// from send to receive, a time axis and a legend. With the communication
+/// model (SimResult::commIntervals non-empty) the comm lane is taller: the
+/// comm resource's all-to-alls and P2P transfers above, exposed waits in red
+/// below.
 std::string exportSvg(const Schedule &s, const SimResult &sim,
                       const SvgOptions &opts = {});
 
@@ -101,7 +104,9 @@ struct TraceOptions {
 
 /// Chrome trace-event JSON: one process per rank with a "compute" and a
 /// "comm" thread, flow arrows ("ph":"s"/"f") from each Send to its Recv (or,
-/// in a compute-only schedule, along each cross-rank dependency).
+/// in a compute-only schedule, along each cross-rank dependency). With the
+/// communication model, all-to-alls and P2P transfers go on the comm thread
+/// and exposed waits ("exposed a2a", "exposed p2p") on the compute thread.
 std::string exportTrace(const Schedule &s, const SimResult &sim,
                         const TraceOptions &opts = {});
 

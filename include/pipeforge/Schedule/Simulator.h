@@ -28,6 +28,36 @@ struct CostModel {
 
   double timeOf(WorkKind k, int stage) const;
   double memDelta(WorkKind k, int stage) const;
+
+  //--- Communication model (docs/schedule-library.md, "Communication
+  //--- model"). The defaults add nothing: tA2A = 0 and overlapComm = false
+  //--- replay exactly as without these fields.
+
+  /// Time of one all-to-all (a dispatch or a combine) of one MoE layer for
+  /// one microbatch; an F runs 2 per MoE layer, a B or BW another 2.
+  double tA2A = 0;
+  /// MoE layers per stage (uniform). A stage's F/B/BW is split into
+  /// layers x (attention, dispatch, MLP, combine).
+  int moeLayersPerStage = 0;
+  /// Per-stage overrides (index = stage), as for tfStage.
+  std::vector<double> tA2AStage;
+  std::vector<int> moeLayersStage;
+  /// Attention's share of a layer's compute (the MLP takes the rest), for
+  /// F, B and W alike.
+  double attnShare = 0.5;
+  /// Communication runs on a separate per-rank resource (one FIFO channel
+  /// per rank) concurrent with compute: a Send occupies the sender's
+  /// channel for tcomm, a Recv does not block (the consumer waits for the
+  /// arrival), all-to-alls queue on the channel. false: blocking messages
+  /// as before, all-to-alls inline in the compute.
+  bool overlapComm = false;
+  /// With overlapComm: an Overlap pair is fused, its members' components
+  /// interleaved in DeepSeek's per-layer order on the two resources; false
+  /// runs the pair as F then B.
+  bool fusePairs = true;
+
+  double a2aTime(int stage) const;
+  int moeLayers(int stage) const;
 };
 
 struct RankStats {
@@ -35,7 +65,35 @@ struct RankStats {
   double firstStart = 0;    ///< start of the first compute
   double lastEnd = 0;       ///< end of the last compute
   double peakMemory = 0;    ///< peak activation memory (CostModel units)
-  double exposedComm = 0;   ///< time blocked in Recv waiting for data
+  /// Time blocked on communication: waiting for a message (in a Recv, or,
+  /// with overlapComm, in the compute that consumes it; including the time
+  /// before the sender sent) plus exposedA2A.
+  double exposedComm = 0;
+  /// Part of the message waits while the message was in flight (sent, not
+  /// yet arrived): exposed P2P transfer time.
+  double exposedP2P = 0;
+  /// Compute idle inside F/B/BW/pairs waiting for all-to-alls.
+  double exposedA2A = 0;
+  /// Time the comm resource was busy (all-to-alls and, with overlapComm,
+  /// P2P transfers).
+  double commBusy = 0;
+};
+
+/// One occupancy of a rank's comm resource, or one exposed wait.
+struct CommInterval {
+  enum Kind : uint8_t {
+    A2A,        ///< an all-to-all on the comm resource
+    P2P,        ///< a P2P transfer on the sender's comm resource
+    ExposedA2A, ///< compute idle waiting for all-to-alls
+    ExposedP2P  ///< compute (or a Recv) waiting for a message in flight
+  };
+  int32_t rank;
+  size_t actionIndex; ///< into programs[rank]
+  double start, end;
+  Kind kind;
+  /// A2A: 0 dispatch, 1 combine; member 0 = F, 1 = backward.
+  uint8_t which = 0, member = 0;
+  int32_t layer = 0;
 };
 
 /// One executed compute (or comm) interval, for traces.
@@ -54,6 +112,11 @@ struct SimResult {
   double zbBubbleRate = 0;
   std::vector<RankStats> ranks;
   std::vector<Interval> intervals; ///< every action, in start order per rank
+  /// Totals over ranks of the RankStats fields of the same names.
+  double exposedComm = 0, exposedP2P = 0, exposedA2A = 0;
+  /// Comm resource occupancy and exposed waits, per rank in time order
+  /// (empty when there are no all-to-alls and overlapComm is off).
+  std::vector<CommInterval> commIntervals;
 };
 
 /// Replays the schedule. Works on compute-only schedules (dependencies are

@@ -56,6 +56,8 @@ public:
       MPI_Comm_free(&pipe);
     if (dp != MPI_COMM_NULL)
       MPI_Comm_free(&dp);
+    if (ep != MPI_COMM_NULL)
+      MPI_Comm_free(&ep);
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin)
@@ -63,20 +65,69 @@ public:
   }
   const char *name() const override { return "mpi"; }
 
-  Status setup(int p, int d) override {
-    if (p < 1 || d < 1 || p * d != wsize)
+  Status setup(int p, int d) override { return setupGrid(p, d, 1); }
+  /// world rank = (dpIndex * E + epIndex) * P + pipelineRank.
+  Status setupGrid(int p, int d, int e) override {
+    if (p < 1 || d < 1 || e < 1 || p * d * e != wsize)
       return Status::error(
           "the program needs " + std::to_string(p) + " pipeline ranks x " +
+          (e > 1 ? std::to_string(e) + " expert-parallel ranks x " : "") +
           std::to_string(d) + " data-parallel replicas = " +
-          std::to_string(p * d) + " processes, but MPI started " +
+          std::to_string(p * d * e) + " processes, but MPI started " +
           std::to_string(wsize) + " (use mpirun -np " +
-          std::to_string(p * d) + ")");
+          std::to_string(p * d * e) + ")");
     P = p;
     D = d;
+    E = e;
     prank = wrank % p;
-    dpi = wrank / p;
-    MPI_Comm_split(MPI_COMM_WORLD, dpi, prank, &pipe);
-    MPI_Comm_split(MPI_COMM_WORLD, prank, dpi, &dp);
+    int replica = wrank / p;
+    epi = replica % e;
+    dpi = replica / e;
+    MPI_Comm_split(MPI_COMM_WORLD, replica, prank, &pipe);
+    MPI_Comm_split(MPI_COMM_WORLD, prank + p * epi, dpi, &dp);
+    MPI_Comm_split(MPI_COMM_WORLD, prank + p * dpi, epi, &ep);
+    return Status::ok();
+  }
+  int epIndex() const override { return epi; }
+  int epSize() const override { return E; }
+  Status allToAll(const std::vector<std::vector<float>> &send,
+                  std::vector<std::vector<float>> &recv, Group g) override {
+    MPI_Comm c = comm(g);
+    int size = 0;
+    MPI_Comm_size(c, &size);
+    if (int(send.size()) != size)
+      return Status::error("allToAll: " + std::to_string(send.size()) +
+                           " send buffers for a group of " +
+                           std::to_string(size));
+    const size_t gs = static_cast<size_t>(size);
+    std::vector<int> sc(gs), rc(gs), sd(gs), rd(gs);
+    int st = 0;
+    for (int k = 0; k < size; ++k) {
+      sc[size_t(k)] = int(send[size_t(k)].size());
+      sd[size_t(k)] = st;
+      st += sc[size_t(k)];
+    }
+    MPI_Request r;
+    MPI_Ialltoall(sc.data(), 1, MPI_INT, rc.data(), 1, MPI_INT, c, &r);
+    if (Status s = waitReq(r, "all-to-all (counts)"); !s)
+      return s;
+    int rt = 0;
+    for (int k = 0; k < size; ++k) {
+      rd[size_t(k)] = rt;
+      rt += rc[size_t(k)];
+    }
+    std::vector<float> sb(size_t(st) + 1), rb(size_t(rt) + 1);
+    for (int k = 0; k < size; ++k)
+      std::copy(send[size_t(k)].begin(), send[size_t(k)].end(),
+                sb.begin() + sd[size_t(k)]);
+    MPI_Ialltoallv(sb.data(), sc.data(), sd.data(), MPI_FLOAT, rb.data(),
+                   rc.data(), rd.data(), MPI_FLOAT, c, &r);
+    if (Status s = waitReq(r, "all-to-all"); !s)
+      return s;
+    recv.assign(size_t(size), {});
+    for (int k = 0; k < size; ++k)
+      recv[size_t(k)].assign(rb.begin() + rd[size_t(k)],
+                             rb.begin() + rd[size_t(k)] + rc[size_t(k)]);
     return Status::ok();
   }
   int worldRank() const override { return wrank; }
@@ -240,8 +291,9 @@ private:
     int64_t tag;
     MPI_Request req = MPI_REQUEST_NULL;
   };
-  int wrank = 0, wsize = 1, P = 1, D = 1, prank = 0, dpi = 0, tagUb = 32767;
-  MPI_Comm pipe = MPI_COMM_NULL, dp = MPI_COMM_NULL;
+  int wrank = 0, wsize = 1, P = 1, D = 1, E = 1, prank = 0, dpi = 0, epi = 0,
+      tagUb = 32767;
+  MPI_Comm pipe = MPI_COMM_NULL, dp = MPI_COMM_NULL, ep = MPI_COMM_NULL;
   std::map<RequestId, Req> reqs;
   RequestId next = 1;
 
@@ -251,6 +303,8 @@ private:
       return dp;
     case Group::Pipeline:
       return pipe;
+    case Group::Expert:
+      return ep;
     case Group::World:
       break;
     }

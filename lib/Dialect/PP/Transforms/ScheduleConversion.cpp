@@ -77,6 +77,14 @@ sched::Schedule pp::toLibrarySchedule(ScheduleOp op) {
         actions.push_back(
             sched::Action::send(payloadOf(w.kind), w, snd.getPeer()));
         s.hasComm = true;
+      } else if (isa<RecvPostOp>(a)) {
+        // Posting never blocks; the wait is the library's Recv.
+        continue;
+      } else if (auto rw = dyn_cast<RecvWaitOp>(a)) {
+        sched::Work w = workOf(rw);
+        actions.push_back(
+            sched::Action::recv(payloadOf(w.kind), w, rw.getPeer()));
+        s.hasComm = true;
       } else if (auto rcv = dyn_cast<RecvOp>(a)) {
         sched::Work w = workOf(rcv);
         actions.push_back(
@@ -104,7 +112,7 @@ static void buildProgram(OpBuilder &b, Location loc,
       buildWork(b, loc, w);
       break;
     case sched::ActionKind::Overlap: {
-      auto o = OverlapOp::create(b, loc);
+      auto o = OverlapOp::create(b, loc, ArrayAttr(), ArrayAttr());
       OpBuilder::InsertionGuard g(b);
       b.setInsertionPointToStart(&o.getBody().emplaceBlock());
       buildWork(b, loc, a.work);
@@ -163,7 +171,7 @@ Operation *pp::actionOp(ScheduleOp op, int rank, size_t step) {
       continue;
     size_t i = 0;
     for (Operation &a : prog.getBody().front())
-      if (i++ == step)
+      if (!isa<RecvPostOp>(a) && i++ == step)
         return &a;
   }
   return nullptr;

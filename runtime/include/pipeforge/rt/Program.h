@@ -138,7 +138,10 @@ struct TrainingInfo {
   std::string schedule; ///< "dualpipev", ..., or "none" (single process)
   int32_t pipelineRanks = 1;
   int32_t dataParallel = 1;
-  int32_t microbatches = 1; ///< per step, over all copies
+  int32_t microbatches = 1; ///< per step, over all copies (per EP rank)
+  /// Expert parallelism (docs/runtime.md): the EP group size E. Each nn.moe
+  /// layer's experts are split over E ranks; E = 1: no expert parallelism.
+  int32_t expertParallel = 1;
   uint64_t seed = 1234;
 };
 

@@ -1,8 +1,9 @@
 //===- Transport.h - Communication between ranks ----------------*- C++ -*-===//
 //
 // What the executor needs from the network. Ranks form a grid: pipeline x
-// data parallel, world rank = dpIndex * P + pipelineRank. Point-to-point
-// peers are pipeline ranks within this rank's data-parallel replica.
+// expert x data parallel, world rank = (dpIndex * E + epIndex) * P +
+// pipelineRank (E = 1 without expert parallelism). Point-to-point peers are
+// pipeline ranks within this rank's (data-parallel, expert) replica.
 //
 // Point-to-point messages are non-blocking: isend/irecv return a request,
 // wait() completes it (with a watchdog: a peer that never answers ends the
@@ -29,7 +30,9 @@ namespace pipeforge::rt {
 enum class Group : uint8_t {
   DataParallel, ///< the replicas of this pipeline rank (size dp)
   Pipeline,     ///< the pipeline ranks of this replica (size P)
-  World         ///< everyone
+  World,        ///< everyone
+  Expert        ///< the expert-parallel group of this rank (size E): same
+                ///< pipeline rank and data-parallel index
 };
 
 enum class ReduceOp : uint8_t { Sum, Max };
@@ -57,6 +60,16 @@ public:
   /// Arranges the ranks as `pipelineRanks` x `dataParallel`; an error (with
   /// the numbers) when the world size does not match.
   virtual Status setup(int pipelineRanks, int dataParallel) = 0;
+  /// The same with an expert-parallel group of `expertParallel` ranks
+  /// (world = P x E x D). Default: only E = 1.
+  virtual Status setupGrid(int pipelineRanks, int dataParallel,
+                           int expertParallel) {
+    if (expertParallel == 1)
+      return setup(pipelineRanks, dataParallel);
+    return Status::error(std::string("the ") + name() +
+                         " transport has no expert parallelism (--ep " +
+                         std::to_string(expertParallel) + ")");
+  }
 
   virtual int worldRank() const = 0;
   virtual int worldSize() const = 0;
@@ -64,6 +77,9 @@ public:
   virtual int pipelineSize() const = 0;
   virtual int dpIndex() const = 0;
   virtual int dpSize() const = 0;
+  /// This rank's index in its expert-parallel group, and the group's size.
+  virtual int epIndex() const { return 0; }
+  virtual int epSize() const { return 1; }
 
   /// Non-blocking point-to-point within the replica; `peer` is a pipeline
   /// rank. The buffer must stay alive and untouched until wait() returns.
@@ -85,6 +101,18 @@ public:
   /// In-place buf = buf + peer's buf (pipeline peer), both sides get the
   /// same bits (DualPipe GradReduce).
   virtual Status pairwiseSum(int peer, float *buf, int64_t n) = 0;
+  /// All-to-all with variable sizes over group `g` (blocking, with the
+  /// watchdog): send[k] goes to group rank k, recv[k] is what group rank k
+  /// sent to this rank (sized by the transport). `send` has one entry per
+  /// group rank. Default: a group of one (recv = send).
+  virtual Status allToAll(const std::vector<std::vector<float>> &send,
+                          std::vector<std::vector<float>> &recv, Group g) {
+    (void)g;
+    if (send.size() != 1)
+      return Status::error("allToAll: the group has one rank");
+    recv = send;
+    return Status::ok();
+  }
   virtual Status barrier(Group g) = 0;
   /// Gathers one string per world rank on world rank 0 (empty elsewhere).
   virtual Expected<std::vector<std::string>>

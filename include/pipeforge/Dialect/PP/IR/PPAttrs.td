@@ -24,4 +24,15 @@ def PP_PlacementKind : I32EnumAttr<"PlacementKind",
   let cppNamespace = "::pipeforge::pp";
 }
 
+def PP_ComponentKind : I32EnumAttr<"ComponentKind",
+    "one component of a transformer layer: attention, the all-to-all token "
+    "dispatch, the (expert) MLP, the all-to-all combine", [
+      I32EnumAttrCase<"attn", 0>,
+      I32EnumAttrCase<"dispatch", 1>,
+      I32EnumAttrCase<"mlp", 2>,
+      I32EnumAttrCase<"combine", 3>
+    ]> {
+  let cppNamespace = "::pipeforge::pp";
+}
+
 #endif // PIPEFORGE_PP_ATTRS

@@ -14,4 +14,10 @@
 #define GET_OP_CLASSES
 #include "pipeforge/Dialect/PP/IR/PPOps.h.inc"
 
+namespace pipeforge::pp {
+/// Checks the component program of a fused pp.overlap (no-op for a plain
+/// pair): see the op's description. Emits the error at the offending op.
+mlir::LogicalResult verifyComponentProgram(OverlapOp op);
+} // namespace pipeforge::pp
+
 #endif

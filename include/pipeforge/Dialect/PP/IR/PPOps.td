@@ -156,9 +156,74 @@ def PP_OverlapOp : PP_Op<"overlap", [
       pp.compute BW stage 3 mb 0 copy 1
     }
     ```
+
+    After `--pp-fuse-overlap` the two members are followed by the pair's
+    component program: `pp.component`, `pp.comm_start` and `pp.comm_wait`
+    ops in execution order. `f_layers` / `b_layers` then list, per layer of
+    the F member's / backward member's stage, its components (e.g.
+    `["attn", "dispatch", "mlp", "combine"]`), and the verifier checks the
+    program against them: every component of each member exactly once, in
+    dependency order (F in layer order, B in reverse layer order, a W after
+    its B), every `pp.comm_start` with a later `pp.comm_wait`.
   }];
+  let arguments = (ins OptionalAttr<ArrayAttr>:$f_layers,
+                       OptionalAttr<ArrayAttr>:$b_layers);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "attr-dict-with-keyword $body";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// True when the pair carries a component program.
+    bool isFused() { return getBody().front().getOperations().size() > 2; }
+  }];
+}
+
+defvar PP_ComponentArgs = (ins PP_WorkKind:$kind, PP_ComponentKind:$component,
+                              PP_Index:$layer);
+defvar PP_ComponentFormat = "$kind $component `layer` $layer attr-dict";
+
+def PP_ComponentOp : PP_Op<"component", [HasParent<"OverlapOp">]> {
+  let summary = "One compute component of a member of a fused F&B pair";
+  let description = [{
+    Runs component `component` (`attn` or `mlp`) of layer `layer` (an index
+    into the stage's layers) of one member of the enclosing `pp.overlap`:
+    `F` names the F member, `B` the input-gradient part and `W` the
+    weight-gradient part of the backward member (W only when that member is
+    a BW). Stage, microbatch and copy are the member's.
+
+    ```mlir
+    pp.component F attn layer 0
+    pp.component B mlp layer 1
+    pp.component W mlp layer 1
+    ```
+  }];
+  let arguments = PP_ComponentArgs;
+  let assemblyFormat = PP_ComponentFormat;
+  let hasVerifier = 1;
+}
+
+def PP_CommStartOp : PP_Op<"comm_start", [HasParent<"OverlapOp">]> {
+  let summary = "Start the all-to-all of a dispatch/combine component";
+  let description = [{
+    Starts (non-blocking) the all-to-all token exchange of component
+    `dispatch` or `combine` of layer `layer` of a member (`F` or `B`) of the
+    enclosing pair; a later `pp.comm_wait` with the same fields completes
+    it. The compute between the two is what hides it.
+
+    ```mlir
+    pp.comm_start F dispatch layer 0
+    pp.component B mlp layer 1
+    pp.comm_wait F dispatch layer 0
+    ```
+  }];
+  let arguments = PP_ComponentArgs;
+  let assemblyFormat = PP_ComponentFormat;
+  let hasVerifier = 1;
+}
+
+def PP_CommWaitOp : PP_Op<"comm_wait", [HasParent<"OverlapOp">]> {
+  let summary = "Wait for the all-to-all a pp.comm_start began";
+  let arguments = PP_ComponentArgs;
+  let assemblyFormat = PP_ComponentFormat;
   let hasVerifier = 1;
 }
 
@@ -187,6 +252,31 @@ def PP_RecvOp : PP_MessageOp<"recv", "from"> {
     ```mlir
     pp.recv F stage 0 mb 0 from 0
     ```
+  }];
+}
+
+def PP_RecvPostOp : PP_MessageOp<"recv_post", "from"> {
+  let summary = "Post (non-blocking) the receive of a message";
+  let description = [{
+    The first half of a split `pp.recv` (`--pp-fuse-overlap`): posts the
+    receive buffer; the matching `pp.recv_wait` later in the same rank
+    program blocks until the data is there. Posts never block.
+
+    ```mlir
+    pp.recv_post F stage 0 mb 1 from 0
+    pp.compute F stage 1 mb 0
+    pp.recv_wait F stage 0 mb 1 from 0
+    pp.compute F stage 1 mb 1
+    ```
+  }];
+}
+
+def PP_RecvWaitOp : PP_MessageOp<"recv_wait", "from"> {
+  let summary = "Wait for a receive posted by pp.recv_post";
+  let description = [{
+    Blocks until the message posted by the earlier `pp.recv_post` with the
+    same fields has arrived. For the schedule library (verifier, simulator)
+    it is the `pp.recv`.
   }];
 }
 

@@ -154,6 +154,59 @@ def PPInsertComm : Pass<"pp-insert-comm", "::mlir::ModuleOp"> {
   let options = PP_CostOptions;
 }
 
+def PPSplitComponents : Pass<"pp-split-components", "::mlir::ModuleOp"> {
+  let summary = "Tag each stage body op with its layer component (attn, dispatch, mlp, combine)";
+  let description = [{
+    For every `pp.stage`, tags the ops of `@forward` and, when
+    `--pp-split-backward` ran, of `@backward_input`, `@backward_weight` and
+    `@backward` with `pp.component` ("attn", "mlp" or "combine") and
+    `pp.layer` (the index of the op's `nn.layer` among the stage's layers).
+    In a layer, the ops up to the residual add after `nn.attention` are
+    `attn`; an `nn.moe` (and its gradient ops) is `mlp` and additionally
+    carries `pp.span = ["dispatch", "mlp", "combine"]` (routing + token
+    exchange, experts, exchange back + weighted sum); ops after it are
+    `combine`; the rest `mlp`. A gradient op gets the component of the
+    forward op whose parameter it reads (or whose parameter gradient it
+    returns), else that of the op before it in its layer. Numerics are
+    unchanged (attributes only). Each stage gets `pp.components`: per layer,
+    its components in forward order, e.g.
+    `[["attn", "dispatch", "mlp", "combine"], ["attn", "mlp"]]`.
+  }];
+}
+
+def PPFuseOverlap : Pass<"pp-fuse-overlap", "::mlir::ModuleOp"> {
+  let summary = "Expand overlapped F&B pairs into component programs; split receives into post + wait";
+  let description = [{
+    Every plain `pp.overlap` of every `pp.schedule` gets its component
+    program (docs/passes.md): layer steps pairing layer k of the F member
+    with layer L-1-k of the backward member, each step in `order` (default
+    DeepSeek's: combine(B), attn(F), mlp(B), dispatch(F), dispatch(B),
+    mlp(W), mlp(F), attn(B), attn(W), combine(F)). An all-to-all becomes
+    `pp.comm_start` at its place in the order and `pp.comm_wait` right
+    before the next op of the same member part that needs it. The layer
+    lists come from the stages' `pp.components` (--pp-split-components) or,
+    without them, `layers` MoE layers. Every `pp.recv` becomes `pp.recv_post`
+    (right after the previous wait of its channel, or at the program start)
+    and `pp.recv_wait` (sunk past compute to just before its consumer, never
+    past another message, so each rank's message order and hence the
+    deadlock-freedom proof are unchanged). The result is verified (op
+    verifiers and the schedule library's --pp-verify-schedule checks).
+  }];
+  let dependentDialects = ["::pipeforge::pp::PPDialect"];
+  let options = [
+    Option<"order", "order", "std::string", /*default=*/"\"\"",
+           "Per-layer order as comp:part list, e.g. combine:B,attn:F,... "
+           "(empty: DeepSeek's)">,
+    Option<"layers", "layers", "int", /*default=*/"1",
+           "Layers per stage when the stages carry no pp.components">,
+    Option<"moe", "moe", "bool", /*default=*/"true",
+           "Without pp.components: MoE layers (attn, dispatch, mlp, combine) "
+           "or dense (attn, mlp)">,
+    Option<"asyncP2P", "async-p2p", "bool", /*default=*/"true",
+           "Split pp.recv into pp.recv_post / pp.recv_wait">
+  ];
+}
+
 def PPVerifySchedule : Pass<"pp-verify-schedule", "::mlir::ModuleOp"> {
   let summary = "Check a pp.schedule: completeness, dependencies, messages, deadlock, memory";
   let description = [{

@@ -1,0 +1,58 @@
+//===- MoEParallel.h - nn.moe with experts split over ranks -----*- C++ -*-===//
+//
+// Expert parallelism (docs/runtime.md, "Expert parallelism"): the E ranks of
+// an expert-parallel group each hold experts [e*El, (e+1)*El) (El = experts /
+// E) of every moe layer; router, norms and attention are replicated. A moe
+// kernel routes its own tokens locally (router, top-k, capacity: exactly as
+// the single-process kernel), sends each kept (token, expert) assignment's
+// row to the expert's owner (all-to-all), runs the local experts on what it
+// received and sends the outputs back (all-to-all), then combines with the
+// gates in (token, rank) order. The gradient kernels repeat the forward and
+// exchange the row gradients the same way.
+//
+// Deterministic order: a source sends its assignments to rank d sorted by
+// (expert, assignment index t*K + r); a receiver lays its rows out by (local
+// expert, source rank, position in the source's list).
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEFORGE_RT_MOEPARALLEL_H
+#define PIPEFORGE_RT_MOEPARALLEL_H
+
+#include "pipeforge/rt/Backend.h"
+#include "pipeforge/rt/Transport.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pipeforge::rt {
+
+/// "moe", "moe_bwd_input", "moe_bwd_weight".
+bool isMoEOp(const std::string &op);
+
+/// Runs one moe kernel over the expert-parallel group of `tr` (collective
+/// over Group::Expert: every rank of the group must call it with the same
+/// op). The expert operands (w1, w2, w3) point at this rank's slice
+/// [El, ...] while their types keep the full [experts, ...] shape; the
+/// expert gradient results are written to the first El experts' worth of
+/// their buffers. Host-visible memory only.
+Status runMoEParallel(const KernelCall &call, Transport &tr);
+
+/// The dispatch bookkeeping (exposed for tests). `topIdx` [N*K] expert per
+/// assignment, `kept` [N*K] (capacity), `expertsPerRank` El, `ranks` E.
+/// sendOrder[d]: the assignments sent to rank d, by (expert, assignment).
+std::vector<std::vector<int32_t>>
+moeDispatchOrder(const std::vector<int32_t> &topIdx,
+                 const std::vector<char> &kept, int expertsPerRank,
+                 int ranks);
+
+/// Receiver layout: given, per source rank, the local expert id of each
+/// received row (in arrival order), the rows as (source, position) pairs
+/// ordered by (local expert, source, position); `expertStart` [El + 1].
+std::vector<std::pair<int32_t, int32_t>>
+moeReceiveLayout(const std::vector<std::vector<int32_t>> &localExpertOfRow,
+                 int expertsPerRank, std::vector<int64_t> &expertStart);
+
+} // namespace pipeforge::rt
+
+#endif // PIPEFORGE_RT_MOEPARALLEL_H

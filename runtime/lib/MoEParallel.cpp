@@ -1,0 +1,463 @@
+//===- MoEParallel.cpp - nn.moe with experts split over ranks -------------===//
+//
+// See MoEParallel.h. Mirrors runtime/cpu/KernelsMoE.cpp (routing, gates,
+// capacity, router gradients) with the expert rows exchanged by all-to-all.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/rt/MoEParallel.h"
+
+#include "cpu/Blas.h"
+#include "cpu/ElementwiseMath.h"
+#include "cpu/Kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace pipeforge::rt {
+
+using cpu::detail::gemm;
+
+
+bool isMoEOp(const std::string &op) {
+  return op == "moe" || op == "moe_bwd_input" || op == "moe_bwd_weight";
+}
+
+std::vector<std::vector<int32_t>>
+moeDispatchOrder(const std::vector<int32_t> &topIdx,
+                 const std::vector<char> &kept, int El, int ranks) {
+  std::vector<std::vector<int32_t>> order(static_cast<size_t>(ranks));
+  // Counting sort by expert, stable in assignment order.
+  int E = El * ranks;
+  std::vector<std::vector<int32_t>> byExpert(static_cast<size_t>(E));
+  for (size_t a = 0; a < topIdx.size(); ++a)
+    if (kept[a])
+      byExpert[static_cast<size_t>(topIdx[a])].push_back(int32_t(a));
+  for (int e = 0; e < E; ++e)
+    for (int32_t a : byExpert[static_cast<size_t>(e)])
+      order[static_cast<size_t>(e / El)].push_back(a);
+  return order;
+}
+
+std::vector<std::pair<int32_t, int32_t>>
+moeReceiveLayout(const std::vector<std::vector<int32_t>> &localExpertOfRow,
+                 int El, std::vector<int64_t> &expertStart) {
+  std::vector<std::pair<int32_t, int32_t>> rows;
+  expertStart.assign(static_cast<size_t>(El) + 1, 0);
+  for (int el = 0; el < El; ++el) {
+    for (size_t s = 0; s < localExpertOfRow.size(); ++s)
+      for (size_t i = 0; i < localExpertOfRow[s].size(); ++i)
+        if (localExpertOfRow[s][i] == el)
+          rows.push_back({int32_t(s), int32_t(i)});
+    expertStart[static_cast<size_t>(el) + 1] = int64_t(rows.size());
+  }
+  return rows;
+}
+
+namespace {
+
+int64_t attrI(const Kernel &k, const char *n, int64_t d) {
+  auto it = k.attrs.find(n);
+  if (it == k.attrs.end())
+    return d;
+  if (auto *v = std::get_if<int64_t>(&it->second))
+    return *v;
+  if (auto *v = std::get_if<double>(&it->second))
+    return int64_t(*v);
+  return d;
+}
+double attrF(const Kernel &k, const char *n, double d) {
+  auto it = k.attrs.find(n);
+  if (it == k.attrs.end())
+    return d;
+  if (auto *v = std::get_if<double>(&it->second))
+    return *v;
+  if (auto *v = std::get_if<int64_t>(&it->second))
+    return double(*v);
+  return d;
+}
+std::string attrS(const Kernel &k, const char *n, const char *d) {
+  auto it = k.attrs.find(n);
+  if (it == k.attrs.end())
+    return d;
+  if (auto *v = std::get_if<std::string>(&it->second))
+    return *v;
+  return d;
+}
+
+float actF(bool gelu, float x) { return gelu ? math::gelu(x) : math::silu(x); }
+float actG(bool gelu, float x) {
+  return gelu ? math::geluGrad(x) : math::siluGrad(x);
+}
+
+/// One EP moe evaluation (forward state, both sides).
+struct EpMoE {
+  int64_t N = 0, H = 0, F = 0, E = 0, El = 0, K = 1, cap = 0;
+  int ranks = 1, me = 0;
+  bool gelu = false, gated = false;
+  const float *x = nullptr, *router = nullptr, *w1 = nullptr, *w2 = nullptr,
+              *w3 = nullptr;
+  Transport *tr = nullptr;
+  // Source side.
+  std::vector<float> probs, gates;
+  std::vector<int32_t> topIdx;
+  std::vector<char> kept;
+  std::vector<std::vector<int32_t>> sendOrder;
+  std::vector<float> eoutA; ///< [N*K, H] expert output per kept assignment
+  // Receiver side.
+  std::vector<std::vector<int32_t>> recvExpert; ///< per source, per row
+  std::vector<std::pair<int32_t, int32_t>> rows;
+  std::vector<int64_t> expertStart;
+  std::vector<std::vector<int32_t>> rowIndex; ///< [source][pos] -> row
+  std::vector<float> xe, pre, pre3, act, eout;
+
+  int64_t R() const { return int64_t(rows.size()); }
+
+  Status forward(float *y) {
+    // Router.
+    probs.assign(static_cast<size_t>(N * E), 0.f);
+    gemm(false, true, N, E, H, 1.f, x, H, router, H, 0.f, probs.data(), E);
+    for (int64_t t = 0; t < N; ++t) {
+      float *row = probs.data() + t * E;
+      float m = row[0];
+      for (int64_t e = 1; e < E; ++e)
+        m = row[e] > m ? row[e] : m;
+      float sum = 0;
+      for (int64_t e = 0; e < E; ++e) {
+        row[e] = math::softmaxExp(row[e], m);
+        sum += row[e];
+      }
+      float inv = 1.f / sum;
+      for (int64_t e = 0; e < E; ++e)
+        row[e] *= inv;
+    }
+    topIdx.assign(static_cast<size_t>(N * K), 0);
+    gates.assign(static_cast<size_t>(N * K), 0.f);
+    std::vector<char> taken(static_cast<size_t>(E));
+    for (int64_t t = 0; t < N; ++t) {
+      const float *row = probs.data() + t * E;
+      std::fill(taken.begin(), taken.end(), 0);
+      float sum = 0;
+      for (int64_t r = 0; r < K; ++r) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; ++e)
+          if (!taken[static_cast<size_t>(e)] && (best < 0 || row[e] > row[best]))
+            best = e;
+        taken[static_cast<size_t>(best)] = 1;
+        topIdx[static_cast<size_t>(t * K + r)] = int32_t(best);
+        sum += row[best];
+      }
+      for (int64_t r = 0; r < K; ++r)
+        gates[static_cast<size_t>(t * K + r)] = row[topIdx[static_cast<size_t>(t * K + r)]] / sum;
+    }
+    // Capacity: per expert, in assignment order (as the local kernel).
+    std::vector<int64_t> count(static_cast<size_t>(E), 0);
+    kept.assign(static_cast<size_t>(N * K), 0);
+    for (int64_t a = 0; a < N * K; ++a) {
+      int64_t e = topIdx[static_cast<size_t>(a)];
+      if (cap == 0 || count[static_cast<size_t>(e)] < cap) {
+        kept[static_cast<size_t>(a)] = 1;
+        ++count[static_cast<size_t>(e)];
+      }
+    }
+    // Dispatch: [local expert, x row] per assignment.
+    sendOrder = moeDispatchOrder(topIdx, kept, int(El), ranks);
+    std::vector<std::vector<float>> send(static_cast<size_t>(ranks)), recv;
+    for (int d = 0; d < ranks; ++d)
+      for (int32_t a : sendOrder[static_cast<size_t>(d)]) {
+        auto &b = send[static_cast<size_t>(d)];
+        b.push_back(float(topIdx[static_cast<size_t>(a)] - d * El));
+        const float *src = x + (a / K) * H;
+        b.insert(b.end(), src, src + H);
+      }
+    if (Status s = tr->allToAll(send, recv, Group::Expert); !s)
+      return s;
+    recvExpert.assign(static_cast<size_t>(ranks), {});
+    for (int s = 0; s < ranks; ++s) {
+      const auto &b = recv[static_cast<size_t>(s)];
+      if (b.size() % static_cast<size_t>(H + 1))
+        return Status::error("moe dispatch: bad message size");
+      for (size_t i = 0; i < b.size(); i += static_cast<size_t>(H + 1)) {
+        int32_t el = int32_t(b[i]);
+        if (el < 0 || el >= El)
+          return Status::error("moe dispatch: bad expert id");
+        recvExpert[static_cast<size_t>(s)].push_back(el);
+      }
+    }
+    rows = moeReceiveLayout(recvExpert, int(El), expertStart);
+    rowIndex.assign(static_cast<size_t>(ranks), {});
+    for (int s = 0; s < ranks; ++s)
+      rowIndex[static_cast<size_t>(s)].assign(recvExpert[static_cast<size_t>(s)].size(), -1);
+    const int64_t Rn = R();
+    xe.assign(static_cast<size_t>(Rn * H), 0.f);
+    for (int64_t r = 0; r < Rn; ++r) {
+      auto [s, i] = rows[static_cast<size_t>(r)];
+      rowIndex[static_cast<size_t>(s)][static_cast<size_t>(i)] = int32_t(r);
+      const float *src = recv[static_cast<size_t>(s)].data() + static_cast<size_t>(i) * static_cast<size_t>(H + 1) + 1;
+      std::copy(src, src + H, xe.data() + r * H);
+    }
+    // Local experts.
+    pre.assign(static_cast<size_t>(Rn * F), 0.f);
+    act.assign(static_cast<size_t>(Rn * F), 0.f);
+    pre3.assign(gated ? static_cast<size_t>(Rn * F) : 0, 0.f);
+    eout.assign(static_cast<size_t>(Rn * H), 0.f);
+    for (int64_t e = 0; e < El; ++e) {
+      int64_t r0 = expertStart[static_cast<size_t>(e)], n = expertStart[static_cast<size_t>(e) + 1] - r0;
+      gemm(false, true, n, F, H, 1.f, xe.data() + r0 * H, H, w1 + e * F * H, H,
+           0.f, pre.data() + r0 * F, F);
+      if (gated) {
+        gemm(false, true, n, F, H, 1.f, xe.data() + r0 * H, H, w3 + e * F * H,
+             H, 0.f, pre3.data() + r0 * F, F);
+        for (int64_t i = r0 * F; i < (r0 + n) * F; ++i)
+          act[static_cast<size_t>(i)] = actF(gelu, pre[static_cast<size_t>(i)]) * pre3[static_cast<size_t>(i)];
+      } else {
+        for (int64_t i = r0 * F; i < (r0 + n) * F; ++i)
+          act[static_cast<size_t>(i)] = actF(gelu, pre[static_cast<size_t>(i)]);
+      }
+      gemm(false, true, n, H, F, 1.f, act.data() + r0 * F, F, w2 + e * H * F, F,
+           0.f, eout.data() + r0 * H, H);
+    }
+    // Combine: outputs back to their sources.
+    std::vector<std::vector<float>> back(static_cast<size_t>(ranks)), got;
+    backToSources(eout, back);
+    if (Status s = tr->allToAll(back, got, Group::Expert); !s)
+      return s;
+    eoutA.assign(static_cast<size_t>(N * K * H), 0.f);
+    if (Status s = scatterFromOwners(got, eoutA); !s)
+      return s;
+    for (int64_t i = 0; i < N * H; ++i)
+      y[i] = 0.f;
+    for (int64_t a = 0; a < N * K; ++a) {
+      if (!kept[static_cast<size_t>(a)])
+        continue;
+      float g = gates[static_cast<size_t>(a)];
+      const float *eo = eoutA.data() + a * H;
+      float *yr = y + (a / K) * H;
+      for (int64_t j = 0; j < H; ++j)
+        yr[j] += g * eo[j];
+    }
+    return Status::ok();
+  }
+
+  /// Receiver rows [R, H] -> per source, in the source's order.
+  void backToSources(const std::vector<float> &perRow,
+                     std::vector<std::vector<float>> &back) const {
+    for (int s = 0; s < ranks; ++s)
+      for (int32_t r : rowIndex[static_cast<size_t>(s)])
+        back[static_cast<size_t>(s)].insert(back[static_cast<size_t>(s)].end(),
+                               perRow.begin() + int64_t(r) * H,
+                               perRow.begin() + (int64_t(r) + 1) * H);
+  }
+  /// Per owner, rows in sendOrder -> [N*K, H] by assignment.
+  Status scatterFromOwners(const std::vector<std::vector<float>> &got,
+                           std::vector<float> &byA) const {
+    for (int d = 0; d < ranks; ++d) {
+      const auto &ord = sendOrder[static_cast<size_t>(d)];
+      if (got[static_cast<size_t>(d)].size() != ord.size() * static_cast<size_t>(H))
+        return Status::error("moe combine: bad message size");
+      for (size_t i = 0; i < ord.size(); ++i)
+        std::copy(got[static_cast<size_t>(d)].begin() + int64_t(i) * H,
+                  got[static_cast<size_t>(d)].begin() + (int64_t(i) + 1) * H,
+                  byA.begin() + int64_t(ord[i]) * H);
+    }
+    return Status::ok();
+  }
+
+  /// dlogits [N, E] (as runtime/cpu routerGrads, renormalised gates).
+  void routerGrads(const float *dy, std::vector<float> &dlogits) const {
+    dlogits.assign(static_cast<size_t>(N * E), 0.f);
+    std::vector<float> dg(static_cast<size_t>(K)), dp(static_cast<size_t>(E));
+    for (int64_t t = 0; t < N; ++t) {
+      const float *p = probs.data() + t * E;
+      const float *dyr = dy + t * H;
+      float sumP = 0, dotG = 0;
+      for (int64_t r = 0; r < K; ++r) {
+        int64_t a = t * K + r;
+        float d = 0;
+        if (kept[static_cast<size_t>(a)]) {
+          const float *eo = eoutA.data() + a * H;
+          for (int64_t j = 0; j < H; ++j)
+            d += dyr[j] * eo[j];
+        }
+        dg[static_cast<size_t>(r)] = d;
+        sumP += p[topIdx[static_cast<size_t>(a)]];
+        dotG += d * gates[static_cast<size_t>(a)];
+      }
+      std::fill(dp.begin(), dp.end(), 0.f);
+      for (int64_t r = 0; r < K; ++r)
+        dp[static_cast<size_t>(topIdx[static_cast<size_t>(t * K + r)])] = (dg[static_cast<size_t>(r)] - dotG) / sumP;
+      float dot = 0;
+      for (int64_t e = 0; e < E; ++e)
+        dot += p[e] * dp[static_cast<size_t>(e)];
+      float *dl = dlogits.data() + t * E;
+      for (int64_t e = 0; e < E; ++e)
+        dl[e] = math::softmaxGrad(p[e], dp[static_cast<size_t>(e)], dot);
+    }
+  }
+
+  /// Sends gate * dy of each kept assignment to its owner; on the owner:
+  /// dye [R, H] and dpre [2 R F] (second half dpre3 when gated).
+  Status expertGrads(const float *dy, std::vector<float> &dye,
+                     std::vector<float> &dpre) {
+    std::vector<std::vector<float>> send(static_cast<size_t>(ranks)), recv;
+    for (int d = 0; d < ranks; ++d)
+      for (int32_t a : sendOrder[static_cast<size_t>(d)]) {
+        const float *src = dy + (a / K) * H;
+        float g = gates[static_cast<size_t>(a)];
+        for (int64_t j = 0; j < H; ++j)
+          send[static_cast<size_t>(d)].push_back(g * src[j]);
+      }
+    if (Status s = tr->allToAll(send, recv, Group::Expert); !s)
+      return s;
+    const int64_t Rn = R();
+    dye.assign(static_cast<size_t>(Rn * H), 0.f);
+    for (int s = 0; s < ranks; ++s) {
+      if (recv[static_cast<size_t>(s)].size() != rowIndex[static_cast<size_t>(s)].size() * static_cast<size_t>(H))
+        return Status::error("moe gradient dispatch: bad message size");
+      for (size_t i = 0; i < rowIndex[static_cast<size_t>(s)].size(); ++i)
+        std::copy(recv[static_cast<size_t>(s)].begin() + int64_t(i) * H,
+                  recv[static_cast<size_t>(s)].begin() + (int64_t(i) + 1) * H,
+                  dye.begin() + int64_t(rowIndex[static_cast<size_t>(s)][i]) * H);
+    }
+    dpre.assign(static_cast<size_t>(2 * Rn * F), 0.f);
+    for (int64_t e = 0; e < El; ++e) {
+      int64_t r0 = expertStart[static_cast<size_t>(e)], n = expertStart[static_cast<size_t>(e) + 1] - r0;
+      gemm(false, false, n, F, H, 1.f, dye.data() + r0 * H, H, w2 + e * H * F,
+           F, 0.f, dpre.data() + r0 * F, F);
+    }
+    if (gated) {
+      float *dpre3 = dpre.data() + Rn * F;
+      for (int64_t i = 0; i < Rn * F; ++i) {
+        float dh = dpre[static_cast<size_t>(i)], pr = pre[static_cast<size_t>(i)];
+        dpre3[i] = dh * actF(gelu, pr);
+        dpre[static_cast<size_t>(i)] = dh * pre3[static_cast<size_t>(i)] * actG(gelu, pr);
+      }
+    } else {
+      for (int64_t i = 0; i < Rn * F; ++i)
+        dpre[static_cast<size_t>(i)] *= actG(gelu, pre[static_cast<size_t>(i)]);
+    }
+    return Status::ok();
+  }
+};
+
+} // namespace
+
+Status runMoEParallel(const KernelCall &call, Transport &tr) {
+  const Kernel &k = *call.kernel;
+  bool fwd = k.op == "moe", bwdIn = k.op == "moe_bwd_input",
+       bwdW = k.op == "moe_bwd_weight";
+  auto err = [&](const std::string &m) {
+    return Status::error("op '" + k.op + "' (expert parallel): " + m);
+  };
+  if (!fwd && !bwdIn && !bwdW)
+    return err("not a moe op");
+  size_t nin = call.in.size();
+  size_t minIn = fwd ? 4 : 5;
+  if (nin < minIn || call.out.empty() || !call.in[0] || !call.out[0])
+    return err("bad operands");
+  bool hasW3 = fwd ? nin >= 5 : nin >= 6;
+  EpMoE m;
+  m.tr = &tr;
+  m.ranks = tr.epSize();
+  m.me = tr.epIndex();
+  const TensorType *xt = call.inTypes[0], *w1t = call.inTypes[2];
+  if (!xt || !w1t || w1t->shape.size() != 3 || xt->shape.empty())
+    return err("bad operand shapes");
+  m.H = xt->shape.back();
+  m.N = m.H ? xt->numElements() / m.H : 0;
+  m.E = w1t->shape[0];
+  m.F = w1t->shape[1];
+  if (m.E % m.ranks)
+    return err(std::to_string(m.E) + " experts do not split over " +
+               std::to_string(m.ranks) + " ranks");
+  m.El = m.E / m.ranks;
+  m.K = attrI(k, "top_k", 1);
+  m.cap = cpu::moeCapacity(attrF(k, "capacity_factor", 0.0), m.N, m.K, m.E);
+  std::string a = attrS(k, "activation", "gelu");
+  if (a != "gelu" && a != "silu")
+    return err("unknown activation '" + a + "'");
+  m.gelu = a == "gelu";
+  if (m.K < 1 || m.K > m.E)
+    return err("invalid top_k");
+  m.x = static_cast<const float *>(call.in[0]);
+  m.router = static_cast<const float *>(call.in[1]);
+  m.w1 = static_cast<const float *>(call.in[2]);
+  m.w2 = static_cast<const float *>(call.in[3]);
+  m.w3 = hasW3 ? static_cast<const float *>(call.in[4]) : nullptr;
+  m.gated = m.w3 != nullptr;
+  const float *dy = fwd ? nullptr : static_cast<const float *>(call.in[nin - 1]);
+  if (!fwd && !dy)
+    return err("missing result gradient");
+
+  std::vector<float> ytmp;
+  float *y = fwd ? static_cast<float *>(call.out[0])
+                 : (ytmp.assign(static_cast<size_t>(m.N * m.H), 0.f), ytmp.data());
+  if (Status s = m.forward(y); !s)
+    return err(s.message());
+  if (fwd)
+    return Status::ok();
+
+  std::vector<float> dlogits, dye, dpre;
+  m.routerGrads(dy, dlogits);
+  if (Status s = m.expertGrads(dy, dye, dpre); !s)
+    return err(s.message());
+  const int64_t N = m.N, H = m.H, F = m.F, E = m.E, Rn = m.R();
+  if (bwdIn) {
+    float *dx = static_cast<float *>(call.out[0]);
+    gemm(false, false, N, H, E, 1.f, dlogits.data(), E, m.router, H, 0.f, dx,
+         H);
+    std::vector<float> dxe(static_cast<size_t>(Rn * H), 0.f);
+    for (int64_t e = 0; e < m.El; ++e) {
+      int64_t r0 = m.expertStart[static_cast<size_t>(e)],
+              n = m.expertStart[static_cast<size_t>(e) + 1] - r0;
+      gemm(false, false, n, H, F, 1.f, dpre.data() + r0 * F, F,
+           m.w1 + e * F * H, H, 0.f, dxe.data() + r0 * H, H);
+      if (m.gated)
+        gemm(false, false, n, H, F, 1.f, dpre.data() + Rn * F + r0 * F, F,
+             m.w3 + e * F * H, H, 1.f, dxe.data() + r0 * H, H);
+    }
+    std::vector<std::vector<float>> back(static_cast<size_t>(m.ranks)), got;
+    m.backToSources(dxe, back);
+    if (Status s = tr.allToAll(back, got, Group::Expert); !s)
+      return err(s.message());
+    std::vector<float> dxA(static_cast<size_t>(N * m.K * H), 0.f);
+    if (Status s = m.scatterFromOwners(got, dxA); !s)
+      return err(s.message());
+    for (int64_t asg = 0; asg < N * m.K; ++asg) {
+      if (!m.kept[static_cast<size_t>(asg)])
+        continue;
+      const float *src = dxA.data() + asg * H;
+      float *dst = dx + (asg / m.K) * H;
+      for (int64_t j = 0; j < H; ++j)
+        dst[j] += src[j];
+    }
+    return Status::ok();
+  }
+  // Weight gradients: router (replicated) and the local experts' slices.
+  if (call.out.size() < 3 || !call.out[1] || !call.out[2] ||
+      (m.gated && (call.out.size() < 4 || !call.out[3])))
+    return err("missing gradient results");
+  for (size_t i = 0; i < call.out.size() && i < 4; ++i)
+    if (call.out[i] && call.outTypes[i])
+      std::memset(call.out[i], 0, static_cast<size_t>(call.outTypes[i]->numBytes()));
+  float *drouter = static_cast<float *>(call.out[0]);
+  float *dw1 = static_cast<float *>(call.out[1]);
+  float *dw2 = static_cast<float *>(call.out[2]);
+  float *dw3 = m.gated ? static_cast<float *>(call.out[3]) : nullptr;
+  for (int64_t e = 0; e < m.El; ++e) {
+    int64_t r0 = m.expertStart[static_cast<size_t>(e)],
+            n = m.expertStart[static_cast<size_t>(e) + 1] - r0;
+    gemm(true, false, H, F, n, 1.f, dye.data() + r0 * H, H,
+         m.act.data() + r0 * F, F, 1.f, dw2 + e * H * F, F);
+    gemm(true, false, F, H, n, 1.f, dpre.data() + r0 * F, F,
+         m.xe.data() + r0 * H, H, 1.f, dw1 + e * F * H, H);
+    if (m.gated)
+      gemm(true, false, F, H, n, 1.f, dpre.data() + Rn * F + r0 * F, F,
+           m.xe.data() + r0 * H, H, 1.f, dw3 + e * F * H, H);
+  }
+  gemm(true, false, E, H, N, 1.f, dlogits.data(), E, m.x, H, 1.f, drouter, H);
+  return Status::ok();
+}
+
+} // namespace pipeforge::rt

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Expert parallelism (docs/runtime.md): trains examples/moe-tiny.json (4
+# layers, 4 experts, top-2, no capacity limit) with SCHEDULE on RANKS
+# pipeline ranks x EP expert-parallel ranks (mpirun -np RANKS*EP, each EP
+# rank on its own M microbatches) and compares the loss curve and the final
+# weights (expert tensors gathered over the EP group) with the single-process
+# reference over EP*M microbatches: losses within 1e-5, weights rtol 1e-4 /
+# atol 1e-5.
+#   moe-ep-vs-reference.sh TOOLS SRCROOT OUTDIR SCHEDULE RANKS EP M
+set -euo pipefail
+tools=$1 src=$2 out=$3 sched=$4 ranks=$5 ep=$6 m=$7
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+common=(--seq-len 8 --microbatch-size 2)
+steps=3
+ref=$out/ref-$((ep * m))
+if [ ! -f "$ref.w" ]; then
+  "$tools/pipeforge-compile" "$src/examples/moe-tiny.json" --schedule none --ranks 1 --microbatches $((ep * m)) "${common[@]}" -o "$ref.pfp"
+  "$tools/pipeforge-run" "$ref.pfp" --steps $steps --optimizer sgd --lr 0.1 --dump-weights "$ref.w" > "$ref.log"
+fi
+run=$out/$sched-$ranks-ep$ep
+"$tools/pipeforge-compile" "$src/examples/moe-tiny.json" --schedule "$sched" --ranks "$ranks" --ep "$ep" --microbatches "$m" "${common[@]}" -o "$run.pfp"
+mpirun --oversubscribe -np $((ranks * ep)) "$tools/pipeforge-run" "$run.pfp" --steps $steps --optimizer sgd --lr 0.1 --dump-weights "$run.w" > "$run.log"
+grep -o '^step [0-9]* loss [0-9.e+-]*' "$ref.log" > "$ref.loss"
+grep -o '^step [0-9]* loss [0-9.e+-]*' "$run.log" > "$run.loss"
+[ "$(wc -l < "$run.loss")" -eq $steps ] || { echo "expected $steps step lines"; cat "$run.log"; exit 1; }
+paste -d' ' "$ref.loss" "$run.loss" | awk '{ d = $4 - $8; if (d < 0) d = -d; if (d > 1e-5) { print "loss differs at step " $2 ": " $4 " vs " $8; bad = 1 } } END { exit bad }'
+"$tools/pipeforge-run" --compare-weights "$ref.w" "$run.w" --rtol 1e-4 --atol 1e-5
