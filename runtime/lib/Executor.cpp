@@ -56,6 +56,7 @@ struct TraceEvent {
   int tid; ///< 0 compute, 1 comm
   double ts, dur; ///< seconds since the run's epoch
   std::string args; ///< JSON members for "args" (benchmarks/runtime_vs_sim.py)
+  const char *cat = nullptr; ///< null: by tid (compute, comm, step)
 };
 
 uint64_t splitmix(uint64_t &x) {
@@ -313,6 +314,7 @@ struct Executor::Impl {
   int lossCount = 0;
   double busy = 0;
   double waited = 0; ///< seconds blocked in receive waits (trace args)
+  double a2aWaited = 0; ///< seconds blocked in all-to-all waits (trace args)
   std::vector<TraceEvent> events;
   std::set<size_t> posted; ///< action indices whose Recv is posted
   bool nanPending = false;  ///< --inject-nan armed for this step
@@ -328,6 +330,36 @@ struct Executor::Impl {
     return prog.schedule.placement.rank(c, s);
   }
 
+  /// One invocation of a stage function, run kernel by kernel (a moe
+  /// kernel under expert parallelism phase by phase) so that an Overlap
+  /// pair can interleave two of them.
+  struct FnRun {
+    const Stage *st = nullptr;
+    int which = 0, c = 0, mb = 0;
+    const Function *fn = nullptr;
+    FnPlan *plan = nullptr;
+    const std::vector<BufP> *stashIn = nullptr, *wstashIn = nullptr;
+    float *gradIn = nullptr;
+    std::vector<BufP> *stashOut = nullptr, *wstashOut = nullptr;
+    BufP *actOut = nullptr, *gradOut = nullptr;
+    std::vector<void *> ptr;
+    BufP tok, tgt, actIn;
+    KernelCall call;
+    size_t next = 0;                ///< next kernel
+    std::unique_ptr<MoEPhased> moe; ///< the moe kernel in flight
+    std::string label;              ///< "F0.3" (trace)
+    bool done() const { return next >= fn->kernels.size(); }
+  };
+  Status fnBegin(FnRun &r);
+  Status fnPrepare(FnRun &r); ///< binds r.call for kernel r.next
+  Status fnResults(FnRun &r);
+  Status fnError(const FnRun &r, const std::string &m);
+  /// Runs one step of r: a kernel, or the next phase of its moe kernel;
+  /// `posted`: an all-to-all of r is in flight after the step.
+  Status fnStep(FnRun &r, bool &posted);
+  void recordMoE(const FnRun &r, MoEPhased &m, const std::string &name);
+  Status doOverlap(const Action &a, bool &fusedRun);
+
   Status init();
   Status runFunction(const Stage &st, int which, int c, int mb,
                      const std::vector<BufP> *stashIn,
@@ -337,7 +369,11 @@ struct Executor::Impl {
                      BufP *gradOut);
   Status compute(const Work &w);
   Status doF(const Work &w);
+  Status finishF(const Work &w, std::vector<BufP> &st_out, BufP act);
   Status doB(const Work &w, bool fused);
+  Expected<BufP> gradInFor(const Work &w);
+  Status finishB(const Work &w, bool fused, std::vector<BufP> &ws,
+                 BufP gout);
   Status doW(const Work &w);
   Status recv(const Action &a, size_t idx);
   Status send(const Action &a);
@@ -345,9 +381,10 @@ struct Executor::Impl {
   Expected<BufP> takeInbox(Payload p, int c, int s, int mb);
   Status dataFor(int c, int mb, BufP &tok, BufP &tgt);
   void record(const std::string &name, int tid, double t0, double t1,
-              std::string args = "") {
+              std::string args = "", const char *cat = nullptr) {
     if (opts.trace)
-      events.push_back({name, tid, t0 - epoch, t1 - t0, std::move(args)});
+      events.push_back(
+          {name, tid, t0 - epoch, t1 - t0, std::move(args), cat});
   }
   void pollSends() {
     tr.progress();
@@ -556,28 +593,65 @@ Status Executor::Impl::runFunction(const Stage &st, int which, int c, int mb,
                                    float *gradIn, std::vector<BufP> *stashOut,
                                    std::vector<BufP> *wstashOut, BufP *actOut,
                                    BufP *gradOut) {
+  FnRun r;
+  r.st = &st;
+  r.which = which;
+  r.c = c;
+  r.mb = mb;
+  r.stashIn = stashIn;
+  r.wstashIn = wstashIn;
+  r.gradIn = gradIn;
+  r.stashOut = stashOut;
+  r.wstashOut = wstashOut;
+  r.actOut = actOut;
+  r.gradOut = gradOut;
+  if (Status s = fnBegin(r); !s)
+    return s;
+  // Kernels, back to back (a moe kernel's phases too).
+  while (!r.done()) {
+    bool posted = false;
+    if (Status s = fnStep(r, posted); !s)
+      return s;
+  }
+  return fnResults(r);
+}
+
+Status Executor::Impl::fnError(const FnRun &r, const std::string &m) {
+  const char *fnName[4] = {"F", "B", "W", "BW"};
+  return stageError(r.c, r.st->index,
+                    std::string(fnName[r.which]) + " mb " +
+                        std::to_string(r.mb) + ": " + m);
+}
+
+Status Executor::Impl::fnBegin(FnRun &r) {
+  const Stage &st = *r.st;
   const Function *fns[4] = {&st.forward, &st.backwardInput, &st.backwardWeight,
                             &st.backward};
-  const Function &fn = *fns[which];
-  FnPlan &plan = plans[{st.copy, st.index}][which];
-  std::vector<void *> ptr(fn.values.size(), nullptr);
-  const char *fnName[4] = {"F", "B", "W", "BW"};
-  auto err = [&](const std::string &m) {
-    return stageError(c, st.index,
-                      std::string(fnName[which]) + " mb " +
-                          std::to_string(mb) + ": " + m);
-  };
-  BufP tok, tgt, actIn;
+  r.fn = fns[r.which];
+  r.plan = &plans[{st.copy, st.index}][r.which];
+  const Function &fn = *r.fn;
+  const int c = r.c, mb = r.mb;
+  auto &ptr = r.ptr;
+  ptr.assign(fn.values.size(), nullptr);
+  if (r.label.empty()) {
+    const char *fnName[4] = {"F", "B", "W", "BW"};
+    r.label = std::string(fnName[r.which]) + std::to_string(st.index) + "." +
+              std::to_string(mb) + (c ? "c" + std::to_string(c) : "");
+  }
+  auto err = [&](const std::string &m) { return fnError(r, m); };
+  BufP &tok = r.tok, &tgt = r.tgt, &actIn = r.actIn;
+  const std::vector<BufP> *stashIn = r.stashIn, *wstashIn = r.wstashIn;
+  float *gradIn = r.gradIn;
   for (const ArgBinding &a : fn.args) {
     if (a.value < 0 || size_t(a.value) >= ptr.size())
       return err("bad argument value id");
     switch (a.role) {
     case ArgRole::Activation: {
       if (!actIn) {
-        auto r = takeInbox(Payload::Activation, c, st.index, mb);
-        if (!r)
-          return r.status();
-        actIn = *r;
+        auto res = takeInbox(Payload::Activation, c, st.index, mb);
+        if (!res)
+          return res.status();
+        actIn = *res;
       }
       auto &off = actOffsets[{c, st.index - 1}];
       if (st.index == 0 || size_t(a.index) >= off.size())
@@ -621,7 +695,15 @@ Status Executor::Impl::runFunction(const Stage &st, int which, int c, int mb,
       break;
     }
   }
-  // Kernels.
+  r.next = 0;
+  return Status::ok();
+}
+
+Status Executor::Impl::fnPrepare(FnRun &r) {
+  const Function &fn = *r.fn;
+  FnPlan &plan = *r.plan;
+  auto &ptr = r.ptr;
+  auto err = [&](const std::string &m) { return fnError(r, m); };
   auto valuePtr = [&](int32_t v) -> void * {
     if (ptr[size_t(v)])
       return ptr[size_t(v)];
@@ -632,36 +714,86 @@ Status Executor::Impl::runFunction(const Stage &st, int which, int c, int mb,
       plan.bufs[b] = std::make_unique<Buf>(be, std::max<int64_t>(bytes, 4));
     return ptr[size_t(v)] = plan.bufs[b]->p;
   };
-  KernelCall call;
-  for (const Kernel &k : fn.kernels) {
-    call.kernel = &k;
-    call.in.clear();
-    call.inTypes.clear();
-    call.out.clear();
-    call.outTypes.clear();
-    for (int32_t v : k.inputs) {
-      if (v >= int32_t(ptr.size()))
-        return err("bad value id in kernel '" + k.op + "'");
-      if (v >= 0 && !ptr[size_t(v)])
-        return err("kernel '" + k.op + "' reads value " + std::to_string(v) +
-                   " before it is defined");
-      call.in.push_back(v >= 0 ? ptr[size_t(v)] : nullptr);
-      call.inTypes.push_back(v >= 0 ? &fn.values[size_t(v)] : nullptr);
-    }
-    for (int32_t v : k.outputs) {
-      if (v >= int32_t(ptr.size()))
-        return err("bad value id in kernel '" + k.op + "'");
-      // A new definition: (re)bind to the value's own buffer.
-      if (v >= 0)
-        ptr[size_t(v)] = nullptr;
-      call.out.push_back(v >= 0 ? valuePtr(v) : nullptr);
-      call.outTypes.push_back(v >= 0 ? &fn.values[size_t(v)] : nullptr);
-    }
-    if (Status s = E > 1 && isMoEOp(k.op) ? runMoEParallel(call, tr)
-                                          : be.run(call);
-        !s)
-      return err(s.message());
+  const Kernel &k = fn.kernels[r.next];
+  KernelCall &call = r.call;
+  call.kernel = &k;
+  call.in.clear();
+  call.inTypes.clear();
+  call.out.clear();
+  call.outTypes.clear();
+  for (int32_t v : k.inputs) {
+    if (v >= int32_t(ptr.size()))
+      return err("bad value id in kernel '" + k.op + "'");
+    if (v >= 0 && !ptr[size_t(v)])
+      return err("kernel '" + k.op + "' reads value " + std::to_string(v) +
+                 " before it is defined");
+    call.in.push_back(v >= 0 ? ptr[size_t(v)] : nullptr);
+    call.inTypes.push_back(v >= 0 ? &fn.values[size_t(v)] : nullptr);
   }
+  for (int32_t v : k.outputs) {
+    if (v >= int32_t(ptr.size()))
+      return err("bad value id in kernel '" + k.op + "'");
+    // A new definition: (re)bind to the value's own buffer.
+    if (v >= 0)
+      ptr[size_t(v)] = nullptr;
+    call.out.push_back(v >= 0 ? valuePtr(v) : nullptr);
+    call.outTypes.push_back(v >= 0 ? &fn.values[size_t(v)] : nullptr);
+  }
+  return Status::ok();
+}
+
+void Executor::Impl::recordMoE(const FnRun &r, MoEPhased &m,
+                               const std::string &name) {
+  for (const MoEPhased::CommTiming &t : m.timings) {
+    a2aWaited += t.waitEnd - t.waitStart;
+    if (opts.trace) {
+      char wa[64];
+      std::snprintf(wa, sizeof wa, "\"wait_us\":%.3f,\"a2a\":1",
+                    (t.waitEnd - t.waitStart) * 1e6);
+      record(name + " " + t.what, 1, t.posted, t.waitEnd, wa);
+    }
+  }
+  m.timings.clear();
+}
+
+Status Executor::Impl::fnStep(FnRun &r, bool &posted) {
+  posted = false;
+  if (r.moe) {
+    if (Status s = r.moe->next(); !s)
+      return fnError(r, s.message());
+  } else {
+    if (Status s = fnPrepare(r); !s)
+      return s;
+    const Kernel &k = *r.call.kernel;
+    if (!(E > 1 && isMoEOp(k.op))) {
+      if (Status s = be.run(r.call); !s)
+        return fnError(r, s.message());
+      ++r.next;
+      return Status::ok();
+    }
+    auto m = MoEPhased::begin(r.call, tr);
+    if (!m)
+      return fnError(r, m.status().message());
+    r.moe = std::move(*m);
+  }
+  recordMoE(r, *r.moe, r.label + " " + r.call.kernel->op);
+  if (r.moe->done()) {
+    r.moe.reset();
+    ++r.next;
+  } else {
+    posted = true;
+  }
+  return Status::ok();
+}
+
+Status Executor::Impl::fnResults(FnRun &r) {
+  const Function &fn = *r.fn;
+  const Stage &st = *r.st;
+  const int c = r.c, mb = r.mb;
+  auto &ptr = r.ptr;
+  auto err = [&](const std::string &m) { return fnError(r, m); };
+  BufP *actOut = r.actOut, *gradOut = r.gradOut;
+  std::vector<BufP> *stashOut = r.stashOut, *wstashOut = r.wstashOut;
   // Results.
   for (const ResultBinding &r : fn.results) {
     if (r.value < 0 || size_t(r.value) >= ptr.size() || !ptr[size_t(r.value)])
@@ -744,6 +876,11 @@ Status Executor::Impl::doF(const Work &w) {
                              &st_out, nullptr, &act, &none);
       !s)
     return s;
+  return finishF(w, st_out, act);
+}
+
+Status Executor::Impl::finishF(const Work &w, std::vector<BufP> &st_out,
+                               BufP act) {
   stash[{w.copy, w.stage, w.mb}] = std::move(st_out);
   if (w.stage + 1 < numStages) {
     if (!act)
@@ -757,18 +894,19 @@ Status Executor::Impl::doF(const Work &w) {
   return Status::ok();
 }
 
+Expected<BufP> Executor::Impl::gradInFor(const Work &w) {
+  if (w.stage == numStages - 1)
+    return seed;
+  return takeInbox(Payload::Gradient, w.copy, w.stage, w.mb);
+}
+
 Status Executor::Impl::doB(const Work &w, bool fused) {
   const Stage &st = stageOf(w.copy, w.stage);
   Key key{w.copy, w.stage, w.mb};
-  BufP gin;
-  if (w.stage == numStages - 1) {
-    gin = seed;
-  } else {
-    auto r = takeInbox(Payload::Gradient, w.copy, w.stage, w.mb);
-    if (!r)
-      return r.status();
-    gin = *r;
-  }
+  auto g = gradInFor(w);
+  if (!g)
+    return g.status();
+  BufP gin = *g;
   BufP act, gout;
   std::vector<BufP> ws;
   bool useFusedFn = fused && !st.backward.empty();
@@ -776,6 +914,14 @@ Status Executor::Impl::doB(const Work &w, bool fused) {
                              nullptr, gin->f(), nullptr, &ws, &act, &gout);
       !s)
     return s;
+  return finishB(w, fused, ws, gout);
+}
+
+Status Executor::Impl::finishB(const Work &w, bool fused,
+                               std::vector<BufP> &ws, BufP gout) {
+  const Stage &st = stageOf(w.copy, w.stage);
+  Key key{w.copy, w.stage, w.mb};
+  bool useFusedFn = fused && !st.backward.empty();
   wstash[key] = std::move(ws);
   if (w.stage > 0) {
     if (!gout)
@@ -808,6 +954,134 @@ Status Executor::Impl::doW(const Work &w) {
   stash.erase(key);
   wstash.erase(key);
   return Status::ok();
+}
+
+/// An Overlap action. When both members' functions carry components
+/// (pipeforge-compile --pp-fuse-overlap) and fusion is on, F and the
+/// backward member run interleaved on this thread: each runs until it has
+/// posted an all-to-all (a moe kernel's dispatch or combine, forward or
+/// backward), then the other runs, so one member's all-to-all is in flight
+/// while the other computes; the backward member starts (DeepSeek's order
+/// begins with combine(B), attn(F), mlp(B), dispatch(F), ...). Between
+/// steps the executor calls progress() when the transport has no progress
+/// thread. The switch
+/// points depend only on the program, never on timing, so every rank of an
+/// EP group posts its all-to-alls in the same order (MPI collective order).
+/// Each member runs its own kernels in its own order on its own buffers and
+/// their results are taken after both finished, F first: the same bits as F
+/// then B. Otherwise: F then B.
+Status Executor::Impl::doOverlap(const Action &a, bool &fusedRun) {
+  fusedRun = false;
+  const Work *wf = a.work.kind == WorkKind::F    ? &a.work
+                   : a.work2.kind == WorkKind::F ? &a.work2
+                                                 : nullptr;
+  const Work *wb = wf == &a.work ? &a.work2 : &a.work;
+  bool ok = opts.fuseOverlap && wf &&
+            (wb->kind == WorkKind::B || wb->kind == WorkKind::BW);
+  for (const Work *w : {&a.work, &a.work2})
+    if (w->copy < 0 || w->copy >= prog.schedule.placement.numCopies ||
+        w->stage < 0 || w->stage >= numStages ||
+        rankOf(w->copy, w->stage) != prank)
+      ok = false; // compute() reports it
+  int bWhich = 1;
+  if (ok) {
+    const Stage &sf = stageOf(wf->copy, wf->stage);
+    const Stage &sb = stageOf(wb->copy, wb->stage);
+    bWhich = wb->kind == WorkKind::BW && !sb.backward.empty() ? 3 : 1;
+    ok = !sf.forward.components.empty() &&
+         !stageFunction(sb, bWhich == 3 ? FunctionKind::Backward
+                                        : FunctionKind::BackwardInput)
+              .components.empty();
+  }
+  if (!ok) {
+    if (Status s = compute(a.work); !s)
+      return s;
+    return compute(a.work2);
+  }
+  fusedRun = true;
+  const Stage &sf = stageOf(wf->copy, wf->stage);
+  const Stage &sb = stageOf(wb->copy, wb->stage);
+  Key kb{wb->copy, wb->stage, wb->mb};
+  std::vector<BufP> fStash, bWs;
+  BufP fAct, fNone, bAct, bGout;
+  FnRun rf, rb;
+  rf.st = &sf;
+  rf.which = 0;
+  rf.c = wf->copy;
+  rf.mb = wf->mb;
+  rf.stashOut = &fStash;
+  rf.actOut = &fAct;
+  rf.gradOut = &fNone;
+  rf.label = sched::toString(*wf);
+  if (Status s = fnBegin(rf); !s)
+    return s;
+  auto g = gradInFor(*wb);
+  if (!g)
+    return g.status();
+  BufP gin = *g;
+  rb.st = &sb;
+  rb.which = bWhich;
+  rb.c = wb->copy;
+  rb.mb = wb->mb;
+  rb.stashIn = &stash[kb];
+  rb.gradIn = gin->f();
+  rb.wstashOut = &bWs;
+  rb.actOut = &bAct;
+  rb.gradOut = &bGout;
+  rb.label = sched::toString(*wb);
+  if (Status s = fnBegin(rb); !s)
+    return s;
+  // One trace event per contiguous run of one member's component.
+  auto compOf = [](const FnRun &r) {
+    const auto &cs = r.fn->components;
+    for (size_t i = 0; i < cs.size(); ++i)
+      if (int32_t(r.next) >= cs[i].begin && int32_t(r.next) < cs[i].end)
+        return int(i);
+    return -1;
+  };
+  const FnRun *segR = nullptr;
+  int segC = -1;
+  double segT0 = 0;
+  auto closeSeg = [&](double t) {
+    if (!segR || !opts.trace)
+      return;
+    std::string n = segR->label;
+    if (segC >= 0) {
+      const ComponentRange &cr = segR->fn->components[size_t(segC)];
+      n += " " + cr.kind + " L" + std::to_string(cr.layer);
+    }
+    record(n, 0, segT0, t, "\"component\":1", "component");
+  };
+  bool poll = !tr.asyncProgress();
+  // Without expert parallelism nothing is posted: F then B.
+  FnRun *cur = E > 1 ? &rb : &rf, *oth = E > 1 ? &rf : &rb;
+  while (!rf.done() || !rb.done()) {
+    if (cur->done())
+      std::swap(cur, oth);
+    int ci = compOf(*cur);
+    if (cur != segR || ci != segC) {
+      double t = nowS();
+      closeSeg(t);
+      segR = cur;
+      segC = ci;
+      segT0 = t;
+    }
+    bool posted = false;
+    if (Status s = fnStep(*cur, posted); !s)
+      return s;
+    if (poll)
+      tr.progress();
+    if (posted && !oth->done())
+      std::swap(cur, oth);
+  }
+  closeSeg(nowS());
+  if (Status s = fnResults(rf); !s)
+    return s;
+  if (Status s = finishF(*wf, fStash, fAct); !s)
+    return s;
+  if (Status s = fnResults(rb); !s)
+    return s;
+  return finishB(*wb, wb->kind == WorkKind::BW, bWs, bGout);
 }
 
 Status Executor::Impl::compute(const Work &w) {
@@ -933,6 +1207,8 @@ Expected<StepStats> Executor::Impl::step() {
           return Status::errorAt(prank, long(nextPost), s.message());
     const Action &a = acts[i];
     waited = 0;
+    a2aWaited = 0;
+    bool fusedRun = false;
     double a0 = nowS();
     Status s = Status::ok();
     switch (a.kind) {
@@ -940,9 +1216,7 @@ Expected<StepStats> Executor::Impl::step() {
       s = compute(a.work);
       break;
     case ActionKind::Overlap:
-      s = compute(a.work);
-      if (s)
-        s = compute(a.work2);
+      s = doOverlap(a, fusedRun);
       break;
     case ActionKind::Send:
       s = send(a);
@@ -962,8 +1236,14 @@ Expected<StepStats> Executor::Impl::step() {
     double a1 = nowS();
     if (a.kind == ActionKind::Compute || a.kind == ActionKind::Overlap) {
       busy += a1 - a0 - waited; // blocked receive waits are bubble, not work
-      char wa[48];
-      std::snprintf(wa, sizeof wa, "\"wait_us\":%.3f", waited * 1e6);
+      char wa[96];
+      if (E > 1)
+        std::snprintf(wa, sizeof wa,
+                      "\"wait_us\":%.3f,\"a2a_wait_us\":%.3f%s",
+                      waited * 1e6, a2aWaited * 1e6,
+                      fusedRun ? ",\"fused\":1" : "");
+      else
+        std::snprintf(wa, sizeof wa, "\"wait_us\":%.3f", waited * 1e6);
       record(sched::toString(a), 0, a0, a1, wa);
     } else if (a.kind == ActionKind::GradReduce) {
       record(sched::toString(a), 1, a0, a1);
@@ -1264,11 +1544,12 @@ Status Executor::writeTrace(const std::string &path) {
                 wr, impl->epoch * 1e6);
   js += buf;
   for (const TraceEvent &e : impl->events) {
-    const char *cat[3] = {"compute", "comm", "step"};
+    const char *cats[3] = {"compute", "comm", "step"};
     std::snprintf(buf, sizeof buf,
                   "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,"
                   "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f%s%s%s},\n",
-                  e.name.c_str(), cat[e.tid < 3 ? e.tid : 1], wr, e.tid,
+                  e.name.c_str(), e.cat ? e.cat : cats[e.tid < 3 ? e.tid : 1],
+                  wr, e.tid,
                   e.ts * 1e6, e.dur * 1e6, e.args.empty() ? "" : ",\"args\":{",
                   e.args.c_str(), e.args.empty() ? "" : "}");
     js += buf;

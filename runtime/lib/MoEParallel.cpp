@@ -12,6 +12,7 @@
 #include "cpu/Kernels.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -111,10 +112,14 @@ struct EpMoE {
   std::vector<int64_t> expertStart;
   std::vector<std::vector<int32_t>> rowIndex; ///< [source][pos] -> row
   std::vector<float> xe, pre, pre3, act, eout;
+  /// The all-to-all in flight between phases (its receive buffer).
+  std::vector<std::vector<float>> inflight;
 
   int64_t R() const { return int64_t(rows.size()); }
 
-  Status forward(float *y) {
+  /// Phase 1 of the forward: router, top-k, capacity, and the dispatch
+  /// all-to-all posted (into `inflight`).
+  Expected<RequestId> routeAndDispatch() {
     // Router.
     probs.assign(static_cast<size_t>(N * E), 0.f);
     gemm(false, true, N, E, H, 1.f, x, H, router, H, 0.f, probs.data(), E);
@@ -171,8 +176,14 @@ struct EpMoE {
         const float *src = x + (a / K) * H;
         b.insert(b.end(), src, src + H);
       }
-    if (Status s = tr->allToAll(send, recv, Group::Expert); !s)
-      return s;
+    return tr->allToAllStart(send, inflight, Group::Expert);
+  }
+
+  /// Phase 2 (the dispatch arrived in `inflight`): local experts, and the
+  /// combine all-to-all posted.
+  Expected<RequestId> expertsAndCombine() {
+    std::vector<std::vector<float>> recv = std::move(inflight);
+    inflight.clear();
     recvExpert.assign(static_cast<size_t>(ranks), {});
     for (int s = 0; s < ranks; ++s) {
       const auto &b = recv[static_cast<size_t>(s)];
@@ -219,13 +230,21 @@ struct EpMoE {
            0.f, eout.data() + r0 * H, H);
     }
     // Combine: outputs back to their sources.
-    std::vector<std::vector<float>> back(static_cast<size_t>(ranks)), got;
+    std::vector<std::vector<float>> back(static_cast<size_t>(ranks));
     backToSources(eout, back);
-    if (Status s = tr->allToAll(back, got, Group::Expert); !s)
-      return s;
+    return tr->allToAllStart(back, inflight, Group::Expert);
+  }
+
+  /// Phase 3 (the combine arrived): expert outputs by assignment, and when
+  /// `y` is given the gate-weighted sum.
+  Status combineFinish(float *y) {
+    std::vector<std::vector<float>> got = std::move(inflight);
+    inflight.clear();
     eoutA.assign(static_cast<size_t>(N * K * H), 0.f);
     if (Status s = scatterFromOwners(got, eoutA); !s)
       return s;
+    if (!y)
+      return Status::ok();
     for (int64_t i = 0; i < N * H; ++i)
       y[i] = 0.f;
     for (int64_t a = 0; a < N * K; ++a) {
@@ -298,9 +317,9 @@ struct EpMoE {
 
   /// Sends gate * dy of each kept assignment to its owner; on the owner:
   /// dye [R, H] and dpre [2 R F] (second half dpre3 when gated).
-  Status expertGrads(const float *dy, std::vector<float> &dye,
-                     std::vector<float> &dpre) {
-    std::vector<std::vector<float>> send(static_cast<size_t>(ranks)), recv;
+  /// Posts gate * dy of each kept assignment to its owner.
+  Expected<RequestId> gradDispatch(const float *dy) {
+    std::vector<std::vector<float>> send(static_cast<size_t>(ranks));
     for (int d = 0; d < ranks; ++d)
       for (int32_t a : sendOrder[static_cast<size_t>(d)]) {
         const float *src = dy + (a / K) * H;
@@ -308,8 +327,12 @@ struct EpMoE {
         for (int64_t j = 0; j < H; ++j)
           send[static_cast<size_t>(d)].push_back(g * src[j]);
       }
-    if (Status s = tr->allToAll(send, recv, Group::Expert); !s)
-      return s;
+    return tr->allToAllStart(send, inflight, Group::Expert);
+  }
+  /// The gate * dy rows arrived: dye and dpre on the owner.
+  Status gradExperts(std::vector<float> &dye, std::vector<float> &dpre) {
+    std::vector<std::vector<float>> recv = std::move(inflight);
+    inflight.clear();
     const int64_t Rn = R();
     dye.assign(static_cast<size_t>(Rn * H), 0.f);
     for (int s = 0; s < ranks; ++s) {
@@ -343,21 +366,181 @@ struct EpMoE {
 
 } // namespace
 
-Status runMoEParallel(const KernelCall &call, Transport &tr) {
+/// The phases of one moe kernel (see MoEPhased in MoEParallel.h):
+///   moe:            route+post dispatch | experts+post combine | sum
+///   moe_bwd_input:  route+post dispatch | experts+post combine |
+///                   router grads+post dy rows | expert grads, dx rows+post |
+///                   dx
+///   moe_bwd_weight: route+post dispatch | experts+post combine |
+///                   router grads+post dy rows | weight grads
+/// The computations and their order per kernel are those of the blocking
+/// version (which runs the phases back to back): same bits.
+struct MoEPhased::State {
+  KernelCall call;
+  std::vector<const void *> in;
+  std::vector<void *> out;
+  std::vector<const TensorType *> inTypes, outTypes;
+  Transport *tr = nullptr;
+  EpMoE m;
+  bool fwd = false, bwdIn = false, bwdW = false;
+  int phase = 0, numPhases = 0;
+  RequestId req = 0;
+  double posted = 0;
+  const char *what = "";
+  const float *dy = nullptr;
+  std::vector<float> dlogits, dye, dpre;
+
+  Status err(const std::string &msg) const {
+    return Status::error("op '" + call.kernel->op + "' (expert parallel): " +
+                         msg);
+  }
+  static double now() {
+    using namespace std::chrono;
+    return duration<double>(steady_clock::now().time_since_epoch()).count();
+  }
+  Status post(Expected<RequestId> r, const char *w) {
+    if (!r)
+      return err(r.status().message());
+    req = *r;
+    posted = now();
+    what = w;
+    return Status::ok();
+  }
+  Status waitPosted(std::vector<MoEPhased::CommTiming> &tm) {
+    double w0 = now();
+    if (Status s = tr->wait(req); !s)
+      return err(s.message());
+    tm.push_back({what, posted, w0, now()});
+    req = 0;
+    return Status::ok();
+  }
+  Status run(std::vector<MoEPhased::CommTiming> &tm) {
+    const int64_t N = m.N, H = m.H, F = m.F, E = m.E;
+    if (phase > 0)
+      if (Status s = waitPosted(tm); !s)
+        return s;
+    int ph = phase++;
+    switch (ph) {
+    case 0:
+      return post(m.routeAndDispatch(), fwd ? "dispatch" : "dispatch (recompute)");
+    case 1:
+      return post(m.expertsAndCombine(), fwd ? "combine" : "combine (recompute)");
+    case 2: {
+      if (Status s = m.combineFinish(fwd ? static_cast<float *>(out[0]) : nullptr); !s)
+        return err(s.message());
+      if (fwd)
+        return Status::ok();
+      m.routerGrads(dy, dlogits);
+      return post(m.gradDispatch(dy), "combine-bwd (dy rows)");
+    }
+    case 3: {
+      if (Status s = m.gradExperts(dye, dpre); !s)
+        return err(s.message());
+      const int64_t Rn = m.R();
+      if (bwdIn) {
+        float *dx = static_cast<float *>(out[0]);
+        gemm(false, false, N, H, E, 1.f, dlogits.data(), E, m.router, H, 0.f,
+             dx, H);
+        std::vector<float> dxe(static_cast<size_t>(Rn * H), 0.f);
+        for (int64_t e = 0; e < m.El; ++e) {
+          int64_t r0 = m.expertStart[static_cast<size_t>(e)],
+                  n = m.expertStart[static_cast<size_t>(e) + 1] - r0;
+          gemm(false, false, n, H, F, 1.f, dpre.data() + r0 * F, F,
+               m.w1 + e * F * H, H, 0.f, dxe.data() + r0 * H, H);
+          if (m.gated)
+            gemm(false, false, n, H, F, 1.f, dpre.data() + Rn * F + r0 * F, F,
+                 m.w3 + e * F * H, H, 1.f, dxe.data() + r0 * H, H);
+        }
+        std::vector<std::vector<float>> back(static_cast<size_t>(m.ranks));
+        m.backToSources(dxe, back);
+        return post(tr->allToAllStart(back, m.inflight, Group::Expert),
+                    "dispatch-bwd (dx rows)");
+      }
+      // Weight gradients: router (replicated) and the local experts' slices.
+      if (out.size() < 3 || !out[1] || !out[2] ||
+          (m.gated && (out.size() < 4 || !out[3])))
+        return err("missing gradient results");
+      for (size_t i = 0; i < out.size() && i < 4; ++i)
+        if (out[i] && outTypes[i])
+          std::memset(out[i], 0, static_cast<size_t>(outTypes[i]->numBytes()));
+      float *drouter = static_cast<float *>(out[0]);
+      float *dw1 = static_cast<float *>(out[1]);
+      float *dw2 = static_cast<float *>(out[2]);
+      float *dw3 = m.gated ? static_cast<float *>(out[3]) : nullptr;
+      for (int64_t e = 0; e < m.El; ++e) {
+        int64_t r0 = m.expertStart[static_cast<size_t>(e)],
+                n = m.expertStart[static_cast<size_t>(e) + 1] - r0;
+        gemm(true, false, H, F, n, 1.f, dye.data() + r0 * H, H,
+             m.act.data() + r0 * F, F, 1.f, dw2 + e * H * F, F);
+        gemm(true, false, F, H, n, 1.f, dpre.data() + r0 * F, F,
+             m.xe.data() + r0 * H, H, 1.f, dw1 + e * F * H, H);
+        if (m.gated)
+          gemm(true, false, F, H, n, 1.f, dpre.data() + Rn * F + r0 * F, F,
+               m.xe.data() + r0 * H, H, 1.f, dw3 + e * F * H, H);
+      }
+      gemm(true, false, E, H, N, 1.f, dlogits.data(), E, m.x, H, 1.f, drouter,
+           H);
+      return Status::ok();
+    }
+    case 4: {
+      float *dx = static_cast<float *>(out[0]);
+      std::vector<std::vector<float>> got = std::move(m.inflight);
+      m.inflight.clear();
+      std::vector<float> dxA(static_cast<size_t>(N * m.K * H), 0.f);
+      if (Status s = m.scatterFromOwners(got, dxA); !s)
+        return err(s.message());
+      for (int64_t asg = 0; asg < N * m.K; ++asg) {
+        if (!m.kept[static_cast<size_t>(asg)])
+          continue;
+        const float *src = dxA.data() + asg * H;
+        float *dst = dx + (asg / m.K) * H;
+        for (int64_t j = 0; j < H; ++j)
+          dst[j] += src[j];
+      }
+      return Status::ok();
+    }
+    }
+    return err("no phase left");
+  }
+};
+
+MoEPhased::MoEPhased() : st(std::make_unique<State>()) {}
+MoEPhased::~MoEPhased() = default;
+bool MoEPhased::done() const { return st->phase >= st->numPhases; }
+const char *MoEPhased::inFlight() const {
+  return st->phase > 0 && !done() ? st->what : nullptr;
+}
+Status MoEPhased::next() {
+  if (done())
+    return st->err("no phase left");
+  return st->run(timings);
+}
+
+Expected<std::unique_ptr<MoEPhased>>
+MoEPhased::begin(const KernelCall &call, Transport &tr) {
   const Kernel &k = *call.kernel;
-  bool fwd = k.op == "moe", bwdIn = k.op == "moe_bwd_input",
-       bwdW = k.op == "moe_bwd_weight";
+  std::unique_ptr<MoEPhased> ph(new MoEPhased());
+  State &S = *ph->st;
+  S.fwd = k.op == "moe";
+  S.bwdIn = k.op == "moe_bwd_input";
+  S.bwdW = k.op == "moe_bwd_weight";
+  S.call = call;
+  S.tr = &tr;
   auto err = [&](const std::string &m) {
     return Status::error("op '" + k.op + "' (expert parallel): " + m);
   };
-  if (!fwd && !bwdIn && !bwdW)
+  if (!S.fwd && !S.bwdIn && !S.bwdW)
     return err("not a moe op");
   size_t nin = call.in.size();
-  size_t minIn = fwd ? 4 : 5;
+  size_t minIn = S.fwd ? 4 : 5;
   if (nin < minIn || call.out.empty() || !call.in[0] || !call.out[0])
     return err("bad operands");
-  bool hasW3 = fwd ? nin >= 5 : nin >= 6;
-  EpMoE m;
+  S.in = call.in;
+  S.out = call.out;
+  S.inTypes = call.inTypes;
+  S.outTypes = call.outTypes;
+  bool hasW3 = S.fwd ? nin >= 5 : nin >= 6;
+  EpMoE &m = S.m;
   m.tr = &tr;
   m.ranks = tr.epSize();
   m.me = tr.epIndex();
@@ -386,77 +569,24 @@ Status runMoEParallel(const KernelCall &call, Transport &tr) {
   m.w2 = static_cast<const float *>(call.in[3]);
   m.w3 = hasW3 ? static_cast<const float *>(call.in[4]) : nullptr;
   m.gated = m.w3 != nullptr;
-  const float *dy = fwd ? nullptr : static_cast<const float *>(call.in[nin - 1]);
-  if (!fwd && !dy)
+  S.dy = S.fwd ? nullptr : static_cast<const float *>(call.in[nin - 1]);
+  if (!S.fwd && !S.dy)
     return err("missing result gradient");
+  S.numPhases = S.fwd ? 3 : S.bwdIn ? 5 : 4;
+  S.call.in.clear(); // the pointers live in S.in / S.out
+  S.call.out.clear();
+  if (Status s = ph->next(); !s)
+    return s;
+  return ph;
+}
 
-  std::vector<float> ytmp;
-  float *y = fwd ? static_cast<float *>(call.out[0])
-                 : (ytmp.assign(static_cast<size_t>(m.N * m.H), 0.f), ytmp.data());
-  if (Status s = m.forward(y); !s)
-    return err(s.message());
-  if (fwd)
-    return Status::ok();
-
-  std::vector<float> dlogits, dye, dpre;
-  m.routerGrads(dy, dlogits);
-  if (Status s = m.expertGrads(dy, dye, dpre); !s)
-    return err(s.message());
-  const int64_t N = m.N, H = m.H, F = m.F, E = m.E, Rn = m.R();
-  if (bwdIn) {
-    float *dx = static_cast<float *>(call.out[0]);
-    gemm(false, false, N, H, E, 1.f, dlogits.data(), E, m.router, H, 0.f, dx,
-         H);
-    std::vector<float> dxe(static_cast<size_t>(Rn * H), 0.f);
-    for (int64_t e = 0; e < m.El; ++e) {
-      int64_t r0 = m.expertStart[static_cast<size_t>(e)],
-              n = m.expertStart[static_cast<size_t>(e) + 1] - r0;
-      gemm(false, false, n, H, F, 1.f, dpre.data() + r0 * F, F,
-           m.w1 + e * F * H, H, 0.f, dxe.data() + r0 * H, H);
-      if (m.gated)
-        gemm(false, false, n, H, F, 1.f, dpre.data() + Rn * F + r0 * F, F,
-             m.w3 + e * F * H, H, 1.f, dxe.data() + r0 * H, H);
-    }
-    std::vector<std::vector<float>> back(static_cast<size_t>(m.ranks)), got;
-    m.backToSources(dxe, back);
-    if (Status s = tr.allToAll(back, got, Group::Expert); !s)
-      return err(s.message());
-    std::vector<float> dxA(static_cast<size_t>(N * m.K * H), 0.f);
-    if (Status s = m.scatterFromOwners(got, dxA); !s)
-      return err(s.message());
-    for (int64_t asg = 0; asg < N * m.K; ++asg) {
-      if (!m.kept[static_cast<size_t>(asg)])
-        continue;
-      const float *src = dxA.data() + asg * H;
-      float *dst = dx + (asg / m.K) * H;
-      for (int64_t j = 0; j < H; ++j)
-        dst[j] += src[j];
-    }
-    return Status::ok();
-  }
-  // Weight gradients: router (replicated) and the local experts' slices.
-  if (call.out.size() < 3 || !call.out[1] || !call.out[2] ||
-      (m.gated && (call.out.size() < 4 || !call.out[3])))
-    return err("missing gradient results");
-  for (size_t i = 0; i < call.out.size() && i < 4; ++i)
-    if (call.out[i] && call.outTypes[i])
-      std::memset(call.out[i], 0, static_cast<size_t>(call.outTypes[i]->numBytes()));
-  float *drouter = static_cast<float *>(call.out[0]);
-  float *dw1 = static_cast<float *>(call.out[1]);
-  float *dw2 = static_cast<float *>(call.out[2]);
-  float *dw3 = m.gated ? static_cast<float *>(call.out[3]) : nullptr;
-  for (int64_t e = 0; e < m.El; ++e) {
-    int64_t r0 = m.expertStart[static_cast<size_t>(e)],
-            n = m.expertStart[static_cast<size_t>(e) + 1] - r0;
-    gemm(true, false, H, F, n, 1.f, dye.data() + r0 * H, H,
-         m.act.data() + r0 * F, F, 1.f, dw2 + e * H * F, F);
-    gemm(true, false, F, H, n, 1.f, dpre.data() + r0 * F, F,
-         m.xe.data() + r0 * H, H, 1.f, dw1 + e * F * H, H);
-    if (m.gated)
-      gemm(true, false, F, H, n, 1.f, dpre.data() + Rn * F + r0 * F, F,
-           m.xe.data() + r0 * H, H, 1.f, dw3 + e * F * H, H);
-  }
-  gemm(true, false, E, H, N, 1.f, dlogits.data(), E, m.x, H, 1.f, drouter, H);
+Status runMoEParallel(const KernelCall &call, Transport &tr) {
+  auto ph = MoEPhased::begin(call, tr);
+  if (!ph)
+    return ph.status();
+  while (!(*ph)->done())
+    if (Status s = (*ph)->next(); !s)
+      return s;
   return Status::ok();
 }
 

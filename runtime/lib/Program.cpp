@@ -153,6 +153,15 @@ Json functionToJson(const Function &f) {
   j["kernels"] = std::move(ks);
   j["buffer"] = f.buffer;
   j["buffer_bytes"] = f.bufferBytes;
+  if (!f.components.empty()) {
+    Json cs = Json::array();
+    for (const ComponentRange &c : f.components)
+      cs.push_back({{"kind", c.kind},
+                    {"layer", c.layer},
+                    {"begin", c.begin},
+                    {"end", c.end}});
+    j["components"] = std::move(cs);
+  }
   return j;
 }
 
@@ -412,6 +421,19 @@ Function parseFunction(const Json &j, const std::string &path) {
   }
   f.buffer = intArray<int32_t>(j, "buffer", path, kI32Min, kI32Max);
   f.bufferBytes = intArray<int64_t>(j, "buffer_bytes", path, kI64Min, kI64Max);
+  if (j.contains("components")) {
+    const Json &cs = arrField(j, "components", path);
+    f.components.reserve(cs.size());
+    for (size_t i = 0; i < cs.size(); ++i) {
+      std::string p = sub(sub(path, "components"), i);
+      ComponentRange c;
+      c.kind = strField(cs[i], "kind", p);
+      c.layer = i32Field(cs[i], "layer", p);
+      c.begin = i32Field(cs[i], "begin", p);
+      c.end = i32Field(cs[i], "end", p);
+      f.components.push_back(std::move(c));
+    }
+  }
   return f;
 }
 

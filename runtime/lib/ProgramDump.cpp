@@ -49,6 +49,9 @@ void dumpFunction(std::ostringstream &os, const Program &p, const Function &f,
       return "?";
     return typeStr(f.values[v]);
   };
+  for (const ComponentRange &c : f.components)
+    os << "    component " << c.kind << " layer " << c.layer << ": kernels ["
+       << c.begin << ", " << c.end << ")\n";
   for (const ArgBinding &a : f.args) {
     os << "    arg " << valueRef(a.value) << " = " << argRoleName(a.role)
        << " " << a.index;

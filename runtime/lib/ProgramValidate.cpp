@@ -499,6 +499,44 @@ Status Validator::function(const Stage &s, FunctionKind k) {
                    " share buffer " + std::to_string(b) +
                    " but are live at the same time");
   }
+  // Components (optional): known kinds, tiling the kernel list in order,
+  // layers in the stage's order (forward ascending, backward descending).
+  if (!f.components.empty()) {
+    const int32_t nk = int32_t(f.kernels.size());
+    const bool fwd = k == FunctionKind::Forward;
+    int32_t at = 0;
+    for (size_t i = 0; i < f.components.size(); ++i) {
+      const ComponentRange &c = f.components[i];
+      std::string cn = "component " + std::to_string(i) + " (" + c.kind +
+                       " layer " + std::to_string(c.layer) + ", kernels [" +
+                       std::to_string(c.begin) + ", " +
+                       std::to_string(c.end) + "))";
+      if (c.kind != "attn" && c.kind != "mlp")
+        return err(cn + ": unknown kind \"" + c.kind + "\" (attn, mlp)");
+      if (c.layer < 0)
+        return err(cn + ": negative layer");
+      if (c.begin != at)
+        return err(cn + ": starts at kernel " + std::to_string(c.begin) +
+                   " but the previous component ends at " +
+                   std::to_string(at) +
+                   " (components must tile the kernels in order)");
+      if (c.end <= c.begin || c.end > nk)
+        return err(cn + ": empty or past the last kernel (" +
+                   std::to_string(nk) + " kernels)");
+      if (i > 0) {
+        int32_t prev = f.components[i - 1].layer;
+        if (fwd ? c.layer < prev : c.layer > prev)
+          return err(cn + ": layer " + std::to_string(c.layer) + " after " +
+                     std::to_string(prev) + " (layers must be " +
+                     (fwd ? "non-decreasing in forward" :
+                            "non-increasing in a backward function") + ")");
+      }
+      at = c.end;
+    }
+    if (at != nk)
+      return err("components cover kernels [0, " + std::to_string(at) +
+                 ") of " + std::to_string(nk));
+  }
   return Status::ok();
 }
 

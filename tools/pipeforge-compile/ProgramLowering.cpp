@@ -95,6 +95,12 @@ private:
                               const ForwardInfo &fi, bool firstStage,
                               bool lastStage, rt::Function &out);
   FailureOr<rt::TensorType> convertType(Type t, Operation *where);
+  static std::optional<std::pair<std::string, int32_t>>
+  componentOf(Operation &op);
+  void lowerComponents(
+      func::FuncOp fn,
+      ArrayRef<std::optional<std::pair<std::string, int32_t>>> tags,
+      rt::FunctionKind kind, rt::Function &out);
 
   ModuleOp module;
   const LowerOptions &opts;
@@ -253,7 +259,8 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
     }
     out.args.push_back(a);
   }
-  // Kernels.
+  // Kernels, and with opts.components each kernel's (kind, layer).
+  std::vector<std::optional<std::pair<std::string, int32_t>>> tags;
   int32_t pos = 0;
   for (Operation &op : body.without_terminator()) {
     ++pos;
@@ -336,7 +343,11 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
         failed(addOperands(op.getResults(), resSeg, k.outputs, true)))
       return failure();
     out.kernels.push_back(std::move(k));
+    if (opts.components)
+      tags.push_back(componentOf(op));
   }
+  if (opts.components)
+    lowerComponents(fn, tags, kind, out);
   // Results.
   Operation *ret = body.getTerminator();
   const int32_t end = pos + 1;
@@ -383,6 +394,59 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
     lastUse[a.value] = end;
   assignBuffers(out, def, lastUse);
   return success();
+}
+
+std::optional<std::pair<std::string, int32_t>>
+Lowering::componentOf(Operation &op) {
+  auto c = op.getAttrOfType<StringAttr>("pp.component");
+  auto l = op.getAttrOfType<IntegerAttr>("pp.layer");
+  if (!c || !l || l.getInt() < 0 || l.getInt() > INT32_MAX)
+    return std::nullopt;
+  StringRef kind = c.getValue();
+  if (kind == "attn")
+    return std::make_pair(std::string("attn"), int32_t(l.getInt()));
+  if (kind == "mlp" || kind == "dispatch" || kind == "combine")
+    return std::make_pair(std::string("mlp"), int32_t(l.getInt()));
+  return std::nullopt;
+}
+
+void Lowering::lowerComponents(
+    func::FuncOp fn,
+    ArrayRef<std::optional<std::pair<std::string, int32_t>>> tags,
+    rt::FunctionKind kind, rt::Function &out) {
+  out.components.clear();
+  if (tags.empty())
+    return;
+  size_t untagged = llvm::count(tags, std::nullopt);
+  if (untagged) {
+    fn.emitWarning() << untagged << " of " << tags.size()
+                     << " kernels carry no pp.component / pp.layer "
+                        "(--pp-split-components): @"
+                     << fn.getSymName() << " of this stage gets no components";
+    return;
+  }
+  std::vector<rt::ComponentRange> ranges;
+  for (size_t i = 0; i < tags.size(); ++i) {
+    const auto &[k, l] = *tags[i];
+    if (!ranges.empty() && ranges.back().kind == k &&
+        ranges.back().layer == l) {
+      ranges.back().end = int32_t(i + 1);
+      continue;
+    }
+    if (!ranges.empty()) {
+      int32_t prev = ranges.back().layer;
+      bool fwd = kind == rt::FunctionKind::Forward;
+      if (fwd ? l < prev : l > prev) {
+        fn.emitWarning() << "kernel " << i << " (" << out.kernels[i].op
+                         << ") of layer " << l << " follows layer " << prev
+                         << ": @" << fn.getSymName()
+                         << " of this stage gets no components";
+        return;
+      }
+    }
+    ranges.push_back({k, l, int32_t(i), int32_t(i + 1)});
+  }
+  out.components = std::move(ranges);
 }
 
 FailureOr<rt::Program> Lowering::run() {

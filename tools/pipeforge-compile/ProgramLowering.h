@@ -24,6 +24,13 @@ struct LowerOptions {
   /// Use this schedule instead of the module's pp.schedule (the unpipelined
   /// reference `none`).
   std::optional<sched::Schedule> schedule;
+  /// Lower the ops' pp.component / pp.layer (--pp-split-components) into
+  /// each function's ComponentRanges: consecutive kernels with the same
+  /// (kind, layer) form one range; "combine" and "dispatch" count as "mlp"
+  /// (an nn.moe kernel runs its own all-to-alls). A function with an
+  /// untagged kernel, or whose ranges are out of layer order, gets none (a
+  /// warning says why).
+  bool components = false;
 };
 
 /// Lowers `module`. Errors are emitted as diagnostics at the offending op.

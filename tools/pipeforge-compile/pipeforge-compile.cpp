@@ -6,9 +6,11 @@
 //
 // Runs the whole flow in-process (docs/compile.md): import -> pp-partition
 // -> pp-split-backward -> pp-schedule -> pp-insert-comm ->
-// pp-verify-schedule, then lowers the schedule-level module to a
-// rt::Program and writes it (docs/program-format.md). Every bad option or
-// impossible request is an error message and exit code 1.
+// pp-verify-schedule (with --fuse-overlap also pp-split-components after
+// pp-split-backward and pp-fuse-overlap at the end), then lowers the
+// schedule-level module to a rt::Program and writes it
+// (docs/program-format.md). Every bad option or impossible request is an
+// error message and exit code 1.
 //
 //===----------------------------------------------------------------------===//
 
@@ -88,6 +90,13 @@ static cl::opt<uint64_t> seed("seed", cl::desc("Initialisation seed"),
 static cl::opt<std::string> outputPath("o", cl::desc("Write the program file"),
                                        cl::value_desc("file"), cl::init(""),
                                        cl::cat(cat));
+static cl::opt<bool> fuseOverlap(
+    "fuse-overlap",
+    cl::desc("Split the stage bodies into per-layer components "
+             "(--pp-split-components) and fuse each overlapped F&B pair "
+             "(--pp-fuse-overlap); the program's functions carry their "
+             "component ranges"),
+    cl::cat(cat));
 static cl::opt<bool> dump("dump", cl::desc("Print the program listing"),
                           cl::cat(cat));
 static cl::opt<bool> emitMlir("emit-mlir",
@@ -238,6 +247,7 @@ int main(int argc, char **argv) {
   lo.training.dataParallel = dp;
   lo.training.expertParallel = ep;
   lo.training.seed = seed;
+  lo.components = fuseOverlap;
 
   mlir::OwningOpRef<mlir::ModuleOp> module;
   StringRef text = srcMgr.getMemoryBuffer(srcMgr.getMainFileID())->getBuffer();
@@ -283,12 +293,18 @@ int main(int argc, char **argv) {
                          " placement=" + plan.placement +
                          " ranks=" + std::to_string(plan.ranks) +
                          "},pp-split-backward";
+  if (fuseOverlap)
+    pipeline += ",pp-split-components";
   if (!none) {
     pipeline += ",pp-schedule{kind=" + kind +
                 " microbatches=" + std::to_string(mb) + "},pp-insert-comm";
     pipeline += ",pp-verify-schedule";
     if (memLimitValue > 0)
       pipeline += "{mem-limit=" + std::to_string(memLimitValue) + "}";
+    // Component programs for the overlapped pairs (from the stages'
+    // pp.components) and early receive posts; the pass re-verifies.
+    if (fuseOverlap)
+      pipeline += ",pp-fuse-overlap";
   }
   mlir::PassManager pm(&ctx);
   if (mlir::failed(mlir::parsePassPipeline(pipeline, pm, errs())))

@@ -8,6 +8,8 @@
 //   stage S-1:      block -> layernorm -> linear (LM head) -> cross_entropy
 //   block(x) = x + gelu(linear(x))
 //
+//   pipeforge-rt-testprog --add-components IN.pfp -o OUT.pfp  (see
+//       addComponents: components for the fused-overlap executor tests)
 //   pipeforge-rt-testprog --schedule 1f1b|zb-h1|...|sequential --ranks R
 //       [--stages S] [--microbatches M] [--dp D] -o prog.pfp
 //
@@ -20,6 +22,7 @@
 #include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/rt/Program.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -247,7 +250,70 @@ Stage buildStage(Names &nm, int copy, int s, int numStages) {
 
 } // namespace
 
+/// Components for a compiled program (tests of the fused-overlap executor
+/// until pipeforge-compile --pp-fuse-overlap writes them): layers at the moe
+/// kernels. Forward: layer i's mlp = [the kernel before its moe, moe, the
+/// residual add], attn = the kernels before; backward: mlp from the
+/// moe_bwd_input (and moe_bwd_weight) through the next two kernels, attn
+/// the rest. Leading / trailing kernels join the first / last component.
+void addComponents(Function &fn, bool forward) {
+  std::vector<int32_t> moes;
+  for (size_t k = 0; k < fn.kernels.size(); ++k)
+    if (fn.kernels[k].op == (forward ? "moe" : "moe_bwd_input"))
+      moes.push_back(int32_t(k));
+  const int32_t nk = int32_t(fn.kernels.size());
+  fn.components.clear();
+  if (nk == 0)
+    return;
+  if (moes.empty()) {
+    fn.components.push_back({"attn", 0, 0, nk});
+    return;
+  }
+  const int32_t L = int32_t(moes.size());
+  int32_t at = 0;
+  for (int32_t i = 0; i < L; ++i) {
+    int32_t m = moes[size_t(i)];
+    int32_t nextM = i + 1 < L ? moes[size_t(i) + 1] : nk;
+    int32_t layer = forward ? i : L - 1 - i;
+    if (forward) {
+      int32_t b = std::max(at, m - 1), e = std::min(nextM, m + 2);
+      if (b > at)
+        fn.components.push_back({"attn", layer, at, b});
+      fn.components.push_back({"mlp", layer, at > b ? at : b, e});
+      at = e;
+    } else {
+      int32_t e = m + 1;
+      if (e < nk && fn.kernels[size_t(e)].op == "moe_bwd_weight")
+        ++e;
+      e = std::min(nextM, e + 2);
+      fn.components.push_back({"mlp", layer, at, e});
+      if (nextM > e)
+        fn.components.push_back({"attn", layer, e, nextM});
+      at = nextM;
+    }
+  }
+  if (at < nk)
+    fn.components.back().end = nk;
+}
+
+int addComponentsMain(const std::string &in, const std::string &out) {
+  auto p = readProgram(in);
+  if (!p)
+    die(p.status().message());
+  for (Stage &st : p->stages) {
+    addComponents(st.forward, true);
+    addComponents(st.backwardInput, false);
+    addComponents(st.backward, false);
+  }
+  if (Status s = writeProgram(*p, out); !s)
+    die(s.message());
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 5 && std::string(argv[1]) == "--add-components" &&
+      std::string(argv[3]) == "-o")
+    return addComponentsMain(argv[2], argv[4]);
   std::string kind = "1f1b", out;
   int ranks = 2, stages = -1, mb = 4, dp = 1;
   for (int i = 1; i < argc; ++i) {

@@ -52,7 +52,7 @@ namespace {
       "         [--optimizer adamw|sgd] [--max-grad-norm X]\n"
       "         [--data synthetic|pattern|TOKENFILE] [--trace FILE]\n"
       "         [--dump-weights FILE] [--comm-timeout SECONDS]\n"
-      "         [--recv-lookahead N] [--quiet]\n"
+      "         [--recv-lookahead N] [--quiet] [--no-fuse]\n"
       "         [--checkpoint-dir DIR [--save-every K] [--resume]]\n"
       "         [--optimizer-sync sync|post-validation] [--clip X]\n"
       "         [--skip-step K] [--inject-nan STEP:MB]\n"
@@ -200,7 +200,7 @@ int main(int argc, char **argv) {
   int64_t steps = 10;
   double lr = 1e-3, maxNorm = 0, timeout = 120;
   int lookahead = 8;
-  bool quiet = false, resume = false;
+  bool quiet = false, resume = false, noFuse = false;
   std::string ckDir, syncMode = "sync";
   int64_t saveEvery = 0, skipStep = 0, nanStep = 0, nanMb = 0;
   auto parseNan = [&](const char *v) {
@@ -249,6 +249,8 @@ int main(int argc, char **argv) {
       lookahead = int(num());
     else if (o == "--quiet")
       quiet = true;
+    else if (o == "--no-fuse")
+      noFuse = true;
     else if (o == "--checkpoint-dir")
       ckDir = val();
     else if (o == "--save-every")
@@ -375,6 +377,7 @@ int main(int argc, char **argv) {
   eo.skipStep = skipStep;
   eo.injectNanStep = nanStep;
   eo.injectNanMb = nanMb;
+  eo.fuseOverlap = !noFuse;
   auto ex = Executor::create(p, *be, *tr, *tokens, *opt, eo);
   if (!ex)
     return fail(ex.message());

@@ -280,6 +280,94 @@ TEST(Program, Dump) {
   EXPECT_CONTAINS(d, "SEND act F0.0 ->r1");
 }
 
+/// Stage 1 split into components (--pp-split-components): forward
+/// [linear | cross_entropy] as layers 0 and 1; its fused backward
+/// [cross_entropy_bwd | linear_bwd_input, linear_bwd_weight] in reverse.
+Program withComponents() {
+  Program p = makeProgram();
+  p.stages[1].forward.components = {{"attn", 0, 0, 1}, {"mlp", 1, 1, 2}};
+  p.stages[1].backward.components = {{"mlp", 1, 0, 1}, {"attn", 0, 1, 3}};
+  return p;
+}
+
+TEST(Program, ComponentsRoundTrip) {
+  // Absent when empty: programs without components are unchanged.
+  EXPECT_EQ(bodyOf(serializeProgram(makeProgram())).find("\"components\""),
+            std::string::npos);
+  Program p = withComponents();
+  EXPECT_TRUE(validateProgram(p).isOk()) << validateProgram(p).message();
+  std::string bytes = serializeProgram(p);
+  EXPECT_CONTAINS(bodyOf(bytes), "\"components\": [");
+  auto q = parseProgram(bytes);
+  ASSERT_TRUE(q.isOk()) << q.message();
+  EXPECT_EQ(serializeProgram(*q), bytes);
+  const auto &fc = q->stages[1].forward.components;
+  ASSERT_EQ(fc.size(), 2u);
+  EXPECT_EQ(fc[1].kind, "mlp");
+  EXPECT_EQ(fc[1].layer, 1);
+  EXPECT_EQ(fc[1].begin, 1);
+  EXPECT_EQ(fc[1].end, 2);
+  const auto &bc = q->stages[1].backward.components;
+  ASSERT_EQ(bc.size(), 2u);
+  EXPECT_EQ(bc[1].kind, "attn");
+  EXPECT_EQ(bc[1].end, 3);
+  EXPECT_TRUE(q->stages[1].backwardInput.components.empty());
+  EXPECT_TRUE(q->stages[0].forward.components.empty());
+  std::string d = dumpProgram(*q);
+  EXPECT_CONTAINS(d, "    component mlp layer 1: kernels [1, 2)\n");
+  EXPECT_CONTAINS(d, "    component attn layer 0: kernels [1, 3)\n");
+}
+
+TEST(ProgramValidate, Components) {
+  Program p = withComponents();
+  p.stages[1].forward.components[1].begin = 2;
+  EXPECT_EQ(semanticError(p),
+            "stage 1 (copy 0) forward: component 1 (mlp layer 1, kernels [2, "
+            "2)): starts at kernel 2 but the previous component ends at 1 "
+            "(components must tile the kernels in order)");
+  p = withComponents();
+  p.stages[1].forward.components.pop_back();
+  EXPECT_EQ(semanticError(p), "stage 1 (copy 0) forward: components cover "
+                              "kernels [0, 1) of 2");
+  p = withComponents();
+  p.stages[1].forward.components[1].end = 3;
+  EXPECT_EQ(semanticError(p),
+            "stage 1 (copy 0) forward: component 1 (mlp layer 1, kernels [1, "
+            "3)): empty or past the last kernel (2 kernels)");
+  p = withComponents();
+  p.stages[1].forward.components[0].kind = "combine";
+  EXPECT_EQ(semanticError(p),
+            "stage 1 (copy 0) forward: component 0 (combine layer 0, kernels "
+            "[0, 1)): unknown kind \"combine\" (attn, mlp)");
+  p = withComponents();
+  p.stages[1].forward.components[1].layer = -1;
+  EXPECT_EQ(semanticError(p),
+            "stage 1 (copy 0) forward: component 1 (mlp layer -1, kernels [1, "
+            "2)): negative layer");
+  p = withComponents();
+  std::swap(p.stages[1].forward.components[0].layer,
+            p.stages[1].forward.components[1].layer);
+  EXPECT_EQ(semanticError(p),
+            "stage 1 (copy 0) forward: component 1 (mlp layer 0, kernels [1, "
+            "2)): layer 0 after 1 (layers must be non-decreasing in forward)");
+  p = withComponents();
+  std::swap(p.stages[1].backward.components[0].layer,
+            p.stages[1].backward.components[1].layer);
+  EXPECT_EQ(semanticError(p),
+            "stage 1 (copy 0) backward: component 1 (attn layer 1, kernels "
+            "[1, 3)): layer 1 after 0 (layers must be non-increasing in a "
+            "backward function)");
+  // The reader checks the fields' types like everywhere else.
+  std::string bytes = serializeProgram(withComponents());
+  std::string body = bodyOf(bytes);
+  size_t at = body.find("\"layer\": 0", body.find("\"components\""));
+  ASSERT_NE(at, std::string::npos);
+  body.replace(at, 10, "\"layer\": \"0\"");
+  EXPECT_EQ(parseError(withBody(bytes, body)),
+            "program body: stages[1].forward.components[0].layer: expected an "
+            "integer");
+}
+
 //===----------------------------------------------------------------------===//
 // Header and body corruption
 //===----------------------------------------------------------------------===//

@@ -9,6 +9,19 @@
 // (A peer that dies is normally caught earlier by mpirun, which kills the
 // job when a process exits without MPI_Finalize.)
 //
+// Non-blocking all-to-all (allToAllStart / wait): MPI_Ialltoall of the
+// counts, then, once they arrived, MPI_Ialltoallv of the data. Open MPI 4.1
+// has no asynchronous progress of its own ("OMPI progress: no" in
+// ompi_info), so a request only advances inside an MPI call. When
+// MPI_Init_thread grants MPI_THREAD_MULTIPLE (Open MPI 4.1 does; checked with
+// MPI_Query_thread, also when someone else initialised MPI) a progress thread
+// tests the in-flight all-to-alls (and posts the data phase when the counts
+// arrive) every ~50 us while any is in flight, and sleeps on a condition
+// variable otherwise; all-to-all state is under one mutex, point-to-point
+// requests stay on the main thread. Without MPI_THREAD_MULTIPLE (or with
+// PIPEFORGE_MPI_PROGRESS_THREAD=0) there is no thread: asyncProgress() is
+// false and the executor calls progress() between kernels.
+//
 // Allreduce is gather-to-root, sum in rank order, broadcast: slower than
 // MPI_Allreduce for large groups, but every rank gets the same bits and the
 // result does not depend on the MPI algorithm chosen.
@@ -21,9 +34,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
+#include <mutex>
 #include <thread>
 
 namespace pipeforge::rt {
@@ -40,8 +56,13 @@ public:
   MpiTransport(int *argc, char ***argv) {
     int inited = 0;
     MPI_Initialized(&inited);
+    int provided = MPI_THREAD_SINGLE;
     if (!inited)
-      MPI_Init(argc, argv);
+      MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    else
+      MPI_Query_thread(&provided);
+    const char *pt = std::getenv("PIPEFORGE_MPI_PROGRESS_THREAD");
+    threadOk = provided == MPI_THREAD_MULTIPLE && !(pt && std::strcmp(pt, "0") == 0);
     MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
     MPI_Comm_size(MPI_COMM_WORLD, &wsize);
     void *ub = nullptr;
@@ -50,6 +71,14 @@ public:
     tagUb = flag ? *static_cast<int *>(ub) : 32767;
   }
   ~MpiTransport() override {
+    if (progThread.joinable()) {
+      {
+        std::lock_guard<std::mutex> g(mu);
+        stopThread = true;
+      }
+      cv.notify_all();
+      progThread.join();
+    }
     for (auto &[id, r] : reqs)
       MPI_Cancel(&r.req);
     if (pipe != MPI_COMM_NULL)
@@ -58,6 +87,9 @@ public:
       MPI_Comm_free(&dp);
     if (ep != MPI_COMM_NULL)
       MPI_Comm_free(&ep);
+    for (MPI_Comm *c : {&pipeData, &dpData, &epData, &worldData})
+      if (*c != MPI_COMM_NULL)
+        MPI_Comm_free(c);
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin)
@@ -86,49 +118,66 @@ public:
     MPI_Comm_split(MPI_COMM_WORLD, replica, prank, &pipe);
     MPI_Comm_split(MPI_COMM_WORLD, prank + p * epi, dpi, &dp);
     MPI_Comm_split(MPI_COMM_WORLD, prank + p * dpi, epi, &ep);
+    // Duplicates for the data phase of non-blocking all-to-alls.
+    MPI_Comm_dup(pipe, &pipeData);
+    MPI_Comm_dup(dp, &dpData);
+    MPI_Comm_dup(ep, &epData);
+    MPI_Comm_dup(MPI_COMM_WORLD, &worldData);
     return Status::ok();
   }
   int epIndex() const override { return epi; }
   int epSize() const override { return E; }
-  Status allToAll(const std::vector<std::vector<float>> &send,
-                  std::vector<std::vector<float>> &recv, Group g) override {
+  bool asyncProgress() const override { return threadOk; }
+  Expected<RequestId>
+  allToAllStart(const std::vector<std::vector<float>> &send,
+                std::vector<std::vector<float>> &recv, Group g) override {
     MPI_Comm c = comm(g);
     int size = 0;
     MPI_Comm_size(c, &size);
     if (int(send.size()) != size)
-      return Status::error("allToAll: " + std::to_string(send.size()) +
+      return Status::error("allToAllStart: " + std::to_string(send.size()) +
                            " send buffers for a group of " +
                            std::to_string(size));
+    auto a = std::make_unique<A2A>();
     const size_t gs = static_cast<size_t>(size);
-    std::vector<int> sc(gs), rc(gs), sd(gs), rd(gs);
+    a->comm = c;
+    a->dataComm = dataComm(g);
+    a->size = size;
+    a->recv = &recv;
+    a->sc.resize(gs);
+    a->rc.resize(gs);
+    a->sd.resize(gs);
+    a->rd.resize(gs);
     int st = 0;
     for (int k = 0; k < size; ++k) {
-      sc[size_t(k)] = int(send[size_t(k)].size());
-      sd[size_t(k)] = st;
-      st += sc[size_t(k)];
+      a->sc[size_t(k)] = int(send[size_t(k)].size());
+      a->sd[size_t(k)] = st;
+      st += a->sc[size_t(k)];
     }
-    MPI_Request r;
-    MPI_Ialltoall(sc.data(), 1, MPI_INT, rc.data(), 1, MPI_INT, c, &r);
-    if (Status s = waitReq(r, "all-to-all (counts)"); !s)
-      return s;
-    int rt = 0;
-    for (int k = 0; k < size; ++k) {
-      rd[size_t(k)] = rt;
-      rt += rc[size_t(k)];
-    }
-    std::vector<float> sb(size_t(st) + 1), rb(size_t(rt) + 1);
+    a->sb.resize(size_t(st) + 1);
     for (int k = 0; k < size; ++k)
       std::copy(send[size_t(k)].begin(), send[size_t(k)].end(),
-                sb.begin() + sd[size_t(k)]);
-    MPI_Ialltoallv(sb.data(), sc.data(), sd.data(), MPI_FLOAT, rb.data(),
-                   rc.data(), rd.data(), MPI_FLOAT, c, &r);
-    if (Status s = waitReq(r, "all-to-all"); !s)
-      return s;
-    recv.assign(size_t(size), {});
-    for (int k = 0; k < size; ++k)
-      recv[size_t(k)].assign(rb.begin() + rd[size_t(k)],
-                             rb.begin() + rd[size_t(k)] + rc[size_t(k)]);
-    return Status::ok();
+                a->sb.begin() + a->sd[size_t(k)]);
+    RequestId id;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      MPI_Ialltoall(a->sc.data(), 1, MPI_INT, a->rc.data(), 1, MPI_INT, c,
+                    &a->req);
+      id = next++;
+      colls[id] = std::move(a);
+      if (threadOk && !progThread.joinable())
+        progThread = std::thread([this] { progressLoop(); });
+    }
+    cv.notify_all();
+    return id;
+  }
+  /// Blocking: allToAllStart + wait (one ordered sequence of all-to-alls).
+  Status allToAll(const std::vector<std::vector<float>> &send,
+                  std::vector<std::vector<float>> &recv, Group g) override {
+    auto h = allToAllStart(send, recv, g);
+    if (!h)
+      return h.status();
+    return wait(*h);
   }
   int worldRank() const override { return wrank; }
   int worldSize() const override { return wsize; }
@@ -161,6 +210,8 @@ public:
     return next++;
   }
   Status wait(RequestId id) override {
+    if (isColl(id))
+      return waitColl(id);
     auto it = reqs.find(id);
     if (it == reqs.end())
       return Status::ok();
@@ -174,6 +225,14 @@ public:
     return Status::ok();
   }
   bool test(RequestId id) override {
+    if (isColl(id)) {
+      std::lock_guard<std::mutex> lk(mu);
+      auto it = colls.find(id);
+      if (it == colls.end())
+        return true;
+      pump();
+      return it->second->phase == 2;
+    }
     auto it = reqs.find(id);
     if (it == reqs.end())
       return true;
@@ -194,6 +253,10 @@ public:
       MPI_Test(&r.req, &done, MPI_STATUS_IGNORE);
       if (done)
         r.req = MPI_REQUEST_NULL; // completed: a later wait returns at once
+    }
+    if (!threadOk) {
+      std::lock_guard<std::mutex> lk(mu);
+      pump();
     }
   }
 
@@ -294,8 +357,135 @@ private:
   int wrank = 0, wsize = 1, P = 1, D = 1, E = 1, prank = 0, dpi = 0, epi = 0,
       tagUb = 32767;
   MPI_Comm pipe = MPI_COMM_NULL, dp = MPI_COMM_NULL, ep = MPI_COMM_NULL;
+  MPI_Comm pipeData = MPI_COMM_NULL, dpData = MPI_COMM_NULL,
+           epData = MPI_COMM_NULL, worldData = MPI_COMM_NULL;
+  MPI_Comm dataComm(Group g) const {
+    switch (g) {
+    case Group::DataParallel:
+      return dpData;
+    case Group::Pipeline:
+      return pipeData;
+    case Group::Expert:
+      return epData;
+    case Group::World:
+      break;
+    }
+    return worldData;
+  }
   std::map<RequestId, Req> reqs;
   RequestId next = 1;
+
+  /// One non-blocking all-to-all: phase 0 counts in flight, 1 data in
+  /// flight, 2 done.
+  struct A2A {
+    MPI_Comm comm = MPI_COMM_NULL, dataComm = MPI_COMM_NULL;
+    int size = 0, phase = 0;
+    std::vector<int> sc, rc, sd, rd;
+    std::vector<float> sb, rb;
+    std::vector<std::vector<float>> *recv = nullptr;
+    MPI_Request req = MPI_REQUEST_NULL;
+  };
+  std::map<RequestId, std::unique_ptr<A2A>> colls; ///< under `mu`
+  std::mutex mu;
+  std::condition_variable cv;
+  std::thread progThread;
+  bool stopThread = false, threadOk = false;
+
+  bool isColl(RequestId id) {
+    std::lock_guard<std::mutex> lk(mu);
+    return colls.count(id) > 0;
+  }
+  /// Advances every in-flight all-to-all (caller holds `mu`); true when all
+  /// are done. The data phases are posted in start order (an all-to-all
+  /// whose counts arrived waits for every earlier one to post its data), on
+  /// a duplicate of the group's communicator, so every rank issues the same
+  /// collective sequence on each communicator whichever thread posts and
+  /// whenever the counts arrive.
+  bool pump() {
+    bool all = true, earlierCounting = false;
+    for (auto &[id, a] : colls) {
+      if (a->phase == 0 && earlierCounting) {
+        all = false;
+        continue;
+      }
+      if (!advance(*a, earlierCounting))
+        all = false;
+    }
+    return all;
+  }
+  bool advance(A2A &a, bool &counting) {
+    if (a.phase == 0) {
+      int done = 0;
+      MPI_Test(&a.req, &done, MPI_STATUS_IGNORE);
+      if (!done) {
+        counting = true;
+        return false;
+      }
+      int rt = 0;
+      for (int k = 0; k < a.size; ++k) {
+        a.rd[size_t(k)] = rt;
+        rt += a.rc[size_t(k)];
+      }
+      a.rb.resize(size_t(rt) + 1);
+      MPI_Ialltoallv(a.sb.data(), a.sc.data(), a.sd.data(), MPI_FLOAT,
+                     a.rb.data(), a.rc.data(), a.rd.data(), MPI_FLOAT,
+                     a.dataComm, &a.req);
+      a.phase = 1;
+    }
+    if (a.phase == 1) {
+      int done = 0;
+      MPI_Test(&a.req, &done, MPI_STATUS_IGNORE);
+      if (!done)
+        return false;
+      a.phase = 2;
+    }
+    return true;
+  }
+  void progressLoop() {
+    std::unique_lock<std::mutex> lk(mu);
+    while (!stopThread) {
+      if (pump()) {
+        cv.wait(lk);
+        continue;
+      }
+      lk.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      lk.lock();
+    }
+  }
+  /// wait() for an all-to-all: test loop with the watchdog, then unpack.
+  Status waitColl(RequestId id) {
+    using Clock = std::chrono::steady_clock;
+    auto start = Clock::now();
+    for (long spin = 0;; ++spin) {
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        auto it = colls.find(id);
+        if (it == colls.end())
+          return Status::ok();
+        A2A &a = *it->second;
+        pump();
+        if (a.phase == 2) {
+          auto &recv = *a.recv;
+          recv.assign(size_t(a.size), {});
+          for (int k = 0; k < a.size; ++k)
+            recv[size_t(k)].assign(a.rb.begin() + a.rd[size_t(k)],
+                                   a.rb.begin() + a.rd[size_t(k)] +
+                                       a.rc[size_t(k)]);
+          colls.erase(it);
+          return Status::ok();
+        }
+      }
+      if (spin > 200)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if ((spin & 255) == 0 && timeoutS > 0 &&
+          std::chrono::duration<double>(Clock::now() - start).count() >
+              timeoutS)
+        return Status::error("timed out after " + std::to_string(timeoutS) +
+                             " s waiting for an all-to-all: a peer has died "
+                             "or hangs");
+    }
+  }
 
   MPI_Comm comm(Group g) const {
     switch (g) {

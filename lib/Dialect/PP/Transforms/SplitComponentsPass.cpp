@@ -44,24 +44,72 @@ struct SplitComponentsPass
       op->setAttr("pp.span", b.getStrArrayAttr({"dispatch", "mlp", "combine"}));
   }
 
-  void runOnStage(StageOp stage) {
+  /// Gives every op of `ops` (a function body in order) that `tag` left
+  /// untagged — gradient accumulations and zero constants carry no
+  /// nn.layer — the component and layer of the op before it, or at the
+  /// start of the body of the first tagged op after it. So each function's
+  /// ops form runs per (layer, component) and every op has both.
+  void fillUntagged(ArrayRef<Operation *> ops) {
+    Operation *prev = nullptr;
+    SmallVector<Operation *> head;
+    auto copy = [&](Operation *to, Operation *from) {
+      to->setAttr("pp.component", from->getAttr("pp.component"));
+      to->setAttr("pp.layer", from->getAttr("pp.layer"));
+    };
+    for (Operation *op : ops) {
+      if (op->hasAttr("pp.component")) {
+        if (!prev)
+          for (Operation *h : head)
+            copy(h, op);
+        prev = op;
+        continue;
+      }
+      if (prev)
+        copy(op, prev);
+      else
+        head.push_back(op);
+    }
+  }
+
+  static SmallVector<Operation *> bodyOps(func::FuncOp fn) {
+    SmallVector<Operation *> ops;
+    if (fn.getBody().empty())
+      return ops;
+    for (Operation &op : fn.front().without_terminator())
+      ops.push_back(&op);
+    return ops;
+  }
+
+  LogicalResult runOnStage(StageOp stage) {
     auto fwd = dyn_cast_or_null<func::FuncOp>(
         SymbolTable::lookupSymbolIn(stage, "forward"));
-    if (!fwd)
-      return;
+    if (!fwd) {
+      stage.emitOpError("has no @forward to split into components");
+      return failure();
+    }
+    SmallVector<Operation *> fwdOps = bodyOps(fwd);
     // Local layer index, in order of first appearance.
     std::map<int64_t, int64_t> local;
     std::vector<SmallVector<Operation *>> layerOps;
-    fwd.walk([&](Operation *op) {
+    for (Operation *op : fwdOps) {
       if (auto l = layerOf(op)) {
         auto [it, fresh] = local.emplace(*l, (int64_t)local.size());
         if (fresh)
           layerOps.emplace_back();
         layerOps[it->second].push_back(op);
       }
-    });
+    }
+    if (layerOps.empty()) {
+      stage.emitWarning("no op of @forward has nn.layer: nothing to split "
+                        "into components");
+      return success();
+    }
     std::vector<std::vector<std::string>> comps(layerOps.size());
     for (auto [li, ops] : llvm::enumerate(layerOps)) {
+      // attn: up to the residual add after nn.attention, and in an MoE layer
+      // everything before the nn.moe (the pre-MoE norm feeds the router,
+      // which must run before the dispatch); mlp: the nn.moe and the rest;
+      // combine: what follows the nn.moe (the residual add).
       int moe = -1, attn = -1, split = -1;
       for (auto [i, op] : llvm::enumerate(ops)) {
         if (moe < 0 && isa<nn::MoEOp>(op))
@@ -93,6 +141,7 @@ struct SplitComponentsPass
       else if (hasMlp)
         comps[li].push_back("mlp");
     }
+    fillUntagged(fwdOps);
     // Forward parameter index -> component of its first tagged user.
     std::map<unsigned, StringRef> paramComp;
     for (BlockArgument a : fwd.getArguments())
@@ -107,53 +156,76 @@ struct SplitComponentsPass
           SymbolTable::lookupSymbolIn(stage, name));
       if (!fn)
         continue;
+      auto paramCompOf = [&](std::optional<int64_t> idx)
+          -> std::optional<StringRef> {
+        if (!idx)
+          return std::nullopt;
+        if (auto it = paramComp.find(*idx); it != paramComp.end())
+          return it->second;
+        return std::nullopt;
+      };
+      // The component of the forward op whose parameter `op` reads or whose
+      // parameter gradient it returns.
       auto linked = [&](Operation *op) -> std::optional<StringRef> {
         if (isMoE(op))
           return StringRef("mlp");
         for (Value v : op->getOperands())
           if (auto a = dyn_cast<BlockArgument>(v);
-              a && a.getOwner() == &fn.front())
-            if (auto idx = fn.getArgAttrOfType<IntegerAttr>(a.getArgNumber(),
-                                                            "pp.arg");
-                idx && fn.getArgAttrOfType<StringAttr>(a.getArgNumber(),
-                                                       "pp.role") &&
-                fn.getArgAttrOfType<StringAttr>(a.getArgNumber(), "pp.role")
-                        .getValue() == "param")
-              if (auto it = paramComp.find(idx.getInt()); it != paramComp.end())
-                return it->second;
+              a && a.getOwner() == &fn.front()) {
+            auto role =
+                fn.getArgAttrOfType<StringAttr>(a.getArgNumber(), "pp.role");
+            auto idx =
+                fn.getArgAttrOfType<IntegerAttr>(a.getArgNumber(), "pp.arg");
+            if (role && role.getValue() == "param" && idx)
+              if (auto c = paramCompOf(idx.getInt()))
+                return c;
+          }
         for (Value r : op->getResults())
           for (OpOperand &use : r.getUses())
             if (isa<func::ReturnOp>(use.getOwner()))
               if (auto idx = fn.getResultAttrOfType<IntegerAttr>(
                       use.getOperandNumber(), "pp.arg"))
-                if (auto it = paramComp.find(idx.getInt());
-                    it != paramComp.end())
-                  return it->second;
+                if (auto c = paramCompOf(idx.getInt()))
+                  return c;
         return std::nullopt;
       };
-      SmallVector<Operation *> ops;
-      fn.walk([&](Operation *op) {
-        if (layerOf(op) && local.count(*layerOf(op)))
-          ops.push_back(op);
-      });
-      std::map<int64_t, StringRef> last; // per local layer
-      SmallVector<Operation *> untagged;
+      SmallVector<Operation *> ops = bodyOps(fn);
+      // Ops of a layer: the linked component, else that of the op before it
+      // in its layer, else (none before) that of the next one after it.
+      std::map<int64_t, StringRef> last;                      // per layer
+      std::map<int64_t, SmallVector<Operation *>> pending;   // per layer
       for (Operation *op : ops) {
-        int64_t li = local[*layerOf(op)];
+        std::optional<int64_t> l = layerOf(op);
+        if (!l)
+          continue;
+        auto lit = local.find(*l);
+        if (lit == local.end()) {
+          op->emitOpError() << "belongs to layer " << *l << " (nn.layer) but "
+                            << "@forward of its stage has no op of that layer";
+          return failure();
+        }
+        int64_t li = lit->second;
         std::optional<StringRef> c = linked(op);
         if (!c && last.count(li))
           c = last[li];
         if (!c) {
-          untagged.push_back(op);
+          pending[li].push_back(op);
           continue;
         }
         last[li] = *c;
+        for (Operation *p : pending[li])
+          tag(p, *c, li);
+        pending[li].clear();
         tag(op, *c, li);
       }
-      for (Operation *op : untagged) {
-        int64_t li = local[*layerOf(op)];
-        tag(op, last.count(li) ? last[li] : StringRef(comps[li].front()), li);
-      }
+      // A layer with no op linked to a parameter: its first component in
+      // backward order.
+      for (auto &[li, ops] : pending)
+        for (Operation *op : ops)
+          tag(op, comps[li].back() == "combine" ? StringRef("mlp")
+                                                : StringRef(comps[li].back()),
+              li);
+      fillUntagged(ops);
     }
     Builder b(stage.getContext());
     SmallVector<Attribute> layers;
@@ -162,10 +234,22 @@ struct SplitComponentsPass
       layers.push_back(b.getStrArrayAttr(refs));
     }
     stage->setAttr("pp.components", b.getArrayAttr(layers));
+    return success();
   }
 
   void runOnOperation() override {
-    getOperation().walk([&](StageOp stage) { runOnStage(stage); });
+    bool ok = true, any = false;
+    getOperation().walk([&](StageOp stage) {
+      any = true;
+      if (failed(runOnStage(stage)))
+        ok = false;
+    });
+    if (!any)
+      getOperation().emitWarning(
+          "no pp.stage to split into components (run --pp-partition and "
+          "--pp-split-backward first)");
+    if (!ok)
+      signalPassFailure();
   }
 };
 } // namespace

@@ -14,7 +14,10 @@
 //   W      adds ParamGrad into the parameter's gradient accumulator; frees the
 //          stash of (copy, stage, mb).
 //   BW     B then W fused (the stage's backward function, or B then W).
-//   FB     Overlap: F then the backward member, one trace event.
+//   FB     Overlap: F then the backward member, one trace event; when both
+//          members' functions have components (and fuseOverlap), the two
+//          run interleaved so each one's all-to-alls are in flight while
+//          the other computes (same bits as F then B).
 //   Send / Recv  point-to-point; receives are posted `recvLookahead`
 //          actions ahead and waited for only by the compute that needs them.
 //   GradReduce   DualPipe: pairwise sum of the two copies' gradients.
@@ -139,6 +142,10 @@ struct ExecutorOptions {
   /// first local parameter's gradient gets a NaN).
   int64_t injectNanStep = 0;
   int64_t injectNanMb = 0;
+  /// Run the members of an Overlap action interleaved when the program
+  /// has components for them (docs/runtime.md, "Fused overlap");
+  /// false (pipeforge-run --no-fuse): F then B as without components.
+  bool fuseOverlap = true;
 };
 
 struct StepStats {

@@ -22,6 +22,7 @@
 #include "pipeforge/rt/Transport.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,41 @@ bool isMoEOp(const std::string &op);
 /// expert gradient results are written to the first El experts' worth of
 /// their buffers. Host-visible memory only.
 Status runMoEParallel(const KernelCall &call, Transport &tr);
+
+/// One moe kernel run in phases so that other work can run while its
+/// all-to-alls are in flight: begin() routes and posts the dispatch; each
+/// next() waits for the all-to-all in flight, computes, and posts the next
+/// one (the last phase posts nothing). moe: 3 phases (dispatch, combine),
+/// moe_bwd_input: 5 (dispatch and combine of the recomputed forward, dy rows
+/// to the owners, dx rows back), moe_bwd_weight: 4. runMoEParallel runs the
+/// phases back to back; a phased run computes the same bits. The call's
+/// buffers must stay valid and untouched until done(). Collective over
+/// Group::Expert: every rank of the group must post its all-to-alls in the
+/// same order.
+class MoEPhased {
+public:
+  static Expected<std::unique_ptr<MoEPhased>> begin(const KernelCall &call,
+                                                    Transport &tr);
+  ~MoEPhased();
+  bool done() const;
+  /// The next phase (waits for the all-to-all in flight first).
+  Status next();
+  /// What is in flight ("dispatch", "combine", ...), or null.
+  const char *inFlight() const;
+  /// One completed all-to-all: post time, wait entered, wait returned
+  /// (steady clock seconds); appended by next().
+  struct CommTiming {
+    const char *what;
+    double posted, waitStart, waitEnd;
+  };
+  std::vector<CommTiming> timings;
+
+  struct State;
+
+private:
+  MoEPhased();
+  std::unique_ptr<State> st;
+};
 
 /// The dispatch bookkeeping (exposed for tests). `topIdx` [N*K] expert per
 /// assignment, `kept` [N*K] (capacity), `expertsPerRank` El, `ranks` E.

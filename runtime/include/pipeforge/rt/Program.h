@@ -95,6 +95,19 @@ struct Kernel {
   std::vector<int32_t> outputs; ///< value ids (-1: an absent optional result)
 };
 
+/// A run of a function's kernels that forms one component of one layer
+/// (from --pp-split-components): "attn" or "mlp" (an nn.moe kernel's "mlp"
+/// spans its dispatch and combine all-to-alls). Components tile the kernel
+/// list in order; the executor interleaves the components of an overlapped
+/// F&B pair (DeepSeek's per-layer order) when every function of both
+/// members has them.
+struct ComponentRange {
+  std::string kind;  ///< "attn" | "mlp"
+  int32_t layer = 0; ///< layer index within the stage
+  int32_t begin = 0; ///< first kernel
+  int32_t end = 0;   ///< one past the last kernel
+};
+
 /// A stage body in SSA form: values are numbered 0..values.size()-1; every
 /// value is defined exactly once, by an argument or a kernel output, before
 /// it is read. `buffer[v]` is the buffer that holds value v (values whose
@@ -106,6 +119,7 @@ struct Function {
   std::vector<Kernel> kernels;
   std::vector<int32_t> buffer;
   std::vector<int64_t> bufferBytes;
+  std::vector<ComponentRange> components; ///< empty: not split
 
   bool empty() const { return kernels.empty() && args.empty(); }
 };

@@ -113,6 +113,23 @@ public:
     recv = send;
     return Status::ok();
   }
+  /// Non-blocking all-to-all (same data movement as allToAll): posts the
+  /// exchange and returns a handle; `recv` (which must stay alive) is filled
+  /// when wait(handle) returns. The send data is copied at the call. Every
+  /// rank of the group must start its all-to-alls in the same order (MPI
+  /// collective ordering). Default: the blocking allToAll, handle 0 (wait(0)
+  /// returns at once).
+  virtual Expected<RequestId>
+  allToAllStart(const std::vector<std::vector<float>> &send,
+                std::vector<std::vector<float>> &recv, Group g) {
+    if (Status s = allToAll(send, recv, g); !s)
+      return s;
+    return RequestId(0);
+  }
+  /// Whether all-to-alls started with allToAllStart advance without calls
+  /// into the transport (a progress thread); otherwise the caller should
+  /// call progress() between compute kernels.
+  virtual bool asyncProgress() const { return false; }
   virtual Status barrier(Group g) = 0;
   /// Gathers one string per world rank on world rank 0 (empty elsewhere).
   virtual Expected<std::vector<std::string>>

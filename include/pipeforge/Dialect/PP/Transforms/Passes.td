@@ -162,14 +162,21 @@ def PPSplitComponents : Pass<"pp-split-components", "::mlir::ModuleOp"> {
     `@backward` with `pp.component` ("attn", "mlp" or "combine") and
     `pp.layer` (the index of the op's `nn.layer` among the stage's layers).
     In a layer, the ops up to the residual add after `nn.attention` are
-    `attn`; an `nn.moe` (and its gradient ops) is `mlp` and additionally
-    carries `pp.span = ["dispatch", "mlp", "combine"]` (routing + token
-    exchange, experts, exchange back + weighted sum); ops after it are
-    `combine`; the rest `mlp`. A gradient op gets the component of the
-    forward op whose parameter it reads (or whose parameter gradient it
-    returns), else that of the op before it in its layer. Numerics are
-    unchanged (attributes only). Each stage gets `pp.components`: per layer,
-    its components in forward order, e.g.
+    `attn` (in an MoE layer, every op before the `nn.moe`: the pre-MoE norm
+    feeds the router); an `nn.moe` (and its gradient ops) is `mlp` and
+    additionally carries `pp.span = ["dispatch", "mlp", "combine"]`
+    (routing + token exchange, experts, exchange back + weighted sum); ops
+    after it are `combine`; the rest `mlp`. A gradient op gets the
+    component of the forward op whose parameter it reads (or whose
+    parameter gradient it returns), else that of the op before it in its
+    layer, else of the next one. Ops without `nn.layer` (gradient sums,
+    zero constants) take the tags of the op before them (at the start of a
+    body: the first tagged op), so every op of every function is tagged and
+    each function is a sequence of runs per (layer, component). Errors: a
+    stage without `@forward`, a backward op of a layer `@forward` lacks.
+    Warnings: a `@forward` without `nn.layer`, a module without
+    `pp.stage`. Numerics are unchanged (attributes only). Each stage gets
+    `pp.components`: per layer, its components in forward order, e.g.
     `[["attn", "dispatch", "mlp", "combine"], ["attn", "mlp"]]`.
   }];
 }
