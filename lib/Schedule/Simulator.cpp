@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Schedule/Simulator.h"
+#include "pipeforge/Schedule/PairOrder.h"
 
 #include "Deps.h"
 
@@ -68,48 +69,6 @@ double CostModel::memDelta(WorkKind k, int stage) const {
   return 0;
 }
 
-
-namespace {
-/// The components of one work (F, B or BW of one stage) split by layer.
-/// Compute: attention and MLP (B: input-gradient parts; W: weight parts);
-/// comm: dispatch and combine all-to-alls.
-struct Parts {
-  int layers = 1;         ///< >= 1 (a dense stage is one layer, no comm)
-  double attn = 0, mlp = 0; ///< per layer: F, or B's input-gradient part
-  double attnW = 0, mlpW = 0; ///< per layer: BW's weight-gradient part
-  double a2a = 0;           ///< per all-to-all
-};
-
-Parts splitWork(const CostModel &cost, const Work &w, double scale) {
-  Parts p;
-  int L = cost.moeLayers(w.stage);
-  p.layers = std::max(1, L);
-  p.a2a = (L > 0 && w.kind != WorkKind::W) ? cost.a2aTime(w.stage) : 0;
-  double sh = std::min(1.0, std::max(0.0, cost.attnShare));
-  double c = cost.timeOf(w.kind, w.stage) * scale, cw = 0;
-  if (w.kind == WorkKind::BW) {
-    double tb = cost.timeOf(WorkKind::B, w.stage);
-    double tw = cost.timeOf(WorkKind::W, w.stage);
-    double frac = tb + tw > 0 ? tb / (tb + tw) : 1;
-    cw = c * (1 - frac);
-    c = c * frac;
-  }
-  p.attn = c * sh / p.layers;
-  p.mlp = c * (1 - sh) / p.layers;
-  p.attnW = cw * sh / p.layers;
-  p.mlpW = cw * (1 - sh) / p.layers;
-  return p;
-}
-
-/// One component to place on a resource.
-struct Comp {
-  double dur;
-  bool comm;
-  int dep1 = -1, dep2 = -1; ///< indices of earlier components
-  uint8_t which = 0, member = 0; ///< A2A: 0 dispatch 1 combine; member
-  int32_t layer = 0;
-};
-} // namespace
 
 namespace {
 using namespace detail;
@@ -512,31 +471,27 @@ double Replay::runComponents(int32_t r, size_t i, const Action &a,
                  cost.timeOf(a.work2.kind, a.work2.stage);
     scale = sum > 0 ? cost.tfb / sum : 0;
   }
-  std::vector<Comp> cs;
-  auto add = [&](double dur, bool comm, int d1, int d2, int which, int member,
-                 int layer) {
-    Comp c;
-    c.dur = dur;
-    c.comm = comm;
-    c.dep1 = d1;
-    c.dep2 = d2;
-    c.which = static_cast<uint8_t>(which);
-    c.member = static_cast<uint8_t>(member);
-    c.layer = layer;
-    cs.push_back(c);
-    return static_cast<int>(cs.size()) - 1;
-  };
+  std::vector<PairComp> cs;
   bool fused = pair && cost.overlapComm && cost.fusePairs;
   if (!fused) {
     // Serial: every component waits for the one before it.
     int prev = -1;
     auto chain = [&](double dur, bool comm, int which, int member,
-                     int layer) { prev = add(dur, comm, prev, -1, which,
-                                             member, layer); };
+                     int layer) {
+      PairComp c;
+      c.dur = dur;
+      c.comm = comm;
+      c.dep1 = prev;
+      c.which = static_cast<uint8_t>(which);
+      c.member = static_cast<uint8_t>(member);
+      c.layer = layer;
+      cs.push_back(c);
+      prev = static_cast<int>(cs.size()) - 1;
+    };
     const Work *ws[2] = {&a.work, pair ? &a.work2 : nullptr};
     for (int m = 0; m < 2 && ws[m]; ++m) {
       const Work &w = *ws[m];
-      Parts p = splitWork(cost, w, scale);
+      WorkParts p = splitWork(cost, w, scale);
       for (int l = 0; l < p.layers; ++l) {
         if (w.kind == WorkKind::F) {
           chain(p.attn, false, 0, m, l);
@@ -556,75 +511,29 @@ double Replay::runComponents(int32_t r, size_t i, const Action &a,
       }
     }
   } else {
-    // DeepSeek's per-layer order (DOMAIN.md): combine(B), attn(F), mlp(B),
-    // dispatch(F), dispatch(B), mlp(W), mlp(F), attn(B), attn(W),
-    // combine(F). Layer k pairs F's k-th layer with the backward's k-th
-    // (in its own, reversed, order); a member with fewer layers has empty
-    // components there.
-    Parts pf = splitWork(cost, a.work, scale);
-    Parts pb = splitWork(cost, a.work2, scale);
-    int n = std::max(pf.layers, pb.layers);
-    int lastF = -1, lastB = -1;
-    for (int l = 0; l < n; ++l) {
-      bool hf = l < pf.layers, hb = l < pb.layers;
-      auto f = [&](double v) { return hf ? v : 0.0; };
-      auto b = [&](double v) { return hb ? v : 0.0; };
-      int combB = add(b(pb.a2a), true, lastB, -1, 1, 1, l);
-      int attnF = add(f(pf.attn), false, lastF, -1, 0, 0, l);
-      int mlpB = add(b(pb.mlp), false, combB, -1, 0, 1, l);
-      int dispF = add(f(pf.a2a), true, attnF, -1, 0, 0, l);
-      int dispB = add(b(pb.a2a), true, mlpB, -1, 0, 1, l);
-      add(b(pb.mlpW), false, combB, -1, 0, 1, l);
-      int mlpF = add(f(pf.mlp), false, dispF, -1, 0, 0, l);
-      int attnB = add(b(pb.attn), false, dispB, -1, 0, 1, l);
-      add(b(pb.attnW), false, dispB, -1, 0, 1, l);
-      int combF = add(f(pf.a2a), true, mlpF, -1, 1, 0, l);
-      lastF = combF;
-      lastB = attnB;
-    }
+    // DeepSeek's per-layer order (DOMAIN.md; PairOrder.h). Layer k pairs
+    // F's k-th layer with the backward's k-th (in its own, reversed,
+    // order); a member with fewer layers has empty components there.
+    cs = fusedPairComponents(cost, a.work, a.work2, deepSeekPairOrder(),
+                             scale);
   }
-  // List scheduling in the given order: compute and comm each run their
-  // components in order; a component starts when its resource is free and
-  // its dependencies are done.
-  std::vector<double> endOf(cs.size(), start);
-  double computeFree = start, end = start;
-  busy = 0;
+  // List scheduling in the given order on compute and rank r's comm
+  // channel (PairOrder.h); its segments become the comm intervals.
+  PairBreakdown bd;
+  double end = listSchedulePair(cs, start, commFree[r], cost.overlapComm, &bd);
   RankStats &st = stats[r];
-  double exposed = 0;
-  for (size_t k = 0; k < cs.size(); ++k) {
-    const Comp &c = cs[k];
-    double ready = start;
-    if (c.dep1 >= 0)
-      ready = std::max(ready, endOf[c.dep1]);
-    if (c.dep2 >= 0)
-      ready = std::max(ready, endOf[c.dep2]);
-    if (c.dur <= 0) {
-      endOf[k] = ready; // an empty component passes its dependency on
-      continue;
-    }
-    if (c.comm) {
-      endOf[k] = occupyComm(r, ready, c.dur);
-      addComm(r, i, endOf[k] - c.dur, endOf[k], CommInterval::A2A, c.which,
-              c.member, c.layer);
+  for (const PairSegment &sg : bd.segments) {
+    if (sg.exposed) {
+      addComm(r, i, sg.start, sg.end, CommInterval::ExposedA2A);
     } else {
-      double s0 = std::max(ready, computeFree);
-      if (s0 > computeFree) {
-        // Compute idles only waiting for an all-to-all.
-        exposed += s0 - computeFree;
-        addComm(r, i, computeFree, s0, CommInterval::ExposedA2A);
-      }
-      endOf[k] = s0 + c.dur;
-      computeFree = endOf[k];
-      busy += c.dur;
+      st.commBusy += sg.dur;
+      addComm(r, i, sg.start, sg.end, CommInterval::A2A, sg.which, sg.member,
+              sg.layer);
     }
-    end = std::max(end, endOf[k]);
   }
-  if (end > computeFree) {
-    exposed += end - computeFree;
-    addComm(r, i, computeFree, end, CommInterval::ExposedA2A);
-  }
-  st.exposedA2A += exposed;
-  st.exposedComm += exposed;
+  busy = bd.busy;
+  st.exposedA2A += bd.exposed;
+  st.exposedComm += bd.exposed;
   return end;
 }
 

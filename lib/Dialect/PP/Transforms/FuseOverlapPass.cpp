@@ -8,6 +8,7 @@
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
 #include "pipeforge/Dialect/PP/Transforms/ScheduleConversion.h"
+#include "pipeforge/Schedule/PairOrder.h"
 #include "pipeforge/Schedule/Verify.h"
 
 #include "mlir/IR/Verifier.h"
@@ -263,8 +264,60 @@ struct FuseOverlapPass : public pp::impl::PPFuseOverlapBase<FuseOverlapPass> {
     }
   }
 
+  /// search=true: the fastest per-layer order of pair `o` under the
+  /// simulator's communication model; records pp.order and pp.predicted.
+  LogicalResult searchOrder(OverlapOp o, const Layers &fl, const Layers &bl,
+                            bool full, std::vector<Step> &out) {
+    // A stage is MoE (its layers each with a dispatch and a combine) when
+    // any of its layers has an all-to-all; stage 0 = F, 1 = backward.
+    auto moeLayers = [](const Layers &ls) {
+      for (const auto &l : ls)
+        if (llvm::any_of(l, isComm))
+          return (int)ls.size();
+      return 0;
+    };
+    sched::CostModel c;
+    c.tf = tf;
+    c.tb = tb;
+    c.tw = tw;
+    c.tA2A = ta2a;
+    c.attnShare = attnShare;
+    c.overlapComm = true;
+    c.moeLayersStage = {moeLayers(fl), moeLayers(bl)};
+    double fused = 0;
+    std::vector<sched::PairStep> best =
+        sched::searchPairOrder(c, 0, 1, full, &fused);
+    double def =
+        sched::fusedPairTime(c, 0, 1, full, sched::deepSeekPairOrder());
+    double serial = sched::serialPairTime(c, 0, 1, full);
+    std::string text = sched::pairOrderToString(best);
+    auto steps = parseOrder(text, o);
+    if (failed(steps))
+      return failure();
+    out = std::move(*steps);
+    MLIRContext *ctx = o.getContext();
+    Builder b(ctx);
+    o->setAttr("pp.order", b.getStringAttr(text));
+    o->setAttr("pp.predicted",
+               b.getDictionaryAttr(
+                   {b.getNamedAttr("default", b.getF64FloatAttr(def)),
+                    b.getNamedAttr("fused", b.getF64FloatAttr(fused)),
+                    b.getNamedAttr("unfused", b.getF64FloatAttr(serial))}));
+    return success();
+  }
+
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
+    if (search && !order.empty()) {
+      getOperation().emitError("order and search are exclusive");
+      return signalPassFailure();
+    }
+    if (search && (ta2a < 0 || tf < 0 || tb < 0 || tw < 0 ||
+                   attnShare < 0 || attnShare > 1)) {
+      getOperation().emitError(
+          "search: times must be >= 0 and attn-share in [0, 1]");
+      return signalPassFailure();
+    }
     auto ord = parseOrder(order.empty() ? StringRef(kDeepSeekOrder)
                                         : StringRef(order),
                           getOperation());
@@ -297,10 +350,13 @@ struct FuseOverlapPass : public pp::impl::PPFuseOverlapBase<FuseOverlapPass> {
           const Layers &bl = layersOf(members[1]);
           o.setFLayersAttr(layersAttr(ctx, fl));
           o.setBLayersAttr(layersAttr(ctx, bl));
+          bool full = members[1].getKind() == WorkKind::BW;
+          std::vector<Step> chosen = *ord;
+          if (search && failed(searchOrder(o, fl, bl, full, chosen)))
+            return signalPassFailure();
           OpBuilder b = OpBuilder::atBlockEnd(&o.getBody().front());
-          ProgramBuilder pb(b, o.getLoc(), fl, bl,
-                            members[1].getKind() == WorkKind::BW);
-          int exposed = pb.build(*ord);
+          ProgramBuilder pb(b, o.getLoc(), fl, bl, full);
+          int exposed = pb.build(chosen);
           o->setAttr("pp.exposed_comm",
                      IntegerAttr::get(IntegerType::get(ctx, 64), exposed));
         }

@@ -198,12 +198,26 @@ def PPFuseOverlap : Pass<"pp-fuse-overlap", "::mlir::ModuleOp"> {
     past another message, so each rank's message order and hence the
     deadlock-freedom proof are unchanged). The result is verified (op
     verifiers and the schedule library's --pp-verify-schedule checks).
+    With `search`, each pair's per-layer order is the fastest under the
+    simulator's communication model (sched::searchPairOrder with `ta2a`,
+    `tf`, `tb`, `tw`, `attn-share`; ties keep DeepSeek's), recorded as
+    `pp.order` with `pp.predicted = {default, fused, unfused}` times.
   }];
   let dependentDialects = ["::pipeforge::pp::PPDialect"];
   let options = [
     Option<"order", "order", "std::string", /*default=*/"\"\"",
            "Per-layer order as comp:part list, e.g. combine:B,attn:F,... "
            "(empty: DeepSeek's)">,
+    Option<"search", "search", "bool", /*default=*/"false",
+           "Pick each pair's per-layer order by the cost model "
+           "(exclusive with order)">,
+    Option<"ta2a", "ta2a", "double", "0.0",
+           "search: time of one dispatch or combine of one layer">,
+    Option<"tf", "tf", "double", "1.0", "search: time of a forward F">,
+    Option<"tb", "tb", "double", "1.0", "search: time of a backward B">,
+    Option<"tw", "tw", "double", "1.0", "search: time of a weight-gradient W">,
+    Option<"attnShare", "attn-share", "double", "0.5",
+           "search: attention's share of a layer's compute">,
     Option<"layers", "layers", "int", /*default=*/"1",
            "Layers per stage when the stages carry no pp.components">,
     Option<"moe", "moe", "bool", /*default=*/"true",
