@@ -2,7 +2,7 @@
 # Fused overlap (docs/runtime.md, "Fused overlap"): trains examples/moe-tiny.json
 # with SCHEDULE on RANKS pipeline ranks x EP expert ranks, with components
 # in the program (pipeforge-rt-testprog --add-components, until
-# pipeforge-compile --pp-fuse-overlap writes them) so that each Overlap
+# pipeforge-compile --fuse-overlap writes them) so that each Overlap
 # action runs its F and B interleaved with the all-to-alls in flight.
 # Checks: fused == --no-fuse bitwise (weights and losses); fused without the
 # MPI progress thread (PIPEFORGE_MPI_PROGRESS_THREAD=0: the executor polls
