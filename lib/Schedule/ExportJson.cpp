@@ -35,6 +35,17 @@ Json actionJson(const Action &a, bool copies) {
     j["op"] = "FB";
     j["members"] = Json::array({workJson(a.work, copies),
                                 workJson(a.work2, copies)});
+    if (!a.pairOrder.empty()) {
+      Json o = Json::array();
+      for (const PairComponentStep &p : a.pairOrder)
+        o.push_back(Json::array(
+            {p.member == PairComponentStep::F   ? "F"
+             : p.member == PairComponentStep::B ? "B"
+                                                : "W",
+             p.kind == PairComponentStep::Attn ? "attn" : "mlp",
+             int(p.layer)}));
+      j["order"] = std::move(o);
+    }
     return j;
   }
   case ActionKind::Send:
@@ -156,8 +167,43 @@ Action parseAction(const Json &j, const std::string &where) {
     const Json &m = field(j, "members", where);
     if (!m.is_array() || m.size() != 2)
       throw ParseError{where + ": \"members\" must hold two works"};
-    return Action::overlap(parseWork(m[0], where + ".members[0]", "op"),
-                           parseWork(m[1], where + ".members[1]", "op"));
+    Action a = Action::overlap(parseWork(m[0], where + ".members[0]", "op"),
+                               parseWork(m[1], where + ".members[1]", "op"));
+    if (j.contains("order")) {
+      const Json &o = j.at("order");
+      if (!o.is_array())
+        throw ParseError{where + ": \"order\" must be an array"};
+      for (size_t i = 0; i < o.size(); ++i) {
+        const Json &e = o[i];
+        std::string at = where + ".order[" + std::to_string(i) + "]";
+        if (!e.is_array() || e.size() != 3 || !e[0].is_string() ||
+            !e[1].is_string() || !e[2].is_number_integer())
+          throw ParseError{at + ": expected [\"F\"|\"B\"|\"W\", "
+                                "\"attn\"|\"mlp\", layer]"};
+        std::string mem = e[0].get<std::string>(), k = e[1].get<std::string>();
+        int64_t layer = e[2].get<int64_t>();
+        PairComponentStep p;
+        if (mem == "F")
+          p.member = PairComponentStep::F;
+        else if (mem == "B")
+          p.member = PairComponentStep::B;
+        else if (mem == "W")
+          p.member = PairComponentStep::W;
+        else
+          throw ParseError{at + ": unknown member \"" + mem + "\""};
+        if (k == "attn")
+          p.kind = PairComponentStep::Attn;
+        else if (k == "mlp")
+          p.kind = PairComponentStep::Mlp;
+        else
+          throw ParseError{at + ": unknown component \"" + k + "\""};
+        if (layer < 0 || layer > 32767)
+          throw ParseError{at + ": layer out of range"};
+        p.layer = int16_t(layer);
+        a.pairOrder.push_back(p);
+      }
+    }
+    return a;
   }
   if (op == "SEND" || op == "RECV") {
     std::string pay = strField(j, "payload", where);

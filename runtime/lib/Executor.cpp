@@ -1053,26 +1053,81 @@ Status Executor::Impl::doOverlap(const Action &a, bool &fusedRun) {
     record(n, 0, segT0, t, "\"component\":1", "component");
   };
   bool poll = !tr.asyncProgress();
-  // Without expert parallelism nothing is posted: F then B.
-  FnRun *cur = E > 1 ? &rb : &rf, *oth = E > 1 ? &rf : &rb;
-  while (!rf.done() || !rb.done()) {
-    if (cur->done())
-      std::swap(cur, oth);
-    int ci = compOf(*cur);
-    if (cur != segR || ci != segC) {
+  // One step of r (trace segment bookkeeping, polling).
+  auto stepOnce = [&](FnRun &r, bool &posted) -> Status {
+    int ci = compOf(r);
+    if (&r != segR || ci != segC) {
       double t = nowS();
       closeSeg(t);
-      segR = cur;
+      segR = &r;
       segC = ci;
       segT0 = t;
     }
-    bool posted = false;
-    if (Status s = fnStep(*cur, posted); !s)
+    if (Status s = fnStep(r, posted); !s)
       return s;
     if (poll)
       tr.progress();
-    if (posted && !oth->done())
-      std::swap(cur, oth);
+    return Status::ok();
+  };
+  if (!a.pairOrder.empty()) {
+    // The compiled order (Action::pairOrder, from the pp.component ops of
+    // the fused pp.overlap). A step (member, kind, layer) runs that
+    // member's kernels up to the end of the component's kernel range in
+    // the member's function (a member's kernels always run in its own
+    // order: whatever of it comes before the range runs first). A step
+    // ends early when the member has posted the last all-to-all of the
+    // component's last (moe) kernel: that all-to-all stays in flight across
+    // the component boundary (the IR's pp.comm_start ... pp.comm_wait) and
+    // is waited for when the member runs next. Other all-to-alls inside a
+    // component are waited for within it. W steps: the runtime's BW
+    // function has no separate W ranges (W is inside the B components), so
+    // they are no-ops after their B. Steps naming a range the function
+    // lacks are skipped. Whatever is left runs at the end, F first. The
+    // switch points depend only on the program.
+    auto rangeOf = [](const FnRun &r, const sched::PairComponentStep &p)
+        -> const ComponentRange * {
+      const char *k = p.kind == sched::PairComponentStep::Attn ? "attn" : "mlp";
+      for (const ComponentRange &cr : r.fn->components)
+        if (cr.kind == k && cr.layer == p.layer)
+          return &cr;
+      return nullptr;
+    };
+    for (const sched::PairComponentStep &p : a.pairOrder) {
+      if (p.member == sched::PairComponentStep::W)
+        continue;
+      FnRun &r = p.member == sched::PairComponentStep::F ? rf : rb;
+      const ComponentRange *cr = rangeOf(r, p);
+      if (!cr)
+        continue;
+      size_t end = size_t(std::max<int32_t>(cr->end, 0));
+      while (!r.done() && r.next < end) {
+        bool inRange = r.next >= size_t(std::max<int32_t>(cr->begin, 0));
+        bool posted = false;
+        if (Status s = stepOnce(r, posted); !s)
+          return s;
+        if (posted && inRange && r.next + 1 == end && r.moe &&
+            r.moe->phasesLeft() == 1)
+          break;
+      }
+    }
+    for (FnRun *r : {&rf, &rb})
+      while (!r->done()) {
+        bool posted = false;
+        if (Status s = stepOnce(*r, posted); !s)
+          return s;
+      }
+  } else {
+    // Without expert parallelism nothing is posted: F then B.
+    FnRun *cur = E > 1 ? &rb : &rf, *oth = E > 1 ? &rf : &rb;
+    while (!rf.done() || !rb.done()) {
+      if (cur->done())
+        std::swap(cur, oth);
+      bool posted = false;
+      if (Status s = stepOnce(*cur, posted); !s)
+        return s;
+      if (posted && !oth->done())
+        std::swap(cur, oth);
+    }
   }
   closeSeg(nowS());
   if (Status s = fnResults(rf); !s)

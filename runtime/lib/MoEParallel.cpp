@@ -507,6 +507,9 @@ struct MoEPhased::State {
 MoEPhased::MoEPhased() : st(std::make_unique<State>()) {}
 MoEPhased::~MoEPhased() = default;
 bool MoEPhased::done() const { return st->phase >= st->numPhases; }
+int MoEPhased::phasesLeft() const {
+  return st->phase >= st->numPhases ? 0 : st->numPhases - st->phase;
+}
 const char *MoEPhased::inFlight() const {
   return st->phase > 0 && !done() ? st->what : nullptr;
 }

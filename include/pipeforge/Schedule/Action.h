@@ -111,12 +111,32 @@ enum class ActionKind : uint8_t {
   GradReduce ///< DualPipe: sum this rank's two copies' weight grads with `peer`
 };
 
+/// One step of the compiled component order of a fused Overlap pair
+/// (pipeforge-compile --fuse-overlap): component `kind` of layer `layer` of
+/// member part `member`. All-to-alls are implied by the mlp components
+/// under expert parallelism.
+struct PairComponentStep {
+  enum Member : uint8_t { F = 0, B = 1, W = 2 }; ///< W: the BW member's W part
+  enum Kind : uint8_t { Attn = 0, Mlp = 1 };
+  uint8_t member = F;
+  uint8_t kind = Attn;
+  int16_t layer = 0;
+  friend bool operator==(const PairComponentStep &a,
+                         const PairComponentStep &b) {
+    return a.member == b.member && a.kind == b.kind && a.layer == b.layer;
+  }
+};
+
 struct Action {
   ActionKind kind = ActionKind::Compute;
   Work work;            ///< Compute / Overlap (F member) / message identity
   Work work2;           ///< Overlap: the backward member (B or BW)
   Payload payload = Payload::Activation; ///< Send / Recv
   int32_t peer = -1;    ///< Send / Recv / GradReduce: the other rank
+  /// Overlap only, optional: the compiled component order of the fused
+  /// pair (empty: the runtime's own policy). Ignored by operator== and by
+  /// everything that does not know it.
+  std::vector<PairComponentStep> pairOrder;
 
   static Action compute(Work w) {
     Action a;

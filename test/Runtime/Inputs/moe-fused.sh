@@ -26,7 +26,7 @@ if [ ! -f "$ref.w" ]; then
 fi
 base=$out/$sched-$ranks-ep$ep-$how
 if [ "$how" = compile ]; then
-  "$tools/pipeforge-compile" "$src/examples/moe-tiny.json" --schedule "$sched" --ranks "$ranks" --ep "$ep" --microbatches "$m" "${common[@]}" --fuse-overlap -o "$base-c.pfp"
+  "$tools/pipeforge-compile" "$src/examples/moe-tiny.json" --schedule "$sched" --ranks "$ranks" --ep "$ep" --microbatches "$m" "${common[@]}" --fuse-overlap --emit-mlir -o "$base-c.pfp" > "$base-c.mlir"
 else
   "$tools/pipeforge-compile" "$src/examples/moe-tiny.json" --schedule "$sched" --ranks "$ranks" --ep "$ep" --microbatches "$m" "${common[@]}" -o "$base.pfp"
   "$tools/pipeforge-rt-testprog" --add-components "$base.pfp" -o "$base-c.pfp"
@@ -45,7 +45,7 @@ echo "polling vs progress thread:"
 echo "fused vs reference:"
 paste -d' ' <(loss "$ref.log") <(loss "$base.fused.log") | awk '{ d = $4 - $8; if (d < 0) d = -d; if (d > 1e-5) { print "loss differs at step " $2 ": " $4 " vs " $8; bad = 1 } } END { exit bad }'
 "$tools/pipeforge-run" --compare-weights "$ref.w" "$base.fused.w" --rtol 1e-4 --atol 1e-5
-python3 - "$base.fused.json" <<'PY'
+python3 - "$base.fused.json" "$how" "$base-c.mlir" <<'PY'
 import json, sys
 ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X" and e["pid"] == 0]
 pairs = sorted((e for e in ev if e["tid"] == 0 and e.get("args", {}).get("fused")), key=lambda e: e["ts"])
@@ -58,4 +58,44 @@ for e in sorted((e for e in ev if e is not a and inside(e) and e["tid"] in (0, 1
         print("  compute", e["name"])
     elif e["tid"] == 1 and e.get("args", {}).get("a2a"):
         print("  post   ", e["name"])
+if sys.argv[2] == "compile":
+    # The runtime follows the compiled order (Action::pairOrder): the first
+    # appearance of each component of the pair in the trace is in the order
+    # of the pair's pp.component ops in the IR (W steps: inside B).
+    import re
+    seen = []
+    for e in sorted((e for e in ev if e is not a and inside(e) and e["tid"] == 0 and e.get("cat") == "component"), key=lambda e: e["ts"]):
+        if e["name"] not in seen:
+            seen.append(e["name"])
+    def lbl(kind, st, mb, copy):
+        return kind + st + "." + mb + ("@" + copy if copy and copy != "0" else "")
+    fm, bm = a["name"].split("+")
+    ir, rank, cur, members = [], None, None, []
+    for line in open(sys.argv[3]):
+        m = re.match(r"\s*pp\.rank_program (\d+)", line)
+        if m:
+            rank = int(m.group(1))
+        if rank != 0:
+            continue
+        if re.match(r"\s*pp\.overlap", line):
+            cur, members = [], []
+            continue
+        if cur is None:
+            continue
+        m = re.match(r"\s*pp\.compute (\w+) stage (\d+) mb (\d+)(?: copy (\d+))?", line)
+        if m:
+            members.append(lbl(*m.groups()))
+            continue
+        m = re.match(r"\s*pp\.component (\w) (\w+) layer (\d+)", line)
+        if m:
+            cur.append(m.groups())
+            continue
+        if re.match(r"\s*}", line):
+            if sorted(members) == sorted([fm, bm]):
+                ir = cur
+                break
+            cur = None
+    want = [(fm if k == "F" else bm) + " " + c + " L" + l for k, c, l in ir if k != "W"]
+    print("IR order of the pair:", len(want), "components")
+    print("trace order matches IR" if seen == want else "MISMATCH: trace %s vs IR %s" % (seen, want))
 PY

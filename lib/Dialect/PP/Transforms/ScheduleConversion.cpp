@@ -71,7 +71,25 @@ sched::Schedule pp::toLibrarySchedule(ScheduleOp op) {
         auto members = o.getBody().getOps<ComputeOp>();
         auto it = members.begin();
         sched::Work f = workOf(*it++);
-        actions.push_back(sched::Action::overlap(f, workOf(*it)));
+        sched::Action act = sched::Action::overlap(f, workOf(*it));
+        // A fused pair (--pp-fuse-overlap): its compute components in
+        // program order; the all-to-alls (pp.comm_start / pp.comm_wait) are
+        // implied by the mlp components under expert parallelism.
+        for (auto c : o.getBody().getOps<ComponentOp>()) {
+          if (c.getComponent() != ComponentKind::attn &&
+              c.getComponent() != ComponentKind::mlp)
+            continue;
+          sched::PairComponentStep p;
+          p.member = c.getKind() == WorkKind::F   ? sched::PairComponentStep::F
+                     : c.getKind() == WorkKind::W ? sched::PairComponentStep::W
+                                                  : sched::PairComponentStep::B;
+          p.kind = c.getComponent() == ComponentKind::attn
+                       ? sched::PairComponentStep::Attn
+                       : sched::PairComponentStep::Mlp;
+          p.layer = int16_t(c.getLayer());
+          act.pairOrder.push_back(p);
+        }
+        actions.push_back(std::move(act));
       } else if (auto snd = dyn_cast<SendOp>(a)) {
         sched::Work w = workOf(snd);
         actions.push_back(

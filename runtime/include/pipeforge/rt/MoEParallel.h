@@ -55,6 +55,8 @@ public:
                                                     Transport &tr);
   ~MoEPhased();
   bool done() const;
+  /// Phases still to run (0 when done).
+  int phasesLeft() const;
   /// The next phase (waits for the all-to-all in flight first).
   Status next();
   /// What is in flight ("dispatch", "combine", ...), or null.
