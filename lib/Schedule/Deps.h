@@ -113,6 +113,14 @@ std::string stepError(const Schedule &s, int32_t rank, size_t step,
 /// "F3.0 (rank 1, step 7)" or "F3.0 (absent)".
 std::string describeAt(const Work &w, const Loc &loc);
 
+/// Per message action: the channel it uses and its ordinal on that channel
+/// (the n-th Send, Recv or GradReduce of that channel in program order).
+struct CommSlot {
+  int32_t chan = -1;  ///< Send/Recv: src->dst; GradReduce: self->peer
+  int32_t other = -1; ///< GradReduce: peer->self
+  int32_t ordinal = -1;
+};
+
 /// Ranks blocked on keys (an item not yet produced, a message not yet
 /// matched): one intrusive list per key, so parking and waking are O(1)
 /// per rank. Used by the replays of the simulator and the verifier.

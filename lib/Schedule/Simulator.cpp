@@ -73,13 +73,6 @@ double CostModel::memDelta(WorkKind k, int stage) const {
 namespace {
 using namespace detail;
 
-/// Per action: the channel it uses and its ordinal on that channel.
-struct CommSlot {
-  int32_t chan = -1;  ///< Send/Recv: src->dst; GradReduce: self->peer
-  int32_t other = -1; ///< GradReduce: peer->self
-  int32_t ordinal = -1;
-};
-
 class Replay {
 public:
   Replay(const Schedule &s, const CostModel &cost)

@@ -20,12 +20,6 @@ namespace pipeforge::sched {
 namespace {
 using namespace detail;
 
-struct CommSlot {
-  int32_t chan = -1;  ///< Send/Recv: src->dst; GradReduce: self->peer
-  int32_t other = -1; ///< GradReduce: peer->self
-  int32_t ordinal = -1;
-};
-
 class Verifier {
 public:
   Verifier(const Schedule &s, const VerifyOptions &opts)
@@ -50,6 +44,24 @@ private:
   Step advance(int32_t r);
   void park(int32_t r, size_t key) { waits.park(r, key); }
   void wake(size_t key) { waits.wake(key, ready); }
+  /// Rendezvous: rank r arrives at message `ordinal` of its side of a
+  /// channel (counted in `mine[chan]`, waking the other side's waiters at
+  /// `wakeKey`), and may pass once the other side has arrived there too;
+  /// otherwise it parks on `parkKey`.
+  bool meet(int32_t r, std::vector<int32_t> &mine, int32_t chan,
+            size_t wakeKey, const int32_t &otherArrived, int32_t ordinal,
+            size_t parkKey) {
+    if (!arrived[r]) {
+      arrived[r] = 1;
+      ++mine[chan];
+      wake(wakeKey);
+    }
+    if (otherArrived <= ordinal) {
+      park(r, parkKey);
+      return false;
+    }
+    return true;
+  }
   std::string blockedReason(int32_t r) const;
   std::string whereIs(int32_t q) const;
 
@@ -435,37 +447,19 @@ Verifier::Step Verifier::advance(int32_t r) {
       break;
     }
     case ActionKind::Send:
-      if (!arrived[r]) {
-        arrived[r] = 1;
-        ++sendArr[sl.chan];
-        wake(recvWaitBase + sl.chan);
-      }
-      if (recvArr[sl.chan] <= sl.ordinal) {
-        park(r, sendWaitBase + sl.chan);
+      if (!meet(r, sendArr, sl.chan, recvWaitBase + sl.chan, recvArr[sl.chan],
+                sl.ordinal, sendWaitBase + sl.chan))
         return Step::Blocked;
-      }
       break;
     case ActionKind::Recv:
-      if (!arrived[r]) {
-        arrived[r] = 1;
-        ++recvArr[sl.chan];
-        wake(sendWaitBase + sl.chan);
-      }
-      if (sendArr[sl.chan] <= sl.ordinal) {
-        park(r, recvWaitBase + sl.chan);
+      if (!meet(r, recvArr, sl.chan, sendWaitBase + sl.chan, sendArr[sl.chan],
+                sl.ordinal, recvWaitBase + sl.chan))
         return Step::Blocked;
-      }
       break;
     case ActionKind::GradReduce:
-      if (!arrived[r]) {
-        arrived[r] = 1;
-        ++grArr[sl.chan];
-        wake(grBase + sl.chan);
-      }
-      if (grArr[sl.other] <= sl.ordinal) {
-        park(r, grBase + sl.other);
+      if (!meet(r, grArr, sl.chan, grBase + sl.chan, grArr[sl.other],
+                sl.ordinal, grBase + sl.other))
         return Step::Blocked;
-      }
       break;
     }
     arrived[r] = 0;
