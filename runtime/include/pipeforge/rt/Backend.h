@@ -58,6 +58,23 @@ public:
 
   /// Waits until all queued work is done (no-op on CPU).
   virtual void synchronize() {}
+
+  //===--- Device backends (docs/runtime-gpu.md) ---===//
+  //
+  // Ordering: run, copy, fillZero, accumulate and scale are queued in order
+  // on the backend's compute stream; copyToHost and copyFromHost return
+  // only when the data has arrived (the host buffer may be reused at once).
+
+  /// The native handle of the compute stream (a cudaStream_t on CUDA; null
+  /// on a synchronous backend), for a transport that orders its transfers
+  /// after the kernels that produce their data.
+  virtual void *computeStream() { return nullptr; }
+  /// The device ordinal (-1: host memory).
+  virtual int device() const { return -1; }
+  /// An error that a queued kernel reported asynchronously (a token index
+  /// out of range in a kernel, a CUDA fault) since the last call; the
+  /// executor checks it after every step. Synchronizes.
+  virtual Status takeAsyncError() { return Status::ok(); }
 };
 
 /// The CPU reference backend (runtime/cpu kernels, float).
@@ -65,6 +82,13 @@ std::unique_ptr<Backend> createCpuBackend();
 
 /// The op mnemonics the CPU backend runs (forward and gradient ops).
 std::vector<std::string> cpuBackendOps();
+
+/// The CPU kernels behind device-style buffers: every pointer this backend
+/// hands out is opaque (an address the host cannot dereference: touching it
+/// faults at once), and hostVisible() is false. The executor must then move
+/// data only through copyToHost / copyFromHost, exactly as with a GPU, so
+/// the device code paths are tested on any machine and match "cpu" bitwise.
+std::unique_ptr<Backend> createCpuDeviceBackend();
 
 } // namespace pipeforge::rt
 

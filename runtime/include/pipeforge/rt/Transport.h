@@ -26,6 +26,8 @@
 
 namespace pipeforge::rt {
 
+class Backend;
+
 /// Collective groups.
 enum class Group : uint8_t {
   DataParallel, ///< the replicas of this pipeline rank (size dp)
@@ -60,6 +62,16 @@ public:
   /// Arranges the ranks as `pipelineRanks` x `dataParallel`; an error (with
   /// the numbers) when the world size does not match.
   virtual Status setup(int pipelineRanks, int dataParallel) = 0;
+
+  /// Whether isend/irecv take the backend's buffers (device memory) as they
+  /// are. When false and the backend is not host-visible, the executor
+  /// stages each message through host memory. Collectives (allreduce,
+  /// pairwiseSum, allToAll) always take host memory.
+  virtual bool deviceBuffers() const { return false; }
+  /// The backend whose buffers this rank passes to isend/irecv (called once,
+  /// before the first message): a device transport orders its transfers
+  /// after the work queued on the backend's compute stream.
+  virtual void attachBackend(Backend &be) { (void)be; }
   /// The same with an expert-parallel group of `expertParallel` ranks
   /// (world = P x E x D). Default: only E = 1.
   virtual Status setupGrid(int pipelineRanks, int dataParallel,
