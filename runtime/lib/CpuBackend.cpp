@@ -11,6 +11,7 @@
 
 #include "pipeforge/rt/Backend.h"
 
+#include "KernelOperands.h"
 #include "cpu/Kernels.h"
 
 #include <cblas.h>
@@ -26,79 +27,8 @@ namespace pipeforge::rt {
 namespace {
 
 using namespace cpu;
-
-Status opError(const Kernel &k, const std::string &msg) {
-  return Status::error("kernel '" + k.op + "': " + msg);
-}
-
-/// Attribute accessors; a UnitAttr arrives as `true` or is absent.
-int64_t attrInt(const Kernel &k, const char *name, int64_t dflt) {
-  auto it = k.attrs.find(name);
-  if (it == k.attrs.end())
-    return dflt;
-  if (auto *v = std::get_if<int64_t>(&it->second))
-    return *v;
-  if (auto *v = std::get_if<double>(&it->second))
-    return int64_t(*v);
-  if (auto *v = std::get_if<bool>(&it->second))
-    return *v;
-  return dflt;
-}
-double attrFloat(const Kernel &k, const char *name, double dflt) {
-  auto it = k.attrs.find(name);
-  if (it == k.attrs.end())
-    return dflt;
-  if (auto *v = std::get_if<double>(&it->second))
-    return *v;
-  if (auto *v = std::get_if<int64_t>(&it->second))
-    return double(*v);
-  return dflt;
-}
-bool attrBool(const Kernel &k, const char *name) {
-  auto it = k.attrs.find(name);
-  if (it == k.attrs.end())
-    return false;
-  if (auto *v = std::get_if<bool>(&it->second))
-    return *v;
-  if (auto *v = std::get_if<int64_t>(&it->second))
-    return *v != 0;
-  return true; // a present unit attribute of another kind
-}
-std::string attrStr(const Kernel &k, const char *name, const char *dflt) {
-  auto it = k.attrs.find(name);
-  if (it == k.attrs.end())
-    return dflt;
-  if (auto *v = std::get_if<std::string>(&it->second))
-    return *v;
-  return dflt;
-}
-
-/// Operand access with the optional-operand convention: an absent optional
-/// operand is a null pointer (value id -1) or simply missing.
-struct Ops {
-  const KernelCall &c;
-  const float *f(size_t i) const {
-    return i < c.in.size() ? static_cast<const float *>(c.in[i]) : nullptr;
-  }
-  const int32_t *i32(size_t i) const {
-    return i < c.in.size() ? static_cast<const int32_t *>(c.in[i]) : nullptr;
-  }
-  const TensorType *t(size_t i) const {
-    return i < c.inTypes.size() ? c.inTypes[i] : nullptr;
-  }
-  float *o(size_t i) const {
-    return i < c.out.size() ? static_cast<float *>(c.out[i]) : nullptr;
-  }
-  const TensorType *ot(size_t i) const {
-    return i < c.outTypes.size() ? c.outTypes[i] : nullptr;
-  }
-  size_t nin() const { return c.in.size(); }
-};
-
-int64_t lastDim(const TensorType *t) {
-  return t && !t->shape.empty() ? t->shape.back() : 1;
-}
-int64_t numel(const TensorType *t) { return t ? t->numElements() : 0; }
+using namespace ops;
+using Ops = Operands;
 
 class CpuBackend final : public Backend {
 public:
@@ -181,15 +111,6 @@ private:
       zeros.assign(size_t(n), 0.0f);
     return zeros.data();
   }
-  static Status need(const Kernel &k, const Ops &o, size_t nin, size_t nout) {
-    for (size_t i = 0; i < nin; ++i)
-      if (i >= o.c.in.size() || !o.c.in[i])
-        return opError(k, "missing operand #" + std::to_string(i));
-    for (size_t i = 0; i < nout; ++i)
-      if (i >= o.c.out.size() || !o.c.out[i])
-        return opError(k, "missing result #" + std::to_string(i));
-    return Status::ok();
-  }
   Status checkTargets(const Kernel &k, const int32_t *t, int64_t n,
                       int64_t limit, const char *what) {
     Index bad = firstInvalidIndex(t, n, limit);
@@ -198,56 +119,6 @@ private:
                             " = " + std::to_string(t[bad]) +
                             " is outside [0, " + std::to_string(limit) + ")");
     return Status::ok();
-  }
-  Status attnShape(const Kernel &k, const Ops &o, AttentionShape &s) {
-    const TensorType *q = o.t(0), *kk = o.t(1);
-    if (!q || q->shape.size() < 3)
-      return opError(k, "q must be [batch, seq, heads*d]");
-    s.seq = q->shape[q->shape.size() - 2];
-    s.batch = s.seq ? q->numElements() / (s.seq * q->shape.back()) : 0;
-    s.heads = attrInt(k, "num_heads", 0);
-    s.kvHeads = attrInt(k, "num_kv_heads", s.heads);
-    if (s.heads <= 0 || s.kvHeads <= 0)
-      return opError(k, "num_heads / num_kv_heads must be positive");
-    s.headDim = q->shape.back() / s.heads;
-    s.rotary = attrBool(k, "rotary");
-    s.ropeTheta = attrFloat(k, "rope_theta", 10000.0);
-    if (!isValid(s) || lastDim(kk) != s.kvHeads * s.headDim)
-      return opError(k, "invalid attention shape");
-    return Status::ok();
-  }
-  Status moeShape(const Kernel &k, const Ops &o, MoEShape &s) {
-    const TensorType *x = o.t(0), *w1 = o.t(2);
-    if (!x || !w1 || w1->shape.size() != 3)
-      return opError(k, "bad moe operand shapes");
-    s.hidden = lastDim(x);
-    s.tokens = s.hidden ? x->numElements() / s.hidden : 0;
-    s.experts = w1->shape[0];
-    s.ffn = w1->shape[1];
-    s.topK = attrInt(k, "top_k", 1);
-    s.capacity = moeCapacity(attrFloat(k, "capacity_factor", 0.0), s.tokens,
-                             s.topK, s.experts);
-    std::string act = attrStr(k, "activation", "gelu");
-    if (act == "gelu")
-      s.act = Activation::Gelu;
-    else if (act == "silu")
-      s.act = Activation::Silu;
-    else
-      return opError(k, "unknown activation '" + act + "'");
-    if (!isValid(s))
-      return opError(k, "invalid moe shape");
-    return Status::ok();
-  }
-  /// moe and its gradient ops: (x, router, w1, w2, [w3], [dy]).
-  void moeParams(const Ops &o, bool withDy, MoEParams<float> &p,
-                 const float *&dy) {
-    p.router = o.f(1);
-    p.w1 = o.f(2);
-    p.w2 = o.f(3);
-    size_t n = o.nin();
-    bool hasW3Slot = withDy ? n >= 6 : n >= 5;
-    p.w3 = hasW3Slot ? o.f(4) : nullptr;
-    dy = withDy ? o.f(n - 1) : nullptr;
   }
 };
 
@@ -266,12 +137,8 @@ CpuBackend::CpuBackend() {
   table["linear"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s;
-    LinearShape sh;
-    sh.in = lastDim(o.t(0));
-    sh.out = o.t(1)->shape.empty() ? 0 : o.t(1)->shape[0];
-    sh.tokens = sh.in ? numel(o.t(0)) / sh.in : 0;
+    LinearShape sh = linearShape(o);
     LinearParams<float> p{o.f(1), o.f(2)};
-    sh.hasBias = p.bias != nullptr;
     LinearSaved<float> sv;
     linearF(sh, p, o.f(0), o.o(0), sv);
     return Status::ok();
@@ -279,8 +146,7 @@ CpuBackend::CpuBackend() {
   table["layernorm"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 3, 1); !s)
       return s;
-    NormShape sh{0, lastDim(o.t(0)), attrFloat(k, "epsilon", 1e-5)};
-    sh.tokens = sh.hidden ? numel(o.t(0)) / sh.hidden : 0;
+    NormShape sh = normShape(k, o);
     NormSaved<float> sv;
     layerNormF(sh, NormParams<float>{o.f(1), o.f(2)}, o.f(0), o.o(0), sv);
     return Status::ok();
@@ -288,8 +154,7 @@ CpuBackend::CpuBackend() {
   table["rmsnorm"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s;
-    NormShape sh{0, lastDim(o.t(0)), attrFloat(k, "epsilon", 1e-5)};
-    sh.tokens = sh.hidden ? numel(o.t(0)) / sh.hidden : 0;
+    NormShape sh = normShape(k, o);
     NormSaved<float> sv;
     rmsNormF(sh, NormParams<float>{o.f(1), nullptr}, o.f(0), o.o(0), sv);
     return Status::ok();
@@ -324,13 +189,8 @@ CpuBackend::CpuBackend() {
   table["embedding"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s;
-    EmbeddingShape sh;
-    sh.seq = lastDim(o.t(0));
-    sh.batch = sh.seq ? numel(o.t(0)) / sh.seq : 0;
-    sh.hidden = lastDim(o.t(1));
-    sh.vocab = o.t(1)->shape.empty() ? 0 : o.t(1)->shape[0];
+    EmbeddingShape sh = embeddingShape(o);
     EmbeddingParams<float> p{o.f(1), o.f(2)};
-    sh.learnedPositions = p.pos != nullptr;
     if (Status s = checkTargets(k, o.i32(0), numel(o.t(0)), sh.vocab, "token");
         !s)
       return s;
@@ -342,7 +202,7 @@ CpuBackend::CpuBackend() {
     if (Status s = need(k, o, 3, 1); !s)
       return s;
     AttentionShape sh;
-    if (Status s = attnShape(k, o, sh); !s)
+    if (Status s = attentionShape(k, o, sh); !s)
       return s;
     AttentionSaved<float> sv;
     attentionF(sh, o.f(0), o.f(1), o.f(2), o.o(0), sv);
@@ -364,8 +224,7 @@ CpuBackend::CpuBackend() {
   table["cross_entropy"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s;
-    CrossEntropyShape sh{0, lastDim(o.t(0))};
-    sh.tokens = sh.vocab ? numel(o.t(0)) / sh.vocab : 0;
+    CrossEntropyShape sh = crossEntropyShape(o);
     if (numel(o.t(1)) != sh.tokens)
       return opError(k, "targets do not match the logits' leading shape");
     if (Status s = checkTargets(k, o.i32(1), sh.tokens, sh.vocab, "target");
@@ -380,10 +239,7 @@ CpuBackend::CpuBackend() {
   table["linear_bwd_input"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s; // (dy, W) -> dx
-    LinearShape sh;
-    sh.out = lastDim(o.t(0));
-    sh.in = lastDim(o.t(1));
-    sh.tokens = sh.out ? numel(o.t(0)) / sh.out : 0;
+    LinearShape sh = linearBwdInputShape(o);
     LinearSaved<float> sv;
     sv.weight = o.f(1);
     linearB(sh, sv, o.f(0), o.o(0));
@@ -392,12 +248,8 @@ CpuBackend::CpuBackend() {
   table["linear_bwd_weight"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s; // (x, dy) -> dW, [db]
-    LinearShape sh;
-    sh.in = lastDim(o.t(0));
-    sh.out = lastDim(o.t(1));
-    sh.tokens = sh.in ? numel(o.t(0)) / sh.in : 0;
+    LinearShape sh = linearBwdWeightShape(o);
     LinearGrads<float> g{o.o(0), o.o(1)};
-    sh.hasBias = g.dbias != nullptr;
     std::memset(g.dweight, 0, size_t(sh.out * sh.in) * 4);
     if (g.dbias)
       std::memset(g.dbias, 0, size_t(sh.out) * 4);
@@ -410,8 +262,7 @@ CpuBackend::CpuBackend() {
     return [this, layer](const Kernel &k, const Ops &o) -> Status {
       if (Status s = need(k, o, 3, 1); !s)
         return s; // (x, gamma, dy) -> dx
-      NormShape sh{0, lastDim(o.t(0)), attrFloat(k, "epsilon", 1e-5)};
-      sh.tokens = sh.hidden ? numel(o.t(0)) / sh.hidden : 0;
+      NormShape sh = normShape(k, o);
       NormSaved<float> sv;
       float *y = tmp(numel(o.t(0)));
       if (layer) {
@@ -429,8 +280,7 @@ CpuBackend::CpuBackend() {
     return [this, layer](const Kernel &k, const Ops &o) -> Status {
       if (Status s = need(k, o, 2, layer ? 2 : 1); !s)
         return s; // (x, dy) -> dgamma [, dbeta]
-      NormShape sh{0, lastDim(o.t(0)), attrFloat(k, "epsilon", 1e-5)};
-      sh.tokens = sh.hidden ? numel(o.t(0)) / sh.hidden : 0;
+      NormShape sh = normShape(k, o);
       NormSaved<float> sv;
       float *y = tmp(numel(o.t(0)));
       NormGrads<float> g{o.o(0), layer ? o.o(1) : nullptr};
@@ -473,15 +323,8 @@ CpuBackend::CpuBackend() {
                                          const Ops &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s; // (tokens, dy) -> dtable [, dpos]
-    EmbeddingShape sh;
-    sh.seq = lastDim(o.t(0));
-    sh.batch = sh.seq ? numel(o.t(0)) / sh.seq : 0;
-    sh.hidden = lastDim(o.t(1));
-    sh.vocab = attrInt(k, "vocab", o.ot(0) && !o.ot(0)->shape.empty()
-                                       ? o.ot(0)->shape[0]
-                                       : 0);
+    EmbeddingShape sh = embeddingBwdShape(k, o);
     EmbeddingGrads<float> g{o.o(0), o.o(1)};
-    sh.learnedPositions = g.dpos != nullptr;
     std::memset(g.dtable, 0, size_t(numel(o.ot(0))) * 4);
     if (g.dpos) {
       std::memset(g.dpos, 0, size_t(numel(o.ot(1))) * 4);
@@ -500,7 +343,7 @@ CpuBackend::CpuBackend() {
     if (Status s = need(k, o, 4, 3); !s)
       return s; // (q, k, v, dy) -> dq, dk, dv
     AttentionShape sh;
-    if (Status s = attnShape(k, o, sh); !s)
+    if (Status s = attentionShape(k, o, sh); !s)
       return s;
     AttentionSaved<float> sv;
     attentionF(sh, o.f(0), o.f(1), o.f(2), tmp(numel(o.t(0))), sv);
@@ -540,8 +383,7 @@ CpuBackend::CpuBackend() {
   table["cross_entropy_bwd"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 3, 1); !s)
       return s; // (logits, targets, dloss) -> dlogits
-    CrossEntropyShape sh{0, lastDim(o.t(0))};
-    sh.tokens = sh.vocab ? numel(o.t(0)) / sh.vocab : 0;
+    CrossEntropyShape sh = crossEntropyShape(o);
     if (Status s = checkTargets(k, o.i32(1), sh.tokens, sh.vocab, "target");
         !s)
       return s;

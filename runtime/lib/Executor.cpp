@@ -272,9 +272,22 @@ struct Executor::Impl {
   int64_t stepNo = 0;
   double epoch = 0;
 
+  /// On a backend that is not host-visible the host copies are the master
+  /// parameters (fp32) the optimizer and checkpoints work on: values are
+  /// uploaded at the start of every step, gradients downloaded at its end.
   struct ParamState {
     BufP value, grad;
+    std::vector<float> hostValue, hostGrad;
   };
+  float *hostValue(ParamState &ps) {
+    return be.hostVisible() ? ps.value->f() : ps.hostValue.data();
+  }
+  float *hostGrad(ParamState &ps) {
+    return be.hostVisible() ? ps.grad->f() : ps.hostGrad.data();
+  }
+  /// Messages go through host memory: the backend's buffers are device
+  /// memory and the transport takes host memory.
+  bool stageMessages() const { return !be.hostVisible() && !tr.deviceBuffers(); }
   /// Expert parallelism (docs/runtime.md): group size and index; the moe
   /// expert params (w1/w2/w3) of which this rank holds a 1/E slice.
   int E = 1, epi = 0;
@@ -293,11 +306,13 @@ struct Executor::Impl {
 
   // Per-step state.
   std::map<Key, std::vector<BufP>> stash, wstash;
+  using HostStage = std::shared_ptr<std::vector<float>>;
   struct Inbox {
     BufP buf;
     RequestId req = 0; ///< pending receive, 0: ready
     double posted = 0;
     std::string label;
+    HostStage stage; ///< stageMessages(): the receive lands here first
   };
   std::map<std::tuple<int, int, int, int>, Inbox> inbox;  ///< (payload, c, s, mb)
   std::map<std::tuple<int, int, int, int>, BufP> outbox; ///< producer identity
@@ -306,6 +321,7 @@ struct Executor::Impl {
     BufP buf;
     double posted;
     std::string label;
+    HostStage stage; ///< stageMessages(): what the transport sends from
   };
   std::vector<PendingSend> sends;
   std::map<std::pair<int, int>, std::pair<BufP, BufP>> tokens; ///< (c, mb)
@@ -406,6 +422,7 @@ static Status stageError(int c, int s, const std::string &m) {
 }
 
 Status Executor::Impl::init() {
+  tr.attachBackend(be);
   const sched::Schedule &sc = prog.schedule;
   if (sc.programs.size() != size_t(sc.numRanks()) || sc.numRanks() < 1)
     return Status::error("program has no per-rank schedule");
@@ -503,6 +520,10 @@ Status Executor::Impl::init() {
     // An expert param: initialised whole (as the reference), then sliced.
     int64_t off = expertParams.count(int32_t(i)) ? int64_t(epi) * nLocal : 0;
     be.copyFromHost(ps.value->p, host.data() + off, nLocal * 4);
+    if (!be.hostVisible()) {
+      ps.hostValue.assign(host.begin() + off, host.begin() + off + nLocal);
+      ps.hostGrad.assign(size_t(nLocal), 0.0f);
+    }
     params[int32_t(i)] = ps;
   }
   // Buffer plans: per-value when the assignment is missing or lets a kernel
@@ -579,6 +600,9 @@ Expected<BufP> Executor::Impl::takeInbox(Payload p, int c, int s, int mb) {
     double w0 = nowS();
     if (Status st = tr.wait(in.req); !st)
       return st;
+    if (in.stage)
+      be.copyFromHost(in.buf->p, in.stage->data(),
+                      int64_t(in.stage->size()) * 4);
     double w1 = nowS();
     waited += w1 - w0;
     record(in.label, 1, in.posted, w1);
@@ -1173,12 +1197,16 @@ Status Executor::Impl::recv(const Action &a, size_t idx) {
   auto b = std::make_shared<Buf>(
       be, std::max<int64_t>(actBytes[{w.copy, layoutStage}], 4));
   MessageId id{a.payload, w.stage, w.mb, w.copy};
-  auto r = tr.irecv(a.peer, messageTag(id, numStages, mPerCopy), b->f(),
-                    actBytes[{w.copy, layoutStage}] / 4);
+  int64_t n = actBytes[{w.copy, layoutStage}] / 4;
+  HostStage stage;
+  if (stageMessages())
+    stage = std::make_shared<std::vector<float>>(size_t(n));
+  auto r = tr.irecv(a.peer, messageTag(id, numStages, mPerCopy),
+                    stage ? stage->data() : b->f(), n);
   if (!r)
     return r.status();
   inbox[{int(a.payload), w.copy, consumer, w.mb}] =
-      Inbox{b, *r, nowS(), sched::toString(a)};
+      Inbox{b, *r, nowS(), sched::toString(a), stage};
   return Status::ok();
 }
 
@@ -1193,11 +1221,17 @@ Status Executor::Impl::send(const Action &a) {
   outbox.erase(it);
   int layoutStage = a.payload == Payload::Activation ? w.stage : w.stage - 1;
   MessageId id{a.payload, w.stage, w.mb, w.copy};
-  auto r = tr.isend(a.peer, messageTag(id, numStages, mPerCopy), b->f(),
-                    actBytes[{w.copy, layoutStage}] / 4);
+  int64_t n = actBytes[{w.copy, layoutStage}] / 4;
+  HostStage stage;
+  if (stageMessages()) {
+    stage = std::make_shared<std::vector<float>>(size_t(n));
+    be.copyToHost(stage->data(), b->p, n * 4);
+  }
+  auto r = tr.isend(a.peer, messageTag(id, numStages, mPerCopy),
+                    stage ? stage->data() : b->f(), n);
   if (!r)
     return r.status();
-  sends.push_back({*r, b, nowS(), sched::toString(a)});
+  sends.push_back({*r, b, nowS(), sched::toString(a), stage});
   return Status::ok();
 }
 
@@ -1239,8 +1273,11 @@ Expected<StepStats> Executor::Impl::step() {
   if (Status s = tr.barrier(Group::Pipeline); !s)
     return s;
   double t0 = nowS();
-  for (auto &[i, ps] : params)
+  for (auto &[i, ps] : params) {
     be.fillZero(ps.grad->p, ps.grad->bytes);
+    if (!be.hostVisible())
+      be.copyFromHost(ps.value->p, ps.hostValue.data(), ps.value->bytes);
+  }
   stash.clear();
   wstash.clear();
   inbox.clear();
@@ -1312,6 +1349,9 @@ Expected<StepStats> Executor::Impl::step() {
     record(ps.label, 1, ps.posted, nowS());
   }
   sends.clear();
+  // A kernel's asynchronous error (device backends) fails the step here.
+  if (Status s = be.takeAsyncError(); !s)
+    return s;
   if (opts.trace) {
     // One event per step on tid 2: the schedule part (barrier exit to the
     // last send's completion); drain = waiting for sends after the last action.
@@ -1383,19 +1423,15 @@ Expected<StepStats> Executor::Impl::step() {
   // squares is computed on its own, the pipeline allreduce adds it to zeros
   // from the ranks that do not own it (exact), and the total is summed in
   // global parameter order, as the single-process reference does.
-  std::vector<float> host;
   std::vector<float> paramSq(prog.params.size(), 0.0f);
   double sq = 0, allSq = 0;
   std::vector<ParamSlot> slots;
   for (auto &[i, ps] : params) {
     const Param &p = prog.params[size_t(i)];
     int64_t n = localElems(i);
-    const float *g = ps.grad->f();
-    if (!be.hostVisible()) {
-      host.resize(size_t(n));
-      be.copyToHost(host.data(), g, n * 4);
-      g = host.data();
-    }
+    if (!be.hostVisible())
+      be.copyToHost(ps.hostGrad.data(), ps.grad->p, n * 4);
+    const float *g = hostGrad(ps);
     if (p.copy == 0) {
       double psq = 0;
       for (int64_t k = 0; k < n; ++k)
@@ -1405,13 +1441,11 @@ Expected<StepStats> Executor::Impl::step() {
     } else if (opts.optimizerSync == OptimizerSync::PostValidation)
       for (int64_t k = 0; k < n; ++k)
         allSq += double(g[k]) * g[k];
-    slots.push_back({i, &p, ps.value->f(), ps.grad->f(), n});
+    slots.push_back({i, &p, hostValue(ps), hostGrad(ps), n});
   }
   int64_t thisStep = stepNo + 1;
   bool skip = opts.skipStep == thisStep;
   bool pv = opts.optimizerSync == OptimizerSync::PostValidation && !skip;
-  if (!skip && !be.hostVisible())
-    return Status::error("optimizer on a non-host-visible backend: not yet");
   // Post-validation: step at once with this rank's partial statistics; the
   // global ones are reduced right after and validate() checks the step.
   if (pv) {
@@ -1510,11 +1544,11 @@ std::vector<int32_t> Executor::localParams() const {
 }
 float *Executor::paramData(int32_t i) {
   auto it = impl->params.find(i);
-  return it == impl->params.end() ? nullptr : it->second.value->f();
+  return it == impl->params.end() ? nullptr : impl->hostValue(it->second);
 }
 float *Executor::gradData(int32_t i) {
   auto it = impl->params.find(i);
-  return it == impl->params.end() ? nullptr : it->second.grad->f();
+  return it == impl->params.end() ? nullptr : impl->hostGrad(it->second);
 }
 
 /// Serialises (name, floats) pairs as text-free bytes for gathering.
@@ -1561,7 +1595,7 @@ Expected<NamedTensors> Executor::gatherWeights() {
         continue;
       int64_t n = impl->localElems(i);
       std::vector<float> v(static_cast<size_t>(n));
-      impl->be.copyToHost(v.data(), ps.value->p, n * 4);
+      std::memcpy(v.data(), impl->hostValue(ps), size_t(n) * 4);
       mine.emplace_back(p.name, std::move(v));
     }
   auto all = impl->tr.gatherStrings(packTensors(mine));

@@ -26,17 +26,25 @@
 #include "pipeforge/rt/Executor.h"
 #include "pipeforge/rt/Optimizer.h"
 #include "pipeforge/rt/Program.h"
+#include "pipeforge/rt/ThreadTransport.h"
 #ifdef PIPEFORGE_HAVE_MPI
 #include "pipeforge/rt/MpiTransport.h"
+#endif
+#ifdef PIPEFORGE_HAVE_CUDA
+#include "pipeforge/rt/CudaBackend.h"
+#endif
+#ifdef PIPEFORGE_HAVE_NCCL
+#include "pipeforge/rt/NcclTransport.h"
 #endif
 
 #include <algorithm>
 #include <cmath>
-#include <dirent.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dirent.h>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
 using namespace pipeforge::rt;
@@ -56,6 +64,8 @@ namespace {
       "         [--checkpoint-dir DIR [--save-every K] [--resume]]\n"
       "         [--optimizer-sync sync|post-validation] [--clip X]\n"
       "         [--skip-step K] [--inject-nan STEP:MB]\n"
+      "         [--backend cpu|cpu-device|cuda] [--precision fp32|bf16]\n"
+      "         [--device K] [--local-ranks N] [--transport mpi|nccl]\n"
       "       pipeforge-run --compare-weights A B [--rtol R] [--atol A]\n");
   std::exit(2);
 }
@@ -85,9 +95,9 @@ public:
     if (registered)
       return Status::ok();
     for (int32_t i : ex.localParams())
-      if (Status s = opt.addParam(p.params[size_t(i)].name, ex.paramData(i),
-                                  ex.gradData(i),
-                                  size_t(p.params[size_t(i)].type.numElements()));
+      if (Status s = opt.addParam(
+              p.params[size_t(i)].name, ex.paramData(i), ex.gradData(i),
+              size_t(p.params[size_t(i)].type.numElements()));
           !s)
         return s;
     registered = true;
@@ -129,6 +139,29 @@ private:
   AdamWT<float> opt;
   bool registered = false;
 };
+
+/// The backend by name; "cuda" on `device` with GEMMs in `precision`.
+Expected<std::unique_ptr<Backend>> createBackend(const std::string &name,
+                                                 const std::string &precision,
+                                                 int device) {
+  if (name == "cpu")
+    return createCpuBackend();
+  if (name == "cpu-device")
+    return createCpuDeviceBackend();
+#ifdef PIPEFORGE_HAVE_CUDA
+  CudaBackendOptions o;
+  o.device = device;
+  auto p = parseGemmPrecision(precision);
+  if (!p)
+    return p.status();
+  o.precision = *p;
+  return createCudaBackend(o);
+#else
+  (void)precision, (void)device;
+  return Status::error("--backend cuda: this build has no CUDA backend "
+                       "(nvcc was not found at configure time)");
+#endif
+}
 
 /// <dir>/step-00000012: the checkpoint taken after step 12.
 std::string checkpointSubdir(const std::string &dir, int64_t step) {
@@ -195,8 +228,10 @@ int main(int argc, char **argv) {
     if (std::string(argv[i]) == "--compare-weights")
       return compareMain(argc, argv);
 
-  std::string progPath, tracePath, dumpPath, dataSpec = "auto",
+  std::string progPath, tracePath, dumpPath, dataSpecOpt = "auto",
                                              optName = "adamw";
+  std::string backendName = "cpu", precisionName = "fp32", transportName;
+  int localRanks = -1, deviceOpt = -1; // -1: not given
   int64_t steps = 10;
   double lr = 1e-3, maxNorm = 0, timeout = 120;
   int lookahead = 8;
@@ -238,7 +273,17 @@ int main(int argc, char **argv) {
     else if (o == "--optimizer")
       optName = val();
     else if (o == "--data")
-      dataSpec = val();
+      dataSpecOpt = val();
+    else if (o == "--backend")
+      backendName = val();
+    else if (o == "--precision")
+      precisionName = val();
+    else if (o == "--device")
+      deviceOpt = int(num());
+    else if (o == "--local-ranks")
+      localRanks = int(num());
+    else if (o == "--transport")
+      transportName = val();
     else if (o == "--trace")
       tracePath = val();
     else if (o == "--dump-weights")
@@ -286,208 +331,277 @@ int main(int argc, char **argv) {
     usage("--save-every and --resume need --checkpoint-dir");
   if (saveEvery < 0)
     usage("--save-every must be >= 0");
+  if (backendName != "cpu" && backendName != "cpu-device" &&
+      backendName != "cuda")
+    usage("--backend must be cpu, cpu-device or cuda");
+  if (precisionName != "fp32" && precisionName != "bf16")
+    usage("--precision must be fp32 or bf16");
+  if (precisionName != "fp32" && backendName != "cuda")
+    usage("--precision bf16 needs --backend cuda");
+  if (localRanks == 0 || localRanks < -1)
+    usage("--local-ranks must be >= 1");
+  if (!transportName.empty() && transportName != "mpi" &&
+      transportName != "nccl")
+    usage("--transport must be mpi or nccl");
+  if (localRanks > 0 && !transportName.empty())
+    usage("--local-ranks runs every rank in this process; it takes no "
+          "--transport");
+  if (transportName == "nccl" && backendName != "cuda")
+    usage("--transport nccl needs --backend cuda");
 
+  // One rank: everything from here on runs once per process, or once per
+  // thread with --local-ranks.
+  auto runRank = [&](Transport *tr) -> int {
+    tr->setTimeout(timeout);
+    std::string dataSpec = dataSpecOpt;
+    auto fail = [&](const std::string &m) -> int {
+      if (tr->worldSize() > 1)
+        tr->abort(m, 1);
+      std::fprintf(stderr, "pipeforge-run: %s\n", m.c_str());
+      return 1;
+    };
+
+    auto prog = readProgram(progPath);
+    if (!prog)
+      return fail(progPath + ": " + prog.message());
+    const Program &p = *prog;
+    if (Status s =
+            tr->setupGrid(p.training.pipelineRanks, p.training.dataParallel,
+                          p.training.expertParallel);
+        !s)
+      return fail(s.message());
+    if (p.training.expertParallel > 1 && !ckDir.empty())
+      return fail("--checkpoint-dir with expert parallelism (--ep " +
+                  std::to_string(p.training.expertParallel) +
+                  "): not supported yet");
+    if (p.schedule.numRanks() != p.training.pipelineRanks)
+      return fail("the schedule has " + std::to_string(p.schedule.numRanks()) +
+                  " ranks but the program says " +
+                  std::to_string(p.training.pipelineRanks));
+
+    // Data.
+    uint64_t dataFp = 0;
+    std::unique_ptr<DataSource> ds;
+    std::unique_ptr<TokenSource> tokens;
+    int64_t totalMb = p.training.microbatches;
+    if (dataSpec == "auto")
+      dataSpec = p.model.vocab >= 256 ? "synthetic" : "pattern";
+    if (dataSpec == "pattern") {
+      tokens = createPatternTokens(p.training.seed, p.model.vocab);
+      std::string id = "pattern " + std::to_string(p.training.seed) + " " +
+                       std::to_string(p.model.vocab);
+      dataFp = fnv1a64(id.data(), id.size());
+    } else {
+      if (dataSpec == "synthetic") {
+        ds = std::make_unique<SyntheticLanguage>();
+      } else {
+        auto tf = TokenFile::open(dataSpec, p.training.seed);
+        if (!tf)
+          return fail(tf.message());
+        ds = tf.take();
+      }
+      if (ds->vocabSize() > p.model.vocab)
+        return fail("data '" + ds->describe() + "' has vocabulary " +
+                    std::to_string(ds->vocabSize()) + ", the model " +
+                    std::to_string(p.model.vocab));
+      // EP rank e of replica d reads (d * E + e) * M + ... (Executor adds e *
+      // M).
+      tokens = std::make_unique<DataAdapter>(
+          *ds, totalMb * int64_t(p.training.expertParallel));
+      dataFp = ds->fingerprint();
+    }
+
+    // Optimizer.
+    std::unique_ptr<StepOptimizer> opt;
+    AdamWAdapter *adam = nullptr;
+    if (optName == "sgd") {
+      opt = createSgd(float(lr));
+    } else {
+      AdamWConfig c;
+      c.lr = lr;
+      c.maxGradNorm = maxNorm;
+      if (Status s = checkConfig(c); !s)
+        return fail(s.message());
+      auto a = std::make_unique<AdamWAdapter>(c);
+      adam = a.get();
+      opt = std::move(a);
+    }
+
+    int device = deviceOpt;
+#ifdef PIPEFORGE_HAVE_CUDA
+    if (device < 0 && localRanks < 0 && backendName == "cuda") {
+#ifdef PIPEFORGE_HAVE_NCCL
+      if (transportName == "nccl")
+        device = ncclLocalDevice();
+#endif
+      // One GPU per process, round robin over the node's devices
+      // (several processes may share one: host-staged messages).
+      if (const char *lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"))
+        if (device < 0)
+          device = std::atoi(lr) % std::max(1, cudaDeviceCount());
+    }
+#endif
+    auto beOr = createBackend(backendName, precisionName, std::max(device, 0));
+    if (!beOr)
+      return fail(beOr.message());
+    std::unique_ptr<Backend> be = beOr.take();
+    ExecutorOptions eo;
+    eo.trace = !tracePath.empty();
+    eo.recvLookahead = lookahead;
+    eo.optimizerSync = syncMode == "post-validation"
+                           ? OptimizerSync::PostValidation
+                           : OptimizerSync::Sync;
+    eo.skipStep = skipStep;
+    eo.injectNanStep = nanStep;
+    eo.injectNanMb = nanMb;
+    eo.fuseOverlap = !noFuse;
+    auto ex = Executor::create(p, *be, *tr, *tokens, *opt, eo);
+    if (!ex)
+      return fail(ex.message());
+    if (adam)
+      if (Status s = adam->registerParams(**ex, p); !s)
+        return fail(s.message());
+
+    // Checkpoints: this rank's parameters by name, the optimizer state, the
+    // step, the data position; the program fingerprint guards the layout.
+    uint64_t progFp = programChecksum(serializeProgram(p));
+    uint32_t wrank = uint32_t(tr->worldRank()),
+             wsize = uint32_t(tr->worldSize());
+    std::vector<ParamRef> refs;
+    for (int32_t i : (*ex)->localParams())
+      refs.push_back({p.params[size_t(i)].name, p.params[size_t(i)].type.shape,
+                      (*ex)->paramData(i)});
+    if (resume) {
+      int64_t k = latestCheckpoint(ckDir);
+      if (k < 0)
+        return fail("--resume: no complete checkpoint (step-N/manifest.txt) "
+                    "in '" +
+                    ckDir + "'");
+      std::string dir = checkpointSubdir(ckDir, k);
+      auto ck = loadRankCheckpoint(dir, wrank);
+      if (!ck)
+        return fail("--resume: " + ck.message());
+      auto bad = [&](const std::string &m) {
+        return fail("--resume: checkpoint '" + dir + "' " + m);
+      };
+      if (ck->numRanks != wsize)
+        return bad("was written by " + std::to_string(ck->numRanks) +
+                   " ranks; this run has " + std::to_string(wsize));
+      if (ck->programFingerprint != progFp)
+        return bad("was written for a different program (fingerprint " +
+                   std::to_string(ck->programFingerprint) + ", this program " +
+                   std::to_string(progFp) +
+                   "): same model, schedule, ranks and microbatches needed");
+      if (ck->data.fingerprint != dataFp)
+        return bad("was written with different training data");
+      if (ck->data.nextStep != ck->step)
+        return bad("has data position " + std::to_string(ck->data.nextStep) +
+                   " but step " + std::to_string(ck->step));
+      if (ck->hasOptimizer != (adam != nullptr))
+        return bad(std::string(ck->hasOptimizer ? "has" : "has no") +
+                   " AdamW state but this run uses --optimizer " + optName);
+      if (Status s =
+              restoreCheckpoint(*ck, refs, adam ? &adam->get() : nullptr);
+          !s)
+        return bad(s.message());
+      (*ex)->setStepsDone(int64_t(ck->step));
+      if (wrank == 0 && !quiet)
+        std::printf("resumed from %s (step %lld)\n", dir.c_str(),
+                    (long long)ck->step);
+    }
+    auto save = [&](int64_t k) -> Status {
+      std::string dir = checkpointSubdir(ckDir, k);
+      DataPosition pos;
+      pos.nextStep = uint64_t(k);
+      pos.fingerprint = dataFp;
+      auto c =
+          captureCheckpoint(wrank, wsize, uint64_t(k), refs,
+                            adam ? &adam->get() : nullptr, pos, {}, progFp);
+      if (!c)
+        return c.status();
+      if (Status s = writeRankCheckpoint(dir, *c); !s)
+        return s;
+      if (Status s = tr->barrier(Group::World); !s)
+        return s;
+      if (wrank == 0)
+        if (auto m = finalizeCheckpoint(dir, wsize); !m)
+          return m.status();
+      // Nobody moves on (or exits) before the manifest is in place.
+      return tr->barrier(Group::World);
+    };
+
+    const char *dieStep = std::getenv("PIPEFORGE_TEST_DIE_AT_STEP");
+    const char *dieRank = std::getenv("PIPEFORGE_TEST_DIE_RANK");
+    bool root = tr->worldRank() == 0;
+    for (int64_t k = (*ex)->stepsDone() + 1; k <= steps; ++k) {
+      if (dieStep && dieRank && std::atoll(dieStep) == k &&
+          std::atoi(dieRank) == tr->worldRank()) {
+        std::fprintf(stderr,
+                     "pipeforge-run: rank %d: test hook: dying at step "
+                     "%lld\n",
+                     tr->worldRank(), (long long)k);
+        std::fflush(stderr);
+        _exit(1);
+      }
+      auto st = (*ex)->step();
+      if (!st)
+        return fail("step " + std::to_string(k) + ": " + st.message());
+      if (root && !quiet) {
+        std::printf("step %lld loss %.6f tokens/s %.0f bubble %.3f",
+                    (long long)st->step, st->loss,
+                    st->seconds > 0 ? double(st->tokens) / st->seconds : 0.0,
+                    st->bubble);
+        if (st->optimizer != "applied")
+          std::printf(" optimizer %s", st->optimizer.c_str());
+        std::printf("\n");
+      }
+      std::fflush(stdout);
+      if (saveEvery > 0 && k % saveEvery == 0)
+        if (Status s = save(k); !s)
+          return fail("checkpoint after step " + std::to_string(k) + ": " +
+                      s.message());
+    }
+    if (!tracePath.empty())
+      if (Status s = (*ex)->writeTrace(tracePath); !s)
+        return fail(s.message());
+    if (!dumpPath.empty()) {
+      auto w = (*ex)->gatherWeights();
+      if (!w)
+        return fail(w.message());
+      if (root)
+        if (Status s = writeWeights(dumpPath, *w); !s)
+          return fail(s.message());
+    }
+    return 0;
+  };
+
+  if (localRanks > 0) {
+    auto trs = createThreadTransports(localRanks);
+    std::vector<int> rc(size_t(localRanks), 0);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < localRanks; ++r)
+      threads.emplace_back(
+          [&, r] { rc[size_t(r)] = runRank(trs[size_t(r)].get()); });
+    for (std::thread &t : threads)
+      t.join();
+    return *std::max_element(rc.begin(), rc.end());
+  }
   std::unique_ptr<Transport> tr;
+  if (transportName == "nccl") {
+#ifdef PIPEFORGE_HAVE_NCCL
+    tr = createNcclTransport(&argc, &argv);
+    if (!tr)
+      return 1;
+#else
+    usage("--transport nccl: this build has no NCCL (CUDA not found at "
+          "configure time)");
+#endif
+  }
 #ifdef PIPEFORGE_HAVE_MPI
-  if (launchedByMpirun())
+  if (!tr && (launchedByMpirun() || transportName == "mpi"))
     tr = createMpiTransport(&argc, &argv);
 #endif
   if (!tr)
     tr = createLocalTransport();
-  tr->setTimeout(timeout);
-  auto fail = [&](const std::string &m) -> int {
-    if (tr->worldSize() > 1)
-      tr->abort(m, 1);
-    std::fprintf(stderr, "pipeforge-run: %s\n", m.c_str());
-    return 1;
-  };
-
-  auto prog = readProgram(progPath);
-  if (!prog)
-    return fail(progPath + ": " + prog.message());
-  const Program &p = *prog;
-  if (Status s = tr->setupGrid(p.training.pipelineRanks,
-                               p.training.dataParallel,
-                               p.training.expertParallel);
-      !s)
-    return fail(s.message());
-  if (p.training.expertParallel > 1 && !ckDir.empty())
-    return fail("--checkpoint-dir with expert parallelism (--ep " +
-                std::to_string(p.training.expertParallel) +
-                "): not supported yet");
-  if (p.schedule.numRanks() != p.training.pipelineRanks)
-    return fail("the schedule has " + std::to_string(p.schedule.numRanks()) +
-                " ranks but the program says " +
-                std::to_string(p.training.pipelineRanks));
-
-  // Data.
-  uint64_t dataFp = 0;
-  std::unique_ptr<DataSource> ds;
-  std::unique_ptr<TokenSource> tokens;
-  int64_t totalMb = p.training.microbatches;
-  if (dataSpec == "auto")
-    dataSpec = p.model.vocab >= 256 ? "synthetic" : "pattern";
-  if (dataSpec == "pattern") {
-    tokens = createPatternTokens(p.training.seed, p.model.vocab);
-    std::string id = "pattern " + std::to_string(p.training.seed) + " " +
-                     std::to_string(p.model.vocab);
-    dataFp = fnv1a64(id.data(), id.size());
-  } else {
-    if (dataSpec == "synthetic") {
-      ds = std::make_unique<SyntheticLanguage>();
-    } else {
-      auto tf = TokenFile::open(dataSpec, p.training.seed);
-      if (!tf)
-        return fail(tf.message());
-      ds = tf.take();
-    }
-    if (ds->vocabSize() > p.model.vocab)
-      return fail("data '" + ds->describe() + "' has vocabulary " +
-                  std::to_string(ds->vocabSize()) + ", the model " +
-                  std::to_string(p.model.vocab));
-    // EP rank e of replica d reads (d * E + e) * M + ... (Executor adds e * M).
-    tokens = std::make_unique<DataAdapter>(
-        *ds, totalMb * int64_t(p.training.expertParallel));
-    dataFp = ds->fingerprint();
-  }
-
-  // Optimizer.
-  std::unique_ptr<StepOptimizer> opt;
-  AdamWAdapter *adam = nullptr;
-  if (optName == "sgd") {
-    opt = createSgd(float(lr));
-  } else {
-    AdamWConfig c;
-    c.lr = lr;
-    c.maxGradNorm = maxNorm;
-    if (Status s = checkConfig(c); !s)
-      return fail(s.message());
-    auto a = std::make_unique<AdamWAdapter>(c);
-    adam = a.get();
-    opt = std::move(a);
-  }
-
-  auto be = createCpuBackend();
-  ExecutorOptions eo;
-  eo.trace = !tracePath.empty();
-  eo.recvLookahead = lookahead;
-  eo.optimizerSync = syncMode == "post-validation"
-                         ? OptimizerSync::PostValidation
-                         : OptimizerSync::Sync;
-  eo.skipStep = skipStep;
-  eo.injectNanStep = nanStep;
-  eo.injectNanMb = nanMb;
-  eo.fuseOverlap = !noFuse;
-  auto ex = Executor::create(p, *be, *tr, *tokens, *opt, eo);
-  if (!ex)
-    return fail(ex.message());
-  if (adam)
-    if (Status s = adam->registerParams(**ex, p); !s)
-      return fail(s.message());
-
-  // Checkpoints: this rank's parameters by name, the optimizer state, the
-  // step, the data position; the program fingerprint guards the layout.
-  uint64_t progFp = programChecksum(serializeProgram(p));
-  uint32_t wrank = uint32_t(tr->worldRank()), wsize = uint32_t(tr->worldSize());
-  std::vector<ParamRef> refs;
-  for (int32_t i : (*ex)->localParams())
-    refs.push_back({p.params[size_t(i)].name, p.params[size_t(i)].type.shape,
-                    (*ex)->paramData(i)});
-  if (resume) {
-    int64_t k = latestCheckpoint(ckDir);
-    if (k < 0)
-      return fail("--resume: no complete checkpoint (step-N/manifest.txt) "
-                  "in '" + ckDir + "'");
-    std::string dir = checkpointSubdir(ckDir, k);
-    auto ck = loadRankCheckpoint(dir, wrank);
-    if (!ck)
-      return fail("--resume: " + ck.message());
-    auto bad = [&](const std::string &m) {
-      return fail("--resume: checkpoint '" + dir + "' " + m);
-    };
-    if (ck->numRanks != wsize)
-      return bad("was written by " + std::to_string(ck->numRanks) +
-                 " ranks; this run has " + std::to_string(wsize));
-    if (ck->programFingerprint != progFp)
-      return bad("was written for a different program (fingerprint " +
-                 std::to_string(ck->programFingerprint) + ", this program " +
-                 std::to_string(progFp) +
-                 "): same model, schedule, ranks and microbatches needed");
-    if (ck->data.fingerprint != dataFp)
-      return bad("was written with different training data");
-    if (ck->data.nextStep != ck->step)
-      return bad("has data position " + std::to_string(ck->data.nextStep) +
-                 " but step " + std::to_string(ck->step));
-    if (ck->hasOptimizer != (adam != nullptr))
-      return bad(std::string(ck->hasOptimizer ? "has" : "has no") +
-                 " AdamW state but this run uses --optimizer " + optName);
-    if (Status s = restoreCheckpoint(*ck, refs, adam ? &adam->get() : nullptr);
-        !s)
-      return bad(s.message());
-    (*ex)->setStepsDone(int64_t(ck->step));
-    if (wrank == 0 && !quiet)
-      std::printf("resumed from %s (step %lld)\n", dir.c_str(),
-                  (long long)ck->step);
-  }
-  auto save = [&](int64_t k) -> Status {
-    std::string dir = checkpointSubdir(ckDir, k);
-    DataPosition pos;
-    pos.nextStep = uint64_t(k);
-    pos.fingerprint = dataFp;
-    auto c = captureCheckpoint(wrank, wsize, uint64_t(k), refs,
-                               adam ? &adam->get() : nullptr, pos, {}, progFp);
-    if (!c)
-      return c.status();
-    if (Status s = writeRankCheckpoint(dir, *c); !s)
-      return s;
-    if (Status s = tr->barrier(Group::World); !s)
-      return s;
-    if (wrank == 0)
-      if (auto m = finalizeCheckpoint(dir, wsize); !m)
-        return m.status();
-    // Nobody moves on (or exits) before the manifest is in place.
-    return tr->barrier(Group::World);
-  };
-
-  const char *dieStep = std::getenv("PIPEFORGE_TEST_DIE_AT_STEP");
-  const char *dieRank = std::getenv("PIPEFORGE_TEST_DIE_RANK");
-  bool root = tr->worldRank() == 0;
-  for (int64_t k = (*ex)->stepsDone() + 1; k <= steps; ++k) {
-    if (dieStep && dieRank && std::atoll(dieStep) == k &&
-        std::atoi(dieRank) == tr->worldRank()) {
-      std::fprintf(stderr, "pipeforge-run: rank %d: test hook: dying at step "
-                           "%lld\n", tr->worldRank(), (long long)k);
-      std::fflush(stderr);
-      _exit(1);
-    }
-    auto st = (*ex)->step();
-    if (!st)
-      return fail("step " + std::to_string(k) + ": " + st.message());
-    if (root && !quiet) {
-      std::printf("step %lld loss %.6f tokens/s %.0f bubble %.3f",
-                  (long long)st->step, st->loss,
-                  st->seconds > 0 ? double(st->tokens) / st->seconds : 0.0,
-                  st->bubble);
-      if (st->optimizer != "applied")
-        std::printf(" optimizer %s", st->optimizer.c_str());
-      std::printf("\n");
-    }
-    std::fflush(stdout);
-    if (saveEvery > 0 && k % saveEvery == 0)
-      if (Status s = save(k); !s)
-        return fail("checkpoint after step " + std::to_string(k) + ": " +
-                    s.message());
-  }
-  if (!tracePath.empty())
-    if (Status s = (*ex)->writeTrace(tracePath); !s)
-      return fail(s.message());
-  if (!dumpPath.empty()) {
-    auto w = (*ex)->gatherWeights();
-    if (!w)
-      return fail(w.message());
-    if (root)
-      if (Status s = writeWeights(dumpPath, *w); !s)
-        return fail(s.message());
-  }
-  return 0;
+  return runRank(tr.get());
 }

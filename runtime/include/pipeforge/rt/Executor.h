@@ -179,6 +179,9 @@ public:
   Expected<NamedTensors> gatherWeights();
   /// This rank's parameters by global index, and access for checkpoints.
   std::vector<int32_t> localParams() const;
+  /// Host memory in both cases: on a device backend these are the master
+  /// copies (uploaded at the start of each step, gradients downloaded at the
+  /// end of the backward work), so the optimizer and checkpoints use them.
   float *paramData(int32_t index);
   float *gradData(int32_t index);
 

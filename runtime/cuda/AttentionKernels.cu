@@ -1,0 +1,153 @@
+//===- AttentionKernels.cu - Causal GQA attention on CUDA -----------------===//
+//
+// The CUDA executor of AttentionPlan.h: layout conversions as grid-stride
+// kernels (one thread per element or rotary pair), the causal softmax and
+// its backward with one warp per score row (shuffle reductions), the
+// products through gemm(). The per-thread bodies live in AttentionMath.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda/AttentionKernels.h"
+#include "cuda/AttentionPlan.h"
+
+#include <algorithm>
+
+namespace pipeforge::rt::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarp = 32;
+
+/// Blocks for n threads of a grid-stride loop (n > 0).
+unsigned blocksFor(long long n) {
+  return unsigned(std::min<long long>((n + kThreads - 1) / kThreads, 1 << 20));
+}
+
+__device__ float warpMax(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// Butterfly sum: every lane ends with the same bits.
+__device__ float warpSum(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__global__ void toHeadsKernel(HeadLayout l, long long n, const float *src,
+                              float *dst) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    toHeadsElement(l, i, src, dst);
+}
+
+__global__ void fromHeadsKernel(HeadLayout l, long long n, const float *src,
+                                float *dst) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    fromHeadsElement(l, i, src, dst);
+}
+
+/// One warp per score row; row r is query position r % seq. The loop bound
+/// is uniform across a warp, so every lane takes part in the shuffles.
+__global__ void causalSoftmaxKernel(float *probs, long long rows,
+                                    long long seq) {
+  const int lane = threadIdx.x % kWarp;
+  const long long nWarps = (long long)gridDim.x * blockDim.x / kWarp;
+  for (long long r = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kWarp;
+       r < rows; r += nWarps) {
+    float *row = probs + r * seq;
+    const long long i = r % seq;
+    float m = warpMax(causalRowMaxPart(row, i, lane, kWarp));
+    float sum = warpSum(causalRowExpPart(row, i, m, lane, kWarp));
+    causalRowScalePart(row, i, seq, sum, lane, kWarp);
+  }
+}
+
+/// dS = P (dP - rowdot(P, dP)) in place over dP; one warp per row.
+__global__ void causalSoftmaxGradKernel(const float *probs, float *ds,
+                                        long long rows, long long seq) {
+  const int lane = threadIdx.x % kWarp;
+  const long long nWarps = (long long)gridDim.x * blockDim.x / kWarp;
+  for (long long r = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kWarp;
+       r < rows; r += nWarps) {
+    const float *p = probs + r * seq;
+    float *d = ds + r * seq;
+    const long long i = r % seq;
+    float dot = warpSum(causalRowDotPart(p, d, i, lane, kWarp));
+    causalRowGradPart(p, d, i, seq, dot, lane, kWarp);
+  }
+}
+
+/// AttentionPlan.h's executor: everything queued on ctx.stream.
+struct CudaExec {
+  GemmCtx &ctx;
+
+  Status gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+              float alpha, const float *A, int64_t lda, const float *B,
+              int64_t ldb, float beta, float *C, int64_t ldc, int batch,
+              int64_t strideA, int64_t strideB, int64_t strideC) {
+    return cuda::gemm(ctx, transA, transB, m, n, k, alpha, A, lda, B, ldb, beta,
+                      C, ldc, batch, strideA, strideB, strideC);
+  }
+  Status toHeads(const HeadLayout &l, const float *src, float *dst) {
+    long long n = headLayoutThreads(l);
+    toHeadsKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(l, n, src, dst);
+    return launchStatus("attention toHeads");
+  }
+  Status fromHeads(const HeadLayout &l, const float *src, float *dst) {
+    long long n = headLayoutThreads(l);
+    fromHeadsKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(l, n, src, dst);
+    return launchStatus("attention fromHeads");
+  }
+  Status causalSoftmax(float *probs, long long rows, long long seq) {
+    causalSoftmaxKernel<<<blocksFor(rows * kWarp), kThreads, 0, ctx.stream>>>(
+        probs, rows, seq);
+    return launchStatus("attention causalSoftmax");
+  }
+  Status causalSoftmaxGrad(const float *probs, float *ds, long long rows,
+                           long long seq) {
+    causalSoftmaxGradKernel<<<blocksFor(rows * kWarp), kThreads, 0,
+                              ctx.stream>>>(probs, ds, rows, seq);
+    return launchStatus("attention causalSoftmaxGrad");
+  }
+};
+
+} // namespace
+
+size_t attentionWorkspaceBytes(const cpu::AttentionShape &s) {
+  AttentionBuffers b;
+  return carveAttention(s, nullptr, b);
+}
+
+Status attentionForward(GemmCtx &ctx, const cpu::AttentionShape &s,
+                        const float *q, const float *k, const float *v,
+                        float *out, void *ws) {
+  if (!cpu::isValid(s))
+    return Status::error("attention: invalid shape");
+  if (s.batch == 0 || s.seq == 0)
+    return Status::ok();
+  AttentionBuffers b;
+  carveAttention(s, ws, b);
+  CudaExec x{ctx};
+  return attentionForwardPlan(x, s, q, k, v, out, b);
+}
+
+Status attentionBackward(GemmCtx &ctx, const cpu::AttentionShape &s,
+                         const float *q, const float *k, const float *v,
+                         const float *dy, float *dq, float *dk, float *dv,
+                         void *ws) {
+  if (!cpu::isValid(s))
+    return Status::error("attention: invalid shape");
+  if (s.batch == 0 || s.seq == 0)
+    return Status::ok();
+  AttentionBuffers b;
+  carveAttention(s, ws, b);
+  CudaExec x{ctx};
+  return attentionBackwardPlan(x, s, q, k, v, dy, dq, dk, dv, b);
+}
+
+} // namespace pipeforge::rt::cuda

@@ -1,0 +1,41 @@
+//===- AttentionKernels.h - Causal GQA attention on CUDA --------*- C++ -*-===//
+//
+// The CUDA version of cpu::attentionF / cpu::attentionB (same semantics:
+// causal, grouped-query heads, optional rotary embedding, scale 1/sqrt(d),
+// token layout [batch, seq, heads*d]). All pointers are device pointers;
+// all work is queued on ctx.stream with no host synchronisation. Matrix
+// products go through gemm(); the backward recomputes the probabilities
+// (nothing is saved between the two calls).
+//
+// `ws` is device scratch of at least attentionWorkspaceBytes(shape) bytes,
+// 256-byte aligned; the same size serves both calls.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PIPEFORGE_RUNTIME_CUDA_ATTENTIONKERNELS_H
+#define PIPEFORGE_RUNTIME_CUDA_ATTENTIONKERNELS_H
+
+#include "cpu/Kernels.h"
+#include "cuda/GemmCtx.h"
+
+#include <cstddef>
+
+namespace pipeforge::rt::cuda {
+
+size_t attentionWorkspaceBytes(const cpu::AttentionShape &s);
+
+/// out [tokens, heads*d] = causal attention of q [tokens, heads*d] over
+/// k, v [tokens, kvHeads*d].
+Status attentionForward(GemmCtx &ctx, const cpu::AttentionShape &s,
+                        const float *q, const float *k, const float *v,
+                        float *out, void *ws);
+
+/// dq, dk, dv (overwritten) from the output gradient dy.
+Status attentionBackward(GemmCtx &ctx, const cpu::AttentionShape &s,
+                         const float *q, const float *k, const float *v,
+                         const float *dy, float *dq, float *dk, float *dv,
+                         void *ws);
+
+} // namespace pipeforge::rt::cuda
+
+#endif // PIPEFORGE_RUNTIME_CUDA_ATTENTIONKERNELS_H

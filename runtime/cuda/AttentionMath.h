@@ -1,0 +1,170 @@
+//===- AttentionMath.h - Per-thread bodies of the CUDA attention kernels --===//
+//
+// The work of one CUDA thread (or one lane of a warp) of the attention
+// kernels in AttentionKernels.cu, as PF_HOST_DEVICE functions: the kernels
+// are thin grid-stride loops around them, and the CPU test
+// (unittests/CudaMath/AttentionMoEMathTest.cpp) runs the same functions over
+// whole tensors with loops in place of the grid, against cpu::attentionF/B.
+//
+// Layouts (B batch, S seq, nH heads of a tensor, D head dim):
+//   token layout  [B, S, nH*D]   (the op's q, k, v, out and gradients)
+//   head layout   [B, nH, S, D]  (contiguous per head, for batched GEMMs)
+//   scores        [B, heads, S, S], row (b, h, i) holds query position i.
+//
+// Row reductions run on one warp per row: lane `lane` of `lanes` visits the
+// columns j = lane, lane + lanes, ... of the causal part j <= i and returns a
+// partial result; the caller combines the partials (warp shuffle on the GPU,
+// a loop in the test) and passes the total to the next phase.
+//
+// Header-only, host-includable without nvcc.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PIPEFORGE_RUNTIME_CUDA_ATTENTIONMATH_H
+#define PIPEFORGE_RUNTIME_CUDA_ATTENTIONMATH_H
+
+#include "cpu/ElementwiseMath.h"
+
+#include <math.h>
+
+namespace pipeforge {
+namespace rt {
+namespace cuda {
+
+/// Sizes of a token <-> head layout conversion.
+struct HeadLayout {
+  long long batch, seq, heads, headDim;
+  bool rotary;
+  float ropeTheta; ///< float, as the CPU kernel computes its angles
+};
+
+/// Threads of one conversion: one per element, or one per rotary pair
+/// (element j and j + d/2 of a head) when rotary.
+PF_HOST_DEVICE inline long long headLayoutThreads(const HeadLayout &l) {
+  long long perHead = l.rotary ? l.headDim / 2 : l.headDim;
+  return l.batch * l.seq * l.heads * perHead;
+}
+
+/// Thread `idx` of a conversion: the token-layout and head-layout offsets of
+/// its element, its position in the sequence and its index j in the head.
+PF_HOST_DEVICE inline void headLayoutOffsets(const HeadLayout &l, long long idx,
+                                             long long &tokenOff,
+                                             long long &headOff, long long &pos,
+                                             long long &j) {
+  long long perHead = l.rotary ? l.headDim / 2 : l.headDim;
+  j = idx % perHead;
+  long long rest = idx / perHead;
+  long long h = rest % l.heads;
+  rest /= l.heads;
+  pos = rest % l.seq;
+  long long b = rest / l.seq;
+  tokenOff = (b * l.seq + pos) * l.heads * l.headDim + h * l.headDim + j;
+  headOff = ((b * l.heads + h) * l.seq + pos) * l.headDim + j;
+}
+
+/// Rotates (transpose = false) or un-rotates (transpose = true) the pair
+/// (x1, x2) = (v[j], v[j + d/2]) of a head vector at sequence position pos.
+PF_HOST_DEVICE inline void rotaryPair(float &x1, float &x2, long long pos,
+                                      long long j, long long d, float theta,
+                                      bool transpose) {
+  float a = math::rotaryAngle<float>(pos, j, d, theta);
+  float c = math::pfCos(a), s = math::pfSin(a), y1, y2;
+  if (transpose)
+    math::rotaryRotateTranspose(x1, x2, c, s, y1, y2);
+  else
+    math::rotaryRotate(x1, x2, c, s, y1, y2);
+  x1 = y1;
+  x2 = y2;
+}
+
+/// Thread `idx` of token layout -> head layout, rotating q / k when
+/// l.rotary.
+PF_HOST_DEVICE inline void toHeadsElement(const HeadLayout &l, long long idx,
+                                          const float *src, float *dst) {
+  long long tokenOff, headOff, pos, j;
+  headLayoutOffsets(l, idx, tokenOff, headOff, pos, j);
+  if (!l.rotary) {
+    dst[headOff] = src[tokenOff];
+    return;
+  }
+  const long long half = l.headDim / 2;
+  float x1 = src[tokenOff], x2 = src[tokenOff + half];
+  rotaryPair(x1, x2, pos, j, l.headDim, l.ropeTheta, /*transpose=*/false);
+  dst[headOff] = x1;
+  dst[headOff + half] = x2;
+}
+
+/// Thread `idx` of head layout -> token layout, applying the transposed
+/// rotation to dq / dk when l.rotary.
+PF_HOST_DEVICE inline void fromHeadsElement(const HeadLayout &l, long long idx,
+                                            const float *src, float *dst) {
+  long long tokenOff, headOff, pos, j;
+  headLayoutOffsets(l, idx, tokenOff, headOff, pos, j);
+  if (!l.rotary) {
+    dst[tokenOff] = src[headOff];
+    return;
+  }
+  const long long half = l.headDim / 2;
+  float x1 = src[headOff], x2 = src[headOff + half];
+  rotaryPair(x1, x2, pos, j, l.headDim, l.ropeTheta, /*transpose=*/true);
+  dst[tokenOff] = x1;
+  dst[tokenOff + half] = x2;
+}
+
+//===--- Causal softmax of one score row (query position i) ---------------===//
+
+/// Phase 1: partial max of row[j], j <= i.
+PF_HOST_DEVICE inline float causalRowMaxPart(const float *row, long long i,
+                                             int lane, int lanes) {
+  float m = -INFINITY;
+  for (long long j = lane; j <= i; j += lanes)
+    m = row[j] > m ? row[j] : m;
+  return m;
+}
+
+/// Phase 2: row[j] = exp(row[j] - rowMax) for j <= i; returns their partial
+/// sum.
+PF_HOST_DEVICE inline float
+causalRowExpPart(float *row, long long i, float rowMax, int lane, int lanes) {
+  float sum = 0.f;
+  for (long long j = lane; j <= i; j += lanes) {
+    row[j] = math::softmaxExp(row[j], rowMax);
+    sum += row[j];
+  }
+  return sum;
+}
+
+/// Phase 3: row[j] *= 1 / sum for j <= i, row[j] = 0 above the diagonal.
+PF_HOST_DEVICE inline void causalRowScalePart(float *row, long long i,
+                                              long long seq, float sum,
+                                              int lane, int lanes) {
+  const float inv = 1.f / sum;
+  for (long long j = lane; j < seq; j += lanes)
+    row[j] = j <= i ? row[j] * inv : 0.f;
+}
+
+//===--- Its backward: dS = P (dP - rowdot(P, dP)) ------------------------===//
+
+/// Phase 1: partial sum of p[j] * dp[j], j <= i.
+PF_HOST_DEVICE inline float causalRowDotPart(const float *p, const float *dp,
+                                             long long i, int lane, int lanes) {
+  float dot = 0.f;
+  for (long long j = lane; j <= i; j += lanes)
+    dot += p[j] * dp[j];
+  return dot;
+}
+
+/// Phase 2: d[j] = softmaxGrad(p[j], d[j], dot) for j <= i, 0 above the
+/// diagonal (d holds dP on entry, dS on exit).
+PF_HOST_DEVICE inline void causalRowGradPart(const float *p, float *d,
+                                             long long i, long long seq,
+                                             float dot, int lane, int lanes) {
+  for (long long j = lane; j < seq; j += lanes)
+    d[j] = j <= i ? math::softmaxGrad(p[j], d[j], dot) : 0.f;
+}
+
+} // namespace cuda
+} // namespace rt
+} // namespace pipeforge
+
+#endif // PIPEFORGE_RUNTIME_CUDA_ATTENTIONMATH_H

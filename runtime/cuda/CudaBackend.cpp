@@ -1,0 +1,524 @@
+//===- CudaBackend.cpp - The CUDA backend ---------------------------------===//
+//
+// One adapter per nn op mnemonic, the CPU backend's set (CpuBackend.cpp),
+// over the kernel families of runtime/cuda: GEMMs through cuBLAS
+// (GemmCtx.cu), norms, activations, embedding, loss and AdamW
+// (RowKernels.cu), attention (AttentionKernels.cu) and MoE
+// (MoEKernels.cu). Operands and shapes are read by the same code as on the
+// CPU (runtime/lib/KernelOperands.h), so a bad kernel gets the same message.
+//
+// Every call is queued on the backend's compute stream (a non-blocking
+// stream on its device); buffers come from the device's stream-ordered
+// memory pool, so allocation and release never synchronize the device.
+// Only copyToHost / copyFromHost / synchronize / takeAsyncError wait.
+// Errors of the void-returning helpers (copy, accumulate, ...) and index
+// errors that kernels record in the device error word surface in
+// takeAsyncError(), which the executor calls after every step.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/rt/CudaBackend.h"
+
+#include "lib/KernelOperands.h"
+#include "cuda/AttentionKernels.h"
+#include "cuda/GemmCtx.h"
+#include "cuda/MoEKernels.h"
+#include "cuda/RowKernels.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <unordered_map>
+
+namespace pipeforge::rt {
+namespace {
+
+using namespace cpu;
+using namespace ops;
+using cuda::cudaStatus;
+
+class CudaBackend final : public Backend {
+public:
+  ~CudaBackend() override;
+  static Expected<std::unique_ptr<Backend>> create(const CudaBackendOptions &o);
+
+  const char *name() const override { return "cuda"; }
+  bool hostVisible() const override { return false; }
+  int device() const override { return dev; }
+  void *computeStream() override { return ctx.stream; }
+
+  void *alloc(int64_t bytes) override {
+    void *p = nullptr;
+    size_t n = size_t(std::max<int64_t>(bytes, 1) + 255) / 256 * 256;
+    if (!note(cudaStatus(cudaMallocAsync(&p, n, ctx.stream), "cudaMallocAsync")))
+      return nullptr;
+    note(cudaStatus(cudaMemsetAsync(p, 0, n, ctx.stream), "cudaMemsetAsync"));
+    return p;
+  }
+  void free(void *p) override {
+    if (p)
+      note(cudaStatus(cudaFreeAsync(p, ctx.stream), "cudaFreeAsync"));
+  }
+  void copyToHost(void *hostDst, const void *src, int64_t bytes) override {
+    if (bytes <= 0)
+      return;
+    note(cudaStatus(cudaMemcpyAsync(hostDst, src, size_t(bytes),
+                                    cudaMemcpyDeviceToHost, ctx.stream),
+                    "cudaMemcpyAsync (device to host)"));
+    note(cudaStatus(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize"));
+  }
+  void copyFromHost(void *dst, const void *hostSrc, int64_t bytes) override {
+    if (bytes <= 0)
+      return;
+    note(cudaStatus(cudaMemcpyAsync(dst, hostSrc, size_t(bytes),
+                                    cudaMemcpyHostToDevice, ctx.stream),
+                    "cudaMemcpyAsync (host to device)"));
+    note(cudaStatus(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize"));
+  }
+  void copy(void *dst, const void *src, int64_t bytes) override {
+    // cudaMemcpyDefault: the source may live on another device (ranks of
+    // --local-ranks on several GPUs of one process).
+    if (bytes > 0 && dst != src)
+      note(cudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes),
+                                      cudaMemcpyDefault, ctx.stream),
+                      "cudaMemcpyAsync (device to device)"));
+  }
+  void fillZero(void *p, int64_t bytes) override {
+    if (bytes > 0)
+      note(cudaStatus(cudaMemsetAsync(p, 0, size_t(bytes), ctx.stream),
+                      "cudaMemsetAsync"));
+  }
+  void accumulate(float *dst, const float *src, int64_t n) override {
+    note(cuda::accumulate(ctx, n, dst, src));
+  }
+  void scale(float *x, float a, int64_t n) override {
+    note(cuda::scale(ctx, n, x, a));
+  }
+  void synchronize() override {
+    note(cudaStatus(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize"));
+  }
+  Status takeAsyncError() override;
+
+  Status run(const KernelCall &call) override {
+    const Kernel &k = *call.kernel;
+    auto it = table.find(k.op);
+    if (it == table.end())
+      return opError(k, "unknown op for the cuda backend (known: " +
+                            knownList() + ")");
+    if (Status s = it->second(k, Operands{call}); !s)
+      return s;
+    return cuda::launchStatus(k.op.c_str());
+  }
+
+  std::vector<std::string> ops() const {
+    std::vector<std::string> r;
+    for (auto &e : table)
+      r.push_back(e.first);
+    std::sort(r.begin(), r.end());
+    return r;
+  }
+
+  CudaBackend(); ///< the op table only (cudaBackendOps)
+
+private:
+  using Fn = std::function<Status(const Kernel &, const Operands &)>;
+  std::unordered_map<std::string, Fn> table;
+  int dev = 0;
+  cuda::GemmCtx ctx;
+  void *ws = nullptr; ///< attention / MoE workspace, grown on demand
+  size_t wsBytes = 0;
+  Status pending = Status::ok(); ///< first error of a void-returning call
+
+  /// Keeps the first failure for takeAsyncError(); true when `s` is ok.
+  bool note(Status s) {
+    bool ok = bool(s);
+    if (!ok && pending)
+      pending = std::move(s);
+    return ok;
+  }
+  std::string knownList() const {
+    std::string s;
+    for (auto &n : ops())
+      s += (s.empty() ? "" : " ") + n;
+    return s;
+  }
+  /// The workspace, at least `bytes` (stream-ordered, so earlier kernels
+  /// still reading the old one are unaffected).
+  Expected<void *> workspace(size_t bytes) {
+    if (bytes > wsBytes) {
+      if (ws)
+        if (Status s = cudaStatus(cudaFreeAsync(ws, ctx.stream),
+                                  "cudaFreeAsync (workspace)");
+            !s)
+          return s;
+      ws = nullptr;
+      wsBytes = 0;
+      size_t n = std::max(bytes, size_t(1) << 20);
+      if (Status s = cudaStatus(cudaMallocAsync(&ws, n, ctx.stream),
+                                "cudaMallocAsync (workspace)");
+          !s)
+        return s;
+      wsBytes = n;
+    }
+    return ws;
+  }
+  void addForwardOps();
+  void addGradientOps();
+};
+
+Expected<std::unique_ptr<Backend>>
+CudaBackend::create(const CudaBackendOptions &o) {
+  std::string why;
+  int n = cudaDeviceCount(&why);
+  if (n == 0)
+    return Status::error("--backend cuda: no CUDA device (" + why + ")");
+  if (o.device < 0 || o.device >= n)
+    return Status::error("--backend cuda: device " + std::to_string(o.device) +
+                         " does not exist (this machine has " +
+                         std::to_string(n) + ")");
+  std::unique_ptr<CudaBackend> b(new CudaBackend());
+  b->dev = o.device;
+  b->ctx.precision = o.precision;
+  std::string where = " (device " + std::to_string(o.device) + ")";
+  if (Status s = cudaStatus(cudaSetDevice(o.device), "cudaSetDevice"); !s)
+    return Status::error(s.message() + where);
+  if (Status s = cudaStatus(
+          cudaStreamCreateWithFlags(&b->ctx.stream, cudaStreamNonBlocking),
+          "cudaStreamCreate");
+      !s)
+    return Status::error(s.message() + where);
+  // Keep freed pool memory for reuse instead of returning it at every
+  // synchronization: the executor allocates per message and per step.
+  cudaMemPool_t pool;
+  if (cudaDeviceGetDefaultMemPool(&pool, o.device) == cudaSuccess) {
+    uint64_t keep = UINT64_MAX;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
+  if (Status s = cuda::cublasStatus(cublasCreate(&b->ctx.blas), "cublasCreate");
+      !s)
+    return Status::error(s.message() + where);
+  if (Status s = cuda::cublasStatus(cublasSetStream(b->ctx.blas, b->ctx.stream),
+                                    "cublasSetStream");
+      !s)
+    return s;
+  // True fp32 products: no TF32 in the fp32 mode.
+  if (Status s = cuda::cublasStatus(
+          cublasSetMathMode(b->ctx.blas, CUBLAS_DEFAULT_MATH),
+          "cublasSetMathMode");
+      !s)
+    return s;
+  if (Status s = cudaStatus(cudaMalloc(&b->ctx.errorWord,
+                                       cuda::kDeviceErrorInts * sizeof(int)),
+                            "cudaMalloc (error word)");
+      !s)
+    return Status::error(s.message() + where);
+  if (Status s = cudaStatus(cudaMemset(b->ctx.errorWord, 0,
+                                       cuda::kDeviceErrorInts * sizeof(int)),
+                            "cudaMemset (error word)");
+      !s)
+    return s;
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+CudaBackend::~CudaBackend() {
+  if (!ctx.stream)
+    return; // the op-table-only instance
+  cudaSetDevice(dev);
+  if (ws)
+    cudaFreeAsync(ws, ctx.stream);
+  if (ctx.bf16Scratch)
+    cudaFreeAsync(ctx.bf16Scratch, ctx.stream);
+  cudaStreamSynchronize(ctx.stream);
+  if (ctx.errorWord)
+    cudaFree(ctx.errorWord);
+  if (ctx.blas)
+    cublasDestroy(ctx.blas);
+  cudaStreamDestroy(ctx.stream);
+}
+
+Status CudaBackend::takeAsyncError() {
+  Status s = std::move(pending);
+  pending = Status::ok();
+  if (!s)
+    return s;
+  if (Status e = cudaStatus(cudaStreamSynchronize(ctx.stream),
+                            "a queued CUDA kernel failed");
+      !e)
+    return e;
+  int w[cuda::kDeviceErrorInts] = {0, 0, 0, 0};
+  if (Status e = cudaStatus(cudaMemcpy(w, ctx.errorWord, sizeof(w),
+                                       cudaMemcpyDeviceToHost),
+                            "cudaMemcpy (error word)");
+      !e)
+    return e;
+  if (w[0] == cuda::DeviceErrorNone)
+    return Status::ok();
+  cudaMemset(ctx.errorWord, 0, sizeof(w));
+  const char *op = "?", *what = "index";
+  switch (w[0]) {
+  case cuda::DeviceErrorEmbeddingToken:
+    op = "embedding", what = "token";
+    break;
+  case cuda::DeviceErrorEmbeddingBwdToken:
+    op = "embedding_bwd_weight", what = "token";
+    break;
+  case cuda::DeviceErrorCrossEntropyTarget:
+    op = "cross_entropy", what = "target";
+    break;
+  case cuda::DeviceErrorCrossEntropyBwdTarget:
+    op = "cross_entropy_bwd", what = "target";
+    break;
+  default:
+    break;
+  }
+  // The CPU backend's message for the same input.
+  return Status::error(std::string("kernel '") + op + "': " + what + " #" +
+                       std::to_string(w[1]) + " = " + std::to_string(w[2]) +
+                       " is outside [0, " + std::to_string(w[3]) + ")");
+}
+
+CudaBackend::CudaBackend() {
+  addForwardOps();
+  addGradientOps();
+}
+
+void CudaBackend::addForwardOps() {
+  table["linear"] = [this](const Kernel &k, const Operands &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s; // (x, W, [b]) -> y = x W^T (+ b)
+    LinearShape sh = linearShape(o);
+    float beta = 0.0f;
+    if (sh.hasBias) {
+      if (Status s = cuda::biasRows(ctx, sh.tokens, sh.out, o.f(2), o.o(0)); !s)
+        return s;
+      beta = 1.0f;
+    }
+    return cuda::gemm(ctx, false, true, sh.tokens, sh.out, sh.in, 1.0f, o.f(0),
+                      sh.in, o.f(1), sh.in, beta, o.o(0), sh.out);
+  };
+  table["layernorm"] = [this](const Kernel &k, const Operands &o) -> Status {
+    if (Status s = need(k, o, 3, 1); !s)
+      return s;
+    return cuda::layerNormForward(ctx, normShape(k, o), o.f(0), o.f(1), o.f(2),
+                                  o.o(0));
+  };
+  table["rmsnorm"] = [this](const Kernel &k, const Operands &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s;
+    return cuda::rmsNormForward(ctx, normShape(k, o), o.f(0), o.f(1), o.o(0));
+  };
+  auto act = [this](Activation a) {
+    return [this, a](const Kernel &k, const Operands &o) -> Status {
+      if (Status s = need(k, o, 1, 1); !s)
+        return s;
+      return cuda::activationForward(ctx, a, numel(o.t(0)), o.f(0), o.o(0));
+    };
+  };
+  table["gelu"] = act(Activation::Gelu);
+  table["silu"] = act(Activation::Silu);
+  table["add"] = [this](const Kernel &k, const Operands &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s;
+    return cuda::addForward(ctx, numel(o.t(0)), o.f(0), o.f(1), o.o(0));
+  };
+  table["mul"] = [this](const Kernel &k, const Operands &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s;
+    return cuda::mulForward(ctx, numel(o.t(0)), o.f(0), o.f(1), o.o(0));
+  };
+  table["embedding"] = [this](const Kernel &k, const Operands &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s; // (tokens, table, [pos]); bad tokens: takeAsyncError()
+    return cuda::embeddingForward(ctx, embeddingShape(o), o.f(1), o.f(2),
+                                  o.i32(0), o.o(0));
+  };
+  table["attention"] = [this](const Kernel &k, const Operands &o) -> Status {
+    if (Status s = need(k, o, 3, 1); !s)
+      return s;
+    AttentionShape sh;
+    if (Status s = attentionShape(k, o, sh); !s)
+      return s;
+    auto w = workspace(cuda::attentionWorkspaceBytes(sh));
+    if (!w)
+      return w.status();
+    return cuda::attentionForward(ctx, sh, o.f(0), o.f(1), o.f(2), o.o(0), *w);
+  };
+  table["moe"] = [this](const Kernel &k, const Operands &o) -> Status {
+    if (Status s = need(k, o, 4, 1); !s)
+      return s;
+    MoEShape sh;
+    if (Status s = moeShape(k, o, sh); !s)
+      return s;
+    MoEParams<float> p;
+    const float *dy;
+    moeParams(o, false, p, dy);
+    auto w = workspace(cuda::moeWorkspaceBytes(sh));
+    if (!w)
+      return w.status();
+    return cuda::moeForward(ctx, sh, o.f(0), p.router, p.w1, p.w2, p.w3,
+                            o.o(0), *w);
+  };
+  table["cross_entropy"] = [this](const Kernel &k, const Operands &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s; // (logits, targets) -> mean loss; bad targets: takeAsyncError()
+    CrossEntropyShape sh = crossEntropyShape(o);
+    if (numel(o.t(1)) != sh.tokens)
+      return opError(k, "targets do not match the logits' leading shape");
+    return cuda::crossEntropyForward(ctx, sh, o.f(0), o.i32(1), o.o(0));
+  };
+}
+
+void CudaBackend::addGradientOps() {
+  table["linear_bwd_input"] = [this](const Kernel &k,
+                                     const Operands &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s; // (dy, W) -> dx = dy W
+    LinearShape sh = linearBwdInputShape(o);
+    return cuda::gemm(ctx, false, false, sh.tokens, sh.in, sh.out, 1.0f,
+                      o.f(0), sh.out, o.f(1), sh.in, 0.0f, o.o(0), sh.in);
+  };
+  table["linear_bwd_weight"] = [this](const Kernel &k,
+                                      const Operands &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s; // (x, dy) -> dW = dy^T x, [db = column sums of dy]
+    LinearShape sh = linearBwdWeightShape(o);
+    if (Status s = cuda::gemm(ctx, true, false, sh.out, sh.in, sh.tokens, 1.0f,
+                              o.f(1), sh.out, o.f(0), sh.in, 0.0f, o.o(0),
+                              sh.in);
+        !s)
+      return s;
+    if (!sh.hasBias)
+      return Status::ok();
+    return cuda::columnSums(ctx, sh.tokens, sh.out, o.f(1), o.o(1));
+  };
+  auto normBwdInput = [this](bool layer) {
+    return [this, layer](const Kernel &k, const Operands &o) -> Status {
+      if (Status s = need(k, o, 3, 1); !s)
+        return s; // (x, gamma, dy) -> dx
+      return cuda::normBackwardInput(ctx, normShape(k, o), layer, o.f(0),
+                                     o.f(1), o.f(2), o.o(0));
+    };
+  };
+  auto normBwdWeight = [this](bool layer) {
+    return [this, layer](const Kernel &k, const Operands &o) -> Status {
+      if (Status s = need(k, o, 2, layer ? 2 : 1); !s)
+        return s; // (x, dy) -> dgamma [, dbeta]
+      return cuda::normBackwardWeight(ctx, normShape(k, o), layer, o.f(0),
+                                      o.f(1), o.o(0), layer ? o.o(1) : nullptr);
+    };
+  };
+  table["layernorm_bwd_input"] = normBwdInput(true);
+  table["rmsnorm_bwd_input"] = normBwdInput(false);
+  table["layernorm_bwd_weight"] = normBwdWeight(true);
+  table["rmsnorm_bwd_weight"] = normBwdWeight(false);
+  auto actBwd = [this](Activation a) {
+    return [this, a](const Kernel &k, const Operands &o) -> Status {
+      if (Status s = need(k, o, 2, 1); !s)
+        return s; // (x, dy) -> dx
+      return cuda::activationBackward(ctx, a, numel(o.t(0)), o.f(0), o.f(1),
+                                      o.o(0));
+    };
+  };
+  table["gelu_bwd"] = actBwd(Activation::Gelu);
+  table["silu_bwd"] = actBwd(Activation::Silu);
+  table["embedding_bwd_weight"] = [this](const Kernel &k,
+                                         const Operands &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s; // (tokens, dy) -> dtable [, dpos]
+    EmbeddingShape sh = embeddingBwdShape(k, o);
+    if (numel(o.ot(0)) < sh.vocab * sh.hidden)
+      return opError(k, "table gradient smaller than vocab x hidden");
+    if (o.o(1) && numel(o.ot(1)) < sh.seq * sh.hidden)
+      return opError(k, "positions gradient smaller than seq x hidden");
+    // Rows of a larger gradient than the kernel writes are zero, as on the
+    // CPU (which clears the whole result first).
+    fillZero(o.o(0), numel(o.ot(0)) * 4);
+    if (o.o(1))
+      fillZero(o.o(1), numel(o.ot(1)) * 4);
+    return cuda::embeddingBackwardWeight(ctx, sh, o.i32(0), o.f(1), o.o(0),
+                                         o.o(1));
+  };
+  table["attention_bwd"] = [this](const Kernel &k,
+                                  const Operands &o) -> Status {
+    if (Status s = need(k, o, 4, 3); !s)
+      return s; // (q, k, v, dy) -> dq, dk, dv
+    AttentionShape sh;
+    if (Status s = attentionShape(k, o, sh); !s)
+      return s;
+    auto w = workspace(cuda::attentionWorkspaceBytes(sh));
+    if (!w)
+      return w.status();
+    return cuda::attentionBackward(ctx, sh, o.f(0), o.f(1), o.f(2), o.f(3),
+                                   o.o(0), o.o(1), o.o(2), *w);
+  };
+  auto moeBwd = [this](bool weight) {
+    return [this, weight](const Kernel &k, const Operands &o) -> Status {
+      if (Status s = need(k, o, 5, weight ? 3 : 1); !s)
+        return s;
+      MoEShape sh;
+      if (Status s = moeShape(k, o, sh); !s)
+        return s;
+      MoEParams<float> p;
+      const float *dy;
+      moeParams(o, true, p, dy);
+      if (!dy)
+        return opError(k, "missing result gradient");
+      if (weight && p.w3 && !o.o(3))
+        return opError(k, "missing w3 gradient result");
+      auto w = workspace(cuda::moeWorkspaceBytes(sh));
+      if (!w)
+        return w.status();
+      if (!weight)
+        return cuda::moeBackwardInput(ctx, sh, o.f(0), p.router, p.w1, p.w2,
+                                      p.w3, dy, o.o(0), *w);
+      return cuda::moeBackwardWeight(ctx, sh, o.f(0), p.router, p.w1, p.w2,
+                                     p.w3, dy, o.o(0), o.o(1), o.o(2),
+                                     p.w3 ? o.o(3) : nullptr, *w);
+    };
+  };
+  table["moe_bwd_input"] = moeBwd(false);
+  table["moe_bwd_weight"] = moeBwd(true);
+  table["cross_entropy_bwd"] = [this](const Kernel &k,
+                                      const Operands &o) -> Status {
+    if (Status s = need(k, o, 3, 1); !s)
+      return s; // (logits, targets, dloss) -> dlogits
+    return cuda::crossEntropyBackward(ctx, crossEntropyShape(o), o.f(0),
+                                      o.i32(1), o.f(2), o.o(0));
+  };
+}
+
+} // namespace
+
+int cudaDeviceCount(std::string *why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why)
+      *why = cudaGetErrorString(e);
+    cudaGetLastError(); // clear it
+    return 0;
+  }
+  if (n == 0 && why)
+    *why = "the driver reports no devices";
+  return n;
+}
+
+Expected<std::unique_ptr<Backend>>
+createCudaBackend(const CudaBackendOptions &o) {
+  return CudaBackend::create(o);
+}
+
+std::vector<std::string> cudaBackendOps() { return CudaBackend().ops(); }
+
+Expected<GemmPrecision> parseGemmPrecision(const std::string &s) {
+  if (s == "fp32")
+    return GemmPrecision::FP32;
+  if (s == "bf16")
+    return GemmPrecision::BF16;
+  return Status::error("unknown GEMM precision '" + s +
+                       "' (expected fp32 or bf16)");
+}
+
+} // namespace pipeforge::rt

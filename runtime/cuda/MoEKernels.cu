@@ -1,0 +1,251 @@
+//===- MoEKernels.cu - Top-k mixture of experts on CUDA -------------------===//
+//
+// The CUDA executor of MoEPlan.h: routing with one thread per token, the
+// capacity scan with one thread per expert, gate gradients with one warp per
+// assignment (shuffle reduction), every other step as a grid-stride kernel
+// with one thread per element, the products through gemm(). The per-thread
+// bodies live in MoEMath.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda/MoEKernels.h"
+#include "cuda/MoEPlan.h"
+
+#include <algorithm>
+
+namespace pipeforge::rt::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarp = 32;
+
+/// Blocks for n threads of a grid-stride loop (n > 0).
+unsigned blocksFor(long long n) {
+  return unsigned(std::min<long long>((n + kThreads - 1) / kThreads, 1 << 20));
+}
+
+#define PF_GRID_LOOP(i, n)                                                     \
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;  \
+       i += (long long)gridDim.x * blockDim.x)
+
+__global__ void routeKernel(float *probs, long long tokens, long long experts,
+                            long long topK, bool renormalize, int32_t *topIdx,
+                            float *gates) {
+  PF_GRID_LOOP(t, tokens)
+  moeRouteToken(probs + t * experts, probs + t * experts, experts, topK,
+                renormalize, topIdx + t * topK, gates + t * topK);
+}
+
+__global__ void assignKernel(const int32_t *topIdx, long long assignments,
+                             long long experts, long long rows, int32_t *slotOf,
+                             int32_t *rowAssign) {
+  PF_GRID_LOOP(e, experts)
+  moeAssignExpert(topIdx, assignments, int32_t(e), rows, slotOf, rowAssign);
+}
+
+__global__ void gatherKernel(long long n, long long hidden, long long topK,
+                             const int32_t *rowAssign, const float *x,
+                             float *xe) {
+  PF_GRID_LOOP(i, n)
+  moeGatherElement(i, hidden, topK, rowAssign, x, xe);
+}
+
+__global__ void actKernel(long long n, Activation act, const float *pre,
+                          const float *pre3, float *out) {
+  PF_GRID_LOOP(i, n)
+  moeActElement(i, act, pre, pre3, out);
+}
+
+__global__ void combineKernel(long long n, long long hidden, long long topK,
+                              long long rows, const int32_t *topIdx,
+                              const int32_t *slotOf, const float *gates,
+                              const float *eout, float *y) {
+  PF_GRID_LOOP(i, n)
+  moeCombineElement(i, hidden, topK, rows, topIdx, slotOf, gates, eout, y);
+}
+
+/// One warp per assignment; the loop bound is uniform across a warp.
+__global__ void gateGradKernel(long long assignments, long long hidden,
+                               long long topK, long long rows,
+                               const int32_t *topIdx, const int32_t *slotOf,
+                               const float *dy, const float *eout, float *dg) {
+  const int lane = threadIdx.x % kWarp;
+  const long long nWarps = (long long)gridDim.x * blockDim.x / kWarp;
+  for (long long a = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kWarp;
+       a < assignments; a += nWarps) {
+    float v = moeGateGradPart(a, hidden, topK, rows, topIdx, slotOf, dy, eout,
+                              lane, kWarp);
+    for (int o = kWarp / 2; o > 0; o /= 2)
+      v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0)
+      dg[a] = v;
+  }
+}
+
+__global__ void routerGradKernel(const float *probs, long long tokens,
+                                 long long experts, long long topK,
+                                 const int32_t *topIdx, const float *gates,
+                                 const float *dg, bool renormalize,
+                                 float *dlogits) {
+  PF_GRID_LOOP(t, tokens)
+  moeRouterGradToken(probs + t * experts, experts, topK, topIdx + t * topK,
+                     gates + t * topK, dg + t * topK, renormalize,
+                     dlogits + t * experts);
+}
+
+__global__ void dyeKernel(long long n, long long hidden, long long topK,
+                          const int32_t *rowAssign, const float *gates,
+                          const float *dy, float *dye) {
+  PF_GRID_LOOP(i, n)
+  moeDyeElement(i, hidden, topK, rowAssign, gates, dy, dye);
+}
+
+__global__ void expertGradKernel(long long n, Activation act, const float *pre,
+                                 const float *pre3, float *dpre, float *dpre3) {
+  PF_GRID_LOOP(i, n)
+  moeExpertGradElement(i, act, pre, pre3, dpre, dpre3);
+}
+
+__global__ void scatterKernel(long long n, long long hidden, long long topK,
+                              long long rows, const int32_t *topIdx,
+                              const int32_t *slotOf, const float *dxe,
+                              float *dx) {
+  PF_GRID_LOOP(i, n)
+  moeScatterElement(i, hidden, topK, rows, topIdx, slotOf, dxe, dx);
+}
+
+#undef PF_GRID_LOOP
+
+/// MoEPlan.h's executor: everything queued on ctx.stream.
+struct CudaExec {
+  GemmCtx &ctx;
+
+  Status gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+              float alpha, const float *A, int64_t lda, const float *B,
+              int64_t ldb, float beta, float *C, int64_t ldc, int batch,
+              int64_t strideA, int64_t strideB, int64_t strideC) {
+    return cuda::gemm(ctx, transA, transB, m, n, k, alpha, A, lda, B, ldb, beta,
+                      C, ldc, batch, strideA, strideB, strideC);
+  }
+  Status route(float *probs, long long tokens, long long experts,
+               long long topK, bool renormalize, int32_t *topIdx,
+               float *gates) {
+    routeKernel<<<blocksFor(tokens), kThreads, 0, ctx.stream>>>(
+        probs, tokens, experts, topK, renormalize, topIdx, gates);
+    return launchStatus("moe route");
+  }
+  Status assign(const int32_t *topIdx, long long assignments, long long experts,
+                long long rows, int32_t *slotOf, int32_t *rowAssign) {
+    assignKernel<<<blocksFor(experts), kThreads, 0, ctx.stream>>>(
+        topIdx, assignments, experts, rows, slotOf, rowAssign);
+    return launchStatus("moe assign");
+  }
+  Status gather(long long n, long long hidden, long long topK,
+                const int32_t *rowAssign, const float *x, float *xe) {
+    gatherKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(n, hidden, topK,
+                                                            rowAssign, x, xe);
+    return launchStatus("moe gather");
+  }
+  Status act(long long n, Activation a, const float *pre, const float *pre3,
+             float *out) {
+    actKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(n, a, pre, pre3, out);
+    return launchStatus("moe act");
+  }
+  Status combine(long long n, long long hidden, long long topK, long long rows,
+                 const int32_t *topIdx, const int32_t *slotOf,
+                 const float *gates, const float *eout, float *y) {
+    combineKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(
+        n, hidden, topK, rows, topIdx, slotOf, gates, eout, y);
+    return launchStatus("moe combine");
+  }
+  Status gateGrad(long long assignments, long long hidden, long long topK,
+                  long long rows, const int32_t *topIdx, const int32_t *slotOf,
+                  const float *dy, const float *eout, float *dg) {
+    gateGradKernel<<<blocksFor(assignments * kWarp), kThreads, 0, ctx.stream>>>(
+        assignments, hidden, topK, rows, topIdx, slotOf, dy, eout, dg);
+    return launchStatus("moe gateGrad");
+  }
+  Status routerGrad(const float *probs, long long tokens, long long experts,
+                    long long topK, const int32_t *topIdx, const float *gates,
+                    const float *dg, bool renormalize, float *dlogits) {
+    routerGradKernel<<<blocksFor(tokens), kThreads, 0, ctx.stream>>>(
+        probs, tokens, experts, topK, topIdx, gates, dg, renormalize, dlogits);
+    return launchStatus("moe routerGrad");
+  }
+  Status dye(long long n, long long hidden, long long topK,
+             const int32_t *rowAssign, const float *gates, const float *dy,
+             float *out) {
+    dyeKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(
+        n, hidden, topK, rowAssign, gates, dy, out);
+    return launchStatus("moe dye");
+  }
+  Status expertGrad(long long n, Activation a, const float *pre,
+                    const float *pre3, float *dpre, float *dpre3) {
+    expertGradKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(n, a, pre, pre3,
+                                                                dpre, dpre3);
+    return launchStatus("moe expertGrad");
+  }
+  Status scatter(long long n, long long hidden, long long topK, long long rows,
+                 const int32_t *topIdx, const int32_t *slotOf, const float *dxe,
+                 float *dx) {
+    scatterKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(
+        n, hidden, topK, rows, topIdx, slotOf, dxe, dx);
+    return launchStatus("moe scatter");
+  }
+  Status zero(float *p, long long floats) {
+    return cudaStatus(
+        cudaMemsetAsync(p, 0, size_t(floats) * sizeof(float), ctx.stream),
+        "moe: zero gradient");
+  }
+};
+
+} // namespace
+
+size_t moeWorkspaceBytes(const cpu::MoEShape &s) {
+  MoEBuffers b;
+  return carveMoE(s, nullptr, b);
+}
+
+Status moeForward(GemmCtx &ctx, const cpu::MoEShape &s, const float *x,
+                  const float *router, const float *w1, const float *w2,
+                  const float *w3, float *y, void *ws) {
+  if (!cpu::isValid(s))
+    return Status::error("moe: invalid shape");
+  if (s.tokens == 0)
+    return Status::ok();
+  MoEBuffers b;
+  carveMoE(s, ws, b);
+  CudaExec e{ctx};
+  return moeForwardPlan(e, s, x, router, w1, w2, w3, y, b);
+}
+
+Status moeBackwardInput(GemmCtx &ctx, const cpu::MoEShape &s, const float *x,
+                        const float *router, const float *w1, const float *w2,
+                        const float *w3, const float *dy, float *dx, void *ws) {
+  if (!cpu::isValid(s))
+    return Status::error("moe: invalid shape");
+  if (s.tokens == 0)
+    return Status::ok();
+  MoEBuffers b;
+  carveMoE(s, ws, b);
+  CudaExec e{ctx};
+  return moeBackwardInputPlan(e, s, x, router, w1, w2, w3, dy, dx, b);
+}
+
+Status moeBackwardWeight(GemmCtx &ctx, const cpu::MoEShape &s, const float *x,
+                         const float *router, const float *w1, const float *w2,
+                         const float *w3, const float *dy, float *drouter,
+                         float *dw1, float *dw2, float *dw3, void *ws) {
+  if (!cpu::isValid(s))
+    return Status::error("moe: invalid shape");
+  if (w3 && !dw3)
+    return Status::error("moe: missing w3 gradient");
+  MoEBuffers b;
+  carveMoE(s, ws, b);
+  CudaExec e{ctx};
+  return moeBackwardWeightPlan(e, s, x, router, w1, w2, w3, dy, drouter, dw1,
+                               dw2, dw3, b);
+}
+
+} // namespace pipeforge::rt::cuda

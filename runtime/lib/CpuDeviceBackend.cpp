@@ -1,0 +1,80 @@
+//===- CpuDeviceBackend.cpp - CPU kernels behind opaque device pointers ---===//
+//
+// "cpu-device": the CPU backend with device-style buffers. Every pointer it
+// hands out has bit 62 set, which makes it a non-canonical x86-64 (and an
+// unmapped AArch64) address: a host dereference faults at once instead of
+// silently working. Offsets added to such a pointer stay below bit 62
+// (user addresses are < 2^47), so the executor's pointer arithmetic into
+// bundles survives and the backend strips the bit before each call.
+//
+// With hostVisible() false the executor takes the same code paths as with
+// a GPU (staged messages, host mirrors for the optimizer, copies for the
+// loss and the gradient norm), so those paths are tested on every machine,
+// and a run must match the "cpu" backend bitwise.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/rt/Backend.h"
+
+#include <cstdint>
+
+namespace pipeforge::rt {
+namespace {
+
+constexpr uintptr_t kOpaqueBit = uintptr_t(1) << 62;
+
+void *hide(void *p) {
+  return p ? reinterpret_cast<void *>(reinterpret_cast<uintptr_t>(p) |
+                                      kOpaqueBit)
+           : nullptr;
+}
+template <typename T> T *reveal(T *p) {
+  return reinterpret_cast<T *>(reinterpret_cast<uintptr_t>(p) & ~kOpaqueBit);
+}
+
+class CpuDeviceBackend final : public Backend {
+public:
+  const char *name() const override { return "cpu-device"; }
+  bool hostVisible() const override { return false; }
+  int device() const override { return 0; }
+
+  void *alloc(int64_t bytes) override { return hide(cpu->alloc(bytes)); }
+  void free(void *p) override { cpu->free(reveal(p)); }
+  void copyToHost(void *hostDst, const void *src, int64_t bytes) override {
+    cpu->copyToHost(hostDst, reveal(src), bytes);
+  }
+  void copyFromHost(void *dst, const void *hostSrc, int64_t bytes) override {
+    cpu->copyFromHost(reveal(dst), hostSrc, bytes);
+  }
+  void copy(void *dst, const void *src, int64_t bytes) override {
+    cpu->copy(reveal(dst), reveal(src), bytes);
+  }
+  void fillZero(void *p, int64_t bytes) override {
+    cpu->fillZero(reveal(p), bytes);
+  }
+  void accumulate(float *dst, const float *src, int64_t n) override {
+    cpu->accumulate(reveal(dst), reveal(src), n);
+  }
+  void scale(float *x, float a, int64_t n) override {
+    cpu->scale(reveal(x), a, n);
+  }
+  Status run(const KernelCall &call) override {
+    KernelCall c = call;
+    for (const void *&p : c.in)
+      p = reveal(p);
+    for (void *&p : c.out)
+      p = reveal(p);
+    return cpu->run(c);
+  }
+
+private:
+  std::unique_ptr<Backend> cpu = createCpuBackend();
+};
+
+} // namespace
+
+std::unique_ptr<Backend> createCpuDeviceBackend() {
+  return std::make_unique<CpuDeviceBackend>();
+}
+
+} // namespace pipeforge::rt

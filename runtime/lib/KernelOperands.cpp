@@ -1,0 +1,176 @@
+//===- KernelOperands.cpp - Reading a KernelCall's operands and shapes --===//
+
+#include "KernelOperands.h"
+
+namespace pipeforge::rt::ops {
+
+using namespace cpu;
+
+Status opError(const Kernel &k, const std::string &msg) {
+  return Status::error("kernel '" + k.op + "': " + msg);
+}
+
+int64_t attrInt(const Kernel &k, const char *name, int64_t dflt) {
+  auto it = k.attrs.find(name);
+  if (it == k.attrs.end())
+    return dflt;
+  if (auto *v = std::get_if<int64_t>(&it->second))
+    return *v;
+  if (auto *v = std::get_if<double>(&it->second))
+    return int64_t(*v);
+  if (auto *v = std::get_if<bool>(&it->second))
+    return *v;
+  return dflt;
+}
+double attrFloat(const Kernel &k, const char *name, double dflt) {
+  auto it = k.attrs.find(name);
+  if (it == k.attrs.end())
+    return dflt;
+  if (auto *v = std::get_if<double>(&it->second))
+    return *v;
+  if (auto *v = std::get_if<int64_t>(&it->second))
+    return double(*v);
+  return dflt;
+}
+bool attrBool(const Kernel &k, const char *name) {
+  auto it = k.attrs.find(name);
+  if (it == k.attrs.end())
+    return false;
+  if (auto *v = std::get_if<bool>(&it->second))
+    return *v;
+  if (auto *v = std::get_if<int64_t>(&it->second))
+    return *v != 0;
+  return true; // a present unit attribute of another kind
+}
+std::string attrStr(const Kernel &k, const char *name, const char *dflt) {
+  auto it = k.attrs.find(name);
+  if (it == k.attrs.end())
+    return dflt;
+  if (auto *v = std::get_if<std::string>(&it->second))
+    return *v;
+  return dflt;
+}
+
+int64_t lastDim(const TensorType *t) {
+  return t && !t->shape.empty() ? t->shape.back() : 1;
+}
+int64_t numel(const TensorType *t) { return t ? t->numElements() : 0; }
+int64_t firstDim(const TensorType *t) {
+  return t && !t->shape.empty() ? t->shape[0] : 0;
+}
+
+Status need(const Kernel &k, const Operands &o, size_t nin, size_t nout) {
+  for (size_t i = 0; i < nin; ++i)
+    if (i >= o.c.in.size() || !o.c.in[i])
+      return opError(k, "missing operand #" + std::to_string(i));
+  for (size_t i = 0; i < nout; ++i)
+    if (i >= o.c.out.size() || !o.c.out[i])
+      return opError(k, "missing result #" + std::to_string(i));
+  return Status::ok();
+}
+
+LinearShape linearShape(const Operands &o) {
+  LinearShape sh;
+  sh.in = lastDim(o.t(0));
+  sh.out = firstDim(o.t(1));
+  sh.tokens = sh.in ? numel(o.t(0)) / sh.in : 0;
+  sh.hasBias = o.f(2) != nullptr;
+  return sh;
+}
+LinearShape linearBwdInputShape(const Operands &o) {
+  LinearShape sh;
+  sh.out = lastDim(o.t(0));
+  sh.in = lastDim(o.t(1));
+  sh.tokens = sh.out ? numel(o.t(0)) / sh.out : 0;
+  return sh;
+}
+LinearShape linearBwdWeightShape(const Operands &o) {
+  LinearShape sh;
+  sh.in = lastDim(o.t(0));
+  sh.out = lastDim(o.t(1));
+  sh.tokens = sh.in ? numel(o.t(0)) / sh.in : 0;
+  sh.hasBias = o.o(1) != nullptr;
+  return sh;
+}
+NormShape normShape(const Kernel &k, const Operands &o) {
+  NormShape sh{0, lastDim(o.t(0)), attrFloat(k, "epsilon", 1e-5)};
+  sh.tokens = sh.hidden ? numel(o.t(0)) / sh.hidden : 0;
+  return sh;
+}
+EmbeddingShape embeddingShape(const Operands &o) {
+  EmbeddingShape sh;
+  sh.seq = lastDim(o.t(0));
+  sh.batch = sh.seq ? numel(o.t(0)) / sh.seq : 0;
+  sh.hidden = lastDim(o.t(1));
+  sh.vocab = firstDim(o.t(1));
+  sh.learnedPositions = o.f(2) != nullptr;
+  return sh;
+}
+EmbeddingShape embeddingBwdShape(const Kernel &k, const Operands &o) {
+  EmbeddingShape sh;
+  sh.seq = lastDim(o.t(0));
+  sh.batch = sh.seq ? numel(o.t(0)) / sh.seq : 0;
+  sh.hidden = lastDim(o.t(1));
+  sh.vocab = attrInt(k, "vocab", firstDim(o.ot(0)));
+  sh.learnedPositions = o.o(1) != nullptr;
+  return sh;
+}
+CrossEntropyShape crossEntropyShape(const Operands &o) {
+  CrossEntropyShape sh{0, lastDim(o.t(0))};
+  sh.tokens = sh.vocab ? numel(o.t(0)) / sh.vocab : 0;
+  return sh;
+}
+
+Status attentionShape(const Kernel &k, const Operands &o, AttentionShape &s) {
+  const TensorType *q = o.t(0), *kk = o.t(1);
+  if (!q || q->shape.size() < 3)
+    return opError(k, "q must be [batch, seq, heads*d]");
+  s.seq = q->shape[q->shape.size() - 2];
+  s.batch = s.seq ? q->numElements() / (s.seq * q->shape.back()) : 0;
+  s.heads = attrInt(k, "num_heads", 0);
+  s.kvHeads = attrInt(k, "num_kv_heads", s.heads);
+  if (s.heads <= 0 || s.kvHeads <= 0)
+    return opError(k, "num_heads / num_kv_heads must be positive");
+  s.headDim = q->shape.back() / s.heads;
+  s.rotary = attrBool(k, "rotary");
+  s.ropeTheta = attrFloat(k, "rope_theta", 10000.0);
+  if (!isValid(s) || lastDim(kk) != s.kvHeads * s.headDim)
+    return opError(k, "invalid attention shape");
+  return Status::ok();
+}
+
+Status moeShape(const Kernel &k, const Operands &o, MoEShape &s) {
+  const TensorType *x = o.t(0), *w1 = o.t(2);
+  if (!x || !w1 || w1->shape.size() != 3)
+    return opError(k, "bad moe operand shapes");
+  s.hidden = lastDim(x);
+  s.tokens = s.hidden ? x->numElements() / s.hidden : 0;
+  s.experts = w1->shape[0];
+  s.ffn = w1->shape[1];
+  s.topK = attrInt(k, "top_k", 1);
+  s.capacity = moeCapacity(attrFloat(k, "capacity_factor", 0.0), s.tokens,
+                           s.topK, s.experts);
+  std::string act = attrStr(k, "activation", "gelu");
+  if (act == "gelu")
+    s.act = Activation::Gelu;
+  else if (act == "silu")
+    s.act = Activation::Silu;
+  else
+    return opError(k, "unknown activation '" + act + "'");
+  if (!isValid(s))
+    return opError(k, "invalid moe shape");
+  return Status::ok();
+}
+
+void moeParams(const Operands &o, bool withDy, MoEParams<float> &p,
+               const float *&dy) {
+  p.router = o.f(1);
+  p.w1 = o.f(2);
+  p.w2 = o.f(3);
+  size_t n = o.nin();
+  bool hasW3Slot = withDy ? n >= 6 : n >= 5;
+  p.w3 = hasW3Slot ? o.f(4) : nullptr;
+  dy = withDy ? o.f(n - 1) : nullptr;
+}
+
+} // namespace pipeforge::rt::ops

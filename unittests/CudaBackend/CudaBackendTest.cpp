@@ -1,0 +1,363 @@
+//===- CudaBackendTest.cpp - Every CUDA kernel against the CPU reference --===//
+//
+// Each nn op (forward and gradient ops, as a pipeforge program calls them)
+// runs on the CPU backend and on the CUDA backend through the same Backend
+// interface with the same random inputs; the results must agree within
+// |gpu - cpu| <= atol + rtol * max|cpu| per tensor (fp32: rtol 1e-4,
+// bf16 GEMMs: rtol 2e-2). Index errors must give the CPU's message, and the
+// CUDA AdamW kernel must match the CPU optimizer.
+//
+// Without a GPU every test is skipped (GTEST_SKIP), never failed.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/rt/CudaBackend.h"
+#include "pipeforge/rt/Optimizer.h"
+
+#include "cuda/GemmCtx.h"
+#include "cuda/RowKernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+using namespace pipeforge::rt;
+
+namespace {
+
+bool haveGpu() {
+  static const int n = cudaDeviceCount();
+  return n > 0;
+}
+
+#define REQUIRE_GPU()                                                          \
+  do {                                                                         \
+    if (!haveGpu())                                                            \
+      GTEST_SKIP() << "no CUDA device";                                        \
+  } while (0)
+
+TensorType f32(std::vector<int64_t> s) { return {DType::F32, std::move(s)}; }
+TensorType i32(std::vector<int64_t> s) { return {DType::I32, std::move(s)}; }
+
+/// One kernel call: operand types and host values (ints stored as floats'
+/// bit patterns are avoided: int operands keep their own vector).
+struct Case {
+  Kernel k;
+  std::vector<TensorType> in, out;
+  std::vector<std::vector<float>> fin;   ///< float operands (empty for ints)
+  std::vector<std::vector<int32_t>> iin; ///< int operands (empty for floats)
+  std::vector<bool> absentOut;           ///< results the call leaves null
+};
+
+Case makeCase(const std::string &op, std::vector<TensorType> in,
+              std::vector<TensorType> out, uint32_t seed, int32_t intLimit) {
+  Case c;
+  c.k.op = op;
+  c.in = std::move(in);
+  c.out = std::move(out);
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(0.0f, 0.5f);
+  for (const TensorType &t : c.in) {
+    std::vector<float> f;
+    std::vector<int32_t> i;
+    if (t.dtype == DType::I32)
+      for (int64_t e = 0; e < t.numElements(); ++e)
+        i.push_back(int32_t(g() % uint32_t(intLimit)));
+    else
+      for (int64_t e = 0; e < t.numElements(); ++e)
+        f.push_back(nd(g));
+    c.fin.push_back(std::move(f));
+    c.iin.push_back(std::move(i));
+  }
+  c.absentOut.assign(c.out.size(), false);
+  return c;
+}
+
+/// Runs `c` on `be`; the results as host vectors, or the error.
+Expected<std::vector<std::vector<float>>> runOn(Backend &be, const Case &c) {
+  KernelCall call;
+  call.kernel = &c.k;
+  std::vector<void *> bufs;
+  for (size_t i = 0; i < c.in.size(); ++i) {
+    int64_t bytes = std::max<int64_t>(c.in[i].numBytes(), 4);
+    void *p = be.alloc(bytes);
+    const void *src = c.in[i].dtype == DType::I32
+                          ? static_cast<const void *>(c.iin[i].data())
+                          : static_cast<const void *>(c.fin[i].data());
+    be.copyFromHost(p, src, c.in[i].numBytes());
+    bufs.push_back(p);
+    call.in.push_back(p);
+    call.inTypes.push_back(&c.in[i]);
+  }
+  for (size_t i = 0; i < c.out.size(); ++i) {
+    void *p = c.absentOut[i]
+                  ? nullptr
+                  : be.alloc(std::max<int64_t>(c.out[i].numBytes(), 4));
+    if (p) {
+      // Garbage in the outputs: every kernel must overwrite them.
+      std::vector<float> junk(size_t(c.out[i].numElements()), 7.5f);
+      be.copyFromHost(p, junk.data(), c.out[i].numBytes());
+      bufs.push_back(p);
+    }
+    call.out.push_back(p);
+    call.outTypes.push_back(&c.out[i]);
+  }
+  Status s = be.run(call);
+  if (s)
+    s = be.takeAsyncError();
+  std::vector<std::vector<float>> r;
+  if (s)
+    for (size_t i = 0; i < c.out.size(); ++i) {
+      std::vector<float> h(size_t(c.out[i].numElements()));
+      if (call.out[i])
+        be.copyToHost(h.data(), call.out[i], c.out[i].numBytes());
+      r.push_back(std::move(h));
+    }
+  for (void *p : bufs)
+    be.free(p);
+  if (!s)
+    return s;
+  return r;
+}
+
+std::unique_ptr<Backend> gpu(GemmPrecision p = GemmPrecision::FP32) {
+  CudaBackendOptions o;
+  o.precision = p;
+  auto b = createCudaBackend(o);
+  EXPECT_TRUE(b.isOk()) << b.message();
+  return b ? b.take() : nullptr;
+}
+
+/// Runs on both backends and compares every result.
+void expectMatch(const Case &c, double rtol = 1e-4, double atol = 1e-6,
+                 GemmPrecision p = GemmPrecision::FP32) {
+  auto cpu = createCpuBackend();
+  auto cu = gpu(p);
+  ASSERT_TRUE(cu);
+  auto want = runOn(*cpu, c);
+  ASSERT_TRUE(want.isOk()) << want.message();
+  auto got = runOn(*cu, c);
+  ASSERT_TRUE(got.isOk()) << c.k.op << ": " << got.message();
+  for (size_t i = 0; i < want->size(); ++i) {
+    if (c.absentOut[i])
+      continue;
+    const auto &w = (*want)[i], &g = (*got)[i];
+    double scale = 0;
+    for (float v : w)
+      scale = std::max(scale, double(std::fabs(v)));
+    double tol = atol + rtol * scale;
+    size_t bad = 0;
+    double worst = 0;
+    for (size_t e = 0; e < w.size(); ++e) {
+      double d = std::fabs(double(w[e]) - double(g[e]));
+      if (!(d <= tol))
+        ++bad;
+      worst = std::max(worst, d);
+    }
+    EXPECT_EQ(bad, 0u) << c.k.op << " result #" << i << ": " << bad << " of "
+                       << w.size() << " elements off, worst |diff| " << worst
+                       << " > " << tol;
+  }
+}
+
+// Shapes: batch 2, seq 8, hidden 16 (the tiny GPT's proportions).
+const std::vector<int64_t> kX = {2, 8, 16};
+
+TEST(CudaBackend, KnowsTheCpuBackendsOps) {
+  // No GPU needed: the op table is static.
+  EXPECT_EQ(cudaBackendOps(), cpuBackendOps());
+}
+
+TEST(CudaBackend, NoDeviceIsAClearError) {
+  if (haveGpu())
+    GTEST_SKIP() << "a GPU is present";
+  auto b = createCudaBackend({});
+  ASSERT_FALSE(b.isOk());
+  EXPECT_NE(b.message().find("no CUDA device"), std::string::npos)
+      << b.message();
+}
+
+TEST(CudaBackend, Linear) {
+  REQUIRE_GPU();
+  expectMatch(makeCase("linear", {f32(kX), f32({24, 16}), f32({24})},
+                       {f32({2, 8, 24})}, 1, 0));
+  expectMatch(makeCase("linear", {f32(kX), f32({24, 16})}, {f32({2, 8, 24})},
+                       2, 0));
+  expectMatch(makeCase("linear_bwd_input", {f32({2, 8, 24}), f32({24, 16})},
+                       {f32(kX)}, 3, 0));
+  expectMatch(makeCase("linear_bwd_weight", {f32(kX), f32({2, 8, 24})},
+                       {f32({24, 16}), f32({24})}, 4, 0));
+}
+
+TEST(CudaBackend, LinearBf16) {
+  REQUIRE_GPU();
+  // bf16 inputs (8 significant bits), fp32 accumulation.
+  expectMatch(makeCase("linear", {f32(kX), f32({24, 16}), f32({24})},
+                       {f32({2, 8, 24})}, 5, 0),
+              2e-2, 1e-3, GemmPrecision::BF16);
+  expectMatch(makeCase("linear_bwd_weight", {f32(kX), f32({2, 8, 24})},
+                       {f32({24, 16}), f32({24})}, 6, 0),
+              2e-2, 1e-3, GemmPrecision::BF16);
+}
+
+TEST(CudaBackend, Norms) {
+  REQUIRE_GPU();
+  for (const char *op : {"layernorm", "rmsnorm"}) {
+    bool layer = std::string(op) == "layernorm";
+    std::vector<TensorType> in = {f32(kX), f32({16})};
+    if (layer)
+      in.push_back(f32({16}));
+    Case f = makeCase(op, in, {f32(kX)}, 7, 0);
+    f.k.attrs["epsilon"] = 1e-5;
+    expectMatch(f);
+    Case b = makeCase(std::string(op) + "_bwd_input",
+                      {f32(kX), f32({16}), f32(kX)}, {f32(kX)}, 8, 0);
+    expectMatch(b);
+    std::vector<TensorType> out = {f32({16})};
+    if (layer)
+      out.push_back(f32({16}));
+    expectMatch(makeCase(std::string(op) + "_bwd_weight", {f32(kX), f32(kX)},
+                         out, 9, 0));
+  }
+}
+
+TEST(CudaBackend, Elementwise) {
+  REQUIRE_GPU();
+  for (const char *op : {"gelu", "silu"}) {
+    expectMatch(makeCase(op, {f32(kX)}, {f32(kX)}, 10, 0));
+    expectMatch(makeCase(std::string(op) + "_bwd", {f32(kX), f32(kX)},
+                         {f32(kX)}, 11, 0));
+  }
+  expectMatch(makeCase("add", {f32(kX), f32(kX)}, {f32(kX)}, 12, 0), 0, 0);
+  expectMatch(makeCase("mul", {f32(kX), f32(kX)}, {f32(kX)}, 13, 0), 0, 0);
+}
+
+TEST(CudaBackend, Embedding) {
+  REQUIRE_GPU();
+  expectMatch(makeCase("embedding", {i32({2, 8}), f32({32, 16}), f32({8, 16})},
+                       {f32(kX)}, 14, 32),
+              0, 0);
+  Case w = makeCase("embedding_bwd_weight", {i32({2, 8}), f32(kX)},
+                    {f32({32, 16}), f32({8, 16})}, 15, 32);
+  w.k.attrs["vocab"] = int64_t(32);
+  expectMatch(w, 1e-6, 1e-7);
+}
+
+TEST(CudaBackend, BadTokenGivesTheCpuMessage) {
+  REQUIRE_GPU();
+  Case c = makeCase("embedding", {i32({2, 8}), f32({32, 16})}, {f32(kX)}, 16,
+                    32);
+  c.iin[0][5] = 99;
+  auto cpu = createCpuBackend();
+  auto cu = gpu();
+  ASSERT_TRUE(cu);
+  auto want = runOn(*cpu, c), got = runOn(*cu, c);
+  ASSERT_FALSE(want.isOk());
+  ASSERT_FALSE(got.isOk());
+  EXPECT_EQ(got.message(), want.message());
+  // The backend is usable again afterwards.
+  c.iin[0][5] = 3;
+  EXPECT_TRUE(runOn(*cu, c).isOk());
+}
+
+TEST(CudaBackend, Attention) {
+  REQUIRE_GPU();
+  for (bool rotary : {false, true}) {
+    Case f = makeCase("attention",
+                      {f32({2, 8, 32}), f32({2, 8, 16}), f32({2, 8, 16})},
+                      {f32({2, 8, 32})}, 17, 0);
+    f.k.attrs["num_heads"] = int64_t(4);
+    f.k.attrs["num_kv_heads"] = int64_t(2);
+    if (rotary)
+      f.k.attrs["rotary"] = true;
+    expectMatch(f);
+    Case b = makeCase(
+        "attention_bwd",
+        {f32({2, 8, 32}), f32({2, 8, 16}), f32({2, 8, 16}), f32({2, 8, 32})},
+        {f32({2, 8, 32}), f32({2, 8, 16}), f32({2, 8, 16})}, 18, 0);
+    b.k.attrs = f.k.attrs;
+    expectMatch(b);
+  }
+}
+
+TEST(CudaBackend, MoE) {
+  REQUIRE_GPU();
+  for (bool gated : {false, true}) {
+    std::vector<TensorType> in = {f32(kX), f32({4, 16}), f32({4, 32, 16}),
+                                  f32({4, 16, 32})};
+    if (gated)
+      in.push_back(f32({4, 32, 16}));
+    Case f = makeCase("moe", in, {f32(kX)}, 19, 0);
+    f.k.attrs["top_k"] = int64_t(2);
+    f.k.attrs["capacity_factor"] = 1.0;
+    f.k.attrs["activation"] = std::string(gated ? "silu" : "gelu");
+    expectMatch(f);
+    std::vector<TensorType> bin = in;
+    bin.push_back(f32(kX));
+    Case b = makeCase("moe_bwd_input", bin, {f32(kX)}, 19, 0);
+    b.k.attrs = f.k.attrs;
+    expectMatch(b);
+    std::vector<TensorType> wout = {f32({4, 16}), f32({4, 32, 16}),
+                                    f32({4, 16, 32})};
+    if (gated)
+      wout.push_back(f32({4, 32, 16}));
+    Case w = makeCase("moe_bwd_weight", bin, wout, 19, 0);
+    w.k.attrs = f.k.attrs;
+    expectMatch(w);
+  }
+}
+
+TEST(CudaBackend, CrossEntropy) {
+  REQUIRE_GPU();
+  expectMatch(makeCase("cross_entropy", {f32({2, 8, 32}), i32({2, 8})},
+                       {f32({})}, 20, 32),
+              1e-6, 1e-7);
+  expectMatch(makeCase("cross_entropy_bwd",
+                       {f32({2, 8, 32}), i32({2, 8}), f32({})},
+                       {f32({2, 8, 32})}, 21, 32),
+              1e-5, 1e-8);
+}
+
+TEST(CudaBackend, AdamWKernelMatchesTheCpuOptimizer) {
+  REQUIRE_GPU();
+  const size_t n = 1000;
+  std::mt19937 g(22);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> theta(n), grad(n);
+  for (size_t i = 0; i < n; ++i)
+    theta[i] = nd(g), grad[i] = nd(g);
+  AdamWConfig cfg;
+  cfg.lr = 1e-2;
+  cfg.weightDecay = 0.1;
+  std::vector<float> cpuTheta = theta, cpuGrad = grad;
+  AdamWT<float> opt(cfg);
+  ASSERT_TRUE(opt.addParam("p", cpuTheta.data(), cpuGrad.data(), n).isOk());
+
+  auto be = gpu();
+  ASSERT_TRUE(be);
+  cuda::GemmCtx ctx;
+  ctx.stream = static_cast<cudaStream_t>(be->computeStream());
+  float *dTheta = static_cast<float *>(be->alloc(n * 4));
+  float *dM = static_cast<float *>(be->alloc(n * 4));
+  float *dV = static_cast<float *>(be->alloc(n * 4));
+  float *dGrad = static_cast<float *>(be->alloc(n * 4));
+  be->copyFromHost(dTheta, theta.data(), n * 4);
+  for (int t = 1; t <= 3; ++t) {
+    opt.step(opt.localGradInfo());
+    be->copyFromHost(dGrad, grad.data(), n * 4);
+    cuda::AdamWCoeffs c = cuda::adamwCoeffs(cfg.beta1, cfg.beta2, cfg.eps,
+                                            cfg.weightDecay, t, cfg.lr, 1.0);
+    ASSERT_TRUE(cuda::adamwStep(ctx, c, n, dTheta, dM, dV, dGrad).isOk());
+  }
+  std::vector<float> got(n);
+  be->copyToHost(got.data(), dTheta, n * 4);
+  for (size_t i = 0; i < n; ++i)
+    EXPECT_NEAR(got[i], cpuTheta[i], 1e-6f * (1 + std::fabs(cpuTheta[i])))
+        << i;
+  for (float *p : {dTheta, dM, dV, dGrad})
+    be->free(p);
+}
+
+} // namespace
