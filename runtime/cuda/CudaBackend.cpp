@@ -8,7 +8,9 @@
 // CPU (runtime/lib/KernelOperands.h), so a bad kernel gets the same message.
 //
 // Every call is queued on the backend's compute stream (a non-blocking
-// stream on its device); buffers come from the device's stream-ordered
+// stream on its device); receives of the --local-ranks transport run on a
+// second, communication stream (copyOnCommStream), ordered by events, so
+// they overlap with compute. Buffers come from the device's stream-ordered
 // memory pool, so allocation and release never synchronize the device.
 // Only copyToHost / copyFromHost / synchronize / takeAsyncError wait.
 // Errors of the void-returning helpers (copy, accumulate, ...) and index
@@ -101,6 +103,48 @@ public:
   }
   Status takeAsyncError() override;
 
+  void *recordEvent() override {
+    cudaEvent_t e = newEvent();
+    if (e && !note(cudaStatus(cudaEventRecord(e, ctx.stream), "cudaEventRecord")))
+      return nullptr;
+    return e;
+  }
+  bool eventDone(void *ev) override {
+    if (!ev)
+      return true;
+    // Called by other ranks' threads too (a sender polling the receiver's
+    // copy), so no bookkeeping here: a failed copy counts as done and its
+    // error surfaces on the receiver's own stream.
+    return cudaEventQuery(static_cast<cudaEvent_t>(ev)) != cudaErrorNotReady;
+  }
+  void waitEvent(void *ev) override {
+    if (ev)
+      note(cudaStatus(
+          cudaStreamWaitEvent(ctx.stream, static_cast<cudaEvent_t>(ev), 0),
+          "cudaStreamWaitEvent"));
+  }
+  void releaseEvent(void *ev) override {
+    if (ev)
+      cudaEventDestroy(static_cast<cudaEvent_t>(ev));
+  }
+  void *copyOnCommStream(void *dst, const void *src, int64_t bytes,
+                         void *after) override {
+    // comm waits for: this compute stream (dst's allocation), the producer.
+    cudaEvent_t mine = static_cast<cudaEvent_t>(recordEvent());
+    waitOn(commStream, mine);
+    releaseEvent(mine);
+    waitOn(commStream, static_cast<cudaEvent_t>(after));
+    if (bytes > 0)
+      note(cudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes),
+                                      cudaMemcpyDefault, commStream),
+                      "cudaMemcpyAsync (communication stream)"));
+    cudaEvent_t done = newEvent();
+    if (done &&
+        !note(cudaStatus(cudaEventRecord(done, commStream), "cudaEventRecord")))
+      return nullptr;
+    return done;
+  }
+
   Status run(const KernelCall &call) override {
     const Kernel &k = *call.kernel;
     auto it = table.find(k.op);
@@ -129,7 +173,20 @@ private:
   cuda::GemmCtx ctx;
   void *ws = nullptr; ///< attention / MoE workspace, grown on demand
   size_t wsBytes = 0;
+  cudaStream_t commStream = nullptr; ///< receives (copyOnCommStream)
   Status pending = Status::ok(); ///< first error of a void-returning call
+
+  cudaEvent_t newEvent() {
+    cudaEvent_t e = nullptr;
+    if (!note(cudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                         "cudaEventCreate")))
+      return nullptr;
+    return e;
+  }
+  void waitOn(cudaStream_t s, cudaEvent_t e) {
+    if (e)
+      note(cudaStatus(cudaStreamWaitEvent(s, e, 0), "cudaStreamWaitEvent"));
+  }
 
   /// Keeps the first failure for takeAsyncError(); true when `s` is ok.
   bool note(Status s) {
@@ -189,6 +246,11 @@ CudaBackend::create(const CudaBackendOptions &o) {
           "cudaStreamCreate");
       !s)
     return Status::error(s.message() + where);
+  if (Status s = cudaStatus(
+          cudaStreamCreateWithFlags(&b->commStream, cudaStreamNonBlocking),
+          "cudaStreamCreate (communication)");
+      !s)
+    return Status::error(s.message() + where);
   // Keep freed pool memory for reuse instead of returning it at every
   // synchronization: the executor allocates per message and per step.
   cudaMemPool_t pool;
@@ -231,6 +293,10 @@ CudaBackend::~CudaBackend() {
   if (ctx.bf16Scratch)
     cudaFreeAsync(ctx.bf16Scratch, ctx.stream);
   cudaStreamSynchronize(ctx.stream);
+  if (commStream) {
+    cudaStreamSynchronize(commStream);
+    cudaStreamDestroy(commStream);
+  }
   if (ctx.errorWord)
     cudaFree(ctx.errorWord);
   if (ctx.blas)

@@ -6,12 +6,16 @@
 // refuses two ranks on one device, so messages here are device copies.
 //
 // Point-to-point: a send is matched to the receive with the same (source,
-// destination, tag). The receiving thread performs the copy with its own
-// backend (stream-ordered after the allocation of its buffer), synchronizes,
-// and only then completes both requests, so the sender may free its buffer
-// when its wait returns. The sender synchronizes its backend before posting,
-// so the copy reads finished data. The copy happens whenever the receiver
-// calls into the transport (irecv, test, wait, progress).
+// destination, tag). The sender marks its data with an event of its backend
+// (Backend::recordEvent) instead of waiting for it. The receiving thread
+// queues the copy on its backend's communication stream, after that event
+// and after its own queued work (the destination's allocation), and gets a
+// completion event: the receive's wait() makes the receiver's compute stream
+// wait for it (no host block), the send's wait() returns once it has
+// happened (then the sender may free its buffer). So on a GPU a transfer
+// overlaps with both ranks' compute; on CPU backends events are null and
+// the copy is immediate. The copy is queued whenever the receiver calls
+// into the transport (irecv, test, wait, progress).
 //
 // Collectives meet at a rendezvous per group instance: every member
 // deposits a pointer, all read each other's data once everyone arrived, and
@@ -56,6 +60,9 @@ struct Hub {
     const float *sbuf = nullptr;
     float *rbuf = nullptr;
     bool sendPosted = false, recvPosted = false, done = false;
+    void *ready = nullptr;  ///< sender's event: the data is produced
+    void *copied = nullptr; ///< receiver's event: the copy has finished
+    Backend *receiver = nullptr; ///< owns `copied`
     int released = 0; ///< sides whose request completed
   };
   std::map<int64_t, Msg> msgs; ///< by request id (send and recv share one)
@@ -106,8 +113,6 @@ public:
     if (peer < 0 || peer >= hub->P)
       return Status::error("threads transport: no pipeline rank " +
                            std::to_string(peer));
-    if (be)
-      be->synchronize(); // the receiver's copy reads finished data
     return post(/*send=*/true, worldOf(peer), tag, buf, nullptr, n);
   }
   Expected<RequestId> irecv(int peer, int64_t tag, float *buf,
@@ -126,7 +131,7 @@ public:
       auto it = hub->msgs.find(msgOf(r));
       if (it == hub->msgs.end())
         return Status::ok();
-      if (it->second.done) {
+      if (complete(r, it->second)) {
         release(r);
         return Status::ok();
       }
@@ -140,7 +145,11 @@ public:
             std::to_string(m.tag) + ", " + std::to_string(m.n) +
             " floats): the peer never answered");
       }
-      hub->cv.wait_for(lk, std::chrono::milliseconds(20));
+      // Matched, copy in flight on the device: nobody will notify, poll.
+      if (it->second.done)
+        hub->cv.wait_for(lk, std::chrono::microseconds(50));
+      else
+        hub->cv.wait_for(lk, std::chrono::milliseconds(20));
     }
   }
   bool test(RequestId r) override {
@@ -149,7 +158,7 @@ public:
     auto it = hub->msgs.find(msgOf(r));
     if (it == hub->msgs.end())
       return true;
-    if (!it->second.done)
+    if (!complete(r, it->second))
       return false;
     release(r);
     return true;
@@ -273,10 +282,12 @@ private:
             std::to_string(send ? m.n : n) + " floats sent but " +
             std::to_string(send ? n : m.n) + " expected");
       (send ? m.sendPosted : m.recvPosted) = true;
-      if (send)
+      if (send) {
         m.sbuf = sb;
-      else
+        m.ready = be ? be->recordEvent() : nullptr;
+      } else {
         m.rbuf = rb;
+      }
       if (Status s = deliver(); !s)
         return s;
       hub->cv.notify_all();
@@ -288,6 +299,8 @@ private:
     (send ? m.sendPosted : m.recvPosted) = true;
     m.sbuf = sb;
     m.rbuf = rb;
+    if (send && be)
+      m.ready = be->recordEvent();
     hub->msgs[id] = m;
     queue.push_back(id);
     if (Status s = deliver(); !s)
@@ -311,13 +324,13 @@ private:
         Hub::Msg &m = hub->msgs[queue.front()];
         if (!m.sendPosted || !m.recvPosted)
           break;
-        if (m.n > 0) {
-          if (be) {
-            be->copy(m.rbuf, m.sbuf, m.n * 4);
-            be->synchronize();
-          } else {
-            std::memcpy(m.rbuf, m.sbuf, size_t(m.n) * 4);
-          }
+        if (be) {
+          m.copied = be->copyOnCommStream(m.rbuf, m.sbuf, m.n * 4, m.ready);
+          m.receiver = be;
+          be->releaseEvent(m.ready); // the copy's wait holds on to it
+          m.ready = nullptr;
+        } else if (m.n > 0) {
+          std::memcpy(m.rbuf, m.sbuf, size_t(m.n) * 4);
         }
         m.done = true;
         any = true;
@@ -333,8 +346,24 @@ private:
   /// second side.
   void release(RequestId r) {
     auto it = hub->msgs.find(msgOf(r));
-    if (it != hub->msgs.end() && ++it->second.released == 2)
+    if (it != hub->msgs.end() && ++it->second.released == 2) {
+      if (it->second.receiver)
+        it->second.receiver->releaseEvent(it->second.copied);
       hub->msgs.erase(it);
+    }
+  }
+  /// Whether this side of a message is complete (lock held). The receive:
+  /// the copy is queued, and this rank's compute stream now waits for it.
+  /// The send: the copy has finished reading the buffer.
+  bool complete(RequestId r, Hub::Msg &m) {
+    if (!m.done)
+      return false;
+    if (r % 2 == 0) {
+      if (be)
+        be->waitEvent(m.copied);
+      return true;
+    }
+    return !m.receiver || m.receiver->eventDone(m.copied);
   }
 
   /// (kind, instance, size, index) of this rank's group `g`.

@@ -71,6 +71,31 @@ public:
   virtual void *computeStream() { return nullptr; }
   /// The device ordinal (-1: host memory).
   virtual int device() const { return -1; }
+  /// Events: a marker of the work queued on the compute stream so far.
+  /// Null on a synchronous backend (the work is done already); every
+  /// function below takes null as "done".
+  virtual void *recordEvent() { return nullptr; }
+  /// Whether the marked work has finished (never blocks).
+  virtual bool eventDone(void * /*ev*/) { return true; }
+  /// Makes later compute-stream work wait for the marked work (which may
+  /// have been queued by another backend of this process) without blocking
+  /// the host.
+  virtual void waitEvent(void * /*ev*/) {}
+  /// Frees an event (safe while its work is still pending).
+  virtual void releaseEvent(void * /*ev*/) {}
+  /// Queues a device-to-device copy on the communication stream, after the
+  /// work marked by `after` (e.g. the producer on another backend) and after
+  /// everything queued so far on this backend's compute stream (the
+  /// destination's allocation); returns an event marking its completion.
+  /// The compute stream goes on meanwhile: this is how a receive overlaps
+  /// with compute. Default: a synchronous copy, null.
+  virtual void *copyOnCommStream(void *dst, const void *src, int64_t bytes,
+                                 void * /*after*/) {
+    copy(dst, src, bytes);
+    synchronize();
+    return nullptr;
+  }
+
   /// An error that a queued kernel reported asynchronously (a token index
   /// out of range in a kernel, a CUDA fault) since the last call; the
   /// executor checks it after every step. Synchronizes.
