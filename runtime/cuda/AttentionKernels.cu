@@ -9,6 +9,7 @@
 
 #include "cuda/AttentionKernels.h"
 #include "cuda/AttentionPlan.h"
+#include "cuda/Launch.cuh"
 
 #include <algorithm>
 
@@ -16,26 +17,7 @@ namespace pipeforge::rt::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarp = 32;
 
-/// Blocks for n threads of a grid-stride loop (n > 0).
-unsigned blocksFor(long long n) {
-  return unsigned(std::min<long long>((n + kThreads - 1) / kThreads, 1 << 20));
-}
-
-__device__ float warpMax(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-/// Butterfly sum: every lane ends with the same bits.
-__device__ float warpSum(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 __global__ void toHeadsKernel(HeadLayout l, long long n, const float *src,
                               float *dst) {

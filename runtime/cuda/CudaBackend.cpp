@@ -150,19 +150,13 @@ public:
     auto it = table.find(k.op);
     if (it == table.end())
       return opError(k, "unknown op for the cuda backend (known: " +
-                            knownList() + ")");
+                            joinNames(ops()) + ")");
     if (Status s = it->second(k, Operands{call}); !s)
       return s;
     return cuda::launchStatus(k.op.c_str());
   }
 
-  std::vector<std::string> ops() const {
-    std::vector<std::string> r;
-    for (auto &e : table)
-      r.push_back(e.first);
-    std::sort(r.begin(), r.end());
-    return r;
-  }
+  std::vector<std::string> ops() const { return opNames(table); }
 
   CudaBackend(); ///< the op table only (cudaBackendOps)
 
@@ -194,12 +188,6 @@ private:
     if (!ok && pending)
       pending = std::move(s);
     return ok;
-  }
-  std::string knownList() const {
-    std::string s;
-    for (auto &n : ops())
-      s += (s.empty() ? "" : " ") + n;
-    return s;
   }
   /// The workspace, at least `bytes` (stream-ordered, so earlier kernels
   /// still reading the old one are unaffected).
@@ -521,18 +509,11 @@ void CudaBackend::addGradientOps() {
   };
   auto moeBwd = [this](bool weight) {
     return [this, weight](const Kernel &k, const Operands &o) -> Status {
-      if (Status s = need(k, o, 5, weight ? 3 : 1); !s)
-        return s;
       MoEShape sh;
-      if (Status s = moeShape(k, o, sh); !s)
-        return s;
       MoEParams<float> p;
       const float *dy;
-      moeParams(o, true, p, dy);
-      if (!dy)
-        return opError(k, "missing result gradient");
-      if (weight && p.w3 && !o.o(3))
-        return opError(k, "missing w3 gradient result");
+      if (Status s = moeGradOperands(k, o, weight, sh, p, dy); !s)
+        return s;
       auto w = workspace(cuda::moeWorkspaceBytes(sh));
       if (!w)
         return w.status();

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cuda/GemmCtx.h"
+#include "cuda/Launch.cuh"
 
 #include <cuda_bf16.h>
 
@@ -24,11 +25,6 @@ namespace pipeforge::rt::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-
-unsigned blocksFor(long long n) {
-  return unsigned(std::min<long long>((n + kThreads - 1) / kThreads, 1 << 20));
-}
 
 __global__ void toBf16Kernel(long long n, const float *src,
                              __nv_bfloat16 *dst) {

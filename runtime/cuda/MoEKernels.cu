@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cuda/MoEKernels.h"
+#include "cuda/Launch.cuh"
 #include "cuda/MoEPlan.h"
 
 #include <algorithm>
@@ -17,17 +18,7 @@ namespace pipeforge::rt::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarp = 32;
 
-/// Blocks for n threads of a grid-stride loop (n > 0).
-unsigned blocksFor(long long n) {
-  return unsigned(std::min<long long>((n + kThreads - 1) / kThreads, 1 << 20));
-}
-
-#define PF_GRID_LOOP(i, n)                                                     \
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;  \
-       i += (long long)gridDim.x * blockDim.x)
 
 __global__ void routeKernel(float *probs, long long tokens, long long experts,
                             long long topK, bool renormalize, int32_t *topIdx,
@@ -76,8 +67,7 @@ __global__ void gateGradKernel(long long assignments, long long hidden,
        a < assignments; a += nWarps) {
     float v = moeGateGradPart(a, hidden, topK, rows, topIdx, slotOf, dy, eout,
                               lane, kWarp);
-    for (int o = kWarp / 2; o > 0; o /= 2)
-      v += __shfl_xor_sync(0xffffffffu, v, o);
+    v = warpSum(v);
     if (lane == 0)
       dg[a] = v;
   }
@@ -115,7 +105,6 @@ __global__ void scatterKernel(long long n, long long hidden, long long topK,
   moeScatterElement(i, hidden, topK, rows, topIdx, slotOf, dxe, dx);
 }
 
-#undef PF_GRID_LOOP
 
 /// MoEPlan.h's executor: everything queued on ctx.stream.
 struct CudaExec {

@@ -20,6 +20,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cuda/RowKernels.h"
+#include "cuda/Launch.cuh"
 
 #include <algorithm>
 #include <utility>
@@ -28,24 +29,16 @@ namespace pipeforge::rt::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
 /// Token buckets of the embedding gradient: thread (bucket, column) owns
 /// the tokens with token % buckets == bucket, so every dtable element is
 /// still summed by one thread in token order.
 constexpr long long kEmbedBuckets = 32;
 
-/// Blocks for n threads of a grid-stride loop (n > 0).
-unsigned blocksFor(long long n) {
-  return unsigned(std::min<long long>((n + kThreads - 1) / kThreads, 1 << 20));
-}
 /// Blocks for a one-block-per-row kernel (rows > 0).
 unsigned rowBlocks(long long rows) {
   return unsigned(std::min<long long>(rows, 1 << 20));
 }
 
-#define PF_GRID_LOOP(i, n)                                                     \
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;  \
-       i += (long long)gridDim.x * blockDim.x)
 /// Block-uniform loop over rows: every thread of a block sees the same r,
 /// so the block reductions inside are reached by all of them.
 #define PF_ROW_LOOP(r, rows)                                                   \
@@ -370,7 +363,6 @@ __global__ void adamwKernel(AdamWCoeffs c, long long n, float *theta, float *m,
   }
 }
 
-#undef PF_GRID_LOOP
 #undef PF_ROW_LOOP
 #undef PF_ROW_ELEMS
 

@@ -72,17 +72,11 @@ public:
     auto it = table.find(k.op);
     if (it == table.end())
       return opError(k, "unknown op for the cpu backend (known: " +
-                            knownList() + ")");
+                            joinNames(ops()) + ")");
     return it->second(k, Ops{call});
   }
 
-  std::vector<std::string> ops() const {
-    std::vector<std::string> r;
-    for (auto &e : table)
-      r.push_back(e.first);
-    std::sort(r.begin(), r.end());
-    return r;
-  }
+  std::vector<std::string> ops() const { return opNames(table); }
 
 private:
   using Fn = std::function<Status(const Kernel &, const Ops &)>;
@@ -90,12 +84,6 @@ private:
   Workspace<float> ws;
   std::vector<float> scratch, ones, zeros;
 
-  std::string knownList() const {
-    std::string s;
-    for (auto &n : ops())
-      s += (s.empty() ? "" : " ") + n;
-    return s;
-  }
   float *tmp(int64_t n) {
     if ((int64_t)scratch.size() < n)
       scratch.resize(size_t(n));
@@ -352,16 +340,11 @@ CpuBackend::CpuBackend() {
   };
   auto moeBwd = [this](bool weight) {
     return [this, weight](const Kernel &k, const Ops &o) -> Status {
-      if (Status s = need(k, o, 5, weight ? 3 : 1); !s)
-        return s;
       MoEShape sh;
-      if (Status s = moeShape(k, o, sh); !s)
-        return s;
       MoEParams<float> p;
       const float *dy;
-      moeParams(o, true, p, dy);
-      if (!dy)
-        return opError(k, "missing result gradient");
+      if (Status s = moeGradOperands(k, o, weight, sh, p, dy); !s)
+        return s;
       MoESaved<float> sv;
       moeF(sh, p, o.f(0), tmp(numel(o.t(0))), sv);
       if (!weight) {
@@ -372,8 +355,6 @@ CpuBackend::CpuBackend() {
       for (int i = 0; i < 4; ++i)
         if (o.o(i))
           std::memset(o.o(i), 0, size_t(numel(o.ot(i))) * 4);
-      if (p.w3 && !g.dw3)
-        return opError(k, "missing w3 gradient result");
       moeW(sh, sv, dy, g, ws);
       return Status::ok();
     };

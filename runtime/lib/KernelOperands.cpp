@@ -173,4 +173,25 @@ void moeParams(const Operands &o, bool withDy, MoEParams<float> &p,
   dy = withDy ? o.f(n - 1) : nullptr;
 }
 
+Status moeGradOperands(const Kernel &k, const Operands &o, bool weight,
+                       MoEShape &s, MoEParams<float> &p, const float *&dy) {
+  if (Status st = need(k, o, 5, weight ? 3 : 1); !st)
+    return st;
+  if (Status st = moeShape(k, o, s); !st)
+    return st;
+  moeParams(o, true, p, dy);
+  if (!dy)
+    return opError(k, "missing result gradient");
+  if (weight && p.w3 && !o.o(3))
+    return opError(k, "missing w3 gradient result");
+  return Status::ok();
+}
+
+std::string joinNames(const std::vector<std::string> &names) {
+  std::string s;
+  for (const std::string &n : names)
+    s += (s.empty() ? "" : " ") + n;
+  return s;
+}
+
 } // namespace pipeforge::rt::ops

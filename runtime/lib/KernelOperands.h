@@ -16,8 +16,10 @@
 
 #include "cpu/Kernels.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pipeforge::rt::ops {
 
@@ -82,6 +84,23 @@ Status moeShape(const Kernel &k, const Operands &o, cpu::MoEShape &s);
 /// The moe weights and (withDy) the result gradient.
 void moeParams(const Operands &o, bool withDy, cpu::MoEParams<float> &p,
                const float *&dy);
+/// Everything a moe gradient op needs: operands (x, router, w1, w2, [w3],
+/// dy) and, for moe_bwd_weight (`weight`), the 3 or 4 parameter-gradient
+/// results, the shape, the weights and dy.
+Status moeGradOperands(const Kernel &k, const Operands &o, bool weight,
+                       cpu::MoEShape &s, cpu::MoEParams<float> &p,
+                       const float *&dy);
+
+/// The keys of an op table, sorted, and as one space-separated line (for
+/// "unknown op" messages).
+template <typename Table> std::vector<std::string> opNames(const Table &t) {
+  std::vector<std::string> r;
+  for (auto &e : t)
+    r.push_back(e.first);
+  std::sort(r.begin(), r.end());
+  return r;
+}
+std::string joinNames(const std::vector<std::string> &names);
 
 } // namespace pipeforge::rt::ops
 

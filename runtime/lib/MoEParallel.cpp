@@ -7,6 +7,8 @@
 
 #include "pipeforge/rt/MoEParallel.h"
 
+#include "KernelOperands.h"
+
 #include "cpu/Blas.h"
 #include "cpu/ElementwiseMath.h"
 #include "cpu/Kernels.h"
@@ -57,35 +59,6 @@ moeReceiveLayout(const std::vector<std::vector<int32_t>> &localExpertOfRow,
 }
 
 namespace {
-
-int64_t attrI(const Kernel &k, const char *n, int64_t d) {
-  auto it = k.attrs.find(n);
-  if (it == k.attrs.end())
-    return d;
-  if (auto *v = std::get_if<int64_t>(&it->second))
-    return *v;
-  if (auto *v = std::get_if<double>(&it->second))
-    return int64_t(*v);
-  return d;
-}
-double attrF(const Kernel &k, const char *n, double d) {
-  auto it = k.attrs.find(n);
-  if (it == k.attrs.end())
-    return d;
-  if (auto *v = std::get_if<double>(&it->second))
-    return *v;
-  if (auto *v = std::get_if<int64_t>(&it->second))
-    return double(*v);
-  return d;
-}
-std::string attrS(const Kernel &k, const char *n, const char *d) {
-  auto it = k.attrs.find(n);
-  if (it == k.attrs.end())
-    return d;
-  if (auto *v = std::get_if<std::string>(&it->second))
-    return *v;
-  return d;
-}
 
 float actF(bool gelu, float x) { return gelu ? math::gelu(x) : math::silu(x); }
 float actG(bool gelu, float x) {
@@ -558,9 +531,9 @@ MoEPhased::begin(const KernelCall &call, Transport &tr) {
     return err(std::to_string(m.E) + " experts do not split over " +
                std::to_string(m.ranks) + " ranks");
   m.El = m.E / m.ranks;
-  m.K = attrI(k, "top_k", 1);
-  m.cap = cpu::moeCapacity(attrF(k, "capacity_factor", 0.0), m.N, m.K, m.E);
-  std::string a = attrS(k, "activation", "gelu");
+  m.K = ops::attrInt(k, "top_k", 1);
+  m.cap = cpu::moeCapacity(ops::attrFloat(k, "capacity_factor", 0.0), m.N, m.K, m.E);
+  std::string a = ops::attrStr(k, "activation", "gelu");
   if (a != "gelu" && a != "silu")
     return err("unknown activation '" + a + "'");
   m.gelu = a == "gelu";
