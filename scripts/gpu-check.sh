@@ -12,6 +12,10 @@
 #   5. prints tokens/s per schedule and the GEMM TFLOP/s (fp32, bf16).
 # Exits non-zero on any mismatch; exits 2 when there is no GPU.
 #   BUILD_DIR (default build-gpu)  STEPS (default 10)
+#   GPU_BUNDLE=DIR or DIR.tar.xz: use the binaries, libraries and programs
+#   that scripts/gpu-bundle.sh packed on a build machine instead of building
+#   (for GPU machines without the toolchain); the CUDA libraries are looked
+#   up on this machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-gpu}
@@ -27,26 +31,48 @@ nvidia-smi -L
 ngpu=$(nvidia-smi -L | grep -c '^GPU')
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')
 
-say "build ($BUILD_DIR, sm_$cc)"
-[ -n "${SKIP_SETUP:-}" ] || bash scripts/setup.sh || exit 1
-mkdir -p "$BUILD_DIR"
-if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  linker=(); command -v ld.lld >/dev/null 2>&1 && linker=(-DLLVM_USE_LINKER=lld)
-  cmake -S . -B "$BUILD_DIR" -G Ninja "${linker[@]}" -DPIPEFORGE_ENABLE_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES="$cc" -DPIPEFORGE_BUILD_BENCHMARKS=ON \
-    >"$BUILD_DIR/configure.log" 2>&1 || { tail -30 "$BUILD_DIR/configure.log"; exit 1; }
+if [ -n "${GPU_BUNDLE:-}" ] && [ -f "$GPU_BUNDLE" ]; then # the .tar.xz
+  mkdir -p "${TMPDIR:-/tmp}/pipeforge-bundle"
+  tar xJf "$GPU_BUNDLE" -C "${TMPDIR:-/tmp}/pipeforge-bundle" || exit 1
+  GPU_BUNDLE=$(ls -d "${TMPDIR:-/tmp}"/pipeforge-bundle/*/ | head -1)
 fi
-ninja -C "$BUILD_DIR" pipeforge-compile pipeforge-run CudaBackendTests CudaMathTests cuda_gemm \
-  >"$BUILD_DIR/gpu-build.log" 2>&1 || {
-  grep -E "error|FAILED" -A3 "$BUILD_DIR/gpu-build.log" | head -40; exit 1; }
-bin=$BUILD_DIR/bin
-work=$BUILD_DIR/gpu-check
+if [ -n "${GPU_BUNDLE:-}" ]; then
+  say "using the bundle $GPU_BUNDLE (built from $(cat "$GPU_BUNDLE/COMMIT" 2>/dev/null || echo '?'))"
+  bin=$GPU_BUNDLE/bin
+  # The CUDA libraries of this machine: the toolkit's, or the pip wheels'.
+  libs=$GPU_BUNDLE/lib
+  for l in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+    f=$(find /usr/local /usr/lib /opt /usr/local/lib/python3* /usr/lib/python3* -name "$l" 2>/dev/null | head -1)
+    [ -n "$f" ] && libs=$libs:$(dirname "$f")
+  done
+  # Ours only where this machine's C++ runtime is older than the build's.
+  sys=$(ldconfig -p | awk '/libstdc\+\+\.so\.6 / { print $NF; exit }')
+  if [ -z "$sys" ] || ! grep -q GLIBCXX_3.4.30 "$sys"; then libs=$libs:$GPU_BUNDLE/lib-fallback; fi
+  export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  work=${TMPDIR:-/tmp}/pipeforge-gpu-check
+else
+  say "build ($BUILD_DIR, sm_$cc)"
+  [ -n "${SKIP_SETUP:-}" ] || bash scripts/setup.sh || exit 1
+  mkdir -p "$BUILD_DIR"
+  if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+    linker=(); command -v ld.lld >/dev/null 2>&1 && linker=(-DLLVM_USE_LINKER=lld)
+    cmake -S . -B "$BUILD_DIR" -G Ninja "${linker[@]}" -DPIPEFORGE_ENABLE_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES="$cc" -DPIPEFORGE_BUILD_BENCHMARKS=ON \
+      >"$BUILD_DIR/configure.log" 2>&1 || { tail -30 "$BUILD_DIR/configure.log"; exit 1; }
+  fi
+  ninja -C "$BUILD_DIR" pipeforge-compile pipeforge-run CudaBackendTests CudaMathTests cuda_gemm \
+    >"$BUILD_DIR/gpu-build.log" 2>&1 || {
+    grep -E "error|FAILED" -A3 "$BUILD_DIR/gpu-build.log" | head -40; exit 1; }
+  bin=$BUILD_DIR/bin
+  work=$BUILD_DIR/gpu-check
+fi
 rm -rf "$work"; mkdir -p "$work"
 status=0
 
 say "GPU unit tests: every CUDA kernel vs the CPU reference"
 "$bin/CudaMathTests" --gtest_brief=1 || status=1
-"$bin/CudaBackendTests" --gtest_brief=1 | tee "$work/unit.log" || status=1
+"$bin/CudaBackendTests" --gtest_brief=1 --gtest_filter=-CudaBackend.NoDeviceIsAClearError \
+  | tee "$work/unit.log" || status=1
 if grep -q SKIPPED "$work/unit.log"; then
   echo "gpu-check: the GPU unit tests were skipped although a GPU is present" >&2
   status=1
@@ -54,8 +80,18 @@ fi
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 common=(--microbatches 8 --seq-len 32)
-compile() { # schedule ranks out
-  "$bin/pipeforge-compile" examples/gpt-tiny.json --schedule "$1" --ranks "$2" "${common[@]}" -o "$3"
+compile() { # schedule ranks out (a bundle brings them compiled)
+  if [ -n "${GPU_BUNDLE:-}" ]; then
+    local name
+    case "$1:$2" in
+      none:*) name=ref ;;
+      *:4) name=$1 ;;
+      *) name=$1-$2 ;;
+    esac
+    cp "$GPU_BUNDLE/programs/$name.pfp" "$3"
+  else
+    "$bin/pipeforge-compile" examples/gpt-tiny.json --schedule "$1" --ranks "$2" "${common[@]}" -o "$3"
+  fi
 }
 losses() { grep -o '^step [0-9]* loss [0-9.e+-]*' "$1"; }
 tokps() { grep '^step ' "$1" | awk 'NR > 1 { s += $6; n++ } END { if (n) printf "%.0f", s / n; else print "n/a" }'; }
@@ -65,7 +101,9 @@ compare() {
   [ "$(losses "$3.log" | wc -l)" -eq "$STEPS" ] || { echo "$1: expected $STEPS step lines"; tail -5 "$3.log"; return 1; }
   paste -d' ' <(losses "$2.log") <(losses "$3.log") | awk -v tol="$4" -v name="$1" \
     '{ d = $4 - $8; if (d < 0) d = -d; if (d > tol) { print name ": loss differs at step " $2 ": " $4 " vs " $8; bad = 1 } } END { exit bad }' || bad=1
-  "$bin/pipeforge-run" --compare-weights "$2.w" "$3.w" --rtol "$5" --atol "$6" >"$3.cmp" 2>&1 || bad=1
+  if [ "$5" != - ]; then # "-": the loss curve only
+    "$bin/pipeforge-run" --compare-weights "$2.w" "$3.w" --rtol "$5" --atol "$6" >"$3.cmp" 2>&1 || bad=1
+  fi
   [ $bad -eq 0 ] || { echo "$1: MISMATCH"; cat "$3.cmp"; }
   return $bad
 }
@@ -75,17 +113,20 @@ compile none 1 "$work/ref.pfp" || exit 1
 "$bin/pipeforge-run" "$work/ref.pfp" --steps "$STEPS" --dump-weights "$work/cpu-ref.w" >"$work/cpu-ref.log" || exit 1
 "$bin/pipeforge-run" "$work/ref.pfp" --steps "$STEPS" --backend cuda --dump-weights "$work/gpu-ref.w" >"$work/gpu-ref.log" || {
   tail -5 "$work/gpu-ref.log"; exit 1; }
-# fp32 GEMMs on the GPU add in another order than OpenBLAS: the curves agree
-# to 1e-4, the weights (after AdamW's normalised steps) to 1e-3.
-compare "gpu vs cpu reference" "$work/cpu-ref" "$work/gpu-ref" 1e-4 1e-3 1e-4 || status=1
+# The GPU adds in another order than OpenBLAS (and fuses multiply-adds):
+# the loss curves agree to 2e-4; AdamW's normalised steps (up to lr = 1e-3
+# per step) can turn a last-bit difference of a near-zero gradient into a
+# whole step, so the weights are held to 5e-3 (half the largest possible
+# drift over 10 steps). First-guess tolerances, to calibrate on a GPU.
+compare "gpu vs cpu reference" "$work/cpu-ref" "$work/gpu-ref" 2e-4 0 5e-3 || status=1
 "$bin/pipeforge-run" "$work/ref.pfp" --steps "$STEPS" --backend cuda --precision bf16 \
   --dump-weights "$work/gpu-bf16.w" >"$work/gpu-bf16.log" || status=1
-compare "bf16 vs fp32 (loss only, loose)" "$work/gpu-ref" "$work/gpu-bf16" 5e-2 1 1e-1 || status=1
+compare "bf16 vs fp32 (loss curve within 5e-2)" "$work/gpu-ref" "$work/gpu-bf16" 5e-2 - - || status=1
 
 printf '\n%-12s %-28s %12s %8s\n' schedule mode tokens/s result
 row() { printf '%-12s %-28s %12s %8s\n' "$1" "$2" "$3" "$4"; }
 row reference "1 GPU, unpipelined" "$(tokps "$work/gpu-ref.log")" -
-for sched in gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev auto; do
+for sched in gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev; do
   ranks=4
   compile "$sched" $ranks "$work/$sched.pfp" >/dev/null || { row "$sched" compile - FAIL; status=1; continue; }
   run=$work/$sched-threads
@@ -96,7 +137,15 @@ for sched in gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev auto; do
     row "$sched" "$ranks ranks, 1 GPU, threads" - FAIL; tail -3 "$run.log"; status=1
   fi
 done
-for sched in 1f1b dualpipev; do
+run=$work/zb-h1-async
+if "$bin/pipeforge-run" "$work/zb-h1.pfp" --local-ranks 4 --backend cuda --async-compute --steps "$STEPS" \
+    --dump-weights "$run.w" >"$run.log" 2>&1 && compare "zb-h1 async" "$work/gpu-ref" "$run" 1e-5 1e-4 1e-5; then
+  row zb-h1 "4 ranks, threads, async" "$(tokps "$run.log")" ok
+else
+  row zb-h1 "4 ranks, threads, async" - FAIL; tail -3 "$run.log"; status=1
+fi
+command -v mpirun >/dev/null 2>&1 || { row "(mpi)" "no mpirun here: not run" - skip; ngpu=0; }
+for sched in $(command -v mpirun >/dev/null 2>&1 && echo 1f1b dualpipev); do
   run=$work/$sched-mpi
   if mpirun --oversubscribe -np 4 "$bin/pipeforge-run" "$work/$sched.pfp" --backend cuda --device 0 \
       --steps "$STEPS" --dump-weights "$run.w" >"$run.log" 2>&1 && compare "$sched mpi" "$work/gpu-ref" "$run" 1e-5 1e-4 1e-5; then

@@ -1325,8 +1325,12 @@ Expected<StepStats> Executor::Impl::step() {
                              "pipeline rank " + std::to_string(prank) +
                                  " action " + std::to_string(i) + " (" +
                                  sched::toString(a) + "): " + s.message());
+    bool isCompute =
+        a.kind == ActionKind::Compute || a.kind == ActionKind::Overlap;
+    if (isCompute && opts.syncDeviceCompute && !be.hostVisible())
+      be.synchronize(); // device time, not launch time
     double a1 = nowS();
-    if (a.kind == ActionKind::Compute || a.kind == ActionKind::Overlap) {
+    if (isCompute) {
       busy += a1 - a0 - waited; // blocked receive waits are bubble, not work
       char wa[96];
       if (E > 1)

@@ -66,6 +66,7 @@ namespace {
       "         [--skip-step K] [--inject-nan STEP:MB]\n"
       "         [--backend cpu|cpu-device|cuda] [--precision fp32|bf16]\n"
       "         [--device K] [--local-ranks N] [--transport mpi|nccl]\n"
+      "         [--async-compute]\n"
       "       pipeforge-run --compare-weights A B [--rtol R] [--atol A]\n");
   std::exit(2);
 }
@@ -232,6 +233,7 @@ int main(int argc, char **argv) {
                                              optName = "adamw";
   std::string backendName = "cpu", precisionName = "fp32", transportName;
   int localRanks = -1, deviceOpt = -1; // -1: not given
+  bool asyncCompute = false;
   int64_t steps = 10;
   double lr = 1e-3, maxNorm = 0, timeout = 120;
   int lookahead = 8;
@@ -280,6 +282,8 @@ int main(int argc, char **argv) {
       precisionName = val();
     else if (o == "--device")
       deviceOpt = int(num());
+    else if (o == "--async-compute")
+      asyncCompute = true;
     else if (o == "--local-ranks")
       localRanks = int(num());
     else if (o == "--transport")
@@ -455,6 +459,7 @@ int main(int argc, char **argv) {
     eo.injectNanStep = nanStep;
     eo.injectNanMb = nanMb;
     eo.fuseOverlap = !noFuse;
+    eo.syncDeviceCompute = !asyncCompute;
     auto ex = Executor::create(p, *be, *tr, *tokens, *opt, eo);
     if (!ex)
       return fail(ex.message());

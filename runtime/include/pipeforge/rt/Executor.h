@@ -146,6 +146,12 @@ struct ExecutorOptions {
   /// has components for them (docs/runtime.md, "Fused overlap");
   /// false (pipeforge-run --no-fuse): F then B as without components.
   bool fuseOverlap = true;
+  /// On a device backend (not host-visible), wait for each compute action's
+  /// kernels before taking its end time, so the per-step bubble and the
+  /// trace show device time. Off: actions are timed by their launch only
+  /// (tokens/s stays exact: a step ends with a host copy), and the host
+  /// runs ahead of the device.
+  bool syncDeviceCompute = true;
 };
 
 struct StepStats {

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Packs what scripts/gpu-check.sh needs on a GPU machine that cannot build
+# the project (no LLVM/MLIR, no Debian packages, no network): the runtime
+# binaries built here (CUDA code for sm_75..sm_90), the shared libraries
+# they load that such a machine may lack (OpenBLAS, Open MPI's libmpi, ...;
+# not glibc and not the CUDA libraries, which the GPU machine has), and the
+# tiny GPT compiled for the reference and every schedule.
+#   bash scripts/gpu-bundle.sh [OUT_DIR]   (default: gpu-bundle)
+# writes OUT_DIR/ and OUT_DIR.tar.xz (about 9 MB; the folder is about 65 MB).
+# On the GPU machine, from a checkout of the same commit:
+#   GPU_BUNDLE=gpu-bundle.tar.xz bash scripts/gpu-check.sh
+# BUILD_DIR (default build) must hold a build with CUDA enabled.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+out=${1:-gpu-bundle}
+bin=$BUILD_DIR/bin
+tools=(pipeforge-run CudaBackendTests CudaMathTests cuda_gemm)
+
+ninja -C "$BUILD_DIR" pipeforge-compile "${tools[@]}" >/dev/null
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/lib-fallback" "$out/programs"
+for t in "${tools[@]}"; do
+  strip -o "$out/bin/$t" "$bin/$t"
+done
+
+# Libraries: everything the binaries load except glibc's own, the C++
+# runtime (kept apart: used only where the machine's is older) and CUDA's.
+skip='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libcuda|libcudart|libcublas|libcublasLt|libnccl)\.'
+for t in "${tools[@]}"; do
+  ldd "$bin/$t" | awk '$3 ~ /^\// { print $1, $3 }'
+done | sort -u | while read -r name path; do
+  if [[ "$name" =~ ^(libstdc\+\+|libgcc_s)\. ]]; then
+    cp -L "$path" "$out/lib-fallback/$name"
+  elif ! [[ "$name" =~ $skip ]]; then
+    cp -L "$path" "$out/lib/$name"
+  fi
+done
+
+# Programs: the same settings as gpu-check.sh compiles.
+common=(--microbatches 8 --seq-len 32)
+"$bin/pipeforge-compile" examples/gpt-tiny.json --schedule none --ranks 1 "${common[@]}" \
+  -o "$out/programs/ref.pfp" >/dev/null
+for sched in gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev; do
+  "$bin/pipeforge-compile" examples/gpt-tiny.json --schedule "$sched" --ranks 4 "${common[@]}" \
+    -o "$out/programs/$sched.pfp" >/dev/null
+done
+"$bin/pipeforge-compile" examples/gpt-tiny.json --schedule 1f1b --ranks 2 "${common[@]}" \
+  -o "$out/programs/1f1b-2.pfp" >/dev/null
+git rev-parse HEAD >"$out/COMMIT" 2>/dev/null || true
+tar cJf "$out.tar.xz" -C "$(dirname "$out")" "$(basename "$out")"
+echo "gpu-bundle: $out.tar.xz ($(du -h "$out.tar.xz" | cut -f1)): $(ls "$out/bin" | tr '\n' ' ')"
