@@ -77,8 +77,8 @@ int main(int argc, char **argv) {
         return fail(Status::error("out of device memory"));
       // y = x W^T, the linear layer's product.
       auto once = [&] {
-        return cuda::gemm(ctx, false, true, s.m, s.n, s.k, 1.0f, A, s.k, B,
-                          s.k, 0.0f, C, s.n);
+        return cuda::gemm(ctx, false, true, s.m, s.n, s.k, 1.0f, A, s.k, B, s.k,
+                          0.0f, C, s.n);
       };
       if (Status st = once(); !st) // warm-up (and bf16 scratch)
         return fail(st);

@@ -21,11 +21,11 @@
 
 #include "pipeforge/rt/CudaBackend.h"
 
-#include "lib/KernelOperands.h"
 #include "cuda/AttentionKernels.h"
 #include "cuda/GemmCtx.h"
 #include "cuda/MoEKernels.h"
 #include "cuda/RowKernels.h"
+#include "lib/KernelOperands.h"
 
 #include <cuda_runtime.h>
 
@@ -54,7 +54,8 @@ public:
   void *alloc(int64_t bytes) override {
     void *p = nullptr;
     size_t n = size_t(std::max<int64_t>(bytes, 1) + 255) / 256 * 256;
-    if (!note(cudaStatus(cudaMallocAsync(&p, n, ctx.stream), "cudaMallocAsync")))
+    if (!note(
+            cudaStatus(cudaMallocAsync(&p, n, ctx.stream), "cudaMallocAsync")))
       return nullptr;
     note(cudaStatus(cudaMemsetAsync(p, 0, n, ctx.stream), "cudaMemsetAsync"));
     return p;
@@ -69,7 +70,8 @@ public:
     note(cudaStatus(cudaMemcpyAsync(hostDst, src, size_t(bytes),
                                     cudaMemcpyDeviceToHost, ctx.stream),
                     "cudaMemcpyAsync (device to host)"));
-    note(cudaStatus(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize"));
+    note(
+        cudaStatus(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize"));
   }
   void copyFromHost(void *dst, const void *hostSrc, int64_t bytes) override {
     if (bytes <= 0)
@@ -77,7 +79,8 @@ public:
     note(cudaStatus(cudaMemcpyAsync(dst, hostSrc, size_t(bytes),
                                     cudaMemcpyHostToDevice, ctx.stream),
                     "cudaMemcpyAsync (host to device)"));
-    note(cudaStatus(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize"));
+    note(
+        cudaStatus(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize"));
   }
   void copy(void *dst, const void *src, int64_t bytes) override {
     // cudaMemcpyDefault: the source may live on another device (ranks of
@@ -99,13 +102,15 @@ public:
     note(cuda::scale(ctx, n, x, a));
   }
   void synchronize() override {
-    note(cudaStatus(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize"));
+    note(
+        cudaStatus(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize"));
   }
   Status takeAsyncError() override;
 
   void *recordEvent() override {
     cudaEvent_t e = newEvent();
-    if (e && !note(cudaStatus(cudaEventRecord(e, ctx.stream), "cudaEventRecord")))
+    if (e &&
+        !note(cudaStatus(cudaEventRecord(e, ctx.stream), "cudaEventRecord")))
       return nullptr;
     return e;
   }
@@ -115,7 +120,10 @@ public:
     // Called by other ranks' threads too (a sender polling the receiver's
     // copy), so no bookkeeping here: a failed copy counts as done and its
     // error surfaces on the receiver's own stream.
-    return cudaEventQuery(static_cast<cudaEvent_t>(ev)) != cudaErrorNotReady;
+    if (cudaEventQuery(static_cast<cudaEvent_t>(ev)) != cudaErrorNotReady)
+      return true;
+    (void)cudaGetLastError(); // "not ready" is no error of the next launch
+    return false;
   }
   void waitEvent(void *ev) override {
     if (ev)
@@ -168,7 +176,7 @@ private:
   void *ws = nullptr; ///< attention / MoE workspace, grown on demand
   size_t wsBytes = 0;
   cudaStream_t commStream = nullptr; ///< receives (copyOnCommStream)
-  Status pending = Status::ok(); ///< first error of a void-returning call
+  Status pending = Status::ok();     ///< first error of a void-returning call
 
   cudaEvent_t newEvent() {
     cudaEvent_t e = nullptr;
@@ -183,11 +191,24 @@ private:
   }
 
   /// Keeps the first failure for takeAsyncError(); true when `s` is ok.
+  /// A failed CUDA call also sets the thread's last error: it is taken here,
+  /// so the next kernel's launch check does not report it again.
   bool note(Status s) {
     bool ok = bool(s);
-    if (!ok && pending)
-      pending = std::move(s);
+    if (!ok) {
+      (void)cudaGetLastError();
+      if (pending)
+        pending = std::move(s);
+    }
     return ok;
+  }
+  /// Resets the device error word, ordered on the compute stream (a
+  /// cudaMemset on the legacy stream would not be ordered with it).
+  Status clearErrorWord() {
+    return cudaStatus(cudaMemcpyAsync(ctx.errorWord, cuda::kDeviceErrorClear,
+                                      sizeof(cuda::kDeviceErrorClear),
+                                      cudaMemcpyHostToDevice, ctx.stream),
+                      "cudaMemcpyAsync (error word)");
   }
   /// The workspace, at least `bytes` (stream-ordered, so earlier kernels
   /// still reading the old one are unaffected).
@@ -259,15 +280,12 @@ CudaBackend::create(const CudaBackendOptions &o) {
           "cublasSetMathMode");
       !s)
     return s;
-  if (Status s = cudaStatus(cudaMalloc(&b->ctx.errorWord,
-                                       cuda::kDeviceErrorInts * sizeof(int)),
-                            "cudaMalloc (error word)");
+  if (Status s = cudaStatus(
+          cudaMalloc(&b->ctx.errorWord, cuda::kDeviceErrorInts * sizeof(int)),
+          "cudaMalloc (error word)");
       !s)
     return Status::error(s.message() + where);
-  if (Status s = cudaStatus(cudaMemset(b->ctx.errorWord, 0,
-                                       cuda::kDeviceErrorInts * sizeof(int)),
-                            "cudaMemset (error word)");
-      !s)
+  if (Status s = b->clearErrorWord(); !s)
     return s;
   return std::unique_ptr<Backend>(std::move(b));
 }
@@ -302,14 +320,15 @@ Status CudaBackend::takeAsyncError() {
       !e)
     return e;
   int w[cuda::kDeviceErrorInts] = {0, 0, 0, 0};
-  if (Status e = cudaStatus(cudaMemcpy(w, ctx.errorWord, sizeof(w),
-                                       cudaMemcpyDeviceToHost),
-                            "cudaMemcpy (error word)");
+  if (Status e = cudaStatus(
+          cudaMemcpy(w, ctx.errorWord, sizeof(w), cudaMemcpyDeviceToHost),
+          "cudaMemcpy (error word)");
       !e)
     return e;
   if (w[0] == cuda::DeviceErrorNone)
     return Status::ok();
-  cudaMemset(ctx.errorWord, 0, sizeof(w));
+  if (Status e = clearErrorWord(); !e)
+    return e;
   const char *op = "?", *what = "index";
   switch (w[0]) {
   case cuda::DeviceErrorEmbeddingToken:
@@ -329,8 +348,9 @@ Status CudaBackend::takeAsyncError() {
   }
   // The CPU backend's message for the same input.
   return Status::error(std::string("kernel '") + op + "': " + what + " #" +
-                       std::to_string(w[1]) + " = " + std::to_string(w[2]) +
-                       " is outside [0, " + std::to_string(w[3]) + ")");
+                       std::to_string(cuda::deviceErrorElement(w)) + " = " +
+                       std::to_string(cuda::deviceErrorValue(w)) +
+                       " is outside [0, " + std::to_string(w[1]) + ")");
 }
 
 CudaBackend::CudaBackend() {
@@ -411,10 +431,11 @@ void CudaBackend::addForwardOps() {
     auto w = workspace(cuda::moeWorkspaceBytes(sh));
     if (!w)
       return w.status();
-    return cuda::moeForward(ctx, sh, o.f(0), p.router, p.w1, p.w2, p.w3,
-                            o.o(0), *w);
+    return cuda::moeForward(ctx, sh, o.f(0), p.router, p.w1, p.w2, p.w3, o.o(0),
+                            *w);
   };
-  table["cross_entropy"] = [this](const Kernel &k, const Operands &o) -> Status {
+  table["cross_entropy"] = [this](const Kernel &k,
+                                  const Operands &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s; // (logits, targets) -> mean loss; bad targets: takeAsyncError()
     CrossEntropyShape sh = crossEntropyShape(o);
@@ -430,17 +451,17 @@ void CudaBackend::addGradientOps() {
     if (Status s = need(k, o, 2, 1); !s)
       return s; // (dy, W) -> dx = dy W
     LinearShape sh = linearBwdInputShape(o);
-    return cuda::gemm(ctx, false, false, sh.tokens, sh.in, sh.out, 1.0f,
-                      o.f(0), sh.out, o.f(1), sh.in, 0.0f, o.o(0), sh.in);
+    return cuda::gemm(ctx, false, false, sh.tokens, sh.in, sh.out, 1.0f, o.f(0),
+                      sh.out, o.f(1), sh.in, 0.0f, o.o(0), sh.in);
   };
   table["linear_bwd_weight"] = [this](const Kernel &k,
                                       const Operands &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s; // (x, dy) -> dW = dy^T x, [db = column sums of dy]
     LinearShape sh = linearBwdWeightShape(o);
-    if (Status s = cuda::gemm(ctx, true, false, sh.out, sh.in, sh.tokens, 1.0f,
-                              o.f(1), sh.out, o.f(0), sh.in, 0.0f, o.o(0),
-                              sh.in);
+    if (Status s =
+            cuda::gemm(ctx, true, false, sh.out, sh.in, sh.tokens, 1.0f, o.f(1),
+                       sh.out, o.f(0), sh.in, 0.0f, o.o(0), sh.in);
         !s)
       return s;
     if (!sh.hasBias)

@@ -25,7 +25,6 @@ namespace pipeforge::rt::cuda {
 
 namespace {
 
-
 __global__ void toBf16Kernel(long long n, const float *src,
                              __nv_bfloat16 *dst) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
@@ -43,10 +42,10 @@ __global__ void biasRowsKernel(long long rows, long long cols,
 }
 
 /// out[c] = sum over r of x[r, c], rows in order (the CPU's order).
-__global__ void columnSumsKernel(long long rows, long long cols,
-                                 const float *x, float *out) {
-  for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-       c < cols; c += (long long)gridDim.x * blockDim.x) {
+__global__ void columnSumsKernel(long long rows, long long cols, const float *x,
+                                 float *out) {
+  for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < cols;
+       c += (long long)gridDim.x * blockDim.x) {
     float s = 0.0f;
     for (long long r = 0; r < rows; ++r)
       s += x[r * cols + c];
@@ -83,16 +82,33 @@ Status launchStatus(const char *kernel) {
 }
 
 Status gemm(GemmCtx &ctx, bool transA, bool transB, int64_t m, int64_t n,
-            int64_t k, float alpha, const float *A, int64_t lda,
-            const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
-            int batch, int64_t strideA, int64_t strideB, int64_t strideC) {
+            int64_t k, float alpha, const float *A, int64_t lda, const float *B,
+            int64_t ldb, float beta, float *C, int64_t ldc, int batch,
+            int64_t strideA, int64_t strideB, int64_t strideC) {
   if (m == 0 || n == 0 || batch == 0)
     return Status::ok();
   if (!fitsInt(m) || !fitsInt(n) || !fitsInt(k) || !fitsInt(lda) ||
       !fitsInt(ldb) || !fitsInt(ldc) || batch < 0)
-    return Status::error("gemm: a dimension exceeds cuBLAS's int range (m=" +
-                         std::to_string(m) + " n=" + std::to_string(n) +
-                         " k=" + std::to_string(k) + ")");
+    return Status::error(
+        "gemm: a dimension exceeds cuBLAS's int range (m=" + std::to_string(m) +
+        " n=" + std::to_string(n) + " k=" + std::to_string(k) + ")");
+  if (k == 0) {
+    // An empty sum: C = beta C. cuBLAS would reject the leading dimensions
+    // (lda = k = 0) and, in bf16, the empty scratch.
+    if (beta == 1.0f)
+      return Status::ok();
+    if (beta != 0.0f)
+      return Status::error("gemm: k = 0 with beta " + std::to_string(beta));
+    for (int b = 0; b < batch; ++b)
+      if (Status s = cudaStatus(cudaMemset2DAsync(C + b * strideC,
+                                                  size_t(ldc) * sizeof(float),
+                                                  0, size_t(n) * sizeof(float),
+                                                  size_t(m), ctx.stream),
+                                "cudaMemset2DAsync (gemm, k = 0)");
+          !s)
+        return s;
+    return Status::ok();
+  }
   cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (ctx.precision == GemmPrecision::FP32) {
@@ -101,18 +117,18 @@ Status gemm(GemmCtx &ctx, bool transA, bool transB, int64_t m, int64_t n,
                                       int(k), &alpha, B, int(ldb), A, int(lda),
                                       &beta, C, int(ldc)),
                           "cublasSgemm");
-    return cublasStatus(cublasSgemmStridedBatched(
-                            ctx.blas, opB, opA, int(n), int(m), int(k), &alpha,
-                            B, int(ldb), strideB, A, int(lda), strideA, &beta,
-                            C, int(ldc), strideC, batch),
-                        "cublasSgemmStridedBatched");
+    return cublasStatus(
+        cublasSgemmStridedBatched(ctx.blas, opB, opA, int(n), int(m), int(k),
+                                  &alpha, B, int(ldb), strideB, A, int(lda),
+                                  strideA, &beta, C, int(ldc), strideC, batch),
+        "cublasSgemmStridedBatched");
   }
 
   // bf16: round both input spans into the scratch (A first, then B).
-  long long spanA = operandSpan(transA ? k : m, transA ? m : k, lda, batch,
-                                strideA);
-  long long spanB = operandSpan(transB ? n : k, transB ? k : n, ldb, batch,
-                                strideB);
+  long long spanA =
+      operandSpan(transA ? k : m, transA ? m : k, lda, batch, strideA);
+  long long spanB =
+      operandSpan(transB ? n : k, transB ? k : n, ldb, batch, strideB);
   long long offB = (spanA + 127) / 128 * 128; // keep B 256-byte aligned
   size_t need = size_t(offB + spanB) * sizeof(__nv_bfloat16);
   if (need > ctx.bf16ScratchBytes) {
@@ -124,9 +140,9 @@ Status gemm(GemmCtx &ctx, bool transA, bool transB, int64_t m, int64_t n,
     ctx.bf16Scratch = nullptr;
     ctx.bf16ScratchBytes = 0;
     size_t bytes = std::max<size_t>(need, size_t(1) << 20);
-    if (Status s = cudaStatus(cudaMallocAsync(&ctx.bf16Scratch, bytes,
-                                              ctx.stream),
-                              "cudaMallocAsync (bf16 scratch)");
+    if (Status s =
+            cudaStatus(cudaMallocAsync(&ctx.bf16Scratch, bytes, ctx.stream),
+                       "cudaMallocAsync (bf16 scratch)");
         !s)
       return s;
     ctx.bf16ScratchBytes = bytes;
@@ -134,11 +150,9 @@ Status gemm(GemmCtx &ctx, bool transA, bool transB, int64_t m, int64_t n,
   auto *a16 = static_cast<__nv_bfloat16 *>(ctx.bf16Scratch);
   __nv_bfloat16 *b16 = a16 + offB;
   if (spanA > 0)
-    toBf16Kernel<<<blocksFor(spanA), kThreads, 0, ctx.stream>>>(spanA, A,
-                                                                 a16);
+    toBf16Kernel<<<blocksFor(spanA), kThreads, 0, ctx.stream>>>(spanA, A, a16);
   if (spanB > 0)
-    toBf16Kernel<<<blocksFor(spanB), kThreads, 0, ctx.stream>>>(spanB, B,
-                                                                 b16);
+    toBf16Kernel<<<blocksFor(spanB), kThreads, 0, ctx.stream>>>(spanB, B, b16);
   if (Status s = launchStatus("gemm bf16 rounding"); !s)
     return s;
   return cublasStatus(

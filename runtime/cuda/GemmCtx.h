@@ -56,10 +56,9 @@ Status launchStatus(const char *kernel);
 /// rounded to bf16 in ctx.bf16Scratch and multiplied by cublasGemmEx with
 /// fp32 accumulation and an fp32 C. Queued on ctx.stream.
 Status gemm(GemmCtx &ctx, bool transA, bool transB, int64_t m, int64_t n,
-            int64_t k, float alpha, const float *A, int64_t lda,
-            const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
-            int batch = 1, int64_t strideA = 0, int64_t strideB = 0,
-            int64_t strideC = 0);
+            int64_t k, float alpha, const float *A, int64_t lda, const float *B,
+            int64_t ldb, float beta, float *C, int64_t ldc, int batch = 1,
+            int64_t strideA = 0, int64_t strideB = 0, int64_t strideC = 0);
 
 /// y[r, :] = bias for every row r of y [rows, cols] (the linear layer's
 /// bias, written before the GEMM accumulates with beta = 1).

@@ -19,8 +19,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cuda/RowKernels.h"
 #include "cuda/Launch.cuh"
+#include "cuda/RowKernels.h"
 
 #include <algorithm>
 #include <utility>

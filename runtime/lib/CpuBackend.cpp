@@ -103,9 +103,9 @@ private:
                       int64_t limit, const char *what) {
     Index bad = firstInvalidIndex(t, n, limit);
     if (bad >= 0)
-      return opError(k, std::string(what) + " #" + std::to_string(bad) +
-                            " = " + std::to_string(t[bad]) +
-                            " is outside [0, " + std::to_string(limit) + ")");
+      return opError(k, std::string(what) + " #" + std::to_string(bad) + " = " +
+                            std::to_string(t[bad]) + " is outside [0, " +
+                            std::to_string(limit) + ")");
     return Status::ok();
   }
 };
@@ -215,8 +215,7 @@ CpuBackend::CpuBackend() {
     CrossEntropyShape sh = crossEntropyShape(o);
     if (numel(o.t(1)) != sh.tokens)
       return opError(k, "targets do not match the logits' leading shape");
-    if (Status s = checkTargets(k, o.i32(1), sh.tokens, sh.vocab, "target");
-        !s)
+    if (Status s = checkTargets(k, o.i32(1), sh.tokens, sh.vocab, "target"); !s)
       return s;
     CrossEntropySaved<float> sv;
     *o.o(0) = crossEntropyF(sh, o.f(0), o.i32(1), sv);
@@ -254,8 +253,8 @@ CpuBackend::CpuBackend() {
       NormSaved<float> sv;
       float *y = tmp(numel(o.t(0)));
       if (layer) {
-        layerNormF(sh, NormParams<float>{o.f(1), zerosOf(sh.hidden)}, o.f(0),
-                   y, sv);
+        layerNormF(sh, NormParams<float>{o.f(1), zerosOf(sh.hidden)}, o.f(0), y,
+                   sv);
         layerNormB(sh, sv, o.f(2), o.o(0));
       } else {
         rmsNormF(sh, NormParams<float>{o.f(1), nullptr}, o.f(0), y, sv);
@@ -276,8 +275,7 @@ CpuBackend::CpuBackend() {
       if (g.dbeta)
         std::memset(g.dbeta, 0, size_t(sh.hidden) * 4);
       if (layer) {
-        layerNormF(sh,
-                   NormParams<float>{onesOf(sh.hidden), zerosOf(sh.hidden)},
+        layerNormF(sh, NormParams<float>{onesOf(sh.hidden), zerosOf(sh.hidden)},
                    o.f(0), y, sv);
         layerNormW(sh, sv, o.f(1), g);
       } else {
@@ -365,8 +363,7 @@ CpuBackend::CpuBackend() {
     if (Status s = need(k, o, 3, 1); !s)
       return s; // (logits, targets, dloss) -> dlogits
     CrossEntropyShape sh = crossEntropyShape(o);
-    if (Status s = checkTargets(k, o.i32(1), sh.tokens, sh.vocab, "target");
-        !s)
+    if (Status s = checkTargets(k, o.i32(1), sh.tokens, sh.vocab, "target"); !s)
       return s;
     CrossEntropySaved<float> sv;
     crossEntropyF(sh, o.f(0), o.i32(1), sv);

@@ -60,10 +60,9 @@ struct Hub {
     const float *sbuf = nullptr;
     float *rbuf = nullptr;
     bool sendPosted = false, recvPosted = false, done = false;
-    void *ready = nullptr;  ///< sender's event: the data is produced
+    void *ready = nullptr;       ///< sender's event: the data is produced
     void *copied = nullptr; ///< receiver's event: the copy has finished
-    Backend *receiver = nullptr; ///< owns `copied`
-    int released = 0; ///< sides whose request completed
+    int released = 0;            ///< sides whose request completed
   };
   std::map<int64_t, Msg> msgs; ///< by request id (send and recv share one)
   std::map<std::tuple<int, int, int64_t>, std::vector<int64_t>> unmatched;
@@ -326,7 +325,6 @@ private:
           break;
         if (be) {
           m.copied = be->copyOnCommStream(m.rbuf, m.sbuf, m.n * 4, m.ready);
-          m.receiver = be;
           be->releaseEvent(m.ready); // the copy's wait holds on to it
           m.ready = nullptr;
         } else if (m.n > 0) {
@@ -347,14 +345,16 @@ private:
   void release(RequestId r) {
     auto it = hub->msgs.find(msgOf(r));
     if (it != hub->msgs.end() && ++it->second.released == 2) {
-      if (it->second.receiver)
-        it->second.receiver->releaseEvent(it->second.copied);
+      if (be)
+        be->releaseEvent(it->second.copied);
       hub->msgs.erase(it);
     }
   }
   /// Whether this side of a message is complete (lock held). The receive:
   /// the copy is queued, and this rank's compute stream now waits for it.
-  /// The send: the copy has finished reading the buffer.
+  /// The send: the copy has finished reading the buffer. Events are
+  /// process-wide handles, so each rank queries and frees them with its own
+  /// backend (the receiver's may be gone by then: its thread has finished).
   bool complete(RequestId r, Hub::Msg &m) {
     if (!m.done)
       return false;
@@ -363,7 +363,7 @@ private:
         be->waitEvent(m.copied);
       return true;
     }
-    return !m.receiver || m.receiver->eventDone(m.copied);
+    return !be || be->eventDone(m.copied);
   }
 
   /// (kind, instance, size, index) of this rank's group `g`.

@@ -13,6 +13,7 @@
 
 #include "pipeforge/rt/CudaBackend.h"
 #include "pipeforge/rt/Optimizer.h"
+#include "pipeforge/rt/ThreadTransport.h"
 
 #include "cuda/GemmCtx.h"
 #include "cuda/RowKernels.h"
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 
 using namespace pipeforge::rt;
 
@@ -183,8 +185,8 @@ TEST(CudaBackend, Linear) {
   REQUIRE_GPU();
   expectMatch(makeCase("linear", {f32(kX), f32({24, 16}), f32({24})},
                        {f32({2, 8, 24})}, 1, 0));
-  expectMatch(makeCase("linear", {f32(kX), f32({24, 16})}, {f32({2, 8, 24})},
-                       2, 0));
+  expectMatch(
+      makeCase("linear", {f32(kX), f32({24, 16})}, {f32({2, 8, 24})}, 2, 0));
   expectMatch(makeCase("linear_bwd_input", {f32({2, 8, 24}), f32({24, 16})},
                        {f32(kX)}, 3, 0));
   expectMatch(makeCase("linear_bwd_weight", {f32(kX), f32({2, 8, 24})},
@@ -247,8 +249,8 @@ TEST(CudaBackend, Embedding) {
 
 TEST(CudaBackend, BadTokenGivesTheCpuMessage) {
   REQUIRE_GPU();
-  Case c = makeCase("embedding", {i32({2, 8}), f32({32, 16})}, {f32(kX)}, 16,
-                    32);
+  Case c =
+      makeCase("embedding", {i32({2, 8}), f32({32, 16})}, {f32(kX)}, 16, 32);
   c.iin[0][5] = 99;
   auto cpu = createCpuBackend();
   auto cu = gpu();
@@ -260,6 +262,95 @@ TEST(CudaBackend, BadTokenGivesTheCpuMessage) {
   // The backend is usable again afterwards.
   c.iin[0][5] = 3;
   EXPECT_TRUE(runOn(*cu, c).isOk());
+}
+
+TEST(CudaBackend, SeveralBadTokensNameTheFirst) {
+  REQUIRE_GPU();
+  // 2 x 512 tokens: many blocks report; the message names the lowest index.
+  Case c = makeCase("embedding", {i32({2, 512}), f32({32, 16})},
+                    {f32({2, 512, 16})}, 23, 32);
+  for (int i : {900, 41, 300, 1000})
+    c.iin[0][size_t(i)] = 32 + i;
+  auto cpu = createCpuBackend();
+  auto cu = gpu();
+  ASSERT_TRUE(cu);
+  auto want = runOn(*cpu, c), got = runOn(*cu, c);
+  ASSERT_FALSE(want.isOk());
+  ASSERT_FALSE(got.isOk());
+  EXPECT_EQ(got.message(), want.message());
+}
+
+TEST(CudaBackend, EmptyProducts) {
+  REQUIRE_GPU();
+  // k = 0: zero tokens into the weight gradient, zero inputs into linear.
+  expectMatch(makeCase("linear_bwd_weight", {f32({0, 16}), f32({0, 24})},
+                       {f32({24, 16}), f32({24})}, 24, 0),
+              0, 0);
+  expectMatch(makeCase("linear", {f32({4, 0}), f32({24, 0}), f32({24})},
+                       {f32({4, 24})}, 25, 0),
+              0, 0);
+}
+
+/// Two ranks on one GPU through the --local-ranks transport: the receive is
+/// a copy on the receiver's communication stream, ordered by events; the
+/// sender polls its send (test()) and keeps launching kernels meanwhile.
+TEST(CudaBackend, ThreadTransportMovesDeviceData) {
+  REQUIRE_GPU();
+  auto trs = createThreadTransports(2);
+  const int64_t n = 1 << 20;
+  std::vector<float> host(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    host[size_t(i)] = float(i % 1000) * 0.5f;
+  std::string err[2];
+  std::vector<float> got(static_cast<size_t>(n));
+  auto rank = [&](int r) {
+    Transport &t = *trs[size_t(r)];
+    auto be = gpu();
+    if (!be) {
+      err[r] = "no backend";
+      return;
+    }
+    if (Status s = t.setupGrid(2, 1, 1); !s) {
+      err[r] = s.message();
+      return;
+    }
+    t.attachBackend(*be);
+    void *buf = be->alloc(n * 4);
+    Case add = makeCase("add", {f32({n}), f32({n})}, {f32({n})}, 26, 0);
+    if (r == 0) {
+      be->copyFromHost(buf, host.data(), n * 4);
+      auto req = t.isend(1, 7, static_cast<float *>(buf), n);
+      if (!req) {
+        err[r] = req.message();
+        return;
+      }
+      while (!t.test(*req))
+        if (auto k = runOn(*be, add); !k) { // launches while polling
+          err[r] = "a kernel after test(): " + k.message();
+          return;
+        }
+      if (auto k = runOn(*be, add); !k)
+        err[r] = "a kernel after the send: " + k.message();
+    } else {
+      auto req = t.irecv(0, 7, static_cast<float *>(buf), n);
+      if (!req) {
+        err[r] = req.message();
+        return;
+      }
+      if (Status s = t.wait(*req); !s)
+        err[r] = s.message();
+      be->copyToHost(got.data(), buf, n * 4);
+    }
+    if (Status s = be->takeAsyncError(); !s && err[r].empty())
+      err[r] = s.message();
+    be->free(buf);
+  };
+  std::thread t0(rank, 0), t1(rank, 1);
+  t0.join();
+  t1.join();
+  EXPECT_EQ(err[0], "");
+  EXPECT_EQ(err[1], "");
+  EXPECT_EQ(0, std::memcmp(got.data(), host.data(), size_t(n) * 4));
 }
 
 TEST(CudaBackend, Attention) {
@@ -354,8 +445,7 @@ TEST(CudaBackend, AdamWKernelMatchesTheCpuOptimizer) {
   std::vector<float> got(n);
   be->copyToHost(got.data(), dTheta, n * 4);
   for (size_t i = 0; i < n; ++i)
-    EXPECT_NEAR(got[i], cpuTheta[i], 1e-6f * (1 + std::fabs(cpuTheta[i])))
-        << i;
+    EXPECT_NEAR(got[i], cpuTheta[i], 1e-6f * (1 + std::fabs(cpuTheta[i]))) << i;
   for (float *p : {dTheta, dM, dV, dGrad})
     be->free(p);
 }
