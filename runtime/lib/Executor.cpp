@@ -363,6 +363,14 @@ struct Executor::Impl {
     KernelCall call;
     size_t next = 0;                ///< next kernel
     std::unique_ptr<MoEPhased> moe; ///< the moe kernel in flight
+    /// On a device backend: the moe kernel's operands staged in host memory
+    /// (the expert-parallel moe works on host buffers, as the transports'
+    /// all-to-alls do); the results go back to the device when it is done.
+    struct HostCall {
+      KernelCall call;
+      std::vector<std::vector<char>> in, out;
+    };
+    std::unique_ptr<HostCall> hostCall;
     std::string label;              ///< "F0.3" (trace)
     bool done() const { return next >= fn->kernels.size(); }
   };
@@ -373,6 +381,8 @@ struct Executor::Impl {
   /// Runs one step of r: a kernel, or the next phase of its moe kernel;
   /// `posted`: an all-to-all of r is in flight after the step.
   Status fnStep(FnRun &r, bool &posted);
+  /// r.call with every operand copied to host memory (r.hostCall).
+  const KernelCall &stageToHost(FnRun &r);
   void recordMoE(const FnRun &r, MoEPhased &m, const std::string &name);
   Status doOverlap(const Action &a, bool &fusedRun);
 
@@ -469,8 +479,6 @@ Status Executor::Impl::init() {
                          std::to_string(E) + " but the transport's group has " +
                          std::to_string(tr.epSize()) + " ranks");
   if (E > 1) {
-    if (!be.hostVisible())
-      return Status::error("expert parallelism needs a host-visible backend");
     for (const Stage &st : prog.stages)
       for (FunctionKind fk :
            {FunctionKind::Forward, FunctionKind::BackwardInput,
@@ -780,6 +788,28 @@ void Executor::Impl::recordMoE(const FnRun &r, MoEPhased &m,
   m.timings.clear();
 }
 
+const KernelCall &Executor::Impl::stageToHost(FnRun &r) {
+  auto h = std::make_unique<FnRun::HostCall>();
+  h->call = r.call;
+  const KernelCall &c = r.call;
+  h->in.reserve(c.in.size());
+  h->out.reserve(c.out.size());
+  for (size_t i = 0; i < c.in.size(); ++i) {
+    int64_t bytes = c.in[i] && c.inTypes[i] ? c.inTypes[i]->numBytes() : 0;
+    h->in.emplace_back(static_cast<size_t>(bytes));
+    if (bytes)
+      be.copyToHost(h->in.back().data(), c.in[i], bytes);
+    h->call.in[i] = c.in[i] ? h->in.back().data() : nullptr;
+  }
+  for (size_t i = 0; i < c.out.size(); ++i) {
+    int64_t bytes = c.out[i] && c.outTypes[i] ? c.outTypes[i]->numBytes() : 0;
+    h->out.emplace_back(static_cast<size_t>(bytes));
+    h->call.out[i] = c.out[i] ? h->out.back().data() : nullptr;
+  }
+  r.hostCall = std::move(h);
+  return r.hostCall->call;
+}
+
 Status Executor::Impl::fnStep(FnRun &r, bool &posted) {
   posted = false;
   if (r.moe) {
@@ -795,7 +825,10 @@ Status Executor::Impl::fnStep(FnRun &r, bool &posted) {
       ++r.next;
       return Status::ok();
     }
-    auto m = MoEPhased::begin(r.call, tr);
+    const KernelCall *call = &r.call;
+    if (!be.hostVisible())
+      call = &stageToHost(r);
+    auto m = MoEPhased::begin(*call, tr);
     if (!m)
       return fnError(r, m.status().message());
     r.moe = std::move(*m);
@@ -803,6 +836,13 @@ Status Executor::Impl::fnStep(FnRun &r, bool &posted) {
   recordMoE(r, *r.moe, r.label + " " + r.call.kernel->op);
   if (r.moe->done()) {
     r.moe.reset();
+    if (r.hostCall) { // results back to the device
+      for (size_t i = 0; i < r.call.out.size(); ++i)
+        if (r.call.out[i])
+          be.copyFromHost(r.call.out[i], r.hostCall->out[i].data(),
+                          int64_t(r.hostCall->out[i].size()));
+      r.hostCall.reset();
+    }
     ++r.next;
   } else {
     posted = true;

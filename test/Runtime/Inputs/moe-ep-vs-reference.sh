@@ -7,8 +7,11 @@
 # reference over EP*M microbatches: losses within 1e-5, weights rtol 1e-4 /
 # atol 1e-5.
 #   moe-ep-vs-reference.sh TOOLS SRCROOT OUTDIR SCHEDULE RANKS EP M
+# Extra pipeforge-run options for the EP run come from PF_RUN_ARGS (e.g.
+# "--backend cpu-device": the moe kernels staged through host memory).
 set -euo pipefail
 tools=$1 src=$2 out=$3 sched=$4 ranks=$5 ep=$6 m=$7
+read -r -a extra <<< "${PF_RUN_ARGS:-}"
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 common=(--seq-len 8 --microbatch-size 2)
@@ -20,7 +23,7 @@ if [ ! -f "$ref.w" ]; then
 fi
 run=$out/$sched-$ranks-ep$ep
 "$tools/pipeforge-compile" "$src/examples/moe-tiny.json" --schedule "$sched" --ranks "$ranks" --ep "$ep" --microbatches "$m" "${common[@]}" -o "$run.pfp"
-mpirun --oversubscribe -np $((ranks * ep)) "$tools/pipeforge-run" "$run.pfp" --steps $steps --optimizer sgd --lr 0.1 --dump-weights "$run.w" > "$run.log"
+mpirun --oversubscribe -np $((ranks * ep)) "$tools/pipeforge-run" "$run.pfp" --steps $steps --optimizer sgd --lr 0.1 --dump-weights "$run.w" "${extra[@]}" > "$run.log"
 grep -o '^step [0-9]* loss [0-9.e+-]*' "$ref.log" > "$ref.loss"
 grep -o '^step [0-9]* loss [0-9.e+-]*' "$run.log" > "$run.loss"
 [ "$(wc -l < "$run.loss")" -eq $steps ] || { echo "expected $steps step lines"; cat "$run.log"; exit 1; }
