@@ -135,12 +135,9 @@ public:
     if (ev)
       cudaEventDestroy(static_cast<cudaEvent_t>(ev));
   }
-  void *copyOnCommStream(void *dst, const void *src, int64_t bytes,
-                         void *after) override {
-    // comm waits for: this compute stream (dst's allocation), the producer.
-    cudaEvent_t mine = static_cast<cudaEvent_t>(recordEvent());
-    waitOn(commStream, mine);
-    releaseEvent(mine);
+  void *copyOnCommStream(void *dst, const void *src, int64_t bytes, void *after,
+                         void *dstReady) override {
+    waitOn(commStream, static_cast<cudaEvent_t>(dstReady));
     waitOn(commStream, static_cast<cudaEvent_t>(after));
     if (bytes > 0)
       note(cudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes),

@@ -9,8 +9,9 @@
 // destination, tag). The sender marks its data with an event of its backend
 // (Backend::recordEvent) instead of waiting for it. The receiving thread
 // queues the copy on its backend's communication stream, after that event
-// and after its own queued work (the destination's allocation), and gets a
-// completion event: the receive's wait() makes the receiver's compute stream
+// and after its own event taken when the receive was posted (the
+// destination's allocation; not its later compute), and gets a completion
+// event: the receive's wait() makes the receiver's compute stream
 // wait for it (no host block), the send's wait() returns once it has
 // happened (then the sender may free its buffer). So on a GPU a transfer
 // overlaps with both ranks' compute; on CPU backends events are null and
@@ -60,9 +61,10 @@ struct Hub {
     const float *sbuf = nullptr;
     float *rbuf = nullptr;
     bool sendPosted = false, recvPosted = false, done = false;
-    void *ready = nullptr;       ///< sender's event: the data is produced
-    void *copied = nullptr; ///< receiver's event: the copy has finished
-    int released = 0;            ///< sides whose request completed
+    void *ready = nullptr;    ///< sender's event: the data is produced
+    void *dstReady = nullptr; ///< receiver's event: its buffer is allocated
+    void *copied = nullptr;   ///< receiver's event: the copy has finished
+    int released = 0;         ///< sides whose request completed
   };
   std::map<int64_t, Msg> msgs; ///< by request id (send and recv share one)
   std::map<std::tuple<int, int, int64_t>, std::vector<int64_t>> unmatched;
@@ -286,6 +288,7 @@ private:
         m.ready = be ? be->recordEvent() : nullptr;
       } else {
         m.rbuf = rb;
+        m.dstReady = be ? be->recordEvent() : nullptr;
       }
       if (Status s = deliver(); !s)
         return s;
@@ -298,8 +301,8 @@ private:
     (send ? m.sendPosted : m.recvPosted) = true;
     m.sbuf = sb;
     m.rbuf = rb;
-    if (send && be)
-      m.ready = be->recordEvent();
+    if (be)
+      (send ? m.ready : m.dstReady) = be->recordEvent();
     hub->msgs[id] = m;
     queue.push_back(id);
     if (Status s = deliver(); !s)
@@ -324,9 +327,11 @@ private:
         if (!m.sendPosted || !m.recvPosted)
           break;
         if (be) {
-          m.copied = be->copyOnCommStream(m.rbuf, m.sbuf, m.n * 4, m.ready);
-          be->releaseEvent(m.ready); // the copy's wait holds on to it
-          m.ready = nullptr;
+          m.copied = be->copyOnCommStream(m.rbuf, m.sbuf, m.n * 4, m.ready,
+                                          m.dstReady);
+          be->releaseEvent(m.ready); // the copy's waits hold on to them
+          be->releaseEvent(m.dstReady);
+          m.ready = m.dstReady = nullptr;
         } else if (m.n > 0) {
           std::memcpy(m.rbuf, m.sbuf, size_t(m.n) * 4);
         }

@@ -84,13 +84,13 @@ public:
   /// Frees an event (safe while its work is still pending).
   virtual void releaseEvent(void * /*ev*/) {}
   /// Queues a device-to-device copy on the communication stream, after the
-  /// work marked by `after` (e.g. the producer on another backend) and after
-  /// everything queued so far on this backend's compute stream (the
-  /// destination's allocation); returns an event marking its completion.
-  /// The compute stream goes on meanwhile: this is how a receive overlaps
-  /// with compute. Default: a synchronous copy, null.
+  /// work marked by `after` (the producer, possibly on another backend) and
+  /// by `dstReady` (this backend's event taken when the destination was
+  /// allocated), and returns an event marking its completion. The compute
+  /// stream goes on meanwhile: this is how a receive overlaps with compute.
+  /// Default: a synchronous copy, null.
   virtual void *copyOnCommStream(void *dst, const void *src, int64_t bytes,
-                                 void * /*after*/) {
+                                 void * /*after*/, void * /*dstReady*/) {
     copy(dst, src, bytes);
     synchronize();
     return nullptr;
