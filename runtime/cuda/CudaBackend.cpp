@@ -65,22 +65,10 @@ public:
       note(cudaStatus(cudaFreeAsync(p, ctx.stream), "cudaFreeAsync"));
   }
   void copyToHost(void *hostDst, const void *src, int64_t bytes) override {
-    if (bytes <= 0)
-      return;
-    note(cudaStatus(cudaMemcpyAsync(hostDst, src, size_t(bytes),
-                                    cudaMemcpyDeviceToHost, ctx.stream),
-                    "cudaMemcpyAsync (device to host)"));
-    note(
-        cudaStatus(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize"));
+    syncCopy(hostDst, src, bytes, cudaMemcpyDeviceToHost, "device to host");
   }
   void copyFromHost(void *dst, const void *hostSrc, int64_t bytes) override {
-    if (bytes <= 0)
-      return;
-    note(cudaStatus(cudaMemcpyAsync(dst, hostSrc, size_t(bytes),
-                                    cudaMemcpyHostToDevice, ctx.stream),
-                    "cudaMemcpyAsync (host to device)"));
-    note(
-        cudaStatus(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize"));
+    syncCopy(dst, hostSrc, bytes, cudaMemcpyHostToDevice, "host to device");
   }
   void copy(void *dst, const void *src, int64_t bytes) override {
     // cudaMemcpyDefault: the source may live on another device (ranks of
@@ -198,6 +186,16 @@ private:
         pending = std::move(s);
     }
     return ok;
+  }
+  /// A copy ordered on the compute stream that returns once it is done.
+  void syncCopy(void *dst, const void *src, int64_t bytes, cudaMemcpyKind kind,
+                const char *what) {
+    if (bytes <= 0)
+      return;
+    note(cudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes), kind, ctx.stream),
+                    (std::string("cudaMemcpyAsync (") + what + ")").c_str()));
+    note(
+        cudaStatus(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize"));
   }
   /// Resets the device error word, ordered on the compute stream (a
   /// cudaMemset on the legacy stream would not be ordered with it).
@@ -417,14 +415,10 @@ void CudaBackend::addForwardOps() {
     return cuda::attentionForward(ctx, sh, o.f(0), o.f(1), o.f(2), o.o(0), *w);
   };
   table["moe"] = [this](const Kernel &k, const Operands &o) -> Status {
-    if (Status s = need(k, o, 4, 1); !s)
-      return s;
     MoEShape sh;
-    if (Status s = moeShape(k, o, sh); !s)
-      return s;
     MoEParams<float> p;
-    const float *dy;
-    moeParams(o, false, p, dy);
+    if (Status s = moeForwardOperands(k, o, sh, p); !s)
+      return s;
     auto w = workspace(cuda::moeWorkspaceBytes(sh));
     if (!w)
       return w.status();

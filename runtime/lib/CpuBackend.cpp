@@ -197,14 +197,10 @@ CpuBackend::CpuBackend() {
     return Status::ok();
   };
   table["moe"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 4, 1); !s)
-      return s;
     MoEShape sh;
-    if (Status s = moeShape(k, o, sh); !s)
-      return s;
     MoEParams<float> p;
-    const float *dy;
-    moeParams(o, false, p, dy);
+    if (Status s = moeForwardOperands(k, o, sh, p); !s)
+      return s;
     MoESaved<float> sv;
     moeF(sh, p, o.f(0), o.o(0), sv);
     return Status::ok();

@@ -173,6 +173,17 @@ void moeParams(const Operands &o, bool withDy, MoEParams<float> &p,
   dy = withDy ? o.f(n - 1) : nullptr;
 }
 
+Status moeForwardOperands(const Kernel &k, const Operands &o, MoEShape &s,
+                          MoEParams<float> &p) {
+  if (Status st = need(k, o, 4, 1); !st)
+    return st;
+  if (Status st = moeShape(k, o, s); !st)
+    return st;
+  const float *dy;
+  moeParams(o, false, p, dy);
+  return Status::ok();
+}
+
 Status moeGradOperands(const Kernel &k, const Operands &o, bool weight,
                        MoEShape &s, MoEParams<float> &p, const float *&dy) {
   if (Status st = need(k, o, 5, weight ? 3 : 1); !st)

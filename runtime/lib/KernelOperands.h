@@ -84,6 +84,9 @@ Status moeShape(const Kernel &k, const Operands &o, cpu::MoEShape &s);
 /// The moe weights and (withDy) the result gradient.
 void moeParams(const Operands &o, bool withDy, cpu::MoEParams<float> &p,
                const float *&dy);
+/// moe (x, router, w1, w2, [w3]): the shape and the weights.
+Status moeForwardOperands(const Kernel &k, const Operands &o, cpu::MoEShape &s,
+                          cpu::MoEParams<float> &p);
 /// Everything a moe gradient op needs: operands (x, router, w1, w2, [w3],
 /// dy) and, for moe_bwd_weight (`weight`), the 3 or 4 parameter-gradient
 /// results, the shape, the weights and dy.

@@ -19,6 +19,8 @@
 #include <cblas.h>
 #include <gtest/gtest.h>
 
+#include "Close.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -50,17 +52,8 @@ VecF randomVec(size_t n, unsigned seed, float scale = 1.f) {
   return v;
 }
 
-/// max |got - ref| <= tol * max |ref|, and no NaN in got.
 void expectClose(const VecF &got, const VecF &ref, const std::string &what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  double scale = 0, err = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    ASSERT_FALSE(std::isnan(got[i])) << what << " [" << i << "] is NaN";
-    scale = std::max(scale, std::fabs(double(ref[i])));
-    err = std::max(err, std::fabs(double(got[i]) - double(ref[i])));
-  }
-  EXPECT_LE(err, kRelTol * std::max(scale, 1e-30))
-      << what << ": max abs err " << err << ", max abs ref " << scale;
+  cudatest::expectClose(got, ref, what, kRelTol);
 }
 
 /// Device-like scratch: NaN-filled, followed by guard bytes.

@@ -22,6 +22,8 @@
 
 #include <gtest/gtest.h>
 
+#include "Close.h"
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -62,7 +64,7 @@ VecI randomTokens(size_t n, unsigned seed, int limit) {
   return v;
 }
 
-bool sameBits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+using cudatest::sameBits;
 
 void expectBitwise(const VecF &got, const VecF &ref, const std::string &what) {
   ASSERT_EQ(got.size(), ref.size()) << what;
@@ -71,17 +73,8 @@ void expectBitwise(const VecF &got, const VecF &ref, const std::string &what) {
         << what << " [" << i << "]: " << got[i] << " vs " << ref[i];
 }
 
-/// max |got - ref| <= kRelTol * max |ref|, and no NaN in got.
 void expectClose(const VecF &got, const VecF &ref, const std::string &what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  double scale = 0, err = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    ASSERT_FALSE(std::isnan(got[i])) << what << " [" << i << "] is NaN";
-    scale = std::max(scale, std::fabs(double(ref[i])));
-    err = std::max(err, std::fabs(double(got[i]) - double(ref[i])));
-  }
-  EXPECT_LE(err, kRelTol * std::max(scale, 1e-30))
-      << what << ": max abs err " << err << ", max abs ref " << scale;
+  cudatest::expectClose(got, ref, what, kRelTol);
 }
 
 void expectMatch(Order o, const VecF &got, const VecF &ref,
