@@ -10,6 +10,8 @@
 # On the GPU machine, from a checkout of the same commit:
 #   GPU_BUNDLE=gpu-bundle.tar.xz bash scripts/gpu-check.sh
 # BUILD_DIR (default build) must hold a build with CUDA enabled.
+# GPU_BUNDLE_NO_BUILD=1: take the binaries as they are (no ninja);
+# GPU_BUNDLE_TAR=0: the folder only (test/Runtime/gpu-check-dry-run.test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -17,7 +19,7 @@ out=${1:-gpu-bundle}
 bin=$BUILD_DIR/bin
 tools=(pipeforge-run CudaBackendTests CudaMathTests cuda_gemm)
 
-ninja -C "$BUILD_DIR" pipeforge-compile "${tools[@]}" >/dev/null
+[ "${GPU_BUNDLE_NO_BUILD:-0}" = 1 ] || ninja -C "$BUILD_DIR" pipeforge-compile "${tools[@]}" >/dev/null
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/lib-fallback" "$out/programs"
 for t in "${tools[@]}"; do
@@ -48,5 +50,9 @@ done
 "$bin/pipeforge-compile" examples/gpt-tiny.json --schedule 1f1b --ranks 2 "${common[@]}" \
   -o "$out/programs/1f1b-2.pfp" >/dev/null
 git rev-parse HEAD >"$out/COMMIT" 2>/dev/null || true
+if [ "${GPU_BUNDLE_TAR:-1}" = 0 ]; then
+  echo "gpu-bundle: $out: $(ls "$out/bin" | tr '\n' ' ')"
+  exit 0
+fi
 tar cJf "$out.tar.xz" -C "$(dirname "$out")" "$(basename "$out")"
 echo "gpu-bundle: $out.tar.xz ($(du -h "$out.tar.xz" | cut -f1)): $(ls "$out/bin" | tr '\n' ' ')"

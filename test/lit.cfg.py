@@ -38,6 +38,9 @@ def _gpu_present():
     except Exception:
         return False
 
+# `REQUIRES: cuda-build`: the CUDA backend is built (no GPU needed).
+if config.pipeforge_cuda_enabled:
+    config.available_features.add("cuda-build")
 if config.pipeforge_cuda_enabled and _gpu_present():
     config.available_features.add("cuda")
 
