@@ -257,10 +257,17 @@ CudaBackend::create(const CudaBackendOptions &o) {
     return Status::error(s.message() + where);
   // Keep freed pool memory for reuse instead of returning it at every
   // synchronization: the executor allocates per message and per step.
+  // And never let an allocation on one stream reuse a block freed on
+  // another by waiting for that stream (the pool's default): a compute or
+  // host-copy stream would then wait, unseen, on a communication stream
+  // (the NCCL transport frees staging buffers on its channel streams).
   cudaMemPool_t pool;
   if (cudaDeviceGetDefaultMemPool(&pool, o.device) == cudaSuccess) {
     uint64_t keep = UINT64_MAX;
+    int no = 0;
     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies,
+                            &no);
   }
   if (Status s = cuda::cublasStatus(cublasCreate(&b->ctx.blas), "cublasCreate");
       !s)

@@ -254,12 +254,17 @@ private:
     f(dpC);
     f(epC);
   }
+  /// Aborts every communicator in one group: NCCL raises all the abort
+  /// flags before any cleanup waits for the device, so a kernel stuck on a
+  /// communicator aborted later cannot keep an earlier abort from returning.
   void abortComms(const std::string &why) {
+    ncclGroupStart();
     forComms([](Comm &c) {
       if (c.c)
         ncclCommAbort(c.c);
       c.c = nullptr;
     });
+    ncclGroupEnd();
     if (fatal)
       fatal = Status::error(why + " (NCCL communicators aborted)");
   }
@@ -295,8 +300,11 @@ private:
   }
   Expected<bool> eventDone(cudaEvent_t ev) {
     cudaError_t q = cudaEventQuery(ev);
-    if (q == cudaErrorNotReady)
+    if (q == cudaErrorNotReady) {
+      // Not an error of the backend's next kernel launch check.
+      (void)cudaGetLastError();
       return false;
+    }
     PF_TRY(cudaCheck(q, "cudaEventQuery"));
     return true;
   }
@@ -408,6 +416,14 @@ Status NcclTransport::setupGrid(int p, int d, int e) {
   MPI_Comm_split(MPI_COMM_WORLD, replica, prank, &pipeComm);
   MPI_Comm_split(MPI_COMM_WORLD, prank + p * epi, dpi, &dpComm);
   MPI_Comm_split(MPI_COMM_WORLD, prank + p * dpi, epi, &epComm);
+  // The watchdog needs non-blocking communicators, and every communicator
+  // its own unique id.
+  for (const char *v : {"NCCL_COMM_BLOCKING", "NCCL_COMM_ID"})
+    if (const char *val = std::getenv(v);
+        val && *val &&
+        !(std::string(v) == "NCCL_COMM_BLOCKING" && std::string(val) == "0"))
+      return failed(Status::error(std::string("nccl transport: ") + v + "=" +
+                                  val + " is not supported (unset it)"));
   int n = 0;
   cudaError_t ce = cudaGetDeviceCount(&n);
   if (ce != cudaSuccess || n <= 0) {
@@ -533,8 +549,10 @@ Status NcclTransport::createComms() {
         for (Comm *c : chans) {
           PF_TRY(commError(*c));
           cudaError_t q = cudaStreamQuery(c->s);
-          if (q == cudaErrorNotReady)
+          if (q == cudaErrorNotReady) {
+            (void)cudaGetLastError();
             return false;
+          }
           PF_TRY(cudaCheck(q, "cudaStreamQuery"));
         }
         return true;
@@ -726,6 +744,13 @@ Status NcclTransport::allreduce(float *buf, int64_t n, Group g, ReduceOp op) {
   if ((g == Group::DataParallel ? D : E) == 1 || n <= 0)
     return Status::ok();
   PF_TRY(usable());
+  if (g == Group::Expert && !colls.empty())
+    return Status::error("nccl transport: an allreduce over the expert group "
+                         "while " +
+                         std::to_string(colls.size()) +
+                         " all-to-all(s) are in flight on it (wait for them "
+                         "first: the ranks' order on the communicator would "
+                         "differ)");
   Comm &c = g == Group::DataParallel ? dpC : epC;
   size_t bytes = size_t(n) * kF;
   float *d = nullptr;
@@ -754,7 +779,9 @@ Status NcclTransport::allreduce(float *buf, int64_t n, Group g, ReduceOp op) {
         cudaMemcpyAsync(buf, d, bytes, cudaMemcpyDeviceToHost, hostStream),
         "cudaMemcpyAsync (device to host)");
   }();
-  cudaFreeAsync(d, hostStream);
+  // After a failure NCCL may still use `d`: free it behind the
+  // communicator's work, not on the host stream.
+  cudaFreeAsync(d, s ? hostStream : c.s);
   Status h = syncHost();
   return failed(s ? h : s);
 }
@@ -791,7 +818,9 @@ Status NcclTransport::pairwiseSum(int peer, float *buf, int64_t n) {
                        "cudaMemcpyAsync (device to host)"));
     return Status::ok();
   }();
-  cudaFreeAsync(d, hostStream);
+  // After a failure a channel may still use `d`: leave it (the job ends).
+  if (s)
+    cudaFreeAsync(d, hostStream);
   PF_TRY(failed(s ? syncHost() : s));
   // a + b == b + a bitwise: both sides get the same result.
   for (int64_t i = 0; i < n; ++i)
@@ -924,11 +953,15 @@ NcclTransport::~NcclTransport() {
     clean = bool(settle(live, "NCCL finalize", false));
     timeoutS = keep;
   }
+  if (!clean)
+    ncclGroupStart(); // as in abortComms
   for (Comm *c : live)
     if (c->c) {
       clean ? ncclCommDestroy(c->c) : ncclCommAbort(c->c);
       c->c = nullptr;
     }
+  if (!clean)
+    ncclGroupEnd();
   for (auto &[key, q] : staged)
     for (Staged &m : q)
       if (m.buf)
