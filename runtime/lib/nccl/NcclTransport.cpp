@@ -12,7 +12,8 @@
 // the pipeline group; a broadcast in each group). All communicators are
 // non-blocking (config.blocking = 0): every init is started, in the same
 // order on every rank, then all are polled against the watchdog; a
-// one-float warm-up message then connects every channel.
+// one-float warm-up message on every channel and a one-float allreduce on
+// every group then connect them.
 //
 // Matching by tag. NCCL pairs a channel's ncclSend and ncclRecv by order;
 // the executor pairs messages by tag and may post receives in another order
@@ -524,15 +525,15 @@ Status NcclTransport::createComms() {
     all.push_back(&epC);
   }
   PF_TRY(settle(all, "NCCL communicator initialization", false));
-  if (chans.empty())
+  if (all.empty())
     return Status::ok();
 
-  // Warm-up: one float over every channel connects them now rather than in
-  // the first step.
+  // Warm-up: one float over every channel and a one-float allreduce over
+  // every group connect them now rather than in the first step.
   PF_TRY(cudaCheck(
-      cudaMalloc(reinterpret_cast<void **>(&warm), kF * size_t(P + 1)),
+      cudaMalloc(reinterpret_cast<void **>(&warm), kF * size_t(P + 3)),
       "cudaMalloc"));
-  PF_TRY(cudaCheck(cudaMemset(warm, 0, kF * size_t(P + 1)), "cudaMemset"));
+  PF_TRY(cudaCheck(cudaMemset(warm, 0, kF * size_t(P + 3)), "cudaMemset"));
   for (int j = 0; j < P; ++j) {
     if (j == prank)
       continue;
@@ -542,11 +543,16 @@ Status NcclTransport::createComms() {
     PF_TRY(ncclCheck(ncclRecv(warm + 1 + j, 1, ncclFloat32, 0, q.c, q.s),
                      "ncclRecv", q.c, q.what));
   }
-  PF_TRY(settle(chans, "the NCCL channel warm-up", false));
+  for (int g = 0; g < 2; ++g) // a float of its own for each group
+    if (Comm &c = g ? epC : dpC; c.c)
+      PF_TRY(ncclCheck(ncclAllReduce(warm + P + 1 + g, warm + P + 1 + g, 1,
+                                     ncclFloat32, ncclSum, c.c, c.s),
+                       "ncclAllReduce", c.c, c.what));
+  PF_TRY(settle(all, "the NCCL warm-up", false));
   return poll(
-      "the NCCL channel warm-up",
+      "the NCCL warm-up",
       [&]() -> Expected<bool> {
-        for (Comm *c : chans) {
+        for (Comm *c : all) {
           PF_TRY(commError(*c));
           cudaError_t q = cudaStreamQuery(c->s);
           if (q == cudaErrorNotReady) {
