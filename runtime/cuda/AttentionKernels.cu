@@ -17,8 +17,6 @@ namespace pipeforge::rt::cuda {
 
 namespace {
 
-
-
 __global__ void toHeadsKernel(HeadLayout l, long long n, const float *src,
                               float *dst) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
@@ -65,16 +63,7 @@ __global__ void causalSoftmaxGradKernel(const float *probs, float *ds,
 }
 
 /// AttentionPlan.h's executor: everything queued on ctx.stream.
-struct CudaExec {
-  GemmCtx &ctx;
-
-  Status gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-              float alpha, const float *A, int64_t lda, const float *B,
-              int64_t ldb, float beta, float *C, int64_t ldc, int batch,
-              int64_t strideA, int64_t strideB, int64_t strideC) {
-    return cuda::gemm(ctx, transA, transB, m, n, k, alpha, A, lda, B, ldb, beta,
-                      C, ldc, batch, strideA, strideB, strideC);
-  }
+struct CudaExec : GemmExec {
   Status toHeads(const HeadLayout &l, const float *src, float *dst) {
     long long n = headLayoutThreads(l);
     toHeadsKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(l, n, src, dst);
@@ -114,7 +103,7 @@ Status attentionForward(GemmCtx &ctx, const cpu::AttentionShape &s,
     return Status::ok();
   AttentionBuffers b;
   carveAttention(s, ws, b);
-  CudaExec x{ctx};
+  CudaExec x{{ctx}};
   return attentionForwardPlan(x, s, q, k, v, out, b);
 }
 
@@ -128,7 +117,7 @@ Status attentionBackward(GemmCtx &ctx, const cpu::AttentionShape &s,
     return Status::ok();
   AttentionBuffers b;
   carveAttention(s, ws, b);
-  CudaExec x{ctx};
+  CudaExec x{{ctx}};
   return attentionBackwardPlan(x, s, q, k, v, dy, dq, dk, dv, b);
 }
 

@@ -71,8 +71,7 @@ public:
     syncCopy(dst, hostSrc, bytes, cudaMemcpyHostToDevice, "host to device");
   }
   void copy(void *dst, const void *src, int64_t bytes) override {
-    // cudaMemcpyDefault: the source may live on another device (ranks of
-    // --local-ranks on several GPUs of one process).
+    // cudaMemcpyDefault: the direction follows from the pointers.
     if (bytes > 0 && dst != src)
       note(cudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes),
                                       cudaMemcpyDefault, ctx.stream),
@@ -95,13 +94,7 @@ public:
   }
   Status takeAsyncError() override;
 
-  void *recordEvent() override {
-    cudaEvent_t e = newEvent();
-    if (e &&
-        !note(cudaStatus(cudaEventRecord(e, ctx.stream), "cudaEventRecord")))
-      return nullptr;
-    return e;
-  }
+  void *recordEvent() override { return recordOn(ctx.stream); }
   bool eventDone(void *ev) override {
     if (!ev)
       return true;
@@ -114,10 +107,7 @@ public:
     return false;
   }
   void waitEvent(void *ev) override {
-    if (ev)
-      note(cudaStatus(
-          cudaStreamWaitEvent(ctx.stream, static_cast<cudaEvent_t>(ev), 0),
-          "cudaStreamWaitEvent"));
+    waitOn(ctx.stream, static_cast<cudaEvent_t>(ev));
   }
   void releaseEvent(void *ev) override {
     if (ev)
@@ -131,11 +121,7 @@ public:
       note(cudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes),
                                       cudaMemcpyDefault, commStream),
                       "cudaMemcpyAsync (communication stream)"));
-    cudaEvent_t done = newEvent();
-    if (done &&
-        !note(cudaStatus(cudaEventRecord(done, commStream), "cudaEventRecord")))
-      return nullptr;
-    return done;
+    return recordOn(commStream);
   }
 
   Status run(const KernelCall &call) override {
@@ -163,11 +149,17 @@ private:
   cudaStream_t commStream = nullptr; ///< receives (copyOnCommStream)
   Status pending = Status::ok();     ///< first error of a void-returning call
 
-  cudaEvent_t newEvent() {
+  /// A new event recorded on `s` (null on failure, kept for
+  /// takeAsyncError).
+  cudaEvent_t recordOn(cudaStream_t s) {
     cudaEvent_t e = nullptr;
     if (!note(cudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
                          "cudaEventCreate")))
       return nullptr;
+    if (!note(cudaStatus(cudaEventRecord(e, s), "cudaEventRecord"))) {
+      cudaEventDestroy(e);
+      return nullptr;
+    }
     return e;
   }
   void waitOn(cudaStream_t s, cudaEvent_t e) {
@@ -208,21 +200,10 @@ private:
   /// The workspace, at least `bytes` (stream-ordered, so earlier kernels
   /// still reading the old one are unaffected).
   Expected<void *> workspace(size_t bytes) {
-    if (bytes > wsBytes) {
-      if (ws)
-        if (Status s = cudaStatus(cudaFreeAsync(ws, ctx.stream),
-                                  "cudaFreeAsync (workspace)");
-            !s)
-          return s;
-      ws = nullptr;
-      wsBytes = 0;
-      size_t n = std::max(bytes, size_t(1) << 20);
-      if (Status s = cudaStatus(cudaMallocAsync(&ws, n, ctx.stream),
-                                "cudaMallocAsync (workspace)");
-          !s)
-        return s;
-      wsBytes = n;
-    }
+    if (Status s =
+            cuda::growScratch(ws, wsBytes, bytes, ctx.stream, "workspace");
+        !s)
+      return s;
     return ws;
   }
   void addForwardOps();

@@ -131,22 +131,10 @@ Status gemm(GemmCtx &ctx, bool transA, bool transB, int64_t m, int64_t n,
       operandSpan(transB ? n : k, transB ? k : n, ldb, batch, strideB);
   long long offB = (spanA + 127) / 128 * 128; // keep B 256-byte aligned
   size_t need = size_t(offB + spanB) * sizeof(__nv_bfloat16);
-  if (need > ctx.bf16ScratchBytes) {
-    if (ctx.bf16Scratch)
-      if (Status s = cudaStatus(cudaFreeAsync(ctx.bf16Scratch, ctx.stream),
-                                "cudaFreeAsync (bf16 scratch)");
-          !s)
-        return s;
-    ctx.bf16Scratch = nullptr;
-    ctx.bf16ScratchBytes = 0;
-    size_t bytes = std::max<size_t>(need, size_t(1) << 20);
-    if (Status s =
-            cudaStatus(cudaMallocAsync(&ctx.bf16Scratch, bytes, ctx.stream),
-                       "cudaMallocAsync (bf16 scratch)");
-        !s)
-      return s;
-    ctx.bf16ScratchBytes = bytes;
-  }
+  if (Status s = growScratch(ctx.bf16Scratch, ctx.bf16ScratchBytes, need,
+                             ctx.stream, "bf16 scratch");
+      !s)
+    return s;
   auto *a16 = static_cast<__nv_bfloat16 *>(ctx.bf16Scratch);
   __nv_bfloat16 *b16 = a16 + offB;
   if (spanA > 0)
@@ -162,6 +150,28 @@ Status gemm(GemmCtx &ctx, bool transA, bool transB, int64_t m, int64_t n,
                                  CUDA_R_32F, int(ldc), strideC, batch,
                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
       "cublasGemmStridedBatchedEx (bf16)");
+}
+
+Status growScratch(void *&buf, size_t &bytes, size_t need, cudaStream_t s,
+                   const char *what) {
+  if (need <= bytes)
+    return Status::ok();
+  if (buf)
+    if (Status st =
+            cudaStatus(cudaFreeAsync(buf, s),
+                       (std::string("cudaFreeAsync (") + what + ")").c_str());
+        !st)
+      return st;
+  buf = nullptr;
+  bytes = 0;
+  size_t n = std::max(need, size_t(1) << 20);
+  if (Status st =
+          cudaStatus(cudaMallocAsync(&buf, n, s),
+                     (std::string("cudaMallocAsync (") + what + ")").c_str());
+      !st)
+    return st;
+  bytes = n;
+  return Status::ok();
 }
 
 Status biasRows(GemmCtx &ctx, int64_t rows, int64_t cols, const float *bias,

@@ -60,6 +60,25 @@ Status gemm(GemmCtx &ctx, bool transA, bool transB, int64_t m, int64_t n,
             int64_t ldb, float beta, float *C, int64_t ldc, int batch = 1,
             int64_t strideA = 0, int64_t strideB = 0, int64_t strideC = 0);
 
+/// Grows a stream-ordered scratch buffer to at least `need` bytes (at least
+/// 1 MiB): the old one is freed on `s`, so work queued before still reads
+/// it. `buf` / `bytes` describe the buffer; the owner frees it.
+Status growScratch(void *&buf, size_t &bytes, size_t need, cudaStream_t s,
+                   const char *what);
+
+/// The GEMM of the kernel families' plan executors (AttentionPlan.h,
+/// MoEPlan.h): gemm() on `ctx`.
+struct GemmExec {
+  GemmCtx &ctx;
+  Status gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+              float alpha, const float *A, int64_t lda, const float *B,
+              int64_t ldb, float beta, float *C, int64_t ldc, int batch,
+              int64_t strideA, int64_t strideB, int64_t strideC) {
+    return cuda::gemm(ctx, transA, transB, m, n, k, alpha, A, lda, B, ldb, beta,
+                      C, ldc, batch, strideA, strideB, strideC);
+  }
+};
+
 /// y[r, :] = bias for every row r of y [rows, cols] (the linear layer's
 /// bias, written before the GEMM accumulates with beta = 1).
 Status biasRows(GemmCtx &ctx, int64_t rows, int64_t cols, const float *bias,

@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cuda/MoEKernels.h"
 #include "cuda/Launch.cuh"
+#include "cuda/MoEKernels.h"
 #include "cuda/MoEPlan.h"
 
 #include <algorithm>
@@ -17,8 +17,6 @@
 namespace pipeforge::rt::cuda {
 
 namespace {
-
-
 
 __global__ void routeKernel(float *probs, long long tokens, long long experts,
                             long long topK, bool renormalize, int32_t *topIdx,
@@ -105,18 +103,8 @@ __global__ void scatterKernel(long long n, long long hidden, long long topK,
   moeScatterElement(i, hidden, topK, rows, topIdx, slotOf, dxe, dx);
 }
 
-
 /// MoEPlan.h's executor: everything queued on ctx.stream.
-struct CudaExec {
-  GemmCtx &ctx;
-
-  Status gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-              float alpha, const float *A, int64_t lda, const float *B,
-              int64_t ldb, float beta, float *C, int64_t ldc, int batch,
-              int64_t strideA, int64_t strideB, int64_t strideC) {
-    return cuda::gemm(ctx, transA, transB, m, n, k, alpha, A, lda, B, ldb, beta,
-                      C, ldc, batch, strideA, strideB, strideC);
-  }
+struct CudaExec : GemmExec {
   Status route(float *probs, long long tokens, long long experts,
                long long topK, bool renormalize, int32_t *topIdx,
                float *gates) {
@@ -205,7 +193,7 @@ Status moeForward(GemmCtx &ctx, const cpu::MoEShape &s, const float *x,
     return Status::ok();
   MoEBuffers b;
   carveMoE(s, ws, b);
-  CudaExec e{ctx};
+  CudaExec e{{ctx}};
   return moeForwardPlan(e, s, x, router, w1, w2, w3, y, b);
 }
 
@@ -218,7 +206,7 @@ Status moeBackwardInput(GemmCtx &ctx, const cpu::MoEShape &s, const float *x,
     return Status::ok();
   MoEBuffers b;
   carveMoE(s, ws, b);
-  CudaExec e{ctx};
+  CudaExec e{{ctx}};
   return moeBackwardInputPlan(e, s, x, router, w1, w2, w3, dy, dx, b);
 }
 
@@ -232,7 +220,7 @@ Status moeBackwardWeight(GemmCtx &ctx, const cpu::MoEShape &s, const float *x,
     return Status::error("moe: missing w3 gradient");
   MoEBuffers b;
   carveMoE(s, ws, b);
-  CudaExec e{ctx};
+  CudaExec e{{ctx}};
   return moeBackwardWeightPlan(e, s, x, router, w1, w2, w3, dy, drouter, dw1,
                                dw2, dw3, b);
 }
