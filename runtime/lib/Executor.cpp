@@ -1,6 +1,7 @@
 //===- Executor.cpp - Interprets a rank's schedule each step --------------===//
 
 #include "pipeforge/rt/Executor.h"
+#include "pipeforge/rt/Data.h"
 #include "pipeforge/rt/MoEParallel.h"
 
 #include <algorithm>
@@ -47,14 +48,14 @@ using Key = std::tuple<int, int, int>; // copy, stage, mb
 
 /// How a function's values map to memory.
 struct FnPlan {
-  bool perValue = false;               ///< ignore the buffer assignment
+  bool perValue = false;                  ///< ignore the buffer assignment
   std::vector<std::unique_ptr<Buf>> bufs; ///< workspace, lazily allocated
 };
 
 struct TraceEvent {
   std::string name;
-  int tid; ///< 0 compute, 1 comm
-  double ts, dur; ///< seconds since the run's epoch
+  int tid;          ///< 0 compute, 1 comm
+  double ts, dur;   ///< seconds since the run's epoch
   std::string args; ///< JSON members for "args" (benchmarks/runtime_vs_sim.py)
   const char *cat = nullptr; ///< null: by tid (compute, comm, step)
 };
@@ -74,8 +75,8 @@ uint64_t hashStr(const std::string &s, uint64_t h) {
 class PatternTokens final : public TokenSource {
 public:
   PatternTokens(uint64_t seed, int64_t vocab) : seed(seed), vocab(vocab) {}
-  Status fill(int64_t step, int dpIndex, int64_t g, int64_t batch,
-              int64_t seq, int32_t *tok, int32_t *tgt) override {
+  Status fill(int64_t step, int dpIndex, int64_t g, int64_t batch, int64_t seq,
+              int32_t *tok, int32_t *tgt) override {
     if (vocab < 2)
       return Status::error("pattern data needs a vocabulary of at least 2");
     for (int64_t b = 0; b < batch; ++b) {
@@ -115,8 +116,7 @@ private:
 
 } // namespace
 
-std::unique_ptr<TokenSource> createPatternTokens(uint64_t seed,
-                                                 int64_t vocab) {
+std::unique_ptr<TokenSource> createPatternTokens(uint64_t seed, int64_t vocab) {
   return std::make_unique<PatternTokens>(seed, vocab);
 }
 std::unique_ptr<StepOptimizer> createSgd(float lr) {
@@ -287,7 +287,9 @@ struct Executor::Impl {
   }
   /// Messages go through host memory: the backend's buffers are device
   /// memory and the transport takes host memory.
-  bool stageMessages() const { return !be.hostVisible() && !tr.deviceBuffers(); }
+  bool stageMessages() const {
+    return !be.hostVisible() && !tr.deviceBuffers();
+  }
   /// Expert parallelism (docs/runtime.md): group size and index; the moe
   /// expert params (w1/w2/w3) of which this rank holds a 1/E slice.
   int E = 1, epi = 0;
@@ -298,6 +300,7 @@ struct Executor::Impl {
     return expertParams.count(i) ? n / E : n;
   }
   std::map<int32_t, ParamState> params; ///< local params by global index
+  Status checkReplicas();
   std::map<std::pair<int, int>, std::array<FnPlan, 4>> plans;
   /// Bytes of the activation bundle F(copy, stage) sends, and each
   /// activation's offset in it.
@@ -314,7 +317,8 @@ struct Executor::Impl {
     std::string label;
     HostStage stage; ///< stageMessages(): the receive lands here first
   };
-  std::map<std::tuple<int, int, int, int>, Inbox> inbox;  ///< (payload, c, s, mb)
+  std::map<std::tuple<int, int, int, int>, Inbox>
+      inbox; ///< (payload, c, s, mb)
   std::map<std::tuple<int, int, int, int>, BufP> outbox; ///< producer identity
   struct PendingSend {
     RequestId req;
@@ -329,11 +333,11 @@ struct Executor::Impl {
   double lossSum = 0;
   int lossCount = 0;
   double busy = 0;
-  double waited = 0; ///< seconds blocked in receive waits (trace args)
+  double waited = 0;    ///< seconds blocked in receive waits (trace args)
   double a2aWaited = 0; ///< seconds blocked in all-to-all waits (trace args)
   std::vector<TraceEvent> events;
   std::set<size_t> posted; ///< action indices whose Recv is posted
-  bool nanPending = false;  ///< --inject-nan armed for this step
+  bool nanPending = false; ///< --inject-nan armed for this step
 
   Impl(const Program &p, Backend &b, Transport &t, TokenSource &d,
        StepOptimizer &o, ExecutorOptions op)
@@ -342,9 +346,7 @@ struct Executor::Impl {
   const Stage &stageOf(int c, int s) {
     return *prog.findStage(c, s); // validated in init()
   }
-  int rankOf(int c, int s) const {
-    return prog.schedule.placement.rank(c, s);
-  }
+  int rankOf(int c, int s) const { return prog.schedule.placement.rank(c, s); }
 
   /// One invocation of a stage function, run kernel by kernel (a moe
   /// kernel under expert parallelism phase by phase) so that an Overlap
@@ -371,7 +373,7 @@ struct Executor::Impl {
       std::vector<std::vector<char>> in, out;
     };
     std::unique_ptr<HostCall> hostCall;
-    std::string label;              ///< "F0.3" (trace)
+    std::string label; ///< "F0.3" (trace)
     bool done() const { return next >= fn->kernels.size(); }
   };
   Status fnBegin(FnRun &r);
@@ -390,16 +392,14 @@ struct Executor::Impl {
   Status runFunction(const Stage &st, int which, int c, int mb,
                      const std::vector<BufP> *stashIn,
                      const std::vector<BufP> *wstashIn, float *gradInPtr,
-                     std::vector<BufP> *stashOut,
-                     std::vector<BufP> *wstashOut, BufP *actOut,
-                     BufP *gradOut);
+                     std::vector<BufP> *stashOut, std::vector<BufP> *wstashOut,
+                     BufP *actOut, BufP *gradOut);
   Status compute(const Work &w);
   Status doF(const Work &w);
   Status finishF(const Work &w, std::vector<BufP> &st_out, BufP act);
   Status doB(const Work &w, bool fused);
   Expected<BufP> gradInFor(const Work &w);
-  Status finishB(const Work &w, bool fused, std::vector<BufP> &ws,
-                 BufP gout);
+  Status finishB(const Work &w, bool fused, std::vector<BufP> &ws, BufP gout);
   Status doW(const Work &w);
   Status recv(const Action &a, size_t idx);
   Status send(const Action &a);
@@ -409,8 +409,7 @@ struct Executor::Impl {
   void record(const std::string &name, int tid, double t0, double t1,
               std::string args = "", const char *cat = nullptr) {
     if (opts.trace)
-      events.push_back(
-          {name, tid, t0 - epoch, t1 - t0, std::move(args), cat});
+      events.push_back({name, tid, t0 - epoch, t1 - t0, std::move(args), cat});
   }
   void pollSends() {
     tr.progress();
@@ -442,9 +441,8 @@ Status Executor::Impl::init() {
   prank = tr.pipelineRank();
   numStages = sc.placement.numStages;
   mPerCopy = sc.numMicrobatches;
-  totalMb = prog.training.microbatches > 0
-                ? prog.training.microbatches
-                : mPerCopy * sc.placement.numCopies;
+  totalMb = prog.training.microbatches > 0 ? prog.training.microbatches
+                                           : mPerCopy * sc.placement.numCopies;
   if (mPerCopy < 1 || numStages < 1)
     return Status::error("schedule has no microbatches or stages");
   for (int c = 0; c < sc.placement.numCopies; ++c)
@@ -491,8 +489,9 @@ Status Executor::Impl::init() {
         for (const Kernel &k : fn.kernels) {
           if (!isMoEOp(k.op))
             continue;
-          size_t nw = k.inputs.size() - (k.op == "moe" ? 2 : 3);
-          for (size_t j = 2; j < 2 + nw && j < k.inputs.size(); ++j) {
+          for (size_t j = 0; j < k.inputs.size(); ++j) {
+            if (!isMoEExpertOperand(k.op, k.inputs.size(), j))
+              continue;
             auto it = paramOf.find(k.inputs[j]);
             if (it == paramOf.end())
               return stageError(st.copy, st.index,
@@ -544,7 +543,8 @@ Status Executor::Impl::init() {
       const Function &fn = *fns[k];
       bool ok = fn.buffer.size() == fn.values.size();
       for (size_t v = 0; ok && v < fn.values.size(); ++v)
-        ok = fn.buffer[v] >= 0 && size_t(fn.buffer[v]) < fn.bufferBytes.size() &&
+        ok = fn.buffer[v] >= 0 &&
+             size_t(fn.buffer[v]) < fn.bufferBytes.size() &&
              fn.bufferBytes[size_t(fn.buffer[v])] >= fn.values[v].numBytes();
       for (const Kernel &kn : fn.kernels) {
         if (!ok)
@@ -578,11 +578,12 @@ Status Executor::Impl::dataFor(int c, int mb, BufP &tok, BufP &tgt) {
     return Status::ok();
   }
   int64_t b = prog.model.microbatchSize, s = prog.model.seqLen;
-  std::vector<int32_t> ht(static_cast<size_t>(b * s)), hg(static_cast<size_t>(b * s));
+  std::vector<int32_t> ht(static_cast<size_t>(b * s)),
+      hg(static_cast<size_t>(b * s));
   // An EP rank reads its own microbatches: index offset by epi x totalMb.
   int64_t g = int64_t(mb) + int64_t(c) * mPerCopy + int64_t(epi) * totalMb;
-  if (Status st = data.fill(stepNo, tr.dpIndex(), g, b, s, ht.data(),
-                            hg.data());
+  if (Status st =
+          data.fill(stepNo, tr.dpIndex(), g, b, s, ht.data(), hg.data());
       !st)
     return st;
   tok = std::make_shared<Buf>(be, b * s * 4);
@@ -597,11 +598,11 @@ Expected<BufP> Executor::Impl::takeInbox(Payload p, int c, int s, int mb) {
   auto key = std::make_tuple(int(p), c, s, mb);
   auto it = inbox.find(key);
   if (it == inbox.end())
-    return Status::error(std::string("no ") +
-                         (p == Payload::Activation ? "activation" : "gradient") +
-                         " for stage " + std::to_string(s) + " mb " +
-                         std::to_string(mb) + " copy " + std::to_string(c) +
-                         " (schedule lacks a Recv?)");
+    return Status::error(
+        std::string("no ") +
+        (p == Payload::Activation ? "activation" : "gradient") + " for stage " +
+        std::to_string(s) + " mb " + std::to_string(mb) + " copy " +
+        std::to_string(c) + " (schedule lacks a Recv?)");
   Inbox in = it->second;
   inbox.erase(it);
   if (in.req) {
@@ -689,7 +690,8 @@ Status Executor::Impl::fnBegin(FnRun &r) {
       if (st.index == 0 || size_t(a.index) >= off.size())
         return err("activation argument #" + std::to_string(a.index) +
                    " has no producer");
-      ptr[size_t(a.value)] = static_cast<char *>(actIn->p) + off[size_t(a.index)];
+      ptr[size_t(a.value)] =
+          static_cast<char *>(actIn->p) + off[size_t(a.index)];
       break;
     }
     case ArgRole::Tokens:
@@ -721,9 +723,9 @@ Status Executor::Impl::fnBegin(FnRun &r) {
       ptr[size_t(a.value)] =
           st.index == numStages - 1
               ? static_cast<void *>(gradIn)
-              : static_cast<void *>(reinterpret_cast<char *>(gradIn) +
-                                    actOffsets[{c, st.index}].at(
-                                        size_t(a.index)));
+              : static_cast<void *>(
+                    reinterpret_cast<char *>(gradIn) +
+                    actOffsets[{c, st.index}].at(size_t(a.index)));
       break;
     }
   }
@@ -796,9 +798,14 @@ const KernelCall &Executor::Impl::stageToHost(FnRun &r) {
   h->out.reserve(c.out.size());
   for (size_t i = 0; i < c.in.size(); ++i) {
     int64_t bytes = c.in[i] && c.inTypes[i] ? c.inTypes[i]->numBytes() : 0;
+    // An expert weight is this rank's slice (its type is the whole tensor):
+    // copy the slice; the staged buffer keeps the type's size.
+    int64_t copyBytes = bytes;
+    if (E > 1 && isMoEExpertOperand(c.kernel->op, c.in.size(), i))
+      copyBytes = bytes / E;
     h->in.emplace_back(static_cast<size_t>(bytes));
-    if (bytes)
-      be.copyToHost(h->in.back().data(), c.in[i], bytes);
+    if (copyBytes)
+      be.copyToHost(h->in.back().data(), c.in[i], copyBytes);
     h->call.in[i] = c.in[i] ? h->in.back().data() : nullptr;
   }
   for (size_t i = 0; i < c.out.size(); ++i) {
@@ -868,8 +875,8 @@ Status Executor::Impl::fnResults(FnRun &r) {
     case ResultRole::Activation: {
       auto &off = actOffsets[{c, st.index}];
       if (!*actOut)
-        *actOut = std::make_shared<Buf>(be, std::max<int64_t>(
-                                                actBytes[{c, st.index}], 4));
+        *actOut = std::make_shared<Buf>(
+            be, std::max<int64_t>(actBytes[{c, st.index}], 4));
       be.copy(static_cast<char *>((*actOut)->p) + off.at(size_t(r.index)), src,
               bytes);
       break;
@@ -981,8 +988,8 @@ Status Executor::Impl::doB(const Work &w, bool fused) {
   return finishB(w, fused, ws, gout);
 }
 
-Status Executor::Impl::finishB(const Work &w, bool fused,
-                               std::vector<BufP> &ws, BufP gout) {
+Status Executor::Impl::finishB(const Work &w, bool fused, std::vector<BufP> &ws,
+                               BufP gout) {
   const Stage &st = stageOf(w.copy, w.stage);
   Key key{w.copy, w.stage, w.mb};
   bool useFusedFn = fused && !st.backward.empty();
@@ -1148,8 +1155,9 @@ Status Executor::Impl::doOverlap(const Action &a, bool &fusedRun) {
     // they are no-ops after their B. Steps naming a range the function
     // lacks are skipped. Whatever is left runs at the end, F first. The
     // switch points depend only on the program.
-    auto rangeOf = [](const FnRun &r, const sched::PairComponentStep &p)
-        -> const ComponentRange * {
+    auto rangeOf =
+        [](const FnRun &r,
+           const sched::PairComponentStep &p) -> const ComponentRange * {
       const char *k = p.kind == sched::PairComponentStep::Attn ? "attn" : "mlp";
       for (const ComponentRange &cr : r.fn->components)
         if (cr.kind == k && cr.layer == p.layer)
@@ -1205,8 +1213,7 @@ Status Executor::Impl::doOverlap(const Action &a, bool &fusedRun) {
 
 Status Executor::Impl::compute(const Work &w) {
   if (w.copy < 0 || w.copy >= prog.schedule.placement.numCopies ||
-      w.stage < 0 || w.stage >= numStages ||
-      rankOf(w.copy, w.stage) != prank)
+      w.stage < 0 || w.stage >= numStages || rankOf(w.copy, w.stage) != prank)
     return Status::error("action " + sched::toString(w) +
                          " is not for a stage of pipeline rank " +
                          std::to_string(prank));
@@ -1332,7 +1339,8 @@ Expected<StepStats> Executor::Impl::step() {
   size_t nextPost = 0;
   for (size_t i = 0; i < acts.size(); ++i) {
     // Pre-post the receives of the next few actions.
-    size_t horizon = std::min(acts.size(), i + 1 + size_t(std::max(0, opts.recvLookahead)));
+    size_t horizon =
+        std::min(acts.size(), i + 1 + size_t(std::max(0, opts.recvLookahead)));
     for (; nextPost < horizon; ++nextPost)
       if (acts[nextPost].kind == ActionKind::Recv)
         if (Status s = recv(acts[nextPost], nextPost); !s)
@@ -1374,8 +1382,7 @@ Expected<StepStats> Executor::Impl::step() {
       busy += a1 - a0 - waited; // blocked receive waits are bubble, not work
       char wa[96];
       if (E > 1)
-        std::snprintf(wa, sizeof wa,
-                      "\"wait_us\":%.3f,\"a2a_wait_us\":%.3f%s",
+        std::snprintf(wa, sizeof wa, "\"wait_us\":%.3f,\"a2a_wait_us\":%.3f%s",
                       waited * 1e6, a2aWaited * 1e6,
                       fusedRun ? ",\"fused\":1" : "");
       else
@@ -1490,23 +1497,35 @@ Expected<StepStats> Executor::Impl::step() {
   int64_t thisStep = stepNo + 1;
   bool skip = opts.skipStep == thisStep;
   bool pv = opts.optimizerSync == OptimizerSync::PostValidation && !skip;
+  if (E > 1) {
+    // An expert param's squares: the sum of its slices over the EP group.
+    // Reduced before the optimistic step, together with the other local
+    // gradients' squares (the finite flag), so that every EP rank of this
+    // pipeline rank sees the same partial statistics and takes the same
+    // optimistic step and the same validate() decision: the replicated
+    // (non-expert) parameters stay bitwise equal across the group (a
+    // rollback is exact only up to rounding).
+    std::vector<float> ex(paramSq.size() + 1, 0.0f);
+    for (int32_t i : expertParams)
+      ex[size_t(i)] = paramSq[size_t(i)];
+    ex.back() = float(allSq);
+    if (Status s = tr.allreduce(ex.data(), int64_t(ex.size()), Group::Expert);
+        !s)
+      return s;
+    for (int32_t i : expertParams)
+      paramSq[size_t(i)] = ex[size_t(i)];
+    allSq = ex.back();
+    sq = 0;
+    for (auto &[i, ps] : params)
+      if (prog.params[size_t(i)].copy == 0)
+        sq += paramSq[size_t(i)];
+  }
   // Post-validation: step at once with this rank's partial statistics; the
   // global ones are reduced right after and validate() checks the step.
   if (pv) {
     GradInfo partial{sq, std::isfinite(sq) && std::isfinite(allSq)};
     if (Status s = opt.optimisticUpdate(slots, partial, thisStep); !s)
       return s;
-  }
-  if (E > 1) {
-    // An expert param's squares: the sum of its slices over the EP group.
-    std::vector<float> ex(paramSq.size(), 0.0f);
-    for (int32_t i : expertParams)
-      ex[size_t(i)] = paramSq[size_t(i)];
-    if (Status s = tr.allreduce(ex.data(), int64_t(ex.size()), Group::Expert);
-        !s)
-      return s;
-    for (int32_t i : expertParams)
-      paramSq[size_t(i)] = ex[size_t(i)];
   }
   if (Status s = tr.allreduce(paramSq.data(), int64_t(paramSq.size()),
                               Group::Pipeline);
@@ -1554,18 +1573,19 @@ Expected<StepStats> Executor::Impl::step() {
   if (Status s = tr.allreduce(&total, 1, Group::World, ReduceOp::Max); !s)
     return s;
   st.seconds = total;
-  st.tokens = int64_t(totalMb) * prog.model.microbatchSize *
-              prog.model.seqLen * D * E;
+  st.tokens =
+      int64_t(totalMb) * prog.model.microbatchSize * prog.model.seqLen * D * E;
   return st;
 }
 
 Executor::Executor(std::unique_ptr<Impl> i) : impl(std::move(i)) {}
 Executor::~Executor() = default;
 
-Expected<std::unique_ptr<Executor>>
-Executor::create(const Program &prog, Backend &be, Transport &tr,
-                 TokenSource &data, StepOptimizer &opt,
-                 const ExecutorOptions &o) {
+Expected<std::unique_ptr<Executor>> Executor::create(const Program &prog,
+                                                     Backend &be, Transport &tr,
+                                                     TokenSource &data,
+                                                     StepOptimizer &opt,
+                                                     const ExecutorOptions &o) {
   if (tr.pipelineSize() != prog.schedule.numRanks())
     return Status::error("transport has " + std::to_string(tr.pipelineSize()) +
                          " pipeline ranks, the program " +
@@ -1585,6 +1605,17 @@ std::vector<int32_t> Executor::localParams() const {
   for (auto &[i, ps] : impl->params)
     r.push_back(i);
   return r;
+}
+std::vector<int64_t> Executor::paramShape(int32_t i) const {
+  if (!impl->params.count(i))
+    return {};
+  std::vector<int64_t> shape = impl->prog.params[size_t(i)].type.shape;
+  if (impl->expertParams.count(i))
+    shape[0] /= impl->E;
+  return shape;
+}
+int64_t Executor::paramElems(int32_t i) const {
+  return impl->params.count(i) ? impl->localElems(i) : 0;
 }
 float *Executor::paramData(int32_t i) {
   auto it = impl->params.find(i);
@@ -1626,6 +1657,58 @@ static NamedTensors unpackTensors(const std::string &s) {
   return t;
 }
 
+/// Data-parallel and expert-parallel replicas of a parameter (or of an
+/// expert slice) must hold the same bits after every step: each world rank
+/// sends a hash per held tensor, world rank 0 compares them (collective).
+Status Executor::Impl::checkReplicas() {
+  std::string mine;
+  for (auto &[i, ps] : params) {
+    int32_t slice = expertParams.count(i) ? epi : -1;
+    uint64_t h = fnv1a64(hostValue(ps), size_t(localElems(i)) * sizeof(float));
+    mine.append(reinterpret_cast<const char *>(&i), 4);
+    mine.append(reinterpret_cast<const char *>(&slice), 4);
+    mine.append(reinterpret_cast<const char *>(&h), 8);
+  }
+  auto all = tr.gatherStrings(mine);
+  if (!all)
+    return all.status();
+  std::map<std::pair<int32_t, int32_t>, std::pair<uint64_t, size_t>> first;
+  // World rank 0 finds the first mismatch and tells every rank, so each
+  // reports the same message: {found, param, slice + 1, rank a, rank b}
+  // (small integers, exact in float) under a max-allreduce.
+  float found[5] = {0, 0, 0, 0, 0};
+  for (size_t r = 0; r < all->size() && found[0] == 0; ++r)
+    for (size_t o = 0; o + 16 <= (*all)[r].size(); o += 16) {
+      int32_t i, slice;
+      uint64_t h;
+      std::memcpy(&i, (*all)[r].data() + o, 4);
+      std::memcpy(&slice, (*all)[r].data() + o + 4, 4);
+      std::memcpy(&h, (*all)[r].data() + o + 8, 8);
+      auto [it, fresh] =
+          first.emplace(std::make_pair(i, slice), std::make_pair(h, r));
+      if (!fresh && it->second.first != h) {
+        found[0] = 1;
+        found[1] = float(i);
+        found[2] = float(slice + 1);
+        found[3] = float(it->second.second);
+        found[4] = float(r);
+        break;
+      }
+    }
+  if (Status s = tr.allreduce(found, 5, Group::World, ReduceOp::Max); !s)
+    return s;
+  if (found[0] != 0) {
+    int slice = int(found[2]) - 1;
+    return Status::error(
+        "replicas diverged: parameter '" + prog.params[size_t(found[1])].name +
+        "'" +
+        (slice >= 0 ? " (expert slice " + std::to_string(slice) + ")" : "") +
+        " differs between world ranks " + std::to_string(int(found[3])) +
+        " and " + std::to_string(int(found[4])));
+  }
+  return Status::ok();
+}
+
 Expected<NamedTensors> Executor::gatherWeights() {
   NamedTensors mine;
   // Expert params: every EP rank sends its slice; the gather arrives in
@@ -1642,6 +1725,8 @@ Expected<NamedTensors> Executor::gatherWeights() {
       std::memcpy(v.data(), impl->hostValue(ps), size_t(n) * 4);
       mine.emplace_back(p.name, std::move(v));
     }
+  if (Status s = impl->checkReplicas(); !s)
+    return s;
   auto all = impl->tr.gatherStrings(packTensors(mine));
   if (!all)
     return all.status();
@@ -1660,9 +1745,8 @@ Expected<NamedTensors> Executor::gatherWeights() {
   std::map<std::string, size_t> pos;
   for (size_t i = 0; i < impl->prog.params.size(); ++i)
     pos.emplace(impl->prog.params[i].name, i);
-  std::sort(out.begin(), out.end(), [&](auto &a, auto &b) {
-    return pos[a.first] < pos[b.first];
-  });
+  std::sort(out.begin(), out.end(),
+            [&](auto &a, auto &b) { return pos[a.first] < pos[b.first]; });
   return out;
 }
 
@@ -1682,9 +1766,9 @@ Status Executor::writeTrace(const std::string &path) {
                   "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,"
                   "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f%s%s%s},\n",
                   e.name.c_str(), e.cat ? e.cat : cats[e.tid < 3 ? e.tid : 1],
-                  wr, e.tid,
-                  e.ts * 1e6, e.dur * 1e6, e.args.empty() ? "" : ",\"args\":{",
-                  e.args.c_str(), e.args.empty() ? "" : "}");
+                  wr, e.tid, e.ts * 1e6, e.dur * 1e6,
+                  e.args.empty() ? "" : ",\"args\":{", e.args.c_str(),
+                  e.args.empty() ? "" : "}");
     js += buf;
   }
   auto all = impl->tr.gatherStrings(js);
@@ -1707,8 +1791,9 @@ Status Executor::writeTrace(const std::string &path) {
                  r, r, r, r);
     std::fputs((*all)[r].c_str(), f);
   }
-  std::fputs("{\"name\":\"end\",\"ph\":\"i\",\"pid\":0,\"ts\":0,\"s\":\"g\"}\n]}\n",
-             f);
+  std::fputs(
+      "{\"name\":\"end\",\"ph\":\"i\",\"pid\":0,\"ts\":0,\"s\":\"g\"}\n]}\n",
+      f);
   return std::fclose(f) == 0 ? Status::ok()
                              : Status::error("error writing '" + path + "'");
 }

@@ -22,9 +22,13 @@ namespace pipeforge::rt {
 
 using cpu::detail::gemm;
 
-
 bool isMoEOp(const std::string &op) {
   return op == "moe" || op == "moe_bwd_input" || op == "moe_bwd_weight";
+}
+
+bool isMoEExpertOperand(const std::string &op, size_t numInputs, size_t j) {
+  size_t tail = op == "moe" ? 2 : 3;
+  return isMoEOp(op) && numInputs >= tail && j >= 2 && j < numInputs + 2 - tail;
 }
 
 std::vector<std::vector<int32_t>>
@@ -120,14 +124,16 @@ struct EpMoE {
       for (int64_t r = 0; r < K; ++r) {
         int64_t best = -1;
         for (int64_t e = 0; e < E; ++e)
-          if (!taken[static_cast<size_t>(e)] && (best < 0 || row[e] > row[best]))
+          if (!taken[static_cast<size_t>(e)] &&
+              (best < 0 || row[e] > row[best]))
             best = e;
         taken[static_cast<size_t>(best)] = 1;
         topIdx[static_cast<size_t>(t * K + r)] = int32_t(best);
         sum += row[best];
       }
       for (int64_t r = 0; r < K; ++r)
-        gates[static_cast<size_t>(t * K + r)] = row[topIdx[static_cast<size_t>(t * K + r)]] / sum;
+        gates[static_cast<size_t>(t * K + r)] =
+            row[topIdx[static_cast<size_t>(t * K + r)]] / sum;
     }
     // Capacity: per expert, in assignment order (as the local kernel).
     std::vector<int64_t> count(static_cast<size_t>(E), 0);
@@ -172,13 +178,16 @@ struct EpMoE {
     rows = moeReceiveLayout(recvExpert, int(El), expertStart);
     rowIndex.assign(static_cast<size_t>(ranks), {});
     for (int s = 0; s < ranks; ++s)
-      rowIndex[static_cast<size_t>(s)].assign(recvExpert[static_cast<size_t>(s)].size(), -1);
+      rowIndex[static_cast<size_t>(s)].assign(
+          recvExpert[static_cast<size_t>(s)].size(), -1);
     const int64_t Rn = R();
     xe.assign(static_cast<size_t>(Rn * H), 0.f);
     for (int64_t r = 0; r < Rn; ++r) {
       auto [s, i] = rows[static_cast<size_t>(r)];
       rowIndex[static_cast<size_t>(s)][static_cast<size_t>(i)] = int32_t(r);
-      const float *src = recv[static_cast<size_t>(s)].data() + static_cast<size_t>(i) * static_cast<size_t>(H + 1) + 1;
+      const float *src = recv[static_cast<size_t>(s)].data() +
+                         static_cast<size_t>(i) * static_cast<size_t>(H + 1) +
+                         1;
       std::copy(src, src + H, xe.data() + r * H);
     }
     // Local experts.
@@ -187,14 +196,17 @@ struct EpMoE {
     pre3.assign(gated ? static_cast<size_t>(Rn * F) : 0, 0.f);
     eout.assign(static_cast<size_t>(Rn * H), 0.f);
     for (int64_t e = 0; e < El; ++e) {
-      int64_t r0 = expertStart[static_cast<size_t>(e)], n = expertStart[static_cast<size_t>(e) + 1] - r0;
+      int64_t r0 = expertStart[static_cast<size_t>(e)],
+              n = expertStart[static_cast<size_t>(e) + 1] - r0;
       gemm(false, true, n, F, H, 1.f, xe.data() + r0 * H, H, w1 + e * F * H, H,
            0.f, pre.data() + r0 * F, F);
       if (gated) {
         gemm(false, true, n, F, H, 1.f, xe.data() + r0 * H, H, w3 + e * F * H,
              H, 0.f, pre3.data() + r0 * F, F);
         for (int64_t i = r0 * F; i < (r0 + n) * F; ++i)
-          act[static_cast<size_t>(i)] = actF(gelu, pre[static_cast<size_t>(i)]) * pre3[static_cast<size_t>(i)];
+          act[static_cast<size_t>(i)] =
+              actF(gelu, pre[static_cast<size_t>(i)]) *
+              pre3[static_cast<size_t>(i)];
       } else {
         for (int64_t i = r0 * F; i < (r0 + n) * F; ++i)
           act[static_cast<size_t>(i)] = actF(gelu, pre[static_cast<size_t>(i)]);
@@ -237,16 +249,17 @@ struct EpMoE {
                      std::vector<std::vector<float>> &back) const {
     for (int s = 0; s < ranks; ++s)
       for (int32_t r : rowIndex[static_cast<size_t>(s)])
-        back[static_cast<size_t>(s)].insert(back[static_cast<size_t>(s)].end(),
-                               perRow.begin() + int64_t(r) * H,
-                               perRow.begin() + (int64_t(r) + 1) * H);
+        back[static_cast<size_t>(s)].insert(
+            back[static_cast<size_t>(s)].end(), perRow.begin() + int64_t(r) * H,
+            perRow.begin() + (int64_t(r) + 1) * H);
   }
   /// Per owner, rows in sendOrder -> [N*K, H] by assignment.
   Status scatterFromOwners(const std::vector<std::vector<float>> &got,
                            std::vector<float> &byA) const {
     for (int d = 0; d < ranks; ++d) {
       const auto &ord = sendOrder[static_cast<size_t>(d)];
-      if (got[static_cast<size_t>(d)].size() != ord.size() * static_cast<size_t>(H))
+      if (got[static_cast<size_t>(d)].size() !=
+          ord.size() * static_cast<size_t>(H))
         return Status::error("moe combine: bad message size");
       for (size_t i = 0; i < ord.size(); ++i)
         std::copy(got[static_cast<size_t>(d)].begin() + int64_t(i) * H,
@@ -278,7 +291,8 @@ struct EpMoE {
       }
       std::fill(dp.begin(), dp.end(), 0.f);
       for (int64_t r = 0; r < K; ++r)
-        dp[static_cast<size_t>(topIdx[static_cast<size_t>(t * K + r)])] = (dg[static_cast<size_t>(r)] - dotG) / sumP;
+        dp[static_cast<size_t>(topIdx[static_cast<size_t>(t * K + r)])] =
+            (dg[static_cast<size_t>(r)] - dotG) / sumP;
       float dot = 0;
       for (int64_t e = 0; e < E; ++e)
         dot += p[e] * dp[static_cast<size_t>(e)];
@@ -309,25 +323,30 @@ struct EpMoE {
     const int64_t Rn = R();
     dye.assign(static_cast<size_t>(Rn * H), 0.f);
     for (int s = 0; s < ranks; ++s) {
-      if (recv[static_cast<size_t>(s)].size() != rowIndex[static_cast<size_t>(s)].size() * static_cast<size_t>(H))
+      if (recv[static_cast<size_t>(s)].size() !=
+          rowIndex[static_cast<size_t>(s)].size() * static_cast<size_t>(H))
         return Status::error("moe gradient dispatch: bad message size");
       for (size_t i = 0; i < rowIndex[static_cast<size_t>(s)].size(); ++i)
         std::copy(recv[static_cast<size_t>(s)].begin() + int64_t(i) * H,
                   recv[static_cast<size_t>(s)].begin() + (int64_t(i) + 1) * H,
-                  dye.begin() + int64_t(rowIndex[static_cast<size_t>(s)][i]) * H);
+                  dye.begin() +
+                      int64_t(rowIndex[static_cast<size_t>(s)][i]) * H);
     }
     dpre.assign(static_cast<size_t>(2 * Rn * F), 0.f);
     for (int64_t e = 0; e < El; ++e) {
-      int64_t r0 = expertStart[static_cast<size_t>(e)], n = expertStart[static_cast<size_t>(e) + 1] - r0;
+      int64_t r0 = expertStart[static_cast<size_t>(e)],
+              n = expertStart[static_cast<size_t>(e) + 1] - r0;
       gemm(false, false, n, F, H, 1.f, dye.data() + r0 * H, H, w2 + e * H * F,
            F, 0.f, dpre.data() + r0 * F, F);
     }
     if (gated) {
       float *dpre3 = dpre.data() + Rn * F;
       for (int64_t i = 0; i < Rn * F; ++i) {
-        float dh = dpre[static_cast<size_t>(i)], pr = pre[static_cast<size_t>(i)];
+        float dh = dpre[static_cast<size_t>(i)],
+              pr = pre[static_cast<size_t>(i)];
         dpre3[i] = dh * actF(gelu, pr);
-        dpre[static_cast<size_t>(i)] = dh * pre3[static_cast<size_t>(i)] * actG(gelu, pr);
+        dpre[static_cast<size_t>(i)] =
+            dh * pre3[static_cast<size_t>(i)] * actG(gelu, pr);
       }
     } else {
       for (int64_t i = 0; i < Rn * F; ++i)
@@ -364,8 +383,8 @@ struct MoEPhased::State {
   std::vector<float> dlogits, dye, dpre;
 
   Status err(const std::string &msg) const {
-    return Status::error("op '" + call.kernel->op + "' (expert parallel): " +
-                         msg);
+    return Status::error("op '" + call.kernel->op +
+                         "' (expert parallel): " + msg);
   }
   static double now() {
     using namespace std::chrono;
@@ -395,11 +414,15 @@ struct MoEPhased::State {
     int ph = phase++;
     switch (ph) {
     case 0:
-      return post(m.routeAndDispatch(), fwd ? "dispatch" : "dispatch (recompute)");
+      return post(m.routeAndDispatch(),
+                  fwd ? "dispatch" : "dispatch (recompute)");
     case 1:
-      return post(m.expertsAndCombine(), fwd ? "combine" : "combine (recompute)");
+      return post(m.expertsAndCombine(),
+                  fwd ? "combine" : "combine (recompute)");
     case 2: {
-      if (Status s = m.combineFinish(fwd ? static_cast<float *>(out[0]) : nullptr); !s)
+      if (Status s =
+              m.combineFinish(fwd ? static_cast<float *>(out[0]) : nullptr);
+          !s)
         return err(s.message());
       if (fwd)
         return Status::ok();
@@ -492,8 +515,8 @@ Status MoEPhased::next() {
   return st->run(timings);
 }
 
-Expected<std::unique_ptr<MoEPhased>>
-MoEPhased::begin(const KernelCall &call, Transport &tr) {
+Expected<std::unique_ptr<MoEPhased>> MoEPhased::begin(const KernelCall &call,
+                                                      Transport &tr) {
   const Kernel &k = *call.kernel;
   std::unique_ptr<MoEPhased> ph(new MoEPhased());
   State &S = *ph->st;
@@ -532,7 +555,8 @@ MoEPhased::begin(const KernelCall &call, Transport &tr) {
                std::to_string(m.ranks) + " ranks");
   m.El = m.E / m.ranks;
   m.K = ops::attrInt(k, "top_k", 1);
-  m.cap = cpu::moeCapacity(ops::attrFloat(k, "capacity_factor", 0.0), m.N, m.K, m.E);
+  m.cap = cpu::moeCapacity(ops::attrFloat(k, "capacity_factor", 0.0), m.N, m.K,
+                           m.E);
   std::string a = ops::attrStr(k, "activation", "gelu");
   if (a != "gelu" && a != "silu")
     return err("unknown activation '" + a + "'");

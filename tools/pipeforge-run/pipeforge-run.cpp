@@ -18,6 +18,8 @@
 // other ranks end with a message instead of hanging. --inject-nan STEP:MB
 // (or PIPEFORGE_INJECT_NAN=STEP:MB) poisons the gradient of global
 // microbatch MB at step STEP; --skip-step K skips step K's update.
+// PIPEFORGE_TEST_PERTURB_RANK=R changes one weight on world rank R before
+// --dump-weights (whose replica check must then fail).
 //
 //===----------------------------------------------------------------------===//
 
@@ -95,10 +97,11 @@ public:
   Status registerParams(Executor &ex, const Program &p) {
     if (registered)
       return Status::ok();
+    // Sized by what this rank holds: an expert-parallel parameter is a
+    // 1/E slice of the program's tensor.
     for (int32_t i : ex.localParams())
-      if (Status s = opt.addParam(
-              p.params[size_t(i)].name, ex.paramData(i), ex.gradData(i),
-              size_t(p.params[size_t(i)].type.numElements()));
+      if (Status s = opt.addParam(p.params[size_t(i)].name, ex.paramData(i),
+                                  ex.gradData(i), size_t(ex.paramElems(i)));
           !s)
         return s;
     registered = true;
@@ -374,10 +377,6 @@ int main(int argc, char **argv) {
                           p.training.expertParallel);
         !s)
       return fail(s.message());
-    if (p.training.expertParallel > 1 && !ckDir.empty())
-      return fail("--checkpoint-dir with expert parallelism (--ep " +
-                  std::to_string(p.training.expertParallel) +
-                  "): not supported yet");
     if (p.schedule.numRanks() != p.training.pipelineRanks)
       return fail("the schedule has " + std::to_string(p.schedule.numRanks()) +
                   " ranks but the program says " +
@@ -474,7 +473,7 @@ int main(int argc, char **argv) {
              wsize = uint32_t(tr->worldSize());
     std::vector<ParamRef> refs;
     for (int32_t i : (*ex)->localParams())
-      refs.push_back({p.params[size_t(i)].name, p.params[size_t(i)].type.shape,
+      refs.push_back({p.params[size_t(i)].name, (*ex)->paramShape(i),
                       (*ex)->paramData(i)});
     if (resume) {
       int64_t k = latestCheckpoint(ckDir);
@@ -570,6 +569,11 @@ int main(int argc, char **argv) {
       if (Status s = (*ex)->writeTrace(tracePath); !s)
         return fail(s.message());
     if (!dumpPath.empty()) {
+      // Test hook: one rank's copy of its first parameter drifts, for the
+      // replica check of gatherWeights.
+      if (const char *pr = std::getenv("PIPEFORGE_TEST_PERTURB_RANK"))
+        if (std::atoi(pr) == tr->worldRank() && !(*ex)->localParams().empty())
+          (*ex)->paramData((*ex)->localParams()[0])[0] += 1.0f;
       auto w = (*ex)->gatherWeights();
       if (!w)
         return fail(w.message());

@@ -156,11 +156,11 @@ struct ExecutorOptions {
 
 struct StepStats {
   int64_t step = 0;
-  double loss = 0;       ///< mean over microbatches and replicas
-  double seconds = 0;    ///< wall time of the step (max over ranks)
-  double bubble = 0;     ///< 1 - busy / (P x pipeline span)
+  double loss = 0;    ///< mean over microbatches and replicas
+  double seconds = 0; ///< wall time of the step (max over ranks)
+  double bubble = 0;  ///< 1 - busy / (P x pipeline span)
   double gradNorm = 0;
-  int64_t tokens = 0;    ///< tokens processed per step over all replicas
+  int64_t tokens = 0; ///< tokens processed per step over all replicas
   /// What the optimizer did: "applied", "skipped" (--skip-step), or for
   /// post-validation "accepted", "redone" (rolled back, stepped with the
   /// global clip scale), "rolled-back" (global non-finite: skipped),
@@ -185,6 +185,12 @@ public:
   Expected<NamedTensors> gatherWeights();
   /// This rank's parameters by global index, and access for checkpoints.
   std::vector<int32_t> localParams() const;
+  /// The part of parameter `index` this rank holds: the whole tensor, or
+  /// for an expert-parallel parameter its slice of shape[0] / E experts.
+  /// Optimizer state, gradients and checkpoints are sized by these, never
+  /// by Program::params[index].type. Empty / 0 for a parameter not held.
+  std::vector<int64_t> paramShape(int32_t index) const;
+  int64_t paramElems(int32_t index) const;
   /// Host memory in both cases: on a device backend these are the master
   /// copies (uploaded at the start of each step, gradients downloaded at the
   /// end of the backward work), so the optimizer and checkpoints use them.

@@ -30,6 +30,10 @@ namespace pipeforge::rt {
 
 /// "moe", "moe_bwd_input", "moe_bwd_weight".
 bool isMoEOp(const std::string &op);
+/// Whether input `j` of a moe kernel `op` with `numInputs` inputs is an
+/// expert weight (w1, w2, w3: inputs 2 .. after the router weight and x, up
+/// to the trailing dy of the gradient kernels), i.e. sliced over the group.
+bool isMoEExpertOperand(const std::string &op, size_t numInputs, size_t j);
 
 /// Runs one moe kernel over the expert-parallel group of `tr` (collective
 /// over Group::Expert: every rank of the group must call it with the same
@@ -81,8 +85,7 @@ private:
 /// sendOrder[d]: the assignments sent to rank d, by (expert, assignment).
 std::vector<std::vector<int32_t>>
 moeDispatchOrder(const std::vector<int32_t> &topIdx,
-                 const std::vector<char> &kept, int expertsPerRank,
-                 int ranks);
+                 const std::vector<char> &kept, int expertsPerRank, int ranks);
 
 /// Receiver layout: given, per source rank, the local expert id of each
 /// received row (in arrival order), the rows as (source, position) pairs
