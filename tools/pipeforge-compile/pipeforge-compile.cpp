@@ -16,8 +16,8 @@
 
 #include "ProgramLowering.h"
 
-#include "ModelBuilder.h"
-#include "ModelConfig.h"
+#include "pipeforge/Import/ModelBuilder.h"
+#include "pipeforge/Import/ModelConfig.h"
 
 #include "pipeforge/Dialect/NN/IR/NNDialect.h"
 #include "pipeforge/Dialect/PP/IR/PPDialect.h"
@@ -255,6 +255,7 @@ int main(int argc, char **argv) {
     auto config = import::parseModelConfig(text, seqLen, microbatchSize);
     if (!config)
       return fail(inputPath + ": " + toString(config.takeError()));
+    config->name = lo.model.name;
     lo.model.vocab = config->vocab;
     auto loc = mlir::FileLineColLoc::get(&ctx, inputPath, 1, 1);
     module = import::buildModel(*config, &ctx, loc);

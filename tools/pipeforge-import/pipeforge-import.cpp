@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ModelBuilder.h"
-#include "ModelConfig.h"
+#include "pipeforge/Import/ModelBuilder.h"
+#include "pipeforge/Import/ModelConfig.h"
 
 #include "pipeforge/Dialect/NN/IR/NNDialect.h"
 
@@ -20,6 +20,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
@@ -57,6 +58,7 @@ int main(int argc, char **argv) {
                                                     seqLen, microbatch);
   if (!config)
     return fail(toString(config.takeError()));
+  config->name = inputPath == "-" ? "model" : sys::path::stem(inputPath).str();
 
   if (config->tiedEmbeddings)
     WithColor::warning(errs(), "pipeforge-import")

@@ -11,8 +11,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ModelBuilder.h"
-#include "ModelConfig.h"
+#include "pipeforge/Import/ModelBuilder.h"
+#include "pipeforge/Import/ModelConfig.h"
 
 #include "pipeforge/Dialect/NN/IR/NNDialect.h"
 #include "pipeforge/Dialect/NN/IR/NNInterfaces.h"

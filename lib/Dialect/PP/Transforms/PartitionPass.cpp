@@ -17,6 +17,8 @@
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
 #include "pipeforge/Partition/Partition.h"
+#include "pipeforge/Dialect/NN/IR/NNOps.h"
+#include "pipeforge/Support/AttrNames.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -382,6 +384,27 @@ LogicalResult PartitionPass::partitionModule() {
   auto pipeline = PipelineOp::create(b, model.getLoc(), name, numStages,
                                      plan->ranks, plan->kind);
   pipeline->setAttr("pp.imbalance", b.getF64FloatAttr(cut->imbalance));
+  // The model's facts (the importer's nn.model_name, nn.vocab_size,
+  // nn.seq_len) move with the model. Hand-written IR without them: the
+  // vocabulary is the embedding table's row count, the sequence length the
+  // tokens' second dimension, recorded here once for every later step.
+  for (NamedAttribute a : model->getDiscardableAttrs())
+    if (a.getName().getValue().starts_with("nn."))
+      pipeline->setAttr(a.getName(), a.getValue());
+  if (!pipeline->hasAttr(attrs::kVocabSize))
+    model.walk([&](nn::EmbeddingOp e) {
+      if (auto t = dyn_cast<RankedTensorType>(e->getOperand(1).getType()))
+        pipeline->setAttr(attrs::kVocabSize,
+                          b.getI64IntegerAttr(t.getDimSize(0)));
+      return WalkResult::interrupt();
+    });
+  if (!pipeline->hasAttr(attrs::kSeqLen))
+    for (unsigned i = 0; i < model.getNumArguments(); ++i)
+      if (auto r = model.getArgAttrOfType<StringAttr>(i, attrs::kNNRole);
+          r && r.getValue() == "tokens")
+        if (auto t = dyn_cast<RankedTensorType>(model.getArgument(i).getType());
+            t && t.getRank() == 2 && t.hasStaticShape())
+          pipeline->setAttr(attrs::kSeqLen, b.getI64IntegerAttr(t.getDimSize(1)));
   b.setInsertionPointToStart(&pipeline.getBody().emplaceBlock());
 
   StageBuilder builder(model, *layers, *cut);

@@ -6,8 +6,8 @@
 // positions, top_k within the experts.
 //
 //===----------------------------------------------------------------------===//
-#ifndef PIPEFORGE_TOOLS_IMPORT_MODELCONFIG_H
-#define PIPEFORGE_TOOLS_IMPORT_MODELCONFIG_H
+#ifndef PIPEFORGE_IMPORT_MODELCONFIG_H
+#define PIPEFORGE_IMPORT_MODELCONFIG_H
 
 #include "llvm/Support/Error.h"
 
@@ -35,6 +35,10 @@ struct ModelConfig {
   double attnDropout = 0.0;    // cost model only
   double residDropout = 0.0;   // cost model only
   bool tiedEmbeddings = false; // as configured; the importer unties them
+
+  /// Recorded on @model (nn.model_name); the tools use the config file's
+  /// stem.
+  std::string name;
 
   // Run shape (command line).
   int64_t seqLen = 0;

@@ -1,6 +1,7 @@
 //===- ModelBuilder.cpp - nn IR for a model configuration -----------------===//
 
-#include "ModelBuilder.h"
+#include "pipeforge/Import/ModelBuilder.h"
+#include "pipeforge/Support/AttrNames.h"
 
 #include "pipeforge/Dialect/NN/IR/NNOps.h"
 
@@ -170,6 +171,11 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
   auto lossType = RankedTensorType::get({}, f32);
   auto func =
       func::FuncOp::create(b, loc, "model", b.getFunctionType({}, {lossType}));
+  // The model's facts, recorded once for every later step.
+  if (!c.name.empty())
+    func->setAttr(pipeforge::attrs::kModelName, b.getStringAttr(c.name));
+  func->setAttr(pipeforge::attrs::kVocabSize, b.getI64IntegerAttr(c.vocab));
+  func->setAttr(pipeforge::attrs::kSeqLen, b.getI64IntegerAttr(c.seqLen));
   entry = func.addEntryBlock();
   b.setInsertionPointToEnd(entry);
 

@@ -1,6 +1,6 @@
 //===- ModelConfig.cpp - HF-style model configuration ---------------------===//
 
-#include "ModelConfig.h"
+#include "pipeforge/Import/ModelConfig.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringExtras.h"

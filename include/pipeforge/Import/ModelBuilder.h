@@ -5,10 +5,10 @@
 // (nn.role, nn.name, nn.init), every op tagged with nn.layer.
 //
 //===----------------------------------------------------------------------===//
-#ifndef PIPEFORGE_TOOLS_IMPORT_MODELBUILDER_H
-#define PIPEFORGE_TOOLS_IMPORT_MODELBUILDER_H
+#ifndef PIPEFORGE_IMPORT_MODELBUILDER_H
+#define PIPEFORGE_IMPORT_MODELBUILDER_H
 
-#include "ModelConfig.h"
+#include "pipeforge/Import/ModelConfig.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"

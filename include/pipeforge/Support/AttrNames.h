@@ -1,0 +1,44 @@
+//===- AttrNames.h - Names of the discardable nn.* / pp.* attributes -*- C++ -*-===//
+//
+// The attributes that carry facts between the steps of the flow
+// (docs/architecture.md): set once upstream, read downstream. One constant
+// per name, so a typo is a compile error rather than a silently missing fact.
+// Plain LLVM ADT: usable from the schedule library's adapters, the passes,
+// the importer and the lowering alike.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEFORGE_SUPPORT_ATTRNAMES_H
+#define PIPEFORGE_SUPPORT_ATTRNAMES_H
+
+#include "llvm/ADT/StringRef.h"
+
+namespace pipeforge::attrs {
+
+//===--- Model facts: on func.func @model (the importer), copied to
+//===--- pp.pipeline by pp-partition ---------------------------------------===//
+/// The model's name (the config file's stem).
+inline constexpr llvm::StringLiteral kModelName = "nn.model_name";
+/// Rows of the token embedding table.
+inline constexpr llvm::StringLiteral kVocabSize = "nn.vocab_size";
+/// Tokens per sequence of the run the module was imported for.
+inline constexpr llvm::StringLiteral kSeqLen = "nn.seq_len";
+
+//===--- On @model's arguments and ops ------------------------------------===//
+inline constexpr llvm::StringLiteral kNNRole = "nn.role"; ///< tokens|targets|param
+inline constexpr llvm::StringLiteral kNNName = "nn.name"; ///< parameter name
+inline constexpr llvm::StringLiteral kNNInit = "nn.init"; ///< initialiser spec
+inline constexpr llvm::StringLiteral kNNLayer = "nn.layer"; ///< layer index
+
+//===--- On stage functions (pp-partition, pp-split-backward) -------------===//
+inline constexpr llvm::StringLiteral kPPRole = "pp.role";
+inline constexpr llvm::StringLiteral kPPArg = "pp.arg";
+inline constexpr llvm::StringLiteral kPPResult = "pp.result";
+inline constexpr llvm::StringLiteral kPPStash = "pp.stash";
+inline constexpr llvm::StringLiteral kPPWStash = "pp.wstash";
+/// pp-split-components: an op's component kind and layer.
+inline constexpr llvm::StringLiteral kPPComponent = "pp.component";
+inline constexpr llvm::StringLiteral kPPLayer = "pp.layer";
+
+} // namespace pipeforge::attrs
+
+#endif // PIPEFORGE_SUPPORT_ATTRNAMES_H
