@@ -21,7 +21,7 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.pipeforge_tools_dir, append_path=True)
 
-tools = ["pipeforge-opt", "pipeforge-sched", "pipeforge-import", "pipeforge-plan",
+tools = ["pipeforge-opt", "pipeforge-translate", "pipeforge-sched", "pipeforge-import", "pipeforge-plan",
          "pipeforge-compile", "pipeforge-run"]
 llvm_config.add_tool_substitutions(
     [t for t in tools if os.path.exists(os.path.join(config.pipeforge_tools_dir, t))],

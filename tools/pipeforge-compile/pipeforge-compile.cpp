@@ -14,10 +14,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ProgramLowering.h"
-
 #include "pipeforge/Import/ModelBuilder.h"
 #include "pipeforge/Import/ModelConfig.h"
+#include "pipeforge/Target/Program/ProgramLowering.h"
 
 #include "pipeforge/Dialect/NN/IR/NNDialect.h"
 #include "pipeforge/Dialect/PP/IR/PPDialect.h"
@@ -241,13 +240,12 @@ int main(int argc, char **argv) {
   srcMgr.AddNewSourceBuffer(std::move(*buffer), SMLoc());
   mlir::SourceMgrDiagnosticHandler diag(srcMgr, &ctx);
 
-  compile::LowerOptions lo;
+  target::LowerOptions lo;
   lo.model.name = sys::path::stem(inputPath).str();
   lo.training.schedule = kind;
   lo.training.dataParallel = dp;
   lo.training.expertParallel = ep;
   lo.training.seed = seed;
-  lo.components = fuseOverlap;
 
   mlir::OwningOpRef<mlir::ModuleOp> module;
   StringRef text = srcMgr.getMemoryBuffer(srcMgr.getMainFileID())->getBuffer();
@@ -256,7 +254,6 @@ int main(int argc, char **argv) {
     if (!config)
       return fail(inputPath + ": " + toString(config.takeError()));
     config->name = lo.model.name;
-    lo.model.vocab = config->vocab;
     auto loc = mlir::FileLineColLoc::get(&ctx, inputPath, 1, 1);
     module = import::buildModel(*config, &ctx, loc);
     if (mlir::failed(mlir::verify(*module)))
@@ -270,7 +267,7 @@ int main(int argc, char **argv) {
       return 1;
   }
 
-  // Layers, vocab, and the stage count check on @model.
+  // The stage count check on @model.
   auto model = module->lookupSymbol<mlir::func::FuncOp>("model");
   if (!model)
     return fail(inputPath + ": no func.func @model (docs/model-ir.md)");
@@ -278,10 +275,6 @@ int main(int argc, char **argv) {
   model.walk([&](mlir::Operation *op) {
     if (auto l = op->getAttrOfType<mlir::IntegerAttr>("nn.layer"))
       layers.insert(l.getInt());
-    if (lo.model.vocab == 0 && op->getName().getStringRef() == "nn.embedding" &&
-        op->getNumOperands() >= 2)
-      if (auto t = dyn_cast<mlir::RankedTensorType>(op->getOperand(1).getType()))
-        lo.model.vocab = t.getDimSize(0);
   });
   if (plan.stages > int(layers.size()))
     return fail(Twine(kind) + " on " + Twine(numRanks) + " ranks needs " +
@@ -332,26 +325,9 @@ int main(int argc, char **argv) {
   if (emitMlir)
     module->print(outs());
 
-  auto prog = compile::lowerToProgram(*module, lo);
+  auto prog = target::lowerToProgram(*module, lo);
   if (mlir::failed(prog))
     return 1;
-  if (ep > 1) {
-    // Every nn.moe layer's expert count must split evenly over the EP group.
-    bool anyMoE = false;
-    for (const rt::Stage &st : prog->stages)
-      for (const rt::Kernel &k : st.forward.kernels) {
-        if (k.op != "moe" || k.inputs.size() < 3 || k.inputs[2] < 0)
-          continue;
-        anyMoE = true;
-        const rt::TensorType &w1 = st.forward.values[size_t(k.inputs[2])];
-        int64_t experts = w1.shape.empty() ? 0 : w1.shape[0];
-        if (experts % ep != 0)
-          return fail("--ep " + Twine(int(ep)) + " does not divide the " +
-                      Twine(experts) + " experts of a moe layer");
-      }
-    if (!anyMoE)
-      return fail("--ep " + Twine(int(ep)) + ": the model has no moe layer");
-  }
   if (sched::Status st = rt::validateProgram(*prog); !st)
     return fail("internal error: the lowered program is invalid: " +
                 st.message());

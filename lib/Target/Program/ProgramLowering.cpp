@@ -1,6 +1,14 @@
 //===- ProgramLowering.cpp - Schedule-level IR to a runtime Program -------===//
+//
+// See ProgramLowering.h. The translation registration is in
+// ProgramTranslation.cpp.
+//
+//===----------------------------------------------------------------------===//
 
-#include "ProgramLowering.h"
+#include "pipeforge/Target/Program/ProgramLowering.h"
+
+#include "pipeforge/Dialect/NN/IR/NNOps.h"
+#include "pipeforge/Support/AttrNames.h"
 
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
 #include "pipeforge/Dialect/PP/Transforms/ScheduleConversion.h"
@@ -20,7 +28,7 @@
 
 using namespace mlir;
 
-namespace pipeforge::compile {
+namespace pipeforge::target {
 
 void assignBuffers(rt::Function &f, const std::vector<int32_t> &def,
                    const std::vector<int32_t> &lastUse) {
@@ -86,7 +94,16 @@ struct ForwardInfo {
 
 class Lowering {
 public:
-  Lowering(ModuleOp m, const LowerOptions &o) : module(m), opts(o) {}
+  Lowering(ModuleOp m, const LowerOptions &o) : module(m), opts(o) {
+    // Component ranges exist iff pp-split-components tagged the ops.
+    m.walk([&](Operation *op) {
+      if (op->hasAttr(attrs::kPPComponent)) {
+        components = true;
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+  }
   FailureOr<rt::Program> run();
 
 private:
@@ -102,8 +119,11 @@ private:
       ArrayRef<std::optional<std::pair<std::string, int32_t>>> tags,
       rt::FunctionKind kind, rt::Function &out);
 
+  LogicalResult checkExpertParallel(pp::PipelineOp pipeline);
+
   ModuleOp module;
   const LowerOptions &opts;
+  bool components = false;
   rt::Program prog;
   llvm::StringMap<int32_t> paramIndex;
 };
@@ -343,10 +363,10 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
         failed(addOperands(op.getResults(), resSeg, k.outputs, true)))
       return failure();
     out.kernels.push_back(std::move(k));
-    if (opts.components)
+    if (components)
       tags.push_back(componentOf(op));
   }
-  if (opts.components)
+  if (components)
     lowerComponents(fn, tags, kind, out);
   // Results.
   Operation *ret = body.getTerminator();
@@ -449,6 +469,35 @@ void Lowering::lowerComponents(
   out.components = std::move(ranges);
 }
 
+/// Every nn.moe layer's experts must split evenly over the EP group.
+LogicalResult Lowering::checkExpertParallel(pp::PipelineOp pipeline) {
+  int ep = opts.training.expertParallel;
+  if (ep <= 1)
+    return success();
+  bool anyMoE = false;
+  WalkResult r = pipeline.walk([&](nn::MoEOp moe) {
+    // Each copy's @forward holds the layer once.
+    auto fn = moe->getParentOfType<func::FuncOp>();
+    if (!fn || fn.getSymName() != "forward")
+      return WalkResult::advance();
+    anyMoE = true;
+    auto router = dyn_cast<RankedTensorType>(moe.getRouter().getType());
+    int64_t experts = router && router.getRank() >= 1 ? router.getDimSize(0) : 0;
+    if (experts % ep != 0) {
+      moe.emitError() << "--ep " << ep << " does not divide the " << experts
+                      << " experts of a moe layer";
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  if (r.wasInterrupted())
+    return failure();
+  if (!anyMoE)
+    return pipeline.emitError() << "--ep " << ep
+                                << ": the model has no moe layer";
+  return success();
+}
+
 FailureOr<rt::Program> Lowering::run() {
   pp::PipelineOp pipeline;
   pp::ScheduleOp schedOp;
@@ -467,7 +516,15 @@ FailureOr<rt::Program> Lowering::run() {
     return module.emitError() << "no pp.schedule to lower", failure();
 
   prog.model = opts.model;
+  if (auto n = pipeline->getAttrOfType<StringAttr>(attrs::kModelName))
+    prog.model.name = n.getValue().str();
+  if (auto v = pipeline->getAttrOfType<IntegerAttr>(attrs::kVocabSize))
+    prog.model.vocab = v.getInt();
   prog.training = opts.training;
+  if (!opts.schedule && prog.training.schedule.empty())
+    prog.training.schedule = schedOp.getKind().str();
+  if (failed(checkExpertParallel(pipeline)))
+    return failure();
   prog.schedule = opts.schedule ? *opts.schedule : pp::toLibrarySchedule(schedOp);
   prog.training.pipelineRanks = prog.schedule.numRanks();
   prog.training.microbatches =
@@ -536,4 +593,4 @@ FailureOr<rt::Program> lowerToProgram(ModuleOp module,
   return Lowering(module, opts).run();
 }
 
-} // namespace pipeforge::compile
+} // namespace pipeforge::target
