@@ -43,15 +43,8 @@ std::string fmtInt(long long v) { return std::to_string(v); }
 
 /// Stages per model copy that `kind` needs on p ranks.
 int stagesFor(ScheduleKind kind, int p, int chunks) {
-  switch (kind) {
-  case ScheduleKind::ZBV:
-  case ScheduleKind::DualPipeV:
-    return 2 * p;
-  case ScheduleKind::Interleaved:
-    return p * chunks;
-  default:
-    return p;
-  }
+  auto l = sched::stageLayoutFor(sched::scheduleKindName(kind), p, chunks);
+  return l ? l->stages : p;
 }
 
 double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }

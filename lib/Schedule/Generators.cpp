@@ -164,3 +164,74 @@ Expected<Schedule> generate(ScheduleKind kind, const GenOptions &opts) {
 }
 
 } // namespace pipeforge::sched
+
+namespace pipeforge::sched {
+
+Expected<Schedule> generateNone(int32_t stages, int32_t microbatches) {
+  if (stages < 1)
+    return Status::error("none needs at least 1 stage, got " +
+                         std::to_string(stages));
+  if (microbatches < 1)
+    return Status::error("none needs at least 1 microbatch, got " +
+                         std::to_string(microbatches));
+  if (2 * int64_t(stages) * microbatches > kMaxComputeActions)
+    return Status::error("none request too large: " + std::to_string(stages) +
+                         " stages x " + std::to_string(microbatches) +
+                         " microbatches exceeds " +
+                         std::to_string(kMaxComputeActions) + " actions");
+  Schedule s;
+  s.name = "none";
+  s.placement.numRanks = 1;
+  s.placement.numStages = stages;
+  s.placement.numCopies = 1;
+  s.placement.rankOf = {std::vector<int32_t>(size_t(stages), 0)};
+  s.numMicrobatches = microbatches;
+  s.hasComm = false; // compute only, as every generator (insertComm adds none)
+  s.programs.resize(1);
+  for (int32_t j = 0; j < microbatches; ++j) {
+    for (int32_t st = 0; st < stages; ++st)
+      s.programs[0].push_back(Action::compute({WorkKind::F, st, j, 0}));
+    for (int32_t st = stages - 1; st >= 0; --st)
+      s.programs[0].push_back(Action::compute({WorkKind::BW, st, j, 0}));
+  }
+  return s;
+}
+
+Expected<StageLayout> stageLayoutFor(const std::string &kind, int32_t ranks,
+                                     int32_t chunksPerRank, bool autoV) {
+  if (kind == "none") {
+    if (ranks != 1)
+      return Status::error("none is the single-process reference: it needs "
+                           "1 rank (got " + std::to_string(ranks) + ")");
+    return StageLayout{"linear", 1, 1};
+  }
+  auto k = parseScheduleKind(kind);
+  if (!k)
+    return Status::error("unknown schedule '" + kind + "' (expected one of: " +
+                         scheduleKindNames() + " none)");
+  if (ranks < 1)
+    return Status::error("ranks must be at least 1 (got " +
+                         std::to_string(ranks) + ")");
+  switch (*k) {
+  case ScheduleKind::Interleaved:
+    if (chunksPerRank < 2)
+      return Status::error("interleaved needs at least 2 chunks per rank "
+                           "(got " + std::to_string(chunksPerRank) + ")");
+    return StageLayout{"interleaved", chunksPerRank * ranks, ranks};
+  case ScheduleKind::ZBV:
+  case ScheduleKind::DualPipeV:
+    return StageLayout{"v", 2 * ranks, ranks};
+  case ScheduleKind::DualPipe:
+    if (ranks % 2 != 0)
+      return Status::error("dualpipe needs an even number of ranks (got " +
+                           std::to_string(ranks) + ")");
+    return StageLayout{"dual", ranks, ranks};
+  case ScheduleKind::Auto:
+    return autoV ? StageLayout{"v", 2 * ranks, ranks}
+                 : StageLayout{"linear", ranks, ranks};
+  default:
+    return StageLayout{"linear", ranks, ranks};
+  }
+}
+
+} // namespace pipeforge::sched

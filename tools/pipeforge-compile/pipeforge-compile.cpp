@@ -16,6 +16,7 @@
 
 #include "pipeforge/Import/ModelBuilder.h"
 #include "pipeforge/Import/ModelConfig.h"
+#include "pipeforge/Pipelines/CompilePipeline.h"
 #include "pipeforge/Target/Program/ProgramLowering.h"
 
 #include "pipeforge/Dialect/NN/IR/NNDialect.h"
@@ -54,7 +55,7 @@ static cl::opt<std::string> inputPath(cl::Positional,
 static cl::opt<std::string>
     scheduleName("schedule",
                  cl::desc("gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe "
-                          "dualpipev, or none (single-process reference)"),
+                          "dualpipev auto, or none (single-process reference)"),
                  cl::init("1f1b"), cl::cat(cat));
 static cl::opt<int> ranks("ranks",
                           cl::desc("Pipeline ranks (default 2; none: 1)"),
@@ -81,9 +82,15 @@ static cl::opt<int64_t>
            cl::init(0), cl::cat(cat));
 static cl::opt<std::string>
     memLimit("mem-limit",
-             cl::desc("Per-rank activation limit in M_B units, or <k>p "
-                      "(k x ranks); checked by pp-verify-schedule"),
+             cl::desc("Per-rank activation limit: M_B units, <k>p (k x "
+                      "ranks) or bytes (12GB, 512MiB); the auto scheduler's "
+                      "constraint, checked by pp-verify-schedule"),
              cl::init(""), cl::cat(cat));
+static cl::opt<std::string>
+    placement("placement",
+              cl::desc("--schedule auto: linear or v (the others imply "
+                       "theirs)"),
+              cl::init("linear"), cl::cat(cat));
 static cl::opt<uint64_t> seed("seed", cl::desc("Initialisation seed"),
                               cl::init(1234), cl::cat(cat));
 static cl::opt<std::string> outputPath("o", cl::desc("Write the program file"),
@@ -111,14 +118,6 @@ static int fail(const Twine &msg) {
   return 1;
 }
 
-namespace {
-struct Plan {
-  int stages = 0;
-  std::string placement;
-  int ranks = 0;
-};
-} // namespace
-
 static int runCheck() {
   auto p = rt::readProgram(inputPath);
   if (!p)
@@ -144,26 +143,15 @@ int main(int argc, char **argv) {
     return fail("nothing to do: give -o FILE, --dump or --emit-mlir");
 
   // --- Options -------------------------------------------------------------
-  const std::string kind = scheduleName;
-  const bool none = kind == "none";
-  std::optional<sched::ScheduleKind> sk;
-  if (!none) {
-    sk = sched::parseScheduleKind(kind);
-    if (!sk || *sk == sched::ScheduleKind::Auto)
-      return fail("unknown schedule '" + kind + "' (expected one of: gpipe " +
-                  "1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev none)");
-  }
-  int numRanks = ranks;
-  if (none) {
-    if (numRanks != 0 && numRanks != 1)
-      return fail("--schedule none is the single-process reference: it "
-                  "needs --ranks 1 (got " + Twine(numRanks) + ")");
-    numRanks = 1;
-  } else if (numRanks == 0) {
-    numRanks = 2;
-  }
-  if (numRanks < 1)
-    return fail("--ranks must be at least 1 (got " + Twine(numRanks) + ")");
+  pipelines::CompileOptions co;
+  co.schedule = scheduleName;
+  co.ranks = ranks;
+  co.microbatches = microbatches;
+  co.placement = placement;
+  co.memLimit = memLimit;
+  co.fuseOverlap = fuseOverlap;
+  if (sched::Status s = pipelines::resolveCompileOptions(co); !s)
+    return fail(s.message());
   if (dp < 1)
     return fail("--dp must be at least 1 (got " + Twine(int(dp)) + ")");
   if (ep < 1)
@@ -174,55 +162,8 @@ int main(int argc, char **argv) {
   if (seqLen < 0)
     return fail("--seq-len must be positive (got " + Twine(int64_t(seqLen)) +
                 ")");
-  if (microbatches < 0)
-    return fail("--microbatches must be positive (got " +
-                Twine(int(microbatches)) + ")");
-  Plan plan;
-  plan.ranks = numRanks;
-  if (none) {
-    plan = {1, "linear", 1};
-  } else {
-    switch (*sk) {
-    case sched::ScheduleKind::Interleaved:
-      plan = {2 * numRanks, "interleaved", numRanks};
-      break;
-    case sched::ScheduleKind::ZBV:
-    case sched::ScheduleKind::DualPipeV:
-      plan = {2 * numRanks, "v", numRanks};
-      break;
-    case sched::ScheduleKind::DualPipe:
-      if (numRanks % 2 != 0)
-        return fail("dualpipe needs an even number of ranks (got " +
-                    Twine(numRanks) + ")");
-      plan = {numRanks, "dual", numRanks};
-      break;
-    default:
-      plan = {numRanks, "linear", numRanks};
-    }
-  }
-  int mb = microbatches;
-  if (!none) {
-    int minMb = sched::minMicrobatches(*sk, numRanks);
-    if (mb == 0)
-      mb = minMb;
-    else if (mb < minMb)
-      return fail("--microbatches " + Twine(mb) + " is too few for " + kind +
-                  " on " + Twine(numRanks) + " ranks (needs at least " +
-                  Twine(minMb) + ")");
-  } else if (mb == 0) {
-    mb = 1;
-  }
-  double memLimitValue = 0;
-  if (!memLimit.empty()) {
-    StringRef s = memLimit;
-    double factor = 1;
-    if (s.consume_back("p"))
-      factor = numRanks;
-    if (s.getAsDouble(memLimitValue) || memLimitValue <= 0)
-      return fail("--mem-limit '" + memLimit +
-                  "' is not a positive number of M_B units or <k>p");
-    memLimitValue *= factor;
-  }
+  auto layout = sched::stageLayoutFor(co.schedule, co.ranks, co.chunks,
+                                      co.placement == "v");
 
   // --- Input ---------------------------------------------------------------
   mlir::DialectRegistry registry;
@@ -242,7 +183,6 @@ int main(int argc, char **argv) {
 
   target::LowerOptions lo;
   lo.model.name = sys::path::stem(inputPath).str();
-  lo.training.schedule = kind;
   lo.training.dataParallel = dp;
   lo.training.expertParallel = ep;
   lo.training.seed = seed;
@@ -276,52 +216,17 @@ int main(int argc, char **argv) {
     if (auto l = op->getAttrOfType<mlir::IntegerAttr>("nn.layer"))
       layers.insert(l.getInt());
   });
-  if (plan.stages > int(layers.size()))
-    return fail(Twine(kind) + " on " + Twine(numRanks) + " ranks needs " +
-                Twine(plan.stages) + " stages but the model has only " +
+  if (layout && layout->stages > int(layers.size()))
+    return fail(Twine(co.schedule) + " on " + Twine(co.ranks) + " ranks needs " +
+                Twine(layout->stages) + " stages but the model has only " +
                 Twine(layers.size()) + " layers to cut");
 
   // --- Pass pipeline -------------------------------------------------------
-  std::string pipeline = "pp-partition{stages=" +
-                         std::to_string(plan.stages) +
-                         " placement=" + plan.placement +
-                         " ranks=" + std::to_string(plan.ranks) +
-                         "},pp-split-backward";
-  if (fuseOverlap)
-    pipeline += ",pp-split-components";
-  if (!none) {
-    pipeline += ",pp-schedule{kind=" + kind +
-                " microbatches=" + std::to_string(mb) + "},pp-insert-comm";
-    pipeline += ",pp-verify-schedule";
-    if (memLimitValue > 0)
-      pipeline += "{mem-limit=" + std::to_string(memLimitValue) + "}";
-    // Component programs for the overlapped pairs (from the stages'
-    // pp.components) and early receive posts; the pass re-verifies.
-    if (fuseOverlap)
-      pipeline += ",pp-fuse-overlap";
-  }
   mlir::PassManager pm(&ctx);
-  if (mlir::failed(mlir::parsePassPipeline(pipeline, pm, errs())))
-    return fail("internal error: bad pass pipeline " + pipeline);
+  pipelines::buildCompilePipeline(pm, co);
   if (mlir::failed(pm.run(*module)))
     return 1;
 
-  if (none) {
-    // The unpipelined reference: F then BW per microbatch on one rank.
-    sched::Schedule s;
-    s.name = "none";
-    s.placement = sched::Placement::linear(1);
-    s.numMicrobatches = mb;
-    s.hasComm = false;
-    s.programs.resize(1);
-    for (int j = 0; j < mb; ++j) {
-      s.programs[0].push_back(
-          sched::Action::compute({sched::WorkKind::F, 0, j, 0}));
-      s.programs[0].push_back(
-          sched::Action::compute({sched::WorkKind::BW, 0, j, 0}));
-    }
-    lo.schedule = std::move(s);
-  }
   if (emitMlir)
     module->print(outs());
 

@@ -16,6 +16,7 @@
 #include "pipeforge/Dialect/NN/Transforms/Passes.h"
 #include "pipeforge/Dialect/PP/IR/PPDialect.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
+#include "pipeforge/Pipelines/CompilePipeline.h"
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
@@ -27,6 +28,7 @@ int main(int argc, char **argv) {
   mlir::registerSymbolDCEPass();
   pipeforge::pp::registerPPPasses();
   pipeforge::nn::registerNNPasses();
+  pipeforge::pipelines::registerCompilePipeline();
   return mlir::asMainReturnCode(mlir::MlirOptMain(
       argc, argv, "PipeForge optimizer driver\n", registry));
 }

@@ -10,11 +10,12 @@
 //
 //   pipeforge-rt-testprog --add-components IN.pfp -o OUT.pfp  (see
 //       addComponents: components for the fused-overlap executor tests)
-//   pipeforge-rt-testprog --schedule 1f1b|zb-h1|...|sequential --ranks R
+//   pipeforge-rt-testprog --schedule 1f1b|zb-h1|...|none --ranks R
 //       [--stages S] [--microbatches M] [--dp D] -o prog.pfp
 //
-// `sequential` puts every stage on one rank (F of all stages, then BW in
-// reverse), the single-process reference for any stage count.
+// `none` puts every stage on one rank (sched::generateNone: per microbatch
+// F of all stages, then BW in reverse), the single-process reference for
+// any stage count.
 //
 //===----------------------------------------------------------------------===//
 
@@ -345,37 +346,24 @@ int main(int argc, char **argv) {
   p.training.dataParallel = dp;
   p.training.seed = 7;
   sched::Schedule sc;
-  if (kind == "sequential") {
-    int ns = stages > 0 ? stages : 2;
-    sc.name = "sequential";
-    sc.placement.numRanks = 1;
-    sc.placement.numStages = ns;
-    sc.placement.numCopies = 1;
-    sc.placement.rankOf = {std::vector<int32_t>(size_t(ns), 0)};
-    sc.numMicrobatches = mb;
-    sc.hasComm = true;
-    sc.programs.resize(1);
-    for (int j = 0; j < mb; ++j)
-      for (int s = 0; s < ns; ++s)
-        sc.programs[0].push_back(sched::Action::compute({sched::WorkKind::F, s, j, 0}));
-    for (int j = 0; j < mb; ++j)
-      for (int s = ns - 1; s >= 0; --s)
-        sc.programs[0].push_back(sched::Action::compute({sched::WorkKind::BW, s, j, 0}));
-    ranks = 1;
-  } else {
+  auto g = [&]() -> sched::Expected<sched::Schedule> {
+    if (kind == "none") { // the single-process reference, any stage count
+      ranks = 1;
+      return sched::generateNone(stages > 0 ? stages : 2, mb);
+    }
     auto k = sched::parseScheduleKind(kind);
     if (!k)
-      die("unknown schedule '" + kind + "'");
+      return sched::Status::error("unknown schedule '" + kind + "'");
     sched::GenOptions go;
     go.ranks = ranks;
     go.microbatches = mb;
-    auto g = sched::generate(*k, go);
-    if (!g)
-      die(g.message());
-    sc = g.take();
-    if (Status s = sched::insertComm(sc); !s)
-      die(s.message());
-  }
+    return sched::generate(*k, go);
+  }();
+  if (!g)
+    die(g.message());
+  sc = g.take();
+  if (Status s = sched::insertComm(sc); !s)
+    die(s.message());
   p.schedule = sc;
   p.training.schedule = sc.name;
   p.training.pipelineRanks = ranks;

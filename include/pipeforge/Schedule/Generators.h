@@ -11,6 +11,8 @@
 
 #include "pipeforge/Schedule/Action.h"
 
+#include <string>
+
 namespace pipeforge::sched {
 
 struct GenOptions {
@@ -29,6 +31,28 @@ int32_t minMicrobatches(ScheduleKind kind, int32_t ranks,
 /// Generate the compute-only schedule. `Auto` is not handled here (see the
 /// automatic scheduler) and returns an error.
 Expected<Schedule> generate(ScheduleKind kind, const GenOptions &opts);
+
+/// The single-process reference, named "none": every stage of one copy on
+/// one rank; for each microbatch, F of stages 0 .. S-1, then BW of stages
+/// S-1 .. 0. Each stage's gradients accumulate in microbatch order, so a
+/// pipelined run whose W of every stage runs in microbatch order computes
+/// the same bits. Compute actions only, as every generator.
+Expected<Schedule> generateNone(int32_t stages, int32_t microbatches);
+
+/// How a schedule lays its stages out: the placement ("linear",
+/// "interleaved", "v", "dual"; pp-partition's names), the stages per model
+/// copy and the ranks. One table for the compile pipeline, pp-schedule and
+/// the planner. `kind` is a scheduleKindName, "auto" (linear, or v with
+/// `autoV`) or "none" (one stage on one rank; `ranks` must be 1). Errors:
+/// an unknown kind, ranks < 1, DualPipe with an odd rank count.
+struct StageLayout {
+  std::string placement;
+  int32_t stages = 0;
+  int32_t ranks = 0;
+};
+Expected<StageLayout> stageLayoutFor(const std::string &kind, int32_t ranks,
+                                     int32_t chunksPerRank = 2,
+                                     bool autoV = false);
 
 } // namespace pipeforge::sched
 

@@ -26,20 +26,6 @@ using namespace pipeforge;
 using namespace pipeforge::pp;
 
 /// The placement a schedule kind runs on.
-static PlacementKind placementFor(sched::ScheduleKind k) {
-  switch (k) {
-  case sched::ScheduleKind::Interleaved:
-    return PlacementKind::interleaved;
-  case sched::ScheduleKind::ZBV:
-  case sched::ScheduleKind::DualPipeV:
-    return PlacementKind::v;
-  case sched::ScheduleKind::DualPipe:
-    return PlacementKind::dual;
-  default:
-    return PlacementKind::linear;
-  }
-}
-
 namespace {
 struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
   using PPScheduleBase::PPScheduleBase;
@@ -153,17 +139,28 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
     return s.take();
   }
 
+  /// kind=none: the single-process reference on a one-rank pipeline.
+  FailureOr<sched::Schedule> generateNone(Location loc, int stages) {
+    auto s = sched::generateNone(stages, microbatches > 0 ? microbatches : 1);
+    if (!s) {
+      emitError(loc) << "cannot build schedule 'none': " << s.message();
+      return failure();
+    }
+    return s.take();
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    const bool isNone = kind == "none";
     auto k = sched::parseScheduleKind(kind);
-    if (!k) {
+    if (!k && !isNone) {
       module.emitError() << "unknown schedule kind '" << kind
                          << "'; expected one of: "
                          << "gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe "
-                            "dualpipev auto";
+                            "dualpipev auto none";
       return signalPassFailure();
     }
-    bool isAuto = *k == sched::ScheduleKind::Auto;
+    bool isAuto = k && *k == sched::ScheduleKind::Auto;
     if (isAuto && autoPlacement != "linear" && autoPlacement != "v") {
       module.emitError() << "placement expects linear or v, got '"
                          << autoPlacement << "'";
@@ -178,8 +175,15 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
                               "give ranks=N (N >= 1)";
         return signalPassFailure();
       }
-      auto s = isAuto ? generateAuto(module.getLoc(), ranks, autoPlacement == "v")
-                      : generate(module.getLoc(), *k, ranks, chunks);
+      if (isNone && ranks != 1) {
+        module.emitError() << "schedule 'none' runs on 1 rank (got ranks="
+                           << int(ranks) << ")";
+        return signalPassFailure();
+      }
+      auto s = isNone   ? generateNone(module.getLoc(), 1)
+               : isAuto ? generateAuto(module.getLoc(), ranks,
+                                       autoPlacement == "v")
+                        : generate(module.getLoc(), *k, ranks, chunks);
       if (failed(s))
         return signalPassFailure();
       b.setInsertionPointToEnd(module.getBody());
@@ -188,9 +192,22 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
     }
 
     for (PipelineOp p : pipelines) {
-      PlacementKind want = placementFor(*k);
-      if (isAuto && p.getPlacement() == PlacementKind::v)
-        want = PlacementKind::v;
+      int chunksPerRank = p.getNumStages() / p.getNumRanks();
+      auto layout = sched::stageLayoutFor(
+          kind, isNone ? 1 : int(p.getNumRanks()), std::max(chunksPerRank, 2),
+          isAuto && p.getPlacement() == PlacementKind::v);
+      if (!layout) {
+        p.emitError() << "cannot build schedule '" << kind
+                      << "': " << layout.message();
+        return signalPassFailure();
+      }
+      PlacementKind want = *symbolizePlacementKind(layout->placement);
+      if (isNone && p.getNumRanks() != 1) {
+        p.emitError() << "schedule 'none' runs every stage on one rank, but @"
+                      << p.getSymName() << " has " << p.getNumRanks()
+                      << " ranks";
+        return signalPassFailure();
+      }
       if (p.getPlacement() != want) {
         p.emitError() << "schedule '" << kind << "' needs placement '"
                       << stringifyPlacementKind(want) << "', but @"
@@ -204,10 +221,11 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
                       << " ranks)";
         return signalPassFailure();
       }
-      int chunksPerRank = p.getNumStages() / p.getNumRanks();
-      auto s = isAuto ? generateAuto(p.getLoc(), p.getNumRanks(),
-                                     p.getPlacement() == PlacementKind::v, p)
-                      : generate(p.getLoc(), *k, p.getNumRanks(), chunksPerRank);
+      auto s = isNone   ? generateNone(p.getLoc(), int(p.getNumStages()))
+               : isAuto ? generateAuto(p.getLoc(), p.getNumRanks(),
+                                       p.getPlacement() == PlacementKind::v, p)
+                        : generate(p.getLoc(), *k, p.getNumRanks(),
+                                   chunksPerRank);
       if (failed(s))
         return signalPassFailure();
       b.setInsertionPointAfter(p);

@@ -1,0 +1,65 @@
+//===- CompilePipeline.h - The compile pass pipeline, built once -*- C++ -*-===//
+//
+// nn IR -> schedule-level pp IR (docs/compile.md, docs/architecture.md):
+//
+//   pp-partition{stages placement ranks} -> pp-split-backward
+//   [-> pp-split-components] -> pp-schedule{kind microbatches [mem-limit]}
+//   -> pp-insert-comm -> pp-verify-schedule{[mem-limit]} [-> pp-fuse-overlap]
+//
+// built by one function from CompileOptions, used by pipeforge-compile and
+// registered as the named pipeline `pp-compile` so that
+//
+//   pipeforge-opt model.mlir --pp-compile="schedule=zbv ranks=2 microbatches=8"
+//
+// runs exactly what `pipeforge-compile --schedule zbv --ranks 2
+// --microbatches 8` runs before it lowers (the lowering is
+// Target/Program's translation).
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEFORGE_PIPELINES_COMPILEPIPELINE_H
+#define PIPEFORGE_PIPELINES_COMPILEPIPELINE_H
+
+#include "pipeforge/Schedule/Action.h"
+
+#include "mlir/Pass/PassManager.h"
+
+#include <string>
+
+namespace pipeforge::pipelines {
+
+struct CompileOptions {
+  /// A schedule kind (gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe
+  /// dualpipev auto) or "none", the single-process reference.
+  std::string schedule = "1f1b";
+  /// Pipeline ranks; 0: 2 (none: 1).
+  int ranks = 0;
+  /// Microbatches per step (DualPipe: over both copies); 0: the smallest the
+  /// schedule accepts (none: 1).
+  int microbatches = 0;
+  /// Interleaved 1F1B: model chunks per rank.
+  int chunks = 2;
+  /// auto: the placement, linear or v.
+  std::string placement = "linear";
+  /// Per-rank activation limit (M_B units, <k>p, or bytes: 12GB, 512MiB):
+  /// the auto scheduler's constraint, and checked by pp-verify-schedule.
+  std::string memLimit;
+  /// pp-split-components and pp-fuse-overlap: fused F&B pairs.
+  bool fuseOverlap = false;
+};
+
+/// Fills the defaults and checks the options against each other (an unknown
+/// schedule, ranks < 1, DualPipe with an odd rank count, too few
+/// microbatches, a malformed memory limit, placement other than linear/v).
+/// Errors name the option.
+sched::Status resolveCompileOptions(CompileOptions &o);
+
+/// Adds the pipeline for resolved options to `pm` (a module pass manager).
+void buildCompilePipeline(mlir::OpPassManager &pm, const CompileOptions &o);
+
+/// Registers `pp-compile` with the options schedule, ranks, microbatches,
+/// chunks, placement, mem-limit, fuse-overlap.
+void registerCompilePipeline();
+
+} // namespace pipeforge::pipelines
+
+#endif // PIPEFORGE_PIPELINES_COMPILEPIPELINE_H

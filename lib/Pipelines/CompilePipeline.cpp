@@ -1,0 +1,161 @@
+//===- CompilePipeline.cpp - The compile pass pipeline --------------------===//
+
+#include "pipeforge/Pipelines/CompilePipeline.h"
+
+#include "pipeforge/Dialect/PP/Transforms/Passes.h"
+#include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/MemoryLimit.h"
+
+#include "mlir/Pass/PassOptions.h"
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+
+namespace pipeforge::pipelines {
+
+sched::Status resolveCompileOptions(CompileOptions &o) {
+  const bool none = o.schedule == "none";
+  auto kind = sched::parseScheduleKind(o.schedule);
+  if (!none && !kind)
+    return sched::Status::error("unknown schedule '" + o.schedule +
+                                "' (expected one of: " +
+                                sched::scheduleKindNames() + " none)");
+  if (none) {
+    if (o.ranks != 0 && o.ranks != 1)
+      return sched::Status::error(
+          "--schedule none is the single-process reference: it needs "
+          "--ranks 1 (got " +
+          std::to_string(o.ranks) + ")");
+    o.ranks = 1;
+  } else if (o.ranks == 0) {
+    o.ranks = 2;
+  }
+  if (o.ranks < 1)
+    return sched::Status::error("--ranks must be at least 1 (got " +
+                                std::to_string(o.ranks) + ")");
+  if (o.microbatches < 0)
+    return sched::Status::error("--microbatches must be positive (got " +
+                                std::to_string(o.microbatches) + ")");
+  if (o.placement != "linear" && o.placement != "v")
+    return sched::Status::error("--placement must be linear or v (got '" +
+                                o.placement + "')");
+  if (o.placement == "v" && kind != sched::ScheduleKind::Auto)
+    return sched::Status::error("--placement applies to --schedule auto "
+                                "only; the other schedules imply theirs");
+  auto layout =
+      sched::stageLayoutFor(o.schedule, o.ranks, o.chunks, o.placement == "v");
+  if (!layout)
+    return layout.status();
+  if (none) {
+    if (o.microbatches == 0)
+      o.microbatches = 1;
+  } else if (*kind != sched::ScheduleKind::Auto) {
+    int32_t minMb = sched::minMicrobatches(*kind, o.ranks, o.chunks);
+    if (o.microbatches == 0)
+      o.microbatches = minMb;
+    else if (o.microbatches < minMb)
+      return sched::Status::error(
+          "--microbatches " + std::to_string(o.microbatches) +
+          " is too few for " + o.schedule + " on " + std::to_string(o.ranks) +
+          " ranks (needs at least " + std::to_string(minMb) + ")");
+  } else if (o.microbatches == 0) {
+    o.microbatches = 2 * o.ranks;
+  }
+  if (!o.memLimit.empty())
+    if (auto m = sched::parseMemoryLimit(o.memLimit); !m)
+      return sched::Status::error("--mem-limit: " + m.message());
+  return sched::Status::ok();
+}
+
+void buildCompilePipeline(OpPassManager &pm, const CompileOptions &o) {
+  auto layout =
+      sched::stageLayoutFor(o.schedule, o.ranks, o.chunks, o.placement == "v");
+  pp::PPPartitionOptions part;
+  part.stages = layout ? layout->stages : o.ranks;
+  part.placement = layout ? layout->placement : "linear";
+  part.ranks = o.ranks;
+  pm.addPass(pp::createPPPartition(part));
+  pm.addPass(pp::createPPSplitBackward());
+  if (o.fuseOverlap)
+    pm.addPass(pp::createPPSplitComponents());
+  pp::PPScheduleOptions sch;
+  sch.kind = o.schedule;
+  sch.microbatches = o.microbatches;
+  sch.chunks = o.chunks;
+  sch.autoPlacement = o.placement;
+  if (o.schedule == "auto")
+    sch.memLimit = o.memLimit;
+  pm.addPass(pp::createPPSchedule(sch));
+  pm.addPass(pp::createPPInsertComm());
+  pp::PPVerifyScheduleOptions ver;
+  ver.memLimit = o.memLimit;
+  pm.addPass(pp::createPPVerifySchedule(ver));
+  // Component programs for the overlapped pairs (from the stages'
+  // pp.components) and early receive posts; the pass re-verifies.
+  if (o.fuseOverlap && o.schedule != "none")
+    pm.addPass(pp::createPPFuseOverlap());
+}
+
+namespace {
+struct CompilePipelineOptions
+    : public PassPipelineOptions<CompilePipelineOptions> {
+  Option<std::string> schedule{
+      *this, "schedule",
+      llvm::cl::desc("gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe "
+                     "dualpipev auto, or none (single-process reference)"),
+      llvm::cl::init("1f1b")};
+  Option<int> ranks{*this, "ranks",
+                    llvm::cl::desc("Pipeline ranks (0: 2; none: 1)"),
+                    llvm::cl::init(0)};
+  Option<int> microbatches{
+      *this, "microbatches",
+      llvm::cl::desc("Microbatches per step (0: the smallest the schedule "
+                     "accepts)"),
+      llvm::cl::init(0)};
+  Option<int> chunks{*this, "chunks",
+                     llvm::cl::desc("Interleaved: model chunks per rank"),
+                     llvm::cl::init(2)};
+  Option<std::string> placement{
+      *this, "placement", llvm::cl::desc("auto: linear or v"),
+      llvm::cl::init("linear")};
+  Option<std::string> memLimit{
+      *this, "mem-limit",
+      llvm::cl::desc("Per-rank activation limit: M_B units, <k>p or bytes"),
+      llvm::cl::init("")};
+  Option<bool> fuseOverlap{
+      *this, "fuse-overlap",
+      llvm::cl::desc("Split components and fuse overlapped F&B pairs"),
+      llvm::cl::init(false)};
+};
+} // namespace
+
+void registerCompilePipeline() {
+  registerPassPipeline(
+      "pp-compile",
+      "The whole compile flow from nn IR to the schedule-level module "
+      "(what pipeforge-compile runs before it lowers)",
+      [](OpPassManager &pm, StringRef optionsStr,
+         function_ref<LogicalResult(const Twine &)> errorHandler)
+          -> LogicalResult {
+        CompilePipelineOptions po;
+        if (failed(po.parseFromString(optionsStr)))
+          return failure();
+        CompileOptions o;
+        o.schedule = po.schedule;
+        o.ranks = po.ranks;
+        o.microbatches = po.microbatches;
+        o.chunks = po.chunks;
+        o.placement = po.placement;
+        o.memLimit = po.memLimit;
+        o.fuseOverlap = po.fuseOverlap;
+        if (sched::Status s = resolveCompileOptions(o); !s)
+          return errorHandler("pp-compile: " + s.message());
+        buildCompilePipeline(pm, o);
+        return success();
+      },
+      [](function_ref<void(const detail::PassOptions &)> optHandler) {
+        optHandler(CompilePipelineOptions());
+      });
+}
+
+} // namespace pipeforge::pipelines
