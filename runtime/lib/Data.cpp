@@ -12,15 +12,6 @@
 
 namespace pipeforge::rt {
 
-uint64_t fnv1a64(const void *data, size_t n, uint64_t h) {
-  const uint8_t *p = static_cast<const uint8_t *>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 DataSource::~DataSource() = default;
 
 namespace {

@@ -67,9 +67,7 @@ uint64_t splitmix(uint64_t &x) {
   return z ^ (z >> 31);
 }
 uint64_t hashStr(const std::string &s, uint64_t h) {
-  for (unsigned char c : s)
-    h = (h ^ c) * 0x100000001B3ull;
-  return h;
+  return fnv1a64(s.data(), s.size(), h);
 }
 
 class PatternTokens final : public TokenSource {
@@ -136,7 +134,7 @@ std::string baseParamName(const std::string &name) {
 Status initParamValues(const Param &p, uint64_t seed, float *out) {
   int64_t n = p.type.numElements();
   const std::string &init = p.init;
-  uint64_t base = hashStr(baseParamName(p.name), 0xcbf29ce484222325ull ^ seed);
+  uint64_t base = hashStr(baseParamName(p.name), kFnv1aOffset ^ seed);
   auto uniform01 = [&](int64_t i, int k) {
     uint64_t x = base + uint64_t(i) * 2 + uint64_t(k);
     return (double(splitmix(x) >> 11) + 0.5) * (1.0 / 9007199254740992.0);

@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "pipeforge/Support/Hash.h"
 #include "pipeforge/rt/Program.h"
 
 #include "pipeforge/Schedule/Export.h"
@@ -90,12 +91,7 @@ Function &stageFunction(Stage &s, FunctionKind k) {
 }
 
 uint64_t programChecksum(const std::string &body) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : body) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return fnv1a64(body.data(), body.size());
 }
 
 //===----------------------------------------------------------------------===//

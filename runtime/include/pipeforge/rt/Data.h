@@ -24,6 +24,7 @@
 #ifndef PIPEFORGE_RT_DATA_H
 #define PIPEFORGE_RT_DATA_H
 
+#include "pipeforge/Support/Hash.h"
 #include "pipeforge/Schedule/Action.h"
 
 #include <cstddef>
@@ -37,9 +38,10 @@ namespace pipeforge::rt {
 using sched::Expected;
 using sched::Status;
 
-/// FNV-1a, 64 bit: the checksum of token and checkpoint files.
-constexpr uint64_t kFnv1aOffset = 0xcbf29ce484222325ull;
-uint64_t fnv1a64(const void *data, size_t n, uint64_t h = kFnv1aOffset);
+/// FNV-1a, 64 bit (pipeforge/Support/Hash.h): the checksum of token and
+/// checkpoint files.
+using pipeforge::fnv1a64;
+using pipeforge::kFnv1aOffset;
 
 /// A stream of training samples.
 class DataSource {
