@@ -23,12 +23,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "pipeforge/rt/Checkpoint.h"
-#include "pipeforge/rt/Data.h"
 #include "pipeforge/rt/Executor.h"
-#include "pipeforge/rt/Optimizer.h"
 #include "pipeforge/rt/Program.h"
 #include "pipeforge/rt/ThreadTransport.h"
+#include "pipeforge/rt/Trainer.h"
 #ifdef PIPEFORGE_HAVE_MPI
 #include "pipeforge/rt/MpiTransport.h"
 #endif
@@ -73,77 +71,6 @@ namespace {
   std::exit(2);
 }
 
-/// Data.h's DataSource as the executor's TokenSource; replica d reads
-/// global microbatches d*M .. d*M+M-1.
-class DataAdapter final : public TokenSource {
-public:
-  DataAdapter(const DataSource &d, int64_t m) : d(d), m(m) {}
-  Status fill(int64_t step, int dp, int64_t g, int64_t b, int64_t s,
-              int32_t *tok, int32_t *tgt) override {
-    return d.batch(int64_t(dp) * m + g, step, b, s, tok, tgt);
-  }
-
-private:
-  const DataSource &d;
-  int64_t m;
-};
-
-/// Optimizer.h's AdamW behind the executor's seam.
-class AdamWAdapter final : public StepOptimizer {
-public:
-  explicit AdamWAdapter(AdamWConfig c) : opt(c) {}
-  /// Registers the executor's local parameters (in localParams() order,
-  /// the order of the slots the executor passes), before a resume.
-  Status registerParams(Executor &ex, const Program &p) {
-    if (registered)
-      return Status::ok();
-    // Sized by what this rank holds: an expert-parallel parameter is a
-    // 1/E slice of the program's tensor.
-    for (int32_t i : ex.localParams())
-      if (Status s = opt.addParam(p.params[size_t(i)].name, ex.paramData(i),
-                                  ex.gradData(i), size_t(ex.paramElems(i)));
-          !s)
-        return s;
-    registered = true;
-    return Status::ok();
-  }
-  Status update(const std::vector<ParamSlot> &ps, double norm,
-                int64_t) override {
-    if (Status s = ensure(ps); !s)
-      return s;
-    GradInfo g;
-    g.normSq = norm * norm;
-    g.allFinite = std::isfinite(norm);
-    opt.step(g);
-    return Status::ok();
-  }
-  Status optimisticUpdate(const std::vector<ParamSlot> &ps,
-                          const GradInfo &partial, int64_t) override {
-    if (Status s = ensure(ps); !s)
-      return s;
-    return opt.optimisticStep(partial);
-  }
-  Expected<ValidateResult> validateUpdate(const GradInfo &global) override {
-    return opt.validate(global);
-  }
-  AdamW &get() { return opt; }
-
-private:
-  Status ensure(const std::vector<ParamSlot> &ps) {
-    if (registered)
-      return Status::ok();
-    for (const ParamSlot &p : ps)
-      if (Status s = opt.addParam(p.param->name, p.value,
-                                  const_cast<float *>(p.grad), size_t(p.n));
-          !s)
-        return s;
-    registered = true;
-    return Status::ok();
-  }
-  AdamWT<float> opt;
-  bool registered = false;
-};
-
 /// The backend by name; "cuda" on `device` with GEMMs in `precision`.
 Expected<std::unique_ptr<Backend>> createBackend(const std::string &name,
                                                  const std::string &precision,
@@ -165,34 +92,6 @@ Expected<std::unique_ptr<Backend>> createBackend(const std::string &name,
   return Status::error("--backend cuda: this build has no CUDA backend "
                        "(nvcc was not found at configure time)");
 #endif
-}
-
-/// <dir>/step-00000012: the checkpoint taken after step 12.
-std::string checkpointSubdir(const std::string &dir, int64_t step) {
-  char b[32];
-  std::snprintf(b, sizeof b, "/step-%08lld", (long long)step);
-  return dir + b;
-}
-
-/// The latest complete checkpoint (one with a manifest) under `dir`, or -1.
-int64_t latestCheckpoint(const std::string &dir) {
-  int64_t best = -1;
-  DIR *d = opendir(dir.c_str());
-  if (!d)
-    return -1;
-  while (dirent *e = readdir(d)) {
-    const char *n = e->d_name;
-    if (std::strncmp(n, "step-", 5) != 0)
-      continue;
-    char *end = nullptr;
-    long long k = std::strtoll(n + 5, &end, 10);
-    if (end == n + 5 || *end || k < 0)
-      continue;
-    if (access((dir + "/" + n + "/manifest.txt").c_str(), R_OK) == 0)
-      best = std::max<int64_t>(best, k);
-  }
-  closedir(d);
-  return best;
 }
 
 int compareMain(int argc, char **argv) {
@@ -360,7 +259,6 @@ int main(int argc, char **argv) {
   // thread with --local-ranks.
   auto runRank = [&](Transport *tr) -> int {
     tr->setTimeout(timeout);
-    std::string dataSpec = dataSpecOpt;
     auto fail = [&](const std::string &m) -> int {
       if (tr->worldSize() > 1)
         tr->abort(m, 1);
@@ -377,58 +275,6 @@ int main(int argc, char **argv) {
                           p.training.expertParallel);
         !s)
       return fail(s.message());
-    if (p.schedule.numRanks() != p.training.pipelineRanks)
-      return fail("the schedule has " + std::to_string(p.schedule.numRanks()) +
-                  " ranks but the program says " +
-                  std::to_string(p.training.pipelineRanks));
-
-    // Data.
-    uint64_t dataFp = 0;
-    std::unique_ptr<DataSource> ds;
-    std::unique_ptr<TokenSource> tokens;
-    int64_t totalMb = p.training.microbatches;
-    if (dataSpec == "auto")
-      dataSpec = p.model.vocab >= 256 ? "synthetic" : "pattern";
-    if (dataSpec == "pattern") {
-      tokens = createPatternTokens(p.training.seed, p.model.vocab);
-      std::string id = "pattern " + std::to_string(p.training.seed) + " " +
-                       std::to_string(p.model.vocab);
-      dataFp = fnv1a64(id.data(), id.size());
-    } else {
-      if (dataSpec == "synthetic") {
-        ds = std::make_unique<SyntheticLanguage>();
-      } else {
-        auto tf = TokenFile::open(dataSpec, p.training.seed);
-        if (!tf)
-          return fail(tf.message());
-        ds = tf.take();
-      }
-      if (ds->vocabSize() > p.model.vocab)
-        return fail("data '" + ds->describe() + "' has vocabulary " +
-                    std::to_string(ds->vocabSize()) + ", the model " +
-                    std::to_string(p.model.vocab));
-      // EP rank e of replica d reads (d * E + e) * M + ... (Executor adds e *
-      // M).
-      tokens = std::make_unique<DataAdapter>(
-          *ds, totalMb * int64_t(p.training.expertParallel));
-      dataFp = ds->fingerprint();
-    }
-
-    // Optimizer.
-    std::unique_ptr<StepOptimizer> opt;
-    AdamWAdapter *adam = nullptr;
-    if (optName == "sgd") {
-      opt = createSgd(float(lr));
-    } else {
-      AdamWConfig c;
-      c.lr = lr;
-      c.maxGradNorm = maxNorm;
-      if (Status s = checkConfig(c); !s)
-        return fail(s.message());
-      auto a = std::make_unique<AdamWAdapter>(c);
-      adam = a.get();
-      opt = std::move(a);
-    }
 
     int device = deviceOpt;
 #ifdef PIPEFORGE_HAVE_CUDA
@@ -448,7 +294,18 @@ int main(int argc, char **argv) {
     if (!beOr)
       return fail(beOr.message());
     std::unique_ptr<Backend> be = beOr.take();
-    ExecutorOptions eo;
+
+    TrainerOptions to;
+    to.steps = steps;
+    to.optimizer = optName;
+    to.lr = lr;
+    to.maxGradNorm = maxNorm;
+    to.data = dataSpecOpt;
+    to.checkpointDir = ckDir;
+    to.saveEvery = saveEvery;
+    to.tracePath = tracePath;
+    to.dumpWeightsPath = dumpPath;
+    ExecutorOptions &eo = to.executor;
     eo.trace = !tracePath.empty();
     eo.recvLookahead = lookahead;
     eo.optimizerSync = syncMode == "post-validation"
@@ -459,85 +316,22 @@ int main(int argc, char **argv) {
     eo.injectNanMb = nanMb;
     eo.fuseOverlap = !noFuse;
     eo.syncDeviceCompute = !asyncCompute;
-    auto ex = Executor::create(p, *be, *tr, *tokens, *opt, eo);
-    if (!ex)
-      return fail(ex.message());
-    if (adam)
-      if (Status s = adam->registerParams(**ex, p); !s)
-        return fail(s.message());
-
-    // Checkpoints: this rank's parameters by name, the optimizer state, the
-    // step, the data position; the program fingerprint guards the layout.
-    uint64_t progFp = programChecksum(serializeProgram(p));
-    uint32_t wrank = uint32_t(tr->worldRank()),
-             wsize = uint32_t(tr->worldSize());
-    std::vector<ParamRef> refs;
-    for (int32_t i : (*ex)->localParams())
-      refs.push_back({p.params[size_t(i)].name, (*ex)->paramShape(i),
-                      (*ex)->paramData(i)});
+    auto trainer = Trainer::create(p, *be, *tr, to);
+    if (!trainer)
+      return fail(trainer.message());
+    bool root = tr->worldRank() == 0;
     if (resume) {
-      int64_t k = latestCheckpoint(ckDir);
-      if (k < 0)
-        return fail("--resume: no complete checkpoint (step-N/manifest.txt) "
-                    "in '" +
-                    ckDir + "'");
-      std::string dir = checkpointSubdir(ckDir, k);
-      auto ck = loadRankCheckpoint(dir, wrank);
-      if (!ck)
-        return fail("--resume: " + ck.message());
-      auto bad = [&](const std::string &m) {
-        return fail("--resume: checkpoint '" + dir + "' " + m);
-      };
-      if (ck->numRanks != wsize)
-        return bad("was written by " + std::to_string(ck->numRanks) +
-                   " ranks; this run has " + std::to_string(wsize));
-      if (ck->programFingerprint != progFp)
-        return bad("was written for a different program (fingerprint " +
-                   std::to_string(ck->programFingerprint) + ", this program " +
-                   std::to_string(progFp) +
-                   "): same model, schedule, ranks and microbatches needed");
-      if (ck->data.fingerprint != dataFp)
-        return bad("was written with different training data");
-      if (ck->data.nextStep != ck->step)
-        return bad("has data position " + std::to_string(ck->data.nextStep) +
-                   " but step " + std::to_string(ck->step));
-      if (ck->hasOptimizer != (adam != nullptr))
-        return bad(std::string(ck->hasOptimizer ? "has" : "has no") +
-                   " AdamW state but this run uses --optimizer " + optName);
-      if (Status s =
-              restoreCheckpoint(*ck, refs, adam ? &adam->get() : nullptr);
-          !s)
-        return bad(s.message());
-      (*ex)->setStepsDone(int64_t(ck->step));
-      if (wrank == 0 && !quiet)
-        std::printf("resumed from %s (step %lld)\n", dir.c_str(),
-                    (long long)ck->step);
+      auto k = (*trainer)->resume();
+      if (!k)
+        return fail(k.message());
+      if (root && !quiet)
+        std::printf("resumed from %s (step %lld)\n",
+                    checkpointSubdir(ckDir, *k).c_str(), (long long)*k);
     }
-    auto save = [&](int64_t k) -> Status {
-      std::string dir = checkpointSubdir(ckDir, k);
-      DataPosition pos;
-      pos.nextStep = uint64_t(k);
-      pos.fingerprint = dataFp;
-      auto c =
-          captureCheckpoint(wrank, wsize, uint64_t(k), refs,
-                            adam ? &adam->get() : nullptr, pos, {}, progFp);
-      if (!c)
-        return c.status();
-      if (Status s = writeRankCheckpoint(dir, *c); !s)
-        return s;
-      if (Status s = tr->barrier(Group::World); !s)
-        return s;
-      if (wrank == 0)
-        if (auto m = finalizeCheckpoint(dir, wsize); !m)
-          return m.status();
-      // Nobody moves on (or exits) before the manifest is in place.
-      return tr->barrier(Group::World);
-    };
 
     const char *dieStep = std::getenv("PIPEFORGE_TEST_DIE_AT_STEP");
     const char *dieRank = std::getenv("PIPEFORGE_TEST_DIE_RANK");
-    bool root = tr->worldRank() == 0;
-    for (int64_t k = (*ex)->stepsDone() + 1; k <= steps; ++k) {
+    auto before = [&](int64_t k) {
       if (dieStep && dieRank && std::atoll(dieStep) == k &&
           std::atoi(dieRank) == tr->worldRank()) {
         std::fprintf(stderr,
@@ -547,40 +341,23 @@ int main(int argc, char **argv) {
         std::fflush(stderr);
         _exit(1);
       }
-      auto st = (*ex)->step();
-      if (!st)
-        return fail("step " + std::to_string(k) + ": " + st.message());
+    };
+    auto after = [&](const StepStats &st) {
       if (root && !quiet) {
         std::printf("step %lld loss %.6f tokens/s %.0f bubble %.3f",
-                    (long long)st->step, st->loss,
-                    st->seconds > 0 ? double(st->tokens) / st->seconds : 0.0,
-                    st->bubble);
-        if (st->optimizer != "applied")
-          std::printf(" optimizer %s", st->optimizer.c_str());
+                    (long long)st.step, st.loss,
+                    st.seconds > 0 ? double(st.tokens) / st.seconds : 0.0,
+                    st.bubble);
+        if (st.optimizer != "applied")
+          std::printf(" optimizer %s", st.optimizer.c_str());
         std::printf("\n");
       }
       std::fflush(stdout);
-      if (saveEvery > 0 && k % saveEvery == 0)
-        if (Status s = save(k); !s)
-          return fail("checkpoint after step " + std::to_string(k) + ": " +
-                      s.message());
-    }
-    if (!tracePath.empty())
-      if (Status s = (*ex)->writeTrace(tracePath); !s)
-        return fail(s.message());
-    if (!dumpPath.empty()) {
-      // Test hook: one rank's copy of its first parameter drifts, for the
-      // replica check of gatherWeights.
-      if (const char *pr = std::getenv("PIPEFORGE_TEST_PERTURB_RANK"))
-        if (std::atoi(pr) == tr->worldRank() && !(*ex)->localParams().empty())
-          (*ex)->paramData((*ex)->localParams()[0])[0] += 1.0f;
-      auto w = (*ex)->gatherWeights();
-      if (!w)
-        return fail(w.message());
-      if (root)
-        if (Status s = writeWeights(dumpPath, *w); !s)
-          return fail(s.message());
-    }
+    };
+    if (Status s = (*trainer)->run(before, after); !s)
+      return fail(s.message());
+    if (Status s = (*trainer)->finish(); !s)
+      return fail(s.message());
     return 0;
   };
 

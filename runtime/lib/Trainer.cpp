@@ -1,0 +1,345 @@
+//===- Trainer.cpp - One rank's training run ------------------------------===//
+//
+// See Trainer.h. The data source and the optimizer are adapted to the
+// executor's seams (TokenSource, StepOptimizer) here; checkpoints use
+// Checkpoint.h with the program's checksum as its fingerprint.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/rt/Trainer.h"
+
+#include "pipeforge/rt/Checkpoint.h"
+#include "pipeforge/rt/Data.h"
+#include "pipeforge/rt/Optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <dirent.h>
+#include <unistd.h>
+
+namespace pipeforge::rt {
+
+std::string checkpointSubdir(const std::string &dir, int64_t step) {
+  char b[32];
+  std::snprintf(b, sizeof b, "/step-%08lld", (long long)step);
+  return dir + b;
+}
+
+int64_t latestCheckpoint(const std::string &dir) {
+  int64_t best = -1;
+  DIR *d = opendir(dir.c_str());
+  if (!d)
+    return -1;
+  while (dirent *e = readdir(d)) {
+    const char *n = e->d_name;
+    if (std::strncmp(n, "step-", 5) != 0)
+      continue;
+    char *end = nullptr;
+    long long k = std::strtoll(n + 5, &end, 10);
+    if (end == n + 5 || *end || k < 0)
+      continue;
+    if (access((dir + "/" + n + "/manifest.txt").c_str(), R_OK) == 0)
+      best = std::max<int64_t>(best, k);
+  }
+  closedir(d);
+  return best;
+}
+
+namespace {
+
+/// Data.h's DataSource as the executor's TokenSource; replica d reads
+/// global microbatches d*M .. d*M+M-1.
+class DataAdapter final : public TokenSource {
+public:
+  DataAdapter(const DataSource &d, int64_t m) : d(d), m(m) {}
+  Status fill(int64_t step, int dp, int64_t g, int64_t b, int64_t s,
+              int32_t *tok, int32_t *tgt) override {
+    return d.batch(int64_t(dp) * m + g, step, b, s, tok, tgt);
+  }
+
+private:
+  const DataSource &d;
+  int64_t m;
+};
+
+/// Optimizer.h's AdamW behind the executor's seam.
+class AdamWAdapter final : public StepOptimizer {
+public:
+  explicit AdamWAdapter(AdamWConfig c) : opt(c) {}
+  /// Registers the executor's local parameters (in localParams() order,
+  /// the order of the slots the executor passes), before a resume. Sized
+  /// by what this rank holds: an expert-parallel parameter is a 1/E slice
+  /// of the program's tensor.
+  Status registerParams(Executor &ex, const Program &p) {
+    if (registered)
+      return Status::ok();
+    for (int32_t i : ex.localParams())
+      if (Status s =
+              opt.addParam(p.params[size_t(i)].name, ex.paramData(i),
+                           ex.gradData(i), size_t(ex.paramElems(i)));
+          !s)
+        return s;
+    registered = true;
+    return Status::ok();
+  }
+  Status update(const std::vector<ParamSlot> &ps, double norm,
+                int64_t) override {
+    if (Status s = ensure(ps); !s)
+      return s;
+    GradInfo g;
+    g.normSq = norm * norm;
+    g.allFinite = std::isfinite(norm);
+    opt.step(g);
+    return Status::ok();
+  }
+  Status optimisticUpdate(const std::vector<ParamSlot> &ps,
+                          const GradInfo &partial, int64_t) override {
+    if (Status s = ensure(ps); !s)
+      return s;
+    return opt.optimisticStep(partial);
+  }
+  Expected<ValidateResult> validateUpdate(const GradInfo &global) override {
+    return opt.validate(global);
+  }
+  AdamW &get() { return opt; }
+
+private:
+  Status ensure(const std::vector<ParamSlot> &ps) {
+    if (registered)
+      return Status::ok();
+    for (const ParamSlot &p : ps)
+      if (Status s = opt.addParam(p.param->name, p.value,
+                                  const_cast<float *>(p.grad), size_t(p.n));
+          !s)
+        return s;
+    registered = true;
+    return Status::ok();
+  }
+  AdamWT<float> opt;
+  bool registered = false;
+};
+
+} // namespace
+
+struct Trainer::Impl {
+  const Program &prog;
+  Transport &tr;
+  TrainerOptions o;
+  uint64_t dataFp = 0;
+  uint64_t progFp = 0;
+  std::unique_ptr<DataSource> ds;
+  std::unique_ptr<TokenSource> tokens;
+  std::unique_ptr<StepOptimizer> opt;
+  AdamWAdapter *adam = nullptr;
+  std::unique_ptr<Executor> ex;
+  std::vector<ParamRef> refs;
+
+  Impl(const Program &p, Transport &t, const TrainerOptions &o)
+      : prog(p), tr(t), o(o) {}
+  Status initData();
+  Status initOptimizer();
+};
+
+Status Trainer::Impl::initData() {
+  std::string spec = o.data;
+  if (spec == "auto")
+    spec = prog.model.vocab >= 256 ? "synthetic" : "pattern";
+  if (spec == "pattern") {
+    tokens = createPatternTokens(prog.training.seed, prog.model.vocab);
+    std::string id = "pattern " + std::to_string(prog.training.seed) + " " +
+                     std::to_string(prog.model.vocab);
+    dataFp = fnv1a64(id.data(), id.size());
+    return Status::ok();
+  }
+  if (spec == "synthetic") {
+    ds = std::make_unique<SyntheticLanguage>();
+  } else {
+    auto tf = TokenFile::open(spec, prog.training.seed);
+    if (!tf)
+      return tf.status();
+    ds = tf.take();
+  }
+  if (ds->vocabSize() > prog.model.vocab)
+    return Status::error("data '" + ds->describe() + "' has vocabulary " +
+                         std::to_string(ds->vocabSize()) + ", the model " +
+                         std::to_string(prog.model.vocab));
+  // EP rank e of replica d reads (d * E + e) * M + ... (the executor adds
+  // e * M).
+  tokens = std::make_unique<DataAdapter>(
+      *ds, prog.training.microbatches * int64_t(prog.training.expertParallel));
+  dataFp = ds->fingerprint();
+  return Status::ok();
+}
+
+Status Trainer::Impl::initOptimizer() {
+  if (o.optimizer == "sgd") {
+    if (o.executor.optimizerSync == OptimizerSync::PostValidation)
+      return Status::error(
+          "--optimizer-sync post-validation needs --optimizer adamw");
+    opt = createSgd(float(o.lr));
+    return Status::ok();
+  }
+  if (o.optimizer != "adamw")
+    return Status::error("--optimizer must be adamw or sgd (got '" +
+                         o.optimizer + "')");
+  AdamWConfig c;
+  c.lr = o.lr;
+  c.maxGradNorm = o.maxGradNorm;
+  if (Status s = checkConfig(c); !s)
+    return s;
+  auto a = std::make_unique<AdamWAdapter>(c);
+  adam = a.get();
+  opt = std::move(a);
+  return Status::ok();
+}
+
+Trainer::Trainer(std::unique_ptr<Impl> i) : impl(std::move(i)) {}
+Trainer::~Trainer() = default;
+
+Expected<std::unique_ptr<Trainer>> Trainer::create(const Program &prog,
+                                                   Backend &be, Transport &tr,
+                                                   const TrainerOptions &o) {
+  if (o.steps < 0)
+    return Status::error("--steps must be >= 0");
+  if (o.saveEvery < 0)
+    return Status::error("--save-every must be >= 0");
+  if (o.saveEvery != 0 && o.checkpointDir.empty())
+    return Status::error("--save-every needs --checkpoint-dir");
+  if (prog.schedule.numRanks() != prog.training.pipelineRanks)
+    return Status::error("the schedule has " +
+                         std::to_string(prog.schedule.numRanks()) +
+                         " ranks but the program says " +
+                         std::to_string(prog.training.pipelineRanks));
+  auto impl = std::make_unique<Impl>(prog, tr, o);
+  if (Status s = impl->initData(); !s)
+    return s;
+  if (Status s = impl->initOptimizer(); !s)
+    return s;
+  auto ex = Executor::create(prog, be, tr, *impl->tokens, *impl->opt,
+                             o.executor);
+  if (!ex)
+    return ex.status();
+  impl->ex = ex.take();
+  if (impl->adam)
+    if (Status s = impl->adam->registerParams(*impl->ex, prog); !s)
+      return s;
+  // Checkpoints: this rank's parameters by name (an expert-parallel one as
+  // its slice), the optimizer state, the step, the data position; the
+  // program fingerprint guards the layout.
+  impl->progFp = programChecksum(serializeProgram(prog));
+  for (int32_t i : impl->ex->localParams())
+    impl->refs.push_back({prog.params[size_t(i)].name,
+                          impl->ex->paramShape(i), impl->ex->paramData(i)});
+  return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
+}
+
+Expected<int64_t> Trainer::resume() {
+  Impl &m = *impl;
+  const std::string &root = m.o.checkpointDir;
+  if (root.empty())
+    return Status::error("--resume needs --checkpoint-dir");
+  int64_t k = latestCheckpoint(root);
+  if (k < 0)
+    return Status::error("--resume: no complete checkpoint "
+                         "(step-N/manifest.txt) in '" +
+                         root + "'");
+  std::string dir = checkpointSubdir(root, k);
+  uint32_t wrank = uint32_t(m.tr.worldRank()), wsize = uint32_t(m.tr.worldSize());
+  auto ck = loadRankCheckpoint(dir, wrank);
+  if (!ck)
+    return Status::error("--resume: " + ck.message());
+  auto bad = [&](const std::string &msg) {
+    return Status::error("--resume: checkpoint '" + dir + "' " + msg);
+  };
+  if (ck->numRanks != wsize)
+    return bad("was written by " + std::to_string(ck->numRanks) +
+               " ranks; this run has " + std::to_string(wsize));
+  if (ck->programFingerprint != m.progFp)
+    return bad("was written for a different program (fingerprint " +
+               std::to_string(ck->programFingerprint) + ", this program " +
+               std::to_string(m.progFp) +
+               "): same model, schedule, ranks and microbatches needed");
+  if (ck->data.fingerprint != m.dataFp)
+    return bad("was written with different training data");
+  if (ck->data.nextStep != ck->step)
+    return bad("has data position " + std::to_string(ck->data.nextStep) +
+               " but step " + std::to_string(ck->step));
+  if (ck->hasOptimizer != (m.adam != nullptr))
+    return bad(std::string(ck->hasOptimizer ? "has" : "has no") +
+               " AdamW state but this run uses --optimizer " + m.o.optimizer);
+  if (Status s =
+          restoreCheckpoint(*ck, m.refs, m.adam ? &m.adam->get() : nullptr);
+      !s)
+    return bad(s.message());
+  m.ex->setStepsDone(int64_t(ck->step));
+  return int64_t(ck->step);
+}
+
+Status Trainer::saveCheckpoint(int64_t k) {
+  Impl &m = *impl;
+  uint32_t wrank = uint32_t(m.tr.worldRank()), wsize = uint32_t(m.tr.worldSize());
+  std::string dir = checkpointSubdir(m.o.checkpointDir, k);
+  DataPosition pos;
+  pos.nextStep = uint64_t(k);
+  pos.fingerprint = m.dataFp;
+  auto c = captureCheckpoint(wrank, wsize, uint64_t(k), m.refs,
+                             m.adam ? &m.adam->get() : nullptr, pos, {},
+                             m.progFp);
+  if (!c)
+    return c.status();
+  if (Status s = writeRankCheckpoint(dir, *c); !s)
+    return s;
+  if (Status s = m.tr.barrier(Group::World); !s)
+    return s;
+  if (wrank == 0)
+    if (auto man = finalizeCheckpoint(dir, wsize); !man)
+      return man.status();
+  // Nobody moves on (or exits) before the manifest is in place.
+  return m.tr.barrier(Group::World);
+}
+
+Status Trainer::run(const std::function<void(int64_t)> &before,
+                    const std::function<void(const StepStats &)> &after) {
+  Impl &m = *impl;
+  for (int64_t k = m.ex->stepsDone() + 1; k <= m.o.steps; ++k) {
+    if (before)
+      before(k);
+    auto st = m.ex->step();
+    if (!st)
+      return Status::error("step " + std::to_string(k) + ": " + st.message());
+    if (after)
+      after(*st);
+    if (m.o.saveEvery > 0 && k % m.o.saveEvery == 0)
+      if (Status s = saveCheckpoint(k); !s)
+        return Status::error("checkpoint after step " + std::to_string(k) +
+                             ": " + s.message());
+  }
+  return Status::ok();
+}
+
+Status Trainer::finish() {
+  Impl &m = *impl;
+  if (!m.o.tracePath.empty())
+    if (Status s = m.ex->writeTrace(m.o.tracePath); !s)
+      return s;
+  if (m.o.dumpWeightsPath.empty())
+    return Status::ok();
+  // Test hook: one rank's copy of its first parameter drifts, for the
+  // replica check of gatherWeights.
+  if (const char *pr = std::getenv("PIPEFORGE_TEST_PERTURB_RANK"))
+    if (std::atoi(pr) == m.tr.worldRank() && !m.ex->localParams().empty())
+      m.ex->paramData(m.ex->localParams()[0])[0] += 1.0f;
+  auto w = m.ex->gatherWeights();
+  if (!w)
+    return w.status();
+  if (m.tr.worldRank() == 0)
+    return writeWeights(m.o.dumpWeightsPath, *w);
+  return Status::ok();
+}
+
+int64_t Trainer::stepsDone() const { return impl->ex->stepsDone(); }
+Executor &Trainer::executor() { return *impl->ex; }
+
+} // namespace pipeforge::rt
