@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # The main job: set up, build, compile the tiny GPT (examples/gpt-tiny.json)
-# with DualPipeV for 4 pipeline ranks, train it on CPU with mpirun for 40
-# steps (the loss falls), and compare the measured bubble with the
-# simulator's prediction from the measured op costs.
-#   STEPS (default 40)  BUILD_DIR (default build)
+# with DualPipeV, train it on CPU with mpirun for 40 steps (the loss falls),
+# compare the measured bubble with the simulator's prediction from the
+# measured op costs, and draw two pictures: the measured timeline of every
+# rank above the simulated one (timeline.svg) and the loss curve (loss.svg).
+# The rank count is what the machine holds without oversubscription (4, or 2
+# on fewer than 4 cores), so the measured times are the schedule's, not the
+# OS scheduler's.
+#   STEPS (default 40)  BUILD_DIR (default build)  RANKS (default: see above)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 STEPS=${STEPS:-40}
-RANKS=4
-MICROBATCHES=8
+cores=$(nproc)
+RANKS=${RANKS:-$([ "$cores" -ge 4 ] && echo 4 || echo 2)}
+MICROBATCHES=$((4 * RANKS))
 
 bash scripts/setup.sh
 mkdir -p "$BUILD_DIR"
@@ -41,9 +46,16 @@ costs=$(python3 scripts/trace_costs.py "$work/trace.json")
 # shellcheck disable=SC2086
 simulated=$("$bin/pipeforge-sched" --schedule dualpipev --ranks $RANKS --microbatches $MICROBATCHES $costs \
   | awk '/^makespan/ { print $4 }')
+# shellcheck disable=SC2086
+"$bin/pipeforge-sched" --schedule dualpipev --ranks $RANKS --microbatches $MICROBATCHES $costs \
+  --format svg -o "$work/simulated.svg"
+laststep=$(python3 scripts/demo_pictures.py "$work/trace.json" "$work/train.log" "$work/simulated.svg" "$work")
 echo
 echo "loss: $first -> $last over $STEPS steps"
 echo "measured op costs (ms): $costs"
-echo "bubble: measured $measured (mean of steps 2..$STEPS), simulated $simulated (pipeforge-sched, measured costs)"
+echo "bubble: measured $measured (mean of steps 2..$STEPS; last step $laststep), simulated $simulated (pipeforge-sched, measured costs)"
+echo "pictures: $work/timeline.svg (every rank's last step, measured above simulated), $work/loss.svg"
 echo "trace of all ranks: $work/trace.json (open in ui.perfetto.dev)"
-echo "note: $RANKS MPI ranks share $(nproc) cores here, so measured times include oversubscription."
+if [ "$RANKS" -gt "$cores" ]; then
+  echo "note: $RANKS MPI ranks share $cores cores here, so measured times include oversubscription."
+fi

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "pipeforge/rt/Data.h"
+#include "pipeforge/rt/Executor.h"
 
 #include <cstdio>
 #include <cstring>
@@ -388,4 +389,43 @@ Status DataPosition::checkSource(const DataSource &src) const {
   return Status::ok();
 }
 
+//===--- The executor's built-in pattern stream (Executor.h) --------------===//
+
+namespace {
+uint64_t patternHash(const std::string &s, uint64_t h) {
+  return fnv1a64(s.data(), s.size(), h);
+}
+class PatternTokens final : public TokenSource {
+public:
+  PatternTokens(uint64_t seed, int64_t vocab) : seed(seed), vocab(vocab) {}
+  Status fill(int64_t step, int dpIndex, int64_t g, int64_t batch, int64_t seq,
+              int32_t *tok, int32_t *tgt) override {
+    if (vocab < 2)
+      return Status::error("pattern data needs a vocabulary of at least 2");
+    for (int64_t b = 0; b < batch; ++b) {
+      uint64_t x = seed ^ (uint64_t(step) * 1000003ull) ^
+                   (uint64_t(dpIndex) << 40) ^ (uint64_t(g) << 20) ^
+                   uint64_t(b);
+      int64_t cur = int64_t(splitmix(x) % uint64_t(vocab));
+      int64_t mult = 1 + 2 * ((step + g + b) % 2); // two interleaved rules
+      for (int64_t t = 0; t < seq; ++t) {
+        int64_t nxt = (cur * mult + 1) % vocab;
+        tok[b * seq + t] = int32_t(cur);
+        tgt[b * seq + t] = int32_t(nxt);
+        cur = nxt;
+      }
+    }
+    return Status::ok();
+  }
+
+private:
+  uint64_t seed;
+  int64_t vocab;
+};
+
+} // namespace
+
+std::unique_ptr<TokenSource> createPatternTokens(uint64_t seed, int64_t vocab) {
+  return std::make_unique<PatternTokens>(seed, vocab);
+}
 } // namespace pipeforge::rt

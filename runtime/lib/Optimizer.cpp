@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "pipeforge/rt/Optimizer.h"
+#include "pipeforge/rt/Executor.h"
 
 #include <cmath>
 
@@ -287,5 +288,28 @@ template <typename T> Status AdamWT<T>::importState(const AdamWState<T> &s) {
 
 template class AdamWT<float>;
 template class AdamWT<double>;
+
+//===--- Plain SGD (Executor.h's StepOptimizer seam) ----------------------===//
+
+namespace {
+class Sgd final : public StepOptimizer {
+public:
+  explicit Sgd(float lr) : lr(lr) {}
+  Status update(const std::vector<ParamSlot> &ps, double, int64_t) override {
+    for (const ParamSlot &p : ps)
+      for (int64_t i = 0; i < p.n; ++i)
+        p.value[i] -= lr * p.grad[i];
+    return Status::ok();
+  }
+
+private:
+  float lr;
+};
+
+} // namespace
+
+std::unique_ptr<StepOptimizer> createSgd(float lr) {
+  return std::make_unique<Sgd>(lr);
+}
 
 } // namespace pipeforge::rt

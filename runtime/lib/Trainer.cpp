@@ -76,9 +76,8 @@ public:
     if (registered)
       return Status::ok();
     for (int32_t i : ex.localParams())
-      if (Status s =
-              opt.addParam(p.params[size_t(i)].name, ex.paramData(i),
-                           ex.gradData(i), size_t(ex.paramElems(i)));
+      if (Status s = opt.addParam(p.params[size_t(i)].name, ex.paramData(i),
+                                  ex.gradData(i), size_t(ex.paramElems(i)));
           !s)
         return s;
     registered = true;
@@ -217,8 +216,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Program &prog,
     return s;
   if (Status s = impl->initOptimizer(); !s)
     return s;
-  auto ex = Executor::create(prog, be, tr, *impl->tokens, *impl->opt,
-                             o.executor);
+  auto ex =
+      Executor::create(prog, be, tr, *impl->tokens, *impl->opt, o.executor);
   if (!ex)
     return ex.status();
   impl->ex = ex.take();
@@ -230,8 +229,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Program &prog,
   // program fingerprint guards the layout.
   impl->progFp = programChecksum(serializeProgram(prog));
   for (int32_t i : impl->ex->localParams())
-    impl->refs.push_back({prog.params[size_t(i)].name,
-                          impl->ex->paramShape(i), impl->ex->paramData(i)});
+    impl->refs.push_back({prog.params[size_t(i)].name, impl->ex->paramShape(i),
+                          impl->ex->paramData(i)});
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
 
@@ -246,7 +245,8 @@ Expected<int64_t> Trainer::resume() {
                          "(step-N/manifest.txt) in '" +
                          root + "'");
   std::string dir = checkpointSubdir(root, k);
-  uint32_t wrank = uint32_t(m.tr.worldRank()), wsize = uint32_t(m.tr.worldSize());
+  uint32_t wrank = uint32_t(m.tr.worldRank()),
+           wsize = uint32_t(m.tr.worldSize());
   auto ck = loadRankCheckpoint(dir, wrank);
   if (!ck)
     return Status::error("--resume: " + ck.message());
@@ -279,14 +279,15 @@ Expected<int64_t> Trainer::resume() {
 
 Status Trainer::saveCheckpoint(int64_t k) {
   Impl &m = *impl;
-  uint32_t wrank = uint32_t(m.tr.worldRank()), wsize = uint32_t(m.tr.worldSize());
+  uint32_t wrank = uint32_t(m.tr.worldRank()),
+           wsize = uint32_t(m.tr.worldSize());
   std::string dir = checkpointSubdir(m.o.checkpointDir, k);
   DataPosition pos;
   pos.nextStep = uint64_t(k);
   pos.fingerprint = m.dataFp;
-  auto c = captureCheckpoint(wrank, wsize, uint64_t(k), m.refs,
-                             m.adam ? &m.adam->get() : nullptr, pos, {},
-                             m.progFp);
+  auto c =
+      captureCheckpoint(wrank, wsize, uint64_t(k), m.refs,
+                        m.adam ? &m.adam->get() : nullptr, pos, {}, m.progFp);
   if (!c)
     return c.status();
   if (Status s = writeRankCheckpoint(dir, *c); !s)

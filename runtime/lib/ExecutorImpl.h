@@ -1,0 +1,259 @@
+//===- ExecutorImpl.h - The executor's state, shared by its files -*- C++
+//-*-===//
+//
+// Private to runtime/lib: Executor::Impl and the buffers it owns. The
+// executor is split by concern:
+//   Executor.cpp        the action interpreter (F, B, W, BW, FB, messages)
+//   GradSync.cpp        after the actions: data- and expert-parallel gradient
+//                       reduction, the gradient norm, the optimizer protocol
+//   ExecutorWeights.cpp weights files, the gather, the replica check
+//   ExecutorTrace.cpp   the merged Chrome trace
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEFORGE_RT_LIB_EXECUTORIMPL_H
+#define PIPEFORGE_RT_LIB_EXECUTORIMPL_H
+
+#include "pipeforge/rt/Executor.h"
+#include "pipeforge/rt/MoEParallel.h"
+
+#include <array>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace pipeforge::rt {
+
+using sched::Action;
+using sched::ActionKind;
+using sched::Payload;
+using sched::Work;
+using sched::WorkKind;
+
+namespace exec {
+
+inline double nowS() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+/// An owned device buffer.
+struct Buf {
+  Backend *be = nullptr;
+  void *p = nullptr;
+  int64_t bytes = 0;
+  Buf(Backend &b, int64_t n) : be(&b), p(b.alloc(n)), bytes(n) {}
+  ~Buf() {
+    if (p)
+      be->free(p);
+  }
+  Buf(const Buf &) = delete;
+  Buf &operator=(const Buf &) = delete;
+  float *f() { return static_cast<float *>(p); }
+};
+using BufP = std::shared_ptr<Buf>;
+
+using Key = std::tuple<int, int, int>; // copy, stage, mb
+
+/// How a function's values map to memory.
+struct FnPlan {
+  bool perValue = false;                  ///< ignore the buffer assignment
+  std::vector<std::unique_ptr<Buf>> bufs; ///< workspace, lazily allocated
+};
+
+struct TraceEvent {
+  std::string name;
+  int tid;          ///< 0 compute, 1 comm
+  double ts, dur;   ///< seconds since the run's epoch
+  std::string args; ///< JSON members for "args" (benchmarks/runtime_vs_sim.py)
+  const char *cat = nullptr; ///< null: by tid (compute, comm, step)
+};
+
+} // namespace exec
+
+using exec::Buf;
+using exec::BufP;
+using exec::FnPlan;
+using exec::Key;
+using exec::nowS;
+using exec::TraceEvent;
+
+struct Executor::Impl {
+  const Program &prog;
+  Backend &be;
+  Transport &tr;
+  TokenSource &data;
+  StepOptimizer &opt;
+  ExecutorOptions opts;
+  int prank = 0, numStages = 1, mPerCopy = 1, totalMb = 1;
+  int64_t stepNo = 0;
+  double epoch = 0;
+
+  /// On a backend that is not host-visible the host copies are the master
+  /// parameters (fp32) the optimizer and checkpoints work on: values are
+  /// uploaded at the start of every step, gradients downloaded at its end.
+  struct ParamState {
+    BufP value, grad;
+    std::vector<float> hostValue, hostGrad;
+  };
+  float *hostValue(ParamState &ps) {
+    return be.hostVisible() ? ps.value->f() : ps.hostValue.data();
+  }
+  float *hostGrad(ParamState &ps) {
+    return be.hostVisible() ? ps.grad->f() : ps.hostGrad.data();
+  }
+  /// Messages go through host memory: the backend's buffers are device
+  /// memory and the transport takes host memory.
+  bool stageMessages() const {
+    return !be.hostVisible() && !tr.deviceBuffers();
+  }
+  /// Expert parallelism (docs/runtime.md): group size and index; the moe
+  /// expert params (w1/w2/w3) of which this rank holds a 1/E slice.
+  int E = 1, epi = 0;
+  std::set<int32_t> expertParams;
+  /// Elements of parameter i held here (its slice for expert params).
+  int64_t localElems(int32_t i) const {
+    int64_t n = prog.params[size_t(i)].type.numElements();
+    return expertParams.count(i) ? n / E : n;
+  }
+  std::map<int32_t, ParamState> params; ///< local params by global index
+  Status checkReplicas();
+  std::map<std::pair<int, int>, std::array<FnPlan, 4>> plans;
+  /// Bytes of the activation bundle F(copy, stage) sends, and each
+  /// activation's offset in it.
+  std::map<std::pair<int, int>, std::vector<int64_t>> actOffsets;
+  std::map<std::pair<int, int>, int64_t> actBytes;
+
+  // Per-step state.
+  std::map<Key, std::vector<BufP>> stash, wstash;
+  using HostStage = std::shared_ptr<std::vector<float>>;
+  struct Inbox {
+    BufP buf;
+    RequestId req = 0; ///< pending receive, 0: ready
+    double posted = 0;
+    std::string label;
+    HostStage stage; ///< stageMessages(): the receive lands here first
+  };
+  std::map<std::tuple<int, int, int, int>, Inbox>
+      inbox; ///< (payload, c, s, mb)
+  std::map<std::tuple<int, int, int, int>, BufP> outbox; ///< producer identity
+  struct PendingSend {
+    RequestId req;
+    BufP buf;
+    double posted;
+    std::string label;
+    HostStage stage; ///< stageMessages(): what the transport sends from
+  };
+  std::vector<PendingSend> sends;
+  std::map<std::pair<int, int>, std::pair<BufP, BufP>> tokens; ///< (c, mb)
+  BufP seed;
+  double lossSum = 0;
+  int lossCount = 0;
+  double busy = 0;
+  double waited = 0;    ///< seconds blocked in receive waits (trace args)
+  double a2aWaited = 0; ///< seconds blocked in all-to-all waits (trace args)
+  std::vector<TraceEvent> events;
+  std::set<size_t> posted; ///< action indices whose Recv is posted
+  bool nanPending = false; ///< --inject-nan armed for this step
+
+  Impl(const Program &p, Backend &b, Transport &t, TokenSource &d,
+       StepOptimizer &o, ExecutorOptions op)
+      : prog(p), be(b), tr(t), data(d), opt(o), opts(op) {}
+
+  const Stage &stageOf(int c, int s) {
+    return *prog.findStage(c, s); // validated in init()
+  }
+  int rankOf(int c, int s) const { return prog.schedule.placement.rank(c, s); }
+
+  /// One invocation of a stage function, run kernel by kernel (a moe
+  /// kernel under expert parallelism phase by phase) so that an Overlap
+  /// pair can interleave two of them.
+  struct FnRun {
+    const Stage *st = nullptr;
+    int which = 0, c = 0, mb = 0;
+    const Function *fn = nullptr;
+    FnPlan *plan = nullptr;
+    const std::vector<BufP> *stashIn = nullptr, *wstashIn = nullptr;
+    float *gradIn = nullptr;
+    std::vector<BufP> *stashOut = nullptr, *wstashOut = nullptr;
+    BufP *actOut = nullptr, *gradOut = nullptr;
+    std::vector<void *> ptr;
+    BufP tok, tgt, actIn;
+    KernelCall call;
+    size_t next = 0;                ///< next kernel
+    std::unique_ptr<MoEPhased> moe; ///< the moe kernel in flight
+    /// On a device backend: the moe kernel's operands staged in host memory
+    /// (the expert-parallel moe works on host buffers, as the transports'
+    /// all-to-alls do); the results go back to the device when it is done.
+    struct HostCall {
+      KernelCall call;
+      std::vector<std::vector<char>> in, out;
+    };
+    std::unique_ptr<HostCall> hostCall;
+    std::string label; ///< "F0.3" (trace)
+    bool done() const { return next >= fn->kernels.size(); }
+  };
+  Status fnBegin(FnRun &r);
+  Status fnPrepare(FnRun &r); ///< binds r.call for kernel r.next
+  Status fnResults(FnRun &r);
+  Status fnError(const FnRun &r, const std::string &m);
+  /// Runs one step of r: a kernel, or the next phase of its moe kernel;
+  /// `posted`: an all-to-all of r is in flight after the step.
+  Status fnStep(FnRun &r, bool &posted);
+  /// r.call with every operand copied to host memory (r.hostCall).
+  const KernelCall &stageToHost(FnRun &r);
+  void recordMoE(const FnRun &r, MoEPhased &m, const std::string &name);
+  Status doOverlap(const Action &a, bool &fusedRun);
+
+  Status init();
+  Status runFunction(const Stage &st, int which, int c, int mb,
+                     const std::vector<BufP> *stashIn,
+                     const std::vector<BufP> *wstashIn, float *gradInPtr,
+                     std::vector<BufP> *stashOut, std::vector<BufP> *wstashOut,
+                     BufP *actOut, BufP *gradOut);
+  Status compute(const Work &w);
+  Status doF(const Work &w);
+  Status finishF(const Work &w, std::vector<BufP> &st_out, BufP act);
+  Status doB(const Work &w, bool fused);
+  Expected<BufP> gradInFor(const Work &w);
+  Status finishB(const Work &w, bool fused, std::vector<BufP> &ws, BufP gout);
+  Status doW(const Work &w);
+  Status recv(const Action &a, size_t idx);
+  Status send(const Action &a);
+  Status gradReduce(const Action &a);
+  Expected<BufP> takeInbox(Payload p, int c, int s, int mb);
+  Status dataFor(int c, int mb, BufP &tok, BufP &tgt);
+  void record(const std::string &name, int tid, double t0, double t1,
+              std::string args = "", const char *cat = nullptr) {
+    if (opts.trace)
+      events.push_back({name, tid, t0 - epoch, t1 - t0, std::move(args), cat});
+  }
+  void pollSends() {
+    tr.progress();
+    for (size_t i = 0; i < sends.size();) {
+      if (tr.test(sends[i].req)) {
+        record(sends[i].label, 1, sends[i].posted, nowS());
+        sends.erase(sends.begin() + long(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+  Expected<StepStats> step();
+  /// GradSync.cpp: everything after the step's actions (t0: the step's start,
+  /// span: its actions' wall time).
+  Expected<StepStats> finishStep(double t0, double span);
+  /// Sums the gradients (all, or the non-expert ones) over group `g` and
+  /// divides every local gradient by `size`.
+  Status averageGrads(Group g, int size, bool expertsToo);
+};
+
+/// "stage S (copy C): message" (ExecutorInit.cpp).
+Status stageError(int c, int s, const std::string &m);
+
+} // namespace pipeforge::rt
+
+#endif // PIPEFORGE_RT_LIB_EXECUTORIMPL_H

@@ -1,0 +1,161 @@
+//===- ExecutorInit.cpp - Buffers, expert shards and parameters at start --===//
+//
+// Executor::Impl::init: activation layouts, the expert-parallel parameters
+// (the moe kernels' expert operands, sliced over the group), the local
+// parameters (initialised whole, then sliced), the per-function buffer
+// plans.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ExecutorImpl.h"
+
+#include <algorithm>
+
+namespace pipeforge::rt {
+
+Status stageError(int c, int s, const std::string &m) {
+  return Status::error("stage " + std::to_string(s) + " of copy " +
+                       std::to_string(c) + ": " + m);
+}
+
+Status Executor::Impl::init() {
+  tr.attachBackend(be);
+  const sched::Schedule &sc = prog.schedule;
+  if (sc.programs.size() != size_t(sc.numRanks()) || sc.numRanks() < 1)
+    return Status::error("program has no per-rank schedule");
+  if (!sc.hasComm && sc.numRanks() > 1)
+    return Status::error("the schedule has no send/recv actions (compile "
+                         "it with communication inserted)");
+  prank = tr.pipelineRank();
+  numStages = sc.placement.numStages;
+  mPerCopy = sc.numMicrobatches;
+  totalMb = prog.training.microbatches > 0 ? prog.training.microbatches
+                                           : mPerCopy * sc.placement.numCopies;
+  if (mPerCopy < 1 || numStages < 1)
+    return Status::error("schedule has no microbatches or stages");
+  for (int c = 0; c < sc.placement.numCopies; ++c)
+    for (int s = 0; s < numStages; ++s) {
+      const Stage *st = prog.findStage(c, s);
+      if (!st)
+        return stageError(c, s, "missing from the program");
+      if (st->rank != sc.placement.rank(c, s))
+        return stageError(c, s, "rank disagrees with the schedule placement");
+      // Activation bundle layout.
+      std::vector<int64_t> off;
+      int64_t total = 0;
+      std::vector<std::pair<int32_t, int32_t>> acts;
+      for (const ResultBinding &r : st->forward.results)
+        if (r.role == ResultRole::Activation)
+          acts.push_back({r.index, r.value});
+      std::sort(acts.begin(), acts.end());
+      for (auto &[idx, v] : acts) {
+        if (idx != int32_t(off.size()))
+          return stageError(c, s, "activation results are not numbered 0..n-1");
+        off.push_back(total);
+        total += (st->forward.values[size_t(v)].numBytes() + 63) / 64 * 64;
+      }
+      actOffsets[{c, s}] = off;
+      actBytes[{c, s}] = total;
+    }
+  // Expert parallelism: find the moe expert operands (w1, w2, w3).
+  E = prog.training.expertParallel;
+  epi = tr.epIndex();
+  if (E != tr.epSize())
+    return Status::error("the program has expert_parallel " +
+                         std::to_string(E) + " but the transport's group has " +
+                         std::to_string(tr.epSize()) + " ranks");
+  if (E > 1) {
+    for (const Stage &st : prog.stages)
+      for (FunctionKind fk :
+           {FunctionKind::Forward, FunctionKind::BackwardInput,
+            FunctionKind::BackwardWeight, FunctionKind::Backward}) {
+        const Function &fn = stageFunction(st, fk);
+        std::map<int32_t, int32_t> paramOf; // value -> param index
+        for (const ArgBinding &a : fn.args)
+          if (a.role == ArgRole::Param)
+            paramOf[a.value] = a.index;
+        for (const Kernel &k : fn.kernels) {
+          if (!isMoEOp(k.op))
+            continue;
+          for (size_t j = 0; j < k.inputs.size(); ++j) {
+            if (!isMoEExpertOperand(k.op, k.inputs.size(), j))
+              continue;
+            auto it = paramOf.find(k.inputs[j]);
+            if (it == paramOf.end())
+              return stageError(st.copy, st.index,
+                                "expert parallelism: operand " +
+                                    std::to_string(j) + " of '" + k.op +
+                                    "' is not a parameter");
+            const Param &p = prog.params[size_t(it->second)];
+            if (p.type.shape.empty() || p.type.shape[0] % E)
+              return Status::error("expert parameter '" + p.name +
+                                   "' does not split over " +
+                                   std::to_string(E) + " ranks");
+            expertParams.insert(it->second);
+          }
+        }
+      }
+  }
+  // Local parameters.
+  for (size_t i = 0; i < prog.params.size(); ++i) {
+    const Param &p = prog.params[i];
+    if (p.copy >= sc.placement.numCopies || p.stage >= numStages)
+      return Status::error("parameter '" + p.name + "' has no stage");
+    if (rankOf(p.copy, p.stage) != prank)
+      continue;
+    ParamState ps;
+    int64_t nLocal = localElems(int32_t(i));
+    ps.value = std::make_shared<Buf>(be, nLocal * 4);
+    ps.grad = std::make_shared<Buf>(be, nLocal * 4);
+    if (!ps.value->p || !ps.grad->p)
+      return Status::error("out of memory for parameter '" + p.name + "'");
+    std::vector<float> host(static_cast<size_t>(p.type.numElements()));
+    if (Status s = initParamValues(p, prog.training.seed, host.data()); !s)
+      return s;
+    // An expert param: initialised whole (as the reference), then sliced.
+    int64_t off = expertParams.count(int32_t(i)) ? int64_t(epi) * nLocal : 0;
+    be.copyFromHost(ps.value->p, host.data() + off, nLocal * 4);
+    if (!be.hostVisible()) {
+      ps.hostValue.assign(host.begin() + off, host.begin() + off + nLocal);
+      ps.hostGrad.assign(size_t(nLocal), 0.0f);
+    }
+    params[int32_t(i)] = ps;
+  }
+  // Buffer plans: per-value when the assignment is missing or lets a kernel
+  // write a buffer it also reads.
+  for (const Stage &st : prog.stages) {
+    const Function *fns[4] = {&st.forward, &st.backwardInput,
+                              &st.backwardWeight, &st.backward};
+    auto &pl = plans[{st.copy, st.index}];
+    for (int k = 0; k < 4; ++k) {
+      const Function &fn = *fns[k];
+      bool ok = fn.buffer.size() == fn.values.size();
+      for (size_t v = 0; ok && v < fn.values.size(); ++v)
+        ok = fn.buffer[v] >= 0 &&
+             size_t(fn.buffer[v]) < fn.bufferBytes.size() &&
+             fn.bufferBytes[size_t(fn.buffer[v])] >= fn.values[v].numBytes();
+      for (const Kernel &kn : fn.kernels) {
+        if (!ok)
+          break;
+        std::set<int32_t> ins;
+        for (int32_t v : kn.inputs)
+          if (v >= 0)
+            ins.insert(fn.buffer[size_t(v)]);
+        std::set<int32_t> outs;
+        for (int32_t v : kn.outputs)
+          if (v >= 0 && (ins.count(fn.buffer[size_t(v)]) ||
+                         !outs.insert(fn.buffer[size_t(v)]).second))
+            ok = false;
+      }
+      pl[k].perValue = !ok;
+      pl[k].bufs.resize(ok ? fn.bufferBytes.size() : fn.values.size());
+    }
+  }
+  seed = std::make_shared<Buf>(be, 4);
+  float sv = 1.0f / float(totalMb);
+  be.copyFromHost(seed->p, &sv, 4);
+  epoch = nowS();
+  return Status::ok();
+}
+
+} // namespace pipeforge::rt

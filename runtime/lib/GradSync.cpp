@@ -1,0 +1,169 @@
+//===- GradSync.cpp - After a step's actions: reduce, norm, update --------===//
+//
+// Data parallel: every gradient summed over the replicas and divided by dp.
+// Expert parallel: the replicated (non-expert) gradients summed over the
+// group, every gradient divided by E. Then the global gradient norm (each
+// logical parameter counted once, in global parameter order), the loss, the
+// bubble, and the optimizer step (sync, or post-validation).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ExecutorImpl.h"
+
+#include <cmath>
+
+namespace pipeforge::rt {
+
+Status Executor::Impl::averageGrads(Group g, int size, bool expertsToo) {
+  // Sum the chosen gradients over the group in one message (the transport's
+  // allreduce: gather, rank-order sum, broadcast: the same bits on every
+  // rank), then divide every local gradient by the group size.
+  auto chosen = [&](int32_t i) { return expertsToo || !expertParams.count(i); };
+  int64_t n = 0;
+  for (auto &[i, ps] : params)
+    if (chosen(i))
+      n += ps.grad->bytes / 4;
+  std::vector<float> host(static_cast<size_t>(n));
+  int64_t off = 0;
+  for (auto &[i, ps] : params)
+    if (chosen(i)) {
+      be.copyToHost(host.data() + off, ps.grad->p, ps.grad->bytes);
+      off += ps.grad->bytes / 4;
+    }
+  if (Status s = tr.allreduce(host.data(), n, g); !s)
+    return s;
+  off = 0;
+  float inv = 1.0f / float(size);
+  for (auto &[i, ps] : params) {
+    if (chosen(i)) {
+      be.copyFromHost(ps.grad->p, host.data() + off, ps.grad->bytes);
+      off += ps.grad->bytes / 4;
+    }
+    be.scale(ps.grad->f(), inv, ps.grad->bytes / 4);
+  }
+  return Status::ok();
+}
+
+Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
+  // Data parallel: every gradient summed over the replicas, divided by dp.
+  int D = tr.dpSize();
+  if (D > 1)
+    if (Status s = averageGrads(Group::DataParallel, D, true); !s)
+      return s;
+  // Expert parallel: the replicated (non-expert) grads are summed over the
+  // EP group; every grad is divided by E: each EP rank seeded its loss with
+  // 1 / microbatches of its own. An expert's gradient lives on one rank.
+  if (E > 1)
+    if (Status s = averageGrads(Group::Expert, E, false); !s)
+      return s;
+  // Gradient norm (copy-0 params only), loss, busy time. `allSq` covers the
+  // other local gradients (DualPipe copy 1): post-validation's finite flag.
+  // The norm is the same number on any rank layout: each parameter's sum of
+  // squares is computed on its own, the pipeline allreduce adds it to zeros
+  // from the ranks that do not own it (exact), and the total is summed in
+  // global parameter order, as the single-process reference does.
+  std::vector<float> paramSq(prog.params.size(), 0.0f);
+  double sq = 0, allSq = 0;
+  std::vector<ParamSlot> slots;
+  for (auto &[i, ps] : params) {
+    const Param &p = prog.params[size_t(i)];
+    int64_t n = localElems(i);
+    if (!be.hostVisible())
+      be.copyToHost(ps.hostGrad.data(), ps.grad->p, n * 4);
+    const float *g = hostGrad(ps);
+    if (p.copy == 0) {
+      double psq = 0;
+      for (int64_t k = 0; k < n; ++k)
+        psq += double(g[k]) * g[k];
+      paramSq[size_t(i)] = float(psq);
+      sq += psq;
+    } else if (opts.optimizerSync == OptimizerSync::PostValidation)
+      for (int64_t k = 0; k < n; ++k)
+        allSq += double(g[k]) * g[k];
+    slots.push_back({i, &p, hostValue(ps), hostGrad(ps), n});
+  }
+  int64_t thisStep = stepNo + 1;
+  bool skip = opts.skipStep == thisStep;
+  bool pv = opts.optimizerSync == OptimizerSync::PostValidation && !skip;
+  if (E > 1) {
+    // An expert param's squares: the sum of its slices over the EP group.
+    // Reduced before the optimistic step, together with the other local
+    // gradients' squares (the finite flag), so that every EP rank of this
+    // pipeline rank sees the same partial statistics and takes the same
+    // optimistic step and the same validate() decision: the replicated
+    // (non-expert) parameters stay bitwise equal across the group (a
+    // rollback is exact only up to rounding).
+    std::vector<float> ex(paramSq.size() + 1, 0.0f);
+    for (int32_t i : expertParams)
+      ex[size_t(i)] = paramSq[size_t(i)];
+    ex.back() = float(allSq);
+    if (Status s = tr.allreduce(ex.data(), int64_t(ex.size()), Group::Expert);
+        !s)
+      return s;
+    for (int32_t i : expertParams)
+      paramSq[size_t(i)] = ex[size_t(i)];
+    allSq = ex.back();
+    sq = 0;
+    for (auto &[i, ps] : params)
+      if (prog.params[size_t(i)].copy == 0)
+        sq += paramSq[size_t(i)];
+  }
+  // Post-validation: step at once with this rank's partial statistics; the
+  // global ones are reduced right after and validate() checks the step.
+  if (pv) {
+    GradInfo partial{sq, std::isfinite(sq) && std::isfinite(allSq)};
+    if (Status s = opt.optimisticUpdate(slots, partial, thisStep); !s)
+      return s;
+  }
+  if (Status s = tr.allreduce(paramSq.data(), int64_t(paramSq.size()),
+                              Group::Pipeline);
+      !s)
+    return s;
+  double globalSq = 0;
+  for (float v : paramSq)
+    globalSq += v;
+  float red[3] = {float(globalSq), float(lossSum), float(busy)};
+  if (Status s = tr.allreduce(red + 1, 2, Group::Pipeline); !s)
+    return s;
+  float spanMax = float(span);
+  if (Status s = tr.allreduce(&spanMax, 1, Group::Pipeline, ReduceOp::Max); !s)
+    return s;
+  float lossAll = red[1];
+  if (Status s = tr.allreduce(&lossAll, 1, Group::DataParallel); !s)
+    return s;
+  if (E > 1)
+    if (Status s = tr.allreduce(&lossAll, 1, Group::Expert); !s)
+      return s;
+  ++stepNo;
+  double gradNorm = std::sqrt(globalSq);
+  std::string outcome = "applied";
+  if (skip) {
+    outcome = "skipped";
+  } else if (pv) {
+    GradInfo global{gradNorm * gradNorm, std::isfinite(gradNorm)};
+    auto r = opt.validateUpdate(global);
+    if (!r)
+      return r.status();
+    outcome = r->outcome != StepOutcome::Skipped
+                  ? (r->rolledBack ? "redone" : "accepted")
+                  : (r->rolledBack ? "rolled-back" : "not-stepped");
+  } else if (Status s = opt.update(slots, gradNorm, stepNo); !s) {
+    return s;
+  }
+  StepStats st;
+  st.step = stepNo;
+  st.loss = double(lossAll) / double(totalMb) / double(D) / double(E);
+  st.gradNorm = gradNorm;
+  st.optimizer = outcome;
+  int P = tr.pipelineSize();
+  st.bubble = spanMax > 0 ? 1.0 - double(red[2]) / (double(P) * spanMax) : 0;
+  float total = float(nowS() - t0);
+  if (Status s = tr.allreduce(&total, 1, Group::World, ReduceOp::Max); !s)
+    return s;
+  st.seconds = total;
+  st.tokens =
+      int64_t(totalMb) * prog.model.microbatchSize * prog.model.seqLen * D * E;
+  return st;
+}
+
+} // namespace pipeforge::rt
