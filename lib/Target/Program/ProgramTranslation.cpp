@@ -74,28 +74,24 @@ void registerDialects(DialectRegistry &registry) {
 
 void registerToProgramTranslation() {
   static TranslationOptions *options = new TranslationOptions();
+  // Lowers, then writes what `emit` makes of the program.
+  auto translate = [](std::string (*emit)(const rt::Program &)) {
+    return [emit](ModuleOp module, raw_ostream &os) -> LogicalResult {
+      auto prog = lowerWithOptions(module, *options);
+      if (failed(prog))
+        return failure();
+      os << emit(*prog);
+      return success();
+    };
+  };
   static TranslateFromMLIRRegistration toProgram(
       "pp-to-program",
       "lower a schedule-level pp module to a program file (binary)",
-      [](ModuleOp module, raw_ostream &os) -> LogicalResult {
-        auto prog = lowerWithOptions(module, *options);
-        if (failed(prog))
-          return failure();
-        os << rt::serializeProgram(*prog);
-        return success();
-      },
-      registerDialects);
+      translate(rt::serializeProgram), registerDialects);
   static TranslateFromMLIRRegistration toProgramDump(
       "pp-to-program-dump",
       "lower a schedule-level pp module to a program and print its listing",
-      [](ModuleOp module, raw_ostream &os) -> LogicalResult {
-        auto prog = lowerWithOptions(module, *options);
-        if (failed(prog))
-          return failure();
-        os << rt::dumpProgram(*prog);
-        return success();
-      },
-      registerDialects);
+      translate(rt::dumpProgram), registerDialects);
 }
 
 } // namespace pipeforge::target
