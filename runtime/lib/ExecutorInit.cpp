@@ -57,7 +57,7 @@ Status Executor::Impl::init() {
       actOffsets[{c, s}] = off;
       actBytes[{c, s}] = total;
     }
-  // Expert parallelism: find the moe expert operands (w1, w2, w3).
+  // Expert parallelism: the expert-sharded parameters (w1, w2, w3 of moe).
   E = prog.training.expertParallel;
   epi = tr.epIndex();
   if (E != tr.epSize())
@@ -65,6 +65,12 @@ Status Executor::Impl::init() {
                          std::to_string(E) + " but the transport's group has " +
                          std::to_string(tr.epSize()) + " ranks");
   if (E > 1) {
+    // The program marks the sharded parameters (the compiler knows the
+    // nn.moe operands); the EP moe kernels read their expert operands as
+    // this rank's slice, so each must be bound to such a parameter.
+    for (size_t i = 0; i < prog.params.size(); ++i)
+      if (prog.params[i].expertSharded)
+        expertParams.insert(int32_t(i));
     for (const Stage &st : prog.stages)
       for (FunctionKind fk :
            {FunctionKind::Forward, FunctionKind::BackwardInput,
@@ -86,12 +92,15 @@ Status Executor::Impl::init() {
                                 "expert parallelism: operand " +
                                     std::to_string(j) + " of '" + k.op +
                                     "' is not a parameter");
-            const Param &p = prog.params[size_t(it->second)];
-            if (p.type.shape.empty() || p.type.shape[0] % E)
-              return Status::error("expert parameter '" + p.name +
-                                   "' does not split over " +
-                                   std::to_string(E) + " ranks");
-            expertParams.insert(it->second);
+            if (!expertParams.count(it->second))
+              return stageError(
+                  st.copy, st.index,
+                  "expert parallelism: operand " + std::to_string(j) + " of '" +
+                      k.op + "' is parameter '" +
+                      prog.params[size_t(it->second)].name +
+                      "', which the program does not mark expert-sharded "
+                      "(compiled by an older pipeforge-compile? compile it "
+                      "again)");
           }
         }
       }

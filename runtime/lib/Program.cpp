@@ -15,8 +15,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "pipeforge/Support/Hash.h"
 #include "pipeforge/rt/Program.h"
+#include "pipeforge/Support/Hash.h"
 
 #include "pipeforge/Schedule/Export.h"
 
@@ -44,50 +44,72 @@ const char *dtypeName(DType t) { return t == DType::I32 ? "i32" : "f32"; }
 
 const char *argRoleName(ArgRole r) {
   switch (r) {
-  case ArgRole::Activation: return "activation";
-  case ArgRole::Tokens: return "tokens";
-  case ArgRole::Targets: return "targets";
-  case ArgRole::Param: return "param";
-  case ArgRole::Stash: return "stash";
-  case ArgRole::GradIn: return "grad_in";
-  case ArgRole::WStash: return "wstash";
+  case ArgRole::Activation:
+    return "activation";
+  case ArgRole::Tokens:
+    return "tokens";
+  case ArgRole::Targets:
+    return "targets";
+  case ArgRole::Param:
+    return "param";
+  case ArgRole::Stash:
+    return "stash";
+  case ArgRole::GradIn:
+    return "grad_in";
+  case ArgRole::WStash:
+    return "wstash";
   }
   return "?";
 }
 
 const char *resultRoleName(ResultRole r) {
   switch (r) {
-  case ResultRole::Activation: return "activation";
-  case ResultRole::Loss: return "loss";
-  case ResultRole::Stash: return "stash";
-  case ResultRole::GradOut: return "grad_out";
-  case ResultRole::WStash: return "wstash";
-  case ResultRole::ParamGrad: return "param_grad";
+  case ResultRole::Activation:
+    return "activation";
+  case ResultRole::Loss:
+    return "loss";
+  case ResultRole::Stash:
+    return "stash";
+  case ResultRole::GradOut:
+    return "grad_out";
+  case ResultRole::WStash:
+    return "wstash";
+  case ResultRole::ParamGrad:
+    return "param_grad";
   }
   return "?";
 }
 
 const char *functionKindName(FunctionKind k) {
   switch (k) {
-  case FunctionKind::Forward: return "forward";
-  case FunctionKind::BackwardInput: return "backward_input";
-  case FunctionKind::BackwardWeight: return "backward_weight";
-  case FunctionKind::Backward: return "backward";
+  case FunctionKind::Forward:
+    return "forward";
+  case FunctionKind::BackwardInput:
+    return "backward_input";
+  case FunctionKind::BackwardWeight:
+    return "backward_weight";
+  case FunctionKind::Backward:
+    return "backward";
   }
   return "?";
 }
 
 const Function &stageFunction(const Stage &s, FunctionKind k) {
   switch (k) {
-  case FunctionKind::Forward: return s.forward;
-  case FunctionKind::BackwardInput: return s.backwardInput;
-  case FunctionKind::BackwardWeight: return s.backwardWeight;
-  case FunctionKind::Backward: return s.backward;
+  case FunctionKind::Forward:
+    return s.forward;
+  case FunctionKind::BackwardInput:
+    return s.backwardInput;
+  case FunctionKind::BackwardWeight:
+    return s.backwardWeight;
+  case FunctionKind::Backward:
+    return s.backward;
   }
   return s.forward;
 }
 Function &stageFunction(Stage &s, FunctionKind k) {
-  return const_cast<Function &>(stageFunction(static_cast<const Stage &>(s), k));
+  return const_cast<Function &>(
+      stageFunction(static_cast<const Stage &>(s), k));
 }
 
 uint64_t programChecksum(const std::string &body) {
@@ -125,8 +147,9 @@ Json functionToJson(const Function &f) {
   j["values"] = std::move(vals);
   Json args = Json::array();
   for (const ArgBinding &a : f.args)
-    args.push_back(
-        {{"role", argRoleName(a.role)}, {"index", a.index}, {"value", a.value}});
+    args.push_back({{"role", argRoleName(a.role)},
+                    {"index", a.index},
+                    {"value", a.value}});
   j["args"] = std::move(args);
   Json res = Json::array();
   for (const ResultBinding &r : f.results)
@@ -205,13 +228,16 @@ std::string serializeProgram(const Program &p) {
   if (p.training.expertParallel != 1) // absent when 1: E = 1 files unchanged
     j["training"]["expert_parallel"] = p.training.expertParallel;
   Json params = Json::array();
-  for (const Param &pr : p.params)
+  for (const Param &pr : p.params) {
     params.push_back({{"name", pr.name},
                       {"dtype", dtypeName(pr.type.dtype)},
                       {"shape", pr.type.shape},
                       {"init", pr.init},
                       {"copy", pr.copy},
                       {"stage", pr.stage}});
+    if (pr.expertSharded) // absent when false: E = 1 files unchanged
+      params.back()["expert_sharded"] = true;
+  }
   j["params"] = std::move(params);
   Json stages = Json::array();
   for (const Stage &s : p.stages) {
@@ -346,9 +372,9 @@ TensorType parseType(const Json &j, const std::string &path) {
 }
 
 ArgRole parseArgRole(const std::string &s, const std::string &path) {
-  for (ArgRole r : {ArgRole::Activation, ArgRole::Tokens, ArgRole::Targets,
-                    ArgRole::Param, ArgRole::Stash, ArgRole::GradIn,
-                    ArgRole::WStash})
+  for (ArgRole r :
+       {ArgRole::Activation, ArgRole::Tokens, ArgRole::Targets, ArgRole::Param,
+        ArgRole::Stash, ArgRole::GradIn, ArgRole::WStash})
     if (s == argRoleName(r))
       return r;
   fail(path, "unknown argument role \"" + s + "\"");
@@ -409,7 +435,8 @@ Function parseFunction(const Json &j, const std::string &path) {
       if (!attrs.is_object())
         fail(sub(p, "attrs"), "expected an object");
       for (auto it = attrs.begin(); it != attrs.end(); ++it)
-        k.attrs[it.key()] = parseAttr(it.value(), sub(p, "attrs") + "." + it.key());
+        k.attrs[it.key()] =
+            parseAttr(it.value(), sub(p, "attrs") + "." + it.key());
     }
     k.inputs = intArray<int32_t>(ks[i], "inputs", p, kI32Min, kI32Max);
     k.outputs = intArray<int32_t>(ks[i], "outputs", p, kI32Min, kI32Max);
@@ -439,7 +466,8 @@ Program parseBody(const Json &j) {
     fail("body", "expected a JSON object");
   if (strField(j, "format", "body") != kFormat)
     fail("body.format", std::string("expected \"") + kFormat + "\"");
-  int64_t v = asInt(field(j, "version", "body"), "body.version", kI64Min, kI64Max);
+  int64_t v =
+      asInt(field(j, "version", "body"), "body.version", kI64Min, kI64Max);
   if (v != Program::kVersion)
     fail("body.version", "is " + std::to_string(v) + ", the header says " +
                              std::to_string(Program::kVersion));
@@ -466,10 +494,17 @@ Program parseBody(const Json &j) {
     Param pr;
     pr.name = strField(params[i], "name", path);
     pr.type.dtype = parseDType(params[i], "dtype", path);
-    pr.type.shape = intArray<int64_t>(params[i], "shape", path, kI64Min, kI64Max);
+    pr.type.shape =
+        intArray<int64_t>(params[i], "shape", path, kI64Min, kI64Max);
     pr.init = strField(params[i], "init", path);
     pr.copy = i32Field(params[i], "copy", path);
     pr.stage = i32Field(params[i], "stage", path);
+    if (params[i].contains("expert_sharded")) {
+      const Json &e = params[i]["expert_sharded"];
+      if (!e.is_boolean())
+        fail(path + ".expert_sharded", "expected true or false");
+      pr.expertSharded = e.get<bool>();
+    }
     p.params.push_back(std::move(pr));
   }
   const Json &stages = arrField(j, "stages", "");

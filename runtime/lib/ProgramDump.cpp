@@ -29,7 +29,9 @@ std::string attrStr(const AttrValue &v) {
   return std::get<bool>(v) ? "true" : "false";
 }
 
-std::string valueRef(int32_t v) { return v < 0 ? "_" : "%" + std::to_string(v); }
+std::string valueRef(int32_t v) {
+  return v < 0 ? "_" : "%" + std::to_string(v);
+}
 
 void dumpFunction(std::ostringstream &os, const Program &p, const Function &f,
                   FunctionKind k) {
@@ -37,8 +39,8 @@ void dumpFunction(std::ostringstream &os, const Program &p, const Function &f,
   for (int64_t b : f.bufferBytes)
     total += b;
   os << "  " << functionKindName(k) << ": " << f.values.size() << " values, "
-     << f.kernels.size() << " kernels, " << f.bufferBytes.size()
-     << " buffers (" << total << " bytes)\n";
+     << f.kernels.size() << " kernels, " << f.bufferBytes.size() << " buffers ("
+     << total << " bytes)\n";
   auto buf = [&](int32_t v) -> std::string {
     if (v < 0 || size_t(v) >= f.buffer.size())
       return "";
@@ -53,8 +55,8 @@ void dumpFunction(std::ostringstream &os, const Program &p, const Function &f,
     os << "    component " << c.kind << " layer " << c.layer << ": kernels ["
        << c.begin << ", " << c.end << ")\n";
   for (const ArgBinding &a : f.args) {
-    os << "    arg " << valueRef(a.value) << " = " << argRoleName(a.role)
-       << " " << a.index;
+    os << "    arg " << valueRef(a.value) << " = " << argRoleName(a.role) << " "
+       << a.index;
     if (a.role == ArgRole::Param && a.index >= 0 &&
         size_t(a.index) < p.params.size())
       os << " (" << p.params[a.index].name << ")";
@@ -108,8 +110,8 @@ std::string dumpProgram(const Program &p) {
      << (p.training.expertParallel != 1
              ? ", expert_parallel " + std::to_string(p.training.expertParallel)
              : std::string())
-     << ", microbatches " << p.training.microbatches
-     << ", seed " << p.training.seed << "\n";
+     << ", microbatches " << p.training.microbatches << ", seed "
+     << p.training.seed << "\n";
   int64_t numel = 0;
   for (const Param &pr : p.params)
     numel += pr.type.numElements();
@@ -117,7 +119,8 @@ std::string dumpProgram(const Program &p) {
   for (size_t i = 0; i < p.params.size(); ++i) {
     const Param &pr = p.params[i];
     os << "  #" << i << " " << pr.name << " : " << typeStr(pr.type) << " "
-       << pr.init << " -> stage " << pr.stage << " (copy " << pr.copy << ")\n";
+       << pr.init << " -> stage " << pr.stage << " (copy " << pr.copy << ")"
+       << (pr.expertSharded ? ", expert-sharded" : "") << "\n";
   }
   os << "stages: " << p.stages.size() << "\n";
   for (const Stage &s : p.stages) {

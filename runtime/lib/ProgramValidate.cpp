@@ -55,8 +55,8 @@ bool argAllowed(FunctionKind k, ArgRole r) {
            r == ArgRole::Targets || r == ArgRole::Param;
   case FunctionKind::BackwardInput:
   case FunctionKind::Backward:
-    return r == ArgRole::Param || r == ArgRole::Stash ||
-           r == ArgRole::GradIn || r == ArgRole::Targets;
+    return r == ArgRole::Param || r == ArgRole::Stash || r == ArgRole::GradIn ||
+           r == ArgRole::Targets;
   case FunctionKind::BackwardWeight:
     return r == ArgRole::Param || r == ArgRole::Stash || r == ArgRole::WStash;
   }
@@ -158,11 +158,10 @@ Status Validator::placement() {
                            " stages");
     for (size_t st = 0; st < pl.rankOf[c].size(); ++st)
       if (pl.rankOf[c][st] < 0 || pl.rankOf[c][st] >= pl.numRanks)
-        return Status::error("schedule: placement puts stage " +
-                             std::to_string(st) + " (copy " +
-                             std::to_string(c) + ") on rank " +
-                             std::to_string(pl.rankOf[c][st]) +
-                             ", out of range");
+        return Status::error(
+            "schedule: placement puts stage " + std::to_string(st) + " (copy " +
+            std::to_string(c) + ") on rank " +
+            std::to_string(pl.rankOf[c][st]) + ", out of range");
   }
   if (p.training.pipelineRanks != pl.numRanks)
     return Status::error("training.pipeline_ranks is " +
@@ -170,11 +169,10 @@ Status Validator::placement() {
                          " but the schedule has " +
                          std::to_string(pl.numRanks) + " ranks");
   if (int64_t(s.numMicrobatches) * pl.numCopies != p.training.microbatches)
-    return Status::error("training.microbatches is " +
-                         std::to_string(p.training.microbatches) +
-                         " but the schedule runs " +
-                         std::to_string(s.numMicrobatches) + " per copy x " +
-                         std::to_string(pl.numCopies) + " copies");
+    return Status::error(
+        "training.microbatches is " + std::to_string(p.training.microbatches) +
+        " but the schedule runs " + std::to_string(s.numMicrobatches) +
+        " per copy x " + std::to_string(pl.numCopies) + " copies");
   return Status::ok();
 }
 
@@ -211,6 +209,17 @@ Status Validator::params() {
       return Status::error(w + ": owner stage " + std::to_string(pr.stage) +
                            " (copy " + std::to_string(pr.copy) +
                            ") does not exist");
+    if (pr.expertSharded) {
+      int E = p.training.expertParallel;
+      if (E <= 1)
+        return Status::error(w + ": expert-sharded, but training." +
+                             "expert_parallel is " + std::to_string(E));
+      if (pr.type.shape[0] % E != 0)
+        return Status::error(w + ": expert-sharded " + str(pr.type) + ": " +
+                             std::to_string(pr.type.shape[0]) +
+                             " experts do not split over " + std::to_string(E) +
+                             " ranks");
+    }
   }
   return Status::ok();
 }
@@ -278,11 +287,10 @@ Status Validator::function(const Stage &s, FunctionKind k) {
     if (!goodShape(f.values[v].shape))
       return err("value " + std::to_string(v) + " has shape " +
                  str(f.values[v]) + " (dimensions must be positive)");
-  std::vector<int32_t> def(nv, -1);     // position: 0 = args, k+1 = kernel k
+  std::vector<int32_t> def(nv, -1); // position: 0 = args, k+1 = kernel k
   std::vector<int32_t> lastUse(nv, -1);
   auto vname = [](int32_t v) { return "value " + std::to_string(v); };
-  auto define = [&](int32_t v, int32_t pos,
-                    const std::string &by) -> Status {
+  auto define = [&](int32_t v, int32_t pos, const std::string &by) -> Status {
     if (v < 0 || v >= nv)
       return err(by + " defines " + vname(v) + ", out of range (" +
                  std::to_string(nv) + " values)");
@@ -299,8 +307,8 @@ Status Validator::function(const Stage &s, FunctionKind k) {
     std::string an = "argument " + std::to_string(i) + " (" +
                      argRoleName(a.role) + " " + std::to_string(a.index) + ")";
     if (!argAllowed(k, a.role))
-      return err(an + ": role " + argRoleName(a.role) +
-                 " is not allowed in " + functionKindName(k));
+      return err(an + ": role " + argRoleName(a.role) + " is not allowed in " +
+                 functionKindName(k));
     if (!argSeen.insert({int(a.role), a.index}).second)
       return err(an + ": bound twice");
     if (Status st = define(a.value, 0, an); !st)
@@ -311,7 +319,8 @@ Status Validator::function(const Stage &s, FunctionKind k) {
       if (a.index < 0 || a.index >= int32_t(p.params.size()))
         return err(an + ": param index out of range (" +
                    std::to_string(p.params.size()) + " params)");
-      if (p.params[a.index].copy != s.copy || p.params[a.index].stage != s.index)
+      if (p.params[a.index].copy != s.copy ||
+          p.params[a.index].stage != s.index)
         return err(an + ": " + paramName(a.index) + " belongs to stage " +
                    std::to_string(p.params[a.index].stage) + " (copy " +
                    std::to_string(p.params[a.index].copy) + ")");
@@ -353,10 +362,12 @@ Status Validator::function(const Stage &s, FunctionKind k) {
     case ArgRole::GradIn:
       if (a.index < 0)
         return err(an + ": negative index");
-      if (isLast(s) && (a.index != 0 || t.numElements() != 1 ||
-                        t.dtype != DType::F32))
-        return err(an + ": on the last stage grad_in is the scalar loss seed "
-                        "(index 0, one f32 element), got " + str(t));
+      if (isLast(s) &&
+          (a.index != 0 || t.numElements() != 1 || t.dtype != DType::F32))
+        return err(an +
+                   ": on the last stage grad_in is the scalar loss seed "
+                   "(index 0, one f32 element), got " +
+                   str(t));
       break;
     }
   }
@@ -422,7 +433,8 @@ Status Validator::function(const Stage &s, FunctionKind k) {
       if (r.index < 0 || r.index >= int32_t(p.params.size()))
         return err(rn + ": param index out of range (" +
                    std::to_string(p.params.size()) + " params)");
-      if (p.params[r.index].copy != s.copy || p.params[r.index].stage != s.index)
+      if (p.params[r.index].copy != s.copy ||
+          p.params[r.index].stage != s.index)
         return err(rn + ": " + paramName(r.index) + " belongs to stage " +
                    std::to_string(p.params[r.index].stage) + " (copy " +
                    std::to_string(p.params[r.index].copy) + ")");
@@ -483,9 +495,11 @@ Status Validator::function(const Stage &s, FunctionKind k) {
                  ", out of range (" + std::to_string(nb) + " buffers)");
     if (f.bufferBytes[b] < f.values[v].numBytes())
       return err(vname(v) + " (" + str(f.values[v]) + ", " +
-                 std::to_string(f.values[v].numBytes()) + " bytes) does not fit "
-                 "in buffer " + std::to_string(b) + " (" +
-                 std::to_string(f.bufferBytes[b]) + " bytes)");
+                 std::to_string(f.values[v].numBytes()) +
+                 " bytes) does not fit "
+                 "in buffer " +
+                 std::to_string(b) + " (" + std::to_string(f.bufferBytes[b]) +
+                 " bytes)");
     members[b].push_back(v);
   }
   for (int32_t b = 0; b < nb; ++b) {
@@ -495,9 +509,8 @@ Status Validator::function(const Stage &s, FunctionKind k) {
     });
     for (size_t i = 1; i < m.size(); ++i)
       if (def[m[i]] <= lastUse[m[i - 1]])
-        return err(vname(m[i - 1]) + " and " + vname(m[i]) +
-                   " share buffer " + std::to_string(b) +
-                   " but are live at the same time");
+        return err(vname(m[i - 1]) + " and " + vname(m[i]) + " share buffer " +
+                   std::to_string(b) + " but are live at the same time");
   }
   // Components (optional): known kinds, tiling the kernel list in order,
   // layers in the stage's order (forward ascending, backward descending).
@@ -509,16 +522,15 @@ Status Validator::function(const Stage &s, FunctionKind k) {
       const ComponentRange &c = f.components[i];
       std::string cn = "component " + std::to_string(i) + " (" + c.kind +
                        " layer " + std::to_string(c.layer) + ", kernels [" +
-                       std::to_string(c.begin) + ", " +
-                       std::to_string(c.end) + "))";
+                       std::to_string(c.begin) + ", " + std::to_string(c.end) +
+                       "))";
       if (c.kind != "attn" && c.kind != "mlp")
         return err(cn + ": unknown kind \"" + c.kind + "\" (attn, mlp)");
       if (c.layer < 0)
         return err(cn + ": negative layer");
       if (c.begin != at)
         return err(cn + ": starts at kernel " + std::to_string(c.begin) +
-                   " but the previous component ends at " +
-                   std::to_string(at) +
+                   " but the previous component ends at " + std::to_string(at) +
                    " (components must tile the kernels in order)");
       if (c.end <= c.begin || c.end > nk)
         return err(cn + ": empty or past the last kernel (" +
@@ -528,8 +540,9 @@ Status Validator::function(const Stage &s, FunctionKind k) {
         if (fwd ? c.layer < prev : c.layer > prev)
           return err(cn + ": layer " + std::to_string(c.layer) + " after " +
                      std::to_string(prev) + " (layers must be " +
-                     (fwd ? "non-decreasing in forward" :
-                            "non-increasing in a backward function") + ")");
+                     (fwd ? "non-decreasing in forward"
+                          : "non-increasing in a backward function") +
+                     ")");
       }
       at = c.end;
     }
@@ -553,9 +566,8 @@ Status Validator::wiring(const Stage &s) {
       stash[r.index] = &typeOf(s.forward, r.value);
   for (int32_t i = 0; i < s.numStash; ++i)
     if (!stash[i])
-      return Status::error(where(s, FunctionKind::Forward) +
-                           ": stash slot " + std::to_string(i) +
-                           " is never returned");
+      return Status::error(where(s, FunctionKind::Forward) + ": stash slot " +
+                           std::to_string(i) + " is never returned");
   for (const ResultBinding &r : s.backwardInput.results)
     if (r.role == ResultRole::WStash)
       wstash[r.index] = &typeOf(s.backwardInput, r.value);
@@ -620,8 +632,9 @@ Status Validator::wiring(const Stage &s) {
       } else if (a.role == ArgRole::GradIn && !isLast(s)) {
         auto it = actOut.find(a.index);
         if (it == actOut.end())
-          return Status::error(w + ": " + an + ": forward has no activation "
-                                              "result " +
+          return Status::error(w + ": " + an +
+                               ": forward has no activation "
+                               "result " +
                                std::to_string(a.index));
         want = it->second;
         from = "forward's activation result";
@@ -638,12 +651,12 @@ Status Validator::wiring(const Stage &s) {
                        std::to_string(r.index) + ")";
       auto it = actIn.find(r.index);
       if (it == actIn.end())
-        return Status::error(w + ": " + rn + ": forward has no activation "
-                                             "argument " +
+        return Status::error(w + ": " + rn +
+                             ": forward has no activation "
+                             "argument " +
                              std::to_string(r.index));
       if (!sameType(*it->second, typeOf(f, r.value)))
-        return Status::error(w + ": " + rn + " is " +
-                             str(typeOf(f, r.value)) +
+        return Status::error(w + ": " + rn + " is " + str(typeOf(f, r.value)) +
                              " but the activation argument is " +
                              str(*it->second));
     }
@@ -672,9 +685,8 @@ Status Validator::chain() {
       }
     if (out.size() != in.size())
       return Status::error(where(*next, FunctionKind::Forward) + ": takes " +
-                           std::to_string(in.size()) +
-                           " activations but " + where(s) + " sends " +
-                           std::to_string(out.size()));
+                           std::to_string(in.size()) + " activations but " +
+                           where(s) + " sends " + std::to_string(out.size()));
     for (size_t i = 0; i < out.size(); ++i)
       if (!sameType(*out[i], *in[i]))
         return Status::error(where(*next, FunctionKind::Forward) +

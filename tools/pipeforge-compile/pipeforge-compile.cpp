@@ -17,6 +17,7 @@
 #include "pipeforge/Import/ModelBuilder.h"
 #include "pipeforge/Import/ModelConfig.h"
 #include "pipeforge/Pipelines/CompilePipeline.h"
+#include "pipeforge/Target/Executable/EmitExecutable.h"
 #include "pipeforge/Target/Program/ProgramLowering.h"
 
 #include "pipeforge/Dialect/NN/IR/NNDialect.h"
@@ -103,6 +104,17 @@ static cl::opt<bool> fuseOverlap(
              "(--pp-fuse-overlap); the program's functions carry their "
              "component ranges"),
     cl::cat(cat));
+static cl::opt<std::string>
+    emitKind("emit",
+             cl::desc("What -o writes: program (the program file, default) "
+                      "or exe (a stand-alone executable that takes "
+                      "pipeforge-run's options; docs/compile.md)"),
+             cl::init("program"), cl::cat(cat));
+static cl::opt<std::string> runtimeLibDir(
+    "runtime-lib-dir",
+    cl::desc("--emit exe: the folder of libpipeforge-rt-driver.so (default: "
+             "../lib next to pipeforge-compile)"),
+    cl::init(""), cl::cat(cat));
 static cl::opt<bool> dump("dump", cl::desc("Print the program listing"),
                           cl::cat(cat));
 static cl::opt<bool> emitMlir("emit-mlir",
@@ -141,6 +153,10 @@ int main(int argc, char **argv) {
     return runCheck();
   if (outputPath.empty() && !dump && !emitMlir)
     return fail("nothing to do: give -o FILE, --dump or --emit-mlir");
+  if (emitKind != "program" && emitKind != "exe")
+    return fail("--emit must be program or exe (got '" + emitKind + "')");
+  if (emitKind == "exe" && outputPath.empty())
+    return fail("--emit exe needs -o FILE");
 
   // --- Options -------------------------------------------------------------
   pipelines::CompileOptions co;
@@ -217,9 +233,10 @@ int main(int argc, char **argv) {
       layers.insert(l.getInt());
   });
   if (layout && layout->stages > int(layers.size()))
-    return fail(Twine(co.schedule) + " on " + Twine(co.ranks) + " ranks needs " +
-                Twine(layout->stages) + " stages but the model has only " +
-                Twine(layers.size()) + " layers to cut");
+    return fail(Twine(co.schedule) + " on " + Twine(co.ranks) +
+                " ranks needs " + Twine(layout->stages) +
+                " stages but the model has only " + Twine(layers.size()) +
+                " layers to cut");
 
   // --- Pass pipeline -------------------------------------------------------
   mlir::PassManager pm(&ctx);
@@ -236,9 +253,23 @@ int main(int argc, char **argv) {
   if (sched::Status st = rt::validateProgram(*prog); !st)
     return fail("internal error: the lowered program is invalid: " +
                 st.message());
-  if (!outputPath.empty())
+  if (!outputPath.empty() && emitKind == "exe") {
+    target::ExecutableOptions eo;
+    eo.runtimeLibDir = runtimeLibDir.empty()
+                           ? target::findRuntimeLibDir(argv[0], (void *)&main)
+                           : std::string(runtimeLibDir);
+    if (eo.runtimeLibDir.empty())
+      return fail("--emit exe: cannot find " +
+                  Twine(target::kRuntimeDriverLibrary) +
+                  " in ../lib next to pipeforge-compile; give "
+                  "--runtime-lib-dir");
+    if (Error e =
+            target::emitExecutable(rt::serializeProgram(*prog), outputPath, eo))
+      return fail(toString(std::move(e)));
+  } else if (!outputPath.empty()) {
     if (sched::Status st = rt::writeProgram(*prog, outputPath); !st)
       return fail(st.message());
+  }
   if (dump)
     outs() << rt::dumpProgram(*prog);
   return 0;

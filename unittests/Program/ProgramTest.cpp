@@ -182,7 +182,7 @@ std::string semanticError(const Program &p) {
 }
 
 #define EXPECT_CONTAINS(hay, needle)                                           \
-  EXPECT_NE(std::string(hay).find(needle), std::string::npos)                 \
+  EXPECT_NE(std::string(hay).find(needle), std::string::npos)                  \
       << "expected \"" << (needle) << "\" in: " << (hay)
 
 //===----------------------------------------------------------------------===//
@@ -316,6 +316,34 @@ TEST(Program, ComponentsRoundTrip) {
   std::string d = dumpProgram(*q);
   EXPECT_CONTAINS(d, "    component mlp layer 1: kernels [1, 2)\n");
   EXPECT_CONTAINS(d, "    component attn layer 0: kernels [1, 3)\n");
+}
+
+TEST(Program, ExpertShardedRoundTrip) {
+  // Absent when false: programs without expert parallelism are unchanged.
+  EXPECT_EQ(bodyOf(serializeProgram(makeProgram())).find("expert_sharded"),
+            std::string::npos);
+  Program p = makeProgram();
+  p.training.expertParallel = 2;
+  p.params[1].expertSharded = true; // head: 8 rows split over 2 ranks
+  ASSERT_TRUE(validateProgram(p).isOk()) << validateProgram(p).message();
+  std::string bytes = serializeProgram(p);
+  EXPECT_CONTAINS(bodyOf(bytes), "\"expert_sharded\": true");
+  auto q = parseProgram(bytes);
+  ASSERT_TRUE(q.isOk()) << q.message();
+  EXPECT_FALSE(q->params[0].expertSharded);
+  EXPECT_TRUE(q->params[1].expertSharded);
+  EXPECT_EQ(serializeProgram(*q), bytes);
+  EXPECT_CONTAINS(dumpProgram(*q), "(copy 0), expert-sharded\n");
+}
+
+TEST(ProgramValidate, ExpertSharded) {
+  Program p = makeProgram();
+  p.params[1].expertSharded = true;
+  EXPECT_EQ(semanticError(p), "param 1 (head): expert-sharded, but "
+                              "training.expert_parallel is 1");
+  p.training.expertParallel = 3;
+  EXPECT_EQ(semanticError(p), "param 1 (head): expert-sharded f32[8x3]: 8 "
+                              "experts do not split over 3 ranks");
 }
 
 TEST(ProgramValidate, Components) {
@@ -477,9 +505,9 @@ TEST(ProgramFile, BodyFields) {
   EXPECT_EQ(replace("\"chunk\": 0", "\"chunk\": 99999999999"),
             "program body: stages[0].chunk: integer 99999999999 out of range "
             "[-2147483648, 2147483647]");
-  EXPECT_CONTAINS(replace("\"format\": \"pipeforge.schedule\"",
-                          "\"format\": \"nope\""),
-                  "program body: schedule: json: \"format\" is not");
+  EXPECT_CONTAINS(
+      replace("\"format\": \"pipeforge.schedule\"", "\"format\": \"nope\""),
+      "program body: schedule: json: \"format\" is not");
 }
 
 //===----------------------------------------------------------------------===//
@@ -511,8 +539,7 @@ TEST(ProgramValidate, Params) {
                               "positive dimensions");
   p = makeProgram();
   p.params[1].name = "wte";
-  EXPECT_EQ(semanticError(p),
-            "param 1 (wte): name already used by param 0");
+  EXPECT_EQ(semanticError(p), "param 1 (wte): name already used by param 0");
   p = makeProgram();
   p.params[0].init = "uniform";
   EXPECT_EQ(semanticError(p), "param 0 (wte): unknown init \"uniform\" "
@@ -574,8 +601,9 @@ TEST(ProgramValidate, DefinedTwiceOrNever) {
             "stage 0 (copy 0) forward: value 3 is never defined");
   p = makeProgram();
   p.stages[0].forward.results[0].value = 9;
-  EXPECT_EQ(semanticError(p), "stage 0 (copy 0) forward: result 0 "
-                              "(activation 0): value 9 out of range (3 values)");
+  EXPECT_EQ(semanticError(p),
+            "stage 0 (copy 0) forward: result 0 "
+            "(activation 0): value 9 out of range (3 values)");
 }
 
 TEST(ProgramValidate, Roles) {
@@ -745,8 +773,9 @@ TEST(ProgramValidate, Schedule) {
   EXPECT_EQ(e.rfind("schedule: ", 0), 0u) << e;
   p = makeProgram();
   p.schedule.placement.rankOf[0][1] = 5;
-  EXPECT_EQ(semanticError(p),
-            "schedule: placement puts stage 1 (copy 0) on rank 5, out of range");
+  EXPECT_EQ(
+      semanticError(p),
+      "schedule: placement puts stage 1 (copy 0) on rank 5, out of range");
 }
 
 } // namespace

@@ -114,12 +114,13 @@ private:
   FailureOr<rt::TensorType> convertType(Type t, Operation *where);
   static std::optional<std::pair<std::string, int32_t>>
   componentOf(Operation &op);
-  void lowerComponents(
-      func::FuncOp fn,
-      ArrayRef<std::optional<std::pair<std::string, int32_t>>> tags,
-      rt::FunctionKind kind, rt::Function &out);
+  void
+  lowerComponents(func::FuncOp fn,
+                  ArrayRef<std::optional<std::pair<std::string, int32_t>>> tags,
+                  rt::FunctionKind kind, rt::Function &out);
 
   LogicalResult checkExpertParallel(pp::PipelineOp pipeline);
+  void markExpertShards(pp::PipelineOp pipeline);
 
   ModuleOp module;
   const LowerOptions &opts;
@@ -172,7 +173,8 @@ LogicalResult Lowering::collectParams(pp::StageOp st, int copy,
     auto ty = convertType(f.getArgument(i).getType(), f);
     if (failed(ty))
       return failure();
-    auto [it, fresh] = paramIndex.try_emplace(full, int32_t(prog.params.size()));
+    auto [it, fresh] =
+        paramIndex.try_emplace(full, int32_t(prog.params.size()));
     if (!fresh) {
       const rt::Param &other = prog.params[it->second];
       return f.emitError() << "parameter '" << full << "' is used by stage "
@@ -241,7 +243,8 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
       StringRef nnRole = strAttr(fn, i, "nn.role", false);
       if (nnRole == "tokens" || (nnRole.empty() && firstStage && !lastStage))
         a.role = rt::ArgRole::Tokens;
-      else if (nnRole == "targets" || (nnRole.empty() && lastStage && !firstStage))
+      else if (nnRole == "targets" ||
+               (nnRole.empty() && lastStage && !firstStage))
         a.role = rt::ArgRole::Targets;
       else
         return fn.emitError() << "argument " << i
@@ -253,8 +256,8 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
                     ? forwardParam(i)
                     : forwardParam(intAttr(fn, i, "pp.arg", false));
       if (a.index < 0)
-        return fn.emitError() << "argument " << i
-                              << ": parameter not found in @forward";
+        return fn.emitError()
+               << "argument " << i << ": parameter not found in @forward";
     } else if (role == "stash") {
       a.role = rt::ArgRole::Stash;
       a.index = int32_t(intAttr(fn, i, "pp.stash", false).value_or(-1));
@@ -264,7 +267,8 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
     } else if (role == "grad_in") {
       a.role = rt::ArgRole::GradIn;
       auto r = intAttr(fn, i, "pp.result", false);
-      auto it = r ? fi.actOutOrdinal.find(unsigned(*r)) : fi.actOutOrdinal.end();
+      auto it =
+          r ? fi.actOutOrdinal.find(unsigned(*r)) : fi.actOutOrdinal.end();
       if (it == fi.actOutOrdinal.end())
         return fn.emitError() << "argument " << i
                               << ": grad_in of a result that is not an "
@@ -324,11 +328,12 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
       else if (auto s = dyn_cast<StringAttr>(v))
         k.attrs[an.str()] = s.getValue().str();
       else
-        return op.emitError() << "cannot lower attribute '" << an << "' ("
-                              << v << ") to the program file";
+        return op.emitError() << "cannot lower attribute '" << an << "' (" << v
+                              << ") to the program file";
     }
     auto addOperands = [&](ValueRange vals, DenseI32ArrayAttr seg,
-                           std::vector<int32_t> &dst, bool isDef) -> LogicalResult {
+                           std::vector<int32_t> &dst,
+                           bool isDef) -> LogicalResult {
       auto one = [&](Value v) -> LogicalResult {
         if (isDef) {
           auto id = newValue(v, pos, &op);
@@ -401,8 +406,8 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
       b.role = rt::ResultRole::ParamGrad;
       b.index = forwardParam(intAttr(fn, r, "pp.arg", true));
       if (b.index < 0)
-        return fn.emitError() << "result " << r
-                              << ": param_grad of an unknown parameter";
+        return fn.emitError()
+               << "result " << r << ": param_grad of an unknown parameter";
     } else {
       return fn.emitError() << "result " << r << ": unexpected pp.role '"
                             << role << "' in @" << fn.getSymName();
@@ -482,7 +487,8 @@ LogicalResult Lowering::checkExpertParallel(pp::PipelineOp pipeline) {
       return WalkResult::advance();
     anyMoE = true;
     auto router = dyn_cast<RankedTensorType>(moe.getRouter().getType());
-    int64_t experts = router && router.getRank() >= 1 ? router.getDimSize(0) : 0;
+    int64_t experts =
+        router && router.getRank() >= 1 ? router.getDimSize(0) : 0;
     if (experts % ep != 0) {
       moe.emitError() << "--ep " << ep << " does not divide the " << experts
                       << " experts of a moe layer";
@@ -493,9 +499,32 @@ LogicalResult Lowering::checkExpertParallel(pp::PipelineOp pipeline) {
   if (r.wasInterrupted())
     return failure();
   if (!anyMoE)
-    return pipeline.emitError() << "--ep " << ep
-                                << ": the model has no moe layer";
+    return pipeline.emitError()
+           << "--ep " << ep << ": the model has no moe layer";
   return success();
+}
+
+/// The expert weights (w1, w2, w3) of every nn.moe are split over the EP
+/// group: the program says so per parameter, so the runtime never looks at
+/// kernels to find them.
+void Lowering::markExpertShards(pp::PipelineOp pipeline) {
+  pipeline.walk([&](nn::MoEOp moe) {
+    auto fn = moe->getParentOfType<func::FuncOp>();
+    if (!fn || fn.getSymName() != "forward")
+      return;
+    auto st = fn->getParentOfType<pp::StageOp>();
+    std::string suffix =
+        st && st.getCopy() > 0 ? "@copy" + std::to_string(st.getCopy()) : "";
+    for (Value w : {moe.getW1(), moe.getW2(), moe.getW3()}) {
+      auto arg = dyn_cast_or_null<BlockArgument>(w);
+      if (!arg || arg.getOwner()->getParentOp() != fn.getOperation())
+        continue;
+      StringRef name = strAttr(fn, arg.getArgNumber(), attrs::kNNName, false);
+      auto it = paramIndex.find((name + suffix).str());
+      if (it != paramIndex.end())
+        prog.params[it->second].expertSharded = true;
+    }
+  });
 }
 
 FailureOr<rt::Program> Lowering::run() {
@@ -525,7 +554,8 @@ FailureOr<rt::Program> Lowering::run() {
     prog.training.schedule = schedOp.getKind().str();
   if (failed(checkExpertParallel(pipeline)))
     return failure();
-  prog.schedule = opts.schedule ? *opts.schedule : pp::toLibrarySchedule(schedOp);
+  prog.schedule =
+      opts.schedule ? *opts.schedule : pp::toLibrarySchedule(schedOp);
   prog.training.pipelineRanks = prog.schedule.numRanks();
   prog.training.microbatches =
       prog.schedule.numMicrobatches * prog.schedule.placement.numCopies;
@@ -552,6 +582,8 @@ FailureOr<rt::Program> Lowering::run() {
     if (failed(collectParams(st, int(st.getCopy()), infos[i])))
       return failure();
   }
+  if (opts.training.expertParallel > 1)
+    markExpertShards(pipeline);
   for (size_t i = 0; i < stages.size(); ++i) {
     pp::StageOp st = stages[i];
     rt::Stage s;

@@ -132,17 +132,23 @@ struct Stage {
 };
 
 struct Param {
-  std::string name;  ///< stable, unique (checkpoints use it)
+  std::string name; ///< stable, unique (checkpoints use it)
   TensorType type;
   /// "normal:<std>", "zeros" or "ones"; values come from a counter-based
   /// generator seeded with (Program::seed, name), so every rank and the
   /// single-process reference initialise a parameter identically.
   std::string init;
   int32_t copy = 0, stage = 0; ///< the stage that owns it
+  /// Split over the expert-parallel group along dimension 0 (the experts of
+  /// an nn.moe layer: its w1, w2, w3): EP rank e holds experts
+  /// [e E_l, (e+1) E_l). Set by the compiler (the lowering, from the IR's
+  /// nn.moe operands) when training.expert_parallel > 1; the runtime never
+  /// re-derives it. In the file: "expert_sharded": true, absent when false.
+  bool expertSharded = false;
 };
 
 struct ModelInfo {
-  std::string name;        ///< e.g. "gpt-tiny"
+  std::string name; ///< e.g. "gpt-tiny"
   int64_t vocab = 0;
   int64_t seqLen = 0;
   int64_t microbatchSize = 0; ///< sequences per microbatch (b)
@@ -164,8 +170,8 @@ struct Program {
   ModelInfo model;
   TrainingInfo training;
   std::vector<Param> params;
-  std::vector<Stage> stages;   ///< every (copy, stage), any order
-  sched::Schedule schedule;    ///< per pipeline rank, messages included
+  std::vector<Stage> stages; ///< every (copy, stage), any order
+  sched::Schedule schedule;  ///< per pipeline rank, messages included
 
   /// The stage record of (copy, stage), or null.
   const Stage *findStage(int copy, int stage) const {
@@ -200,7 +206,12 @@ std::string dumpProgram(const Program &p);
 const char *dtypeName(DType t);
 const char *argRoleName(ArgRole r);
 const char *resultRoleName(ResultRole r);
-enum class FunctionKind : uint8_t { Forward, BackwardInput, BackwardWeight, Backward };
+enum class FunctionKind : uint8_t {
+  Forward,
+  BackwardInput,
+  BackwardWeight,
+  Backward
+};
 const char *functionKindName(FunctionKind k);
 /// The stage's function of that kind.
 const Function &stageFunction(const Stage &s, FunctionKind k);
