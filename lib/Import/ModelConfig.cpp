@@ -138,13 +138,13 @@ static llvm::Error configError(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
-llvm::Expected<ModelConfig>
-pipeforge::import::parseModelConfig(llvm::StringRef text, int64_t seqLen,
-                                    int64_t batch) {
+static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
+                                               int64_t seqLen, int64_t batch) {
   json root;
   try {
     root = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error &e) {
+  } catch (const json::exception &e) {
+    // parse_error, and out_of_range for a number like 1e999.
     return configError(llvm::Twine("invalid JSON: ") + e.what());
   }
   if (!root.is_object())
@@ -238,4 +238,16 @@ pipeforge::import::parseModelConfig(llvm::StringRef text, int64_t seqLen,
                        " exceeds key '" + posKey + "' (" +
                        llvm::Twine(c.maxPositions) + ")");
   return c;
+}
+
+llvm::Expected<ModelConfig>
+pipeforge::import::parseModelConfig(llvm::StringRef text, int64_t seqLen,
+                                    int64_t batch) {
+  // Every key is type-checked before it is read; this is the last line of
+  // defence: no JSON exception leaves the importer.
+  try {
+    return parseConfig(text, seqLen, batch);
+  } catch (const json::exception &e) {
+    return configError(llvm::Twine("invalid config: ") + e.what());
+  }
 }

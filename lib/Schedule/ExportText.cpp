@@ -12,8 +12,7 @@ namespace pipeforge::sched {
 namespace {
 /// Rank-local chunk index of (copy, stage) per rank, -1 if the rank holds
 /// only one.
-std::vector<std::map<std::pair<int, int>, int>>
-chunkIndex(const Schedule &s) {
+std::vector<std::map<std::pair<int, int>, int>> chunkIndex(const Schedule &s) {
   std::vector<std::map<std::pair<int, int>, int>> idx(s.numRanks());
   const Placement &pl = s.placement;
   for (int c = 0; c < pl.numCopies && c < static_cast<int>(pl.rankOf.size());
@@ -31,7 +30,8 @@ chunkIndex(const Schedule &s) {
   return idx;
 }
 
-std::string cellOf(const Work &w, const std::map<std::pair<int, int>, int> &ch) {
+std::string cellOf(const Work &w,
+                   const std::map<std::pair<int, int>, int> &ch) {
   std::string out = workKindName(w.kind) + std::to_string(w.mb);
   auto it = ch.find({w.copy, w.stage});
   if (it != ch.end() && it->second >= 0)
@@ -57,6 +57,17 @@ std::string exportTextGrid(const Schedule &s, const SimResult &sim) {
   }
   if (unit == 0)
     unit = 1;
+  // At most kMaxGridColumns columns: a schedule whose shortest action is
+  // tiny next to its makespan (--tf 1e-300, or 1e12) is drawn coarser
+  // (short actions take one column each) instead of exhausting memory.
+  constexpr double kMaxGridColumns = 4096;
+  double makespan = 0;
+  for (const Interval &iv : sim.intervals)
+    if (std::isfinite(iv.end))
+      makespan = std::max(makespan, iv.end);
+  if (!std::isfinite(unit) || makespan / unit > kMaxGridColumns)
+    unit = makespan > 0 && std::isfinite(makespan) ? makespan / kMaxGridColumns
+                                                   : 1;
   auto chunks = chunkIndex(s);
   std::vector<std::vector<std::string>> rows(p);
   std::vector<size_t> nextFree(p, 0);
@@ -72,7 +83,8 @@ std::string exportTextGrid(const Schedule &s, const SimResult &sim) {
     size_t col = std::max(
         nextFree[iv.rank],
         static_cast<size_t>(std::llround(std::max(0.0, iv.start) / unit)));
-    size_t span = std::max<long long>(1, std::llround((iv.end - iv.start) / unit));
+    size_t span =
+        std::max<long long>(1, std::llround((iv.end - iv.start) / unit));
     auto &row = rows[iv.rank];
     if (row.size() < col + span)
       row.resize(col + span, ".");
@@ -97,8 +109,8 @@ std::string exportTextGrid(const Schedule &s, const SimResult &sim) {
   std::string rankHdr = "r" + std::to_string(p - 1);
   for (int r = 0; r < p; ++r) {
     std::string name = "r" + std::to_string(r);
-    std::string line = name + std::string(rankHdr.size() - name.size(), ' ') +
-                       " |";
+    std::string line =
+        name + std::string(rankHdr.size() - name.size(), ' ') + " |";
     for (size_t c = 0; c < cols; ++c) {
       const std::string &cell = c < rows[r].size() ? rows[r][c] : ".";
       line += " " + cell + std::string(width[c] - cell.size(), ' ');

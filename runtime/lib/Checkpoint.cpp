@@ -200,13 +200,9 @@ Status writeAtomically(const fs::path &path, const std::vector<uint8_t> &b) {
 }
 
 Expected<std::vector<uint8_t>> readAll(const fs::path &path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    return Status::error("checkpoint: cannot open '" + path.string() + "'");
-  std::vector<uint8_t> b((std::istreambuf_iterator<char>(f)),
-                         std::istreambuf_iterator<char>());
-  if (f.bad())
-    return Status::error("checkpoint: cannot read '" + path.string() + "'");
+  auto b = readFileBytes(path.string());
+  if (!b)
+    return Status::error("checkpoint: " + b.message());
   return b;
 }
 

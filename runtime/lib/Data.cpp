@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -193,18 +194,30 @@ Status writeFileAtomically(const std::string &path,
   return Status::ok();
 }
 
-Expected<std::vector<uint8_t>> readWholeFile(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    return Status::error("cannot open '" + path + "'");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
-                             std::istreambuf_iterator<char>());
-  if (f.bad())
-    return Status::error("cannot read '" + path + "'");
-  return bytes;
-}
-
 } // namespace
+
+Expected<std::vector<uint8_t>> readFileBytes(const std::string &path) {
+  std::error_code ec;
+  auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st))
+    return Status::error("cannot open '" + path + "'");
+  if (std::filesystem::is_directory(st))
+    return Status::error("'" + path + "' is a directory, not a file");
+  if (!std::filesystem::is_regular_file(st))
+    return Status::error("'" + path + "' is not a regular file");
+  try {
+    std::ifstream f(path, std::ios::binary);
+    if (!f)
+      return Status::error("cannot open '" + path + "'");
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
+                               std::istreambuf_iterator<char>());
+    if (f.bad())
+      return Status::error("cannot read '" + path + "'");
+    return bytes;
+  } catch (const std::exception &e) {
+    return Status::error("cannot read '" + path + "': " + e.what());
+  }
+}
 
 Expected<std::vector<uint8_t>>
 encodeTokenFile(const std::vector<uint32_t> &tokens, uint64_t vocab,
@@ -251,7 +264,7 @@ Status writeTokenFile(const std::string &path,
 Status tokenizeTextFile(const std::string &textPath,
                         const std::string &tokenPath, uint32_t width,
                         uint64_t *count) {
-  auto text = readWholeFile(textPath);
+  auto text = readFileBytes(textPath);
   if (!text)
     return text.status();
   std::vector<uint32_t> toks(text->begin(), text->end());
@@ -313,7 +326,7 @@ TokenFile::fromBytes(std::vector<uint8_t> bytes, const std::string &name,
 
 Expected<std::unique_ptr<TokenFile>> TokenFile::open(const std::string &path,
                                                      uint64_t seed) {
-  auto bytes = readWholeFile(path);
+  auto bytes = readFileBytes(path);
   if (!bytes)
     return Status::error("token file: " + bytes.message());
   return fromBytes(bytes.take(), path, seed);

@@ -55,3 +55,21 @@ func.func @model(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 ^bb1:
   return %x : tensor<4x8xf32>
 }
+
+// -----
+
+// A layer id at the edge of int64 (the hash map's reserved keys) is refused.
+func.func @model(%x: tensor<4x8xf32>, %w: tensor<8x8xf32> {nn.role = "param"}) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'nn.linear' op has 'nn.layer' = 9223372036854775807; layer ids must be in [0, 2147483647]}}
+  %y = nn.linear %x, %w {nn.layer = 9223372036854775807 : i64} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %z = nn.gelu %y {nn.layer = 1 : i64} : tensor<4x8xf32>
+  return %z : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @model(%x: tensor<4x8xf32>, %w: tensor<8x8xf32> {nn.role = "param"}) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'nn.linear' op has 'nn.layer' = -1; layer ids must be in [0, 2147483647]}}
+  %y = nn.linear %x, %w {nn.layer = -1 : i64} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}

@@ -14,10 +14,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Dialect/NN/IR/NNInterfaces.h"
+#include "pipeforge/Dialect/NN/IR/NNOps.h"
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
 #include "pipeforge/Partition/Partition.h"
-#include "pipeforge/Dialect/NN/IR/NNOps.h"
 #include "pipeforge/Support/AttrNames.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -100,6 +100,9 @@ static FailureOr<SmallVector<Layer>> collectLayers(Block &body) {
                             "--pp-partition needs every op of @model in a "
                             "layer");
     int64_t id = attr.getInt();
+    if (id < 0 || id > INT32_MAX)
+      return op.emitOpError("has 'nn.layer' = ")
+             << id << "; layer ids must be in [0, " << INT32_MAX << "]";
     if (layers.empty() || layers.back().id != id) {
       if (Operation *prev = lastOpOfLayer.lookup(id)) {
         InFlightDiagnostic diag =
@@ -404,7 +407,8 @@ LogicalResult PartitionPass::partitionModule() {
           r && r.getValue() == "tokens")
         if (auto t = dyn_cast<RankedTensorType>(model.getArgument(i).getType());
             t && t.getRank() == 2 && t.hasStaticShape())
-          pipeline->setAttr(attrs::kSeqLen, b.getI64IntegerAttr(t.getDimSize(1)));
+          pipeline->setAttr(attrs::kSeqLen,
+                            b.getI64IntegerAttr(t.getDimSize(1)));
   b.setInsertionPointToStart(&pipeline.getBody().emplaceBlock());
 
   StageBuilder builder(model, *layers, *cut);

@@ -24,8 +24,8 @@
 #ifndef PIPEFORGE_RT_DATA_H
 #define PIPEFORGE_RT_DATA_H
 
-#include "pipeforge/Support/Hash.h"
 #include "pipeforge/Schedule/Action.h"
+#include "pipeforge/Support/Hash.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +42,10 @@ using sched::Status;
 /// checkpoint files.
 using pipeforge::fnv1a64;
 using pipeforge::kFnv1aOffset;
+
+/// The bytes of a regular file. Errors (never exceptions): missing or
+/// unreadable, a directory, not a regular file (a device, a FIFO).
+Expected<std::vector<uint8_t>> readFileBytes(const std::string &path);
 
 /// A stream of training samples.
 class DataSource {
