@@ -172,7 +172,8 @@ std::vector<std::vector<Work>> ListScheduler::run(const Params &P) {
       } else if (rf < kInf && memAllowsF(r, s) && inflight[r] < cap[r]) {
         nextKnown = std::min(nextKnown, rf);
       }
-      if (nw[s] < nb[s] && (wStage < 0 || eB[s][nw[s]] < eB[wStage][nw[wStage]]))
+      if (nw[s] < nb[s] &&
+          (wStage < 0 || eB[s][nw[s]] < eB[wStage][nw[wStage]]))
         wStage = s;
     }
     if (bStage >= 0 && (P.bPriority || fStage < 0 || lastWasF[r])) {
@@ -423,19 +424,21 @@ Expected<AutoResult> autoHeuristic(const AutoOptions &opts) {
     if (debug) {
       Cand c;
       c.orders = ord;
-      bool fits = !ord.empty() && (opts.memLimit < 0 ||
-                                   ordersFitMemory(ord, opts.cost, opts.memLimit));
+      bool fits =
+          !ord.empty() &&
+          (opts.memLimit < 0 || ordersFitMemory(ord, opts.cost, opts.memLimit));
       bool ok = fits && evaluate(c, pl, m, opts.cost);
       std::fprintf(stderr, "cap %s%.1f%+d bP %d wP %d lf %d: %s %.3f\n",
                    P.capUnlimited ? "inf " : "", P.capA, P.capB, P.bPriority,
-                   P.wPolicy, P.preferLaterF, ok ? "ok" : (fits ? "sim-fail" : "no-fit"),
-                   c.zb);
+                   P.wPolicy, P.preferLaterF,
+                   ok ? "ok" : (fits ? "sim-fail" : "no-fit"), c.zb);
     }
     consider(std::move(ord));
   }
   if (best.orders.empty())
     return Status::error("the heuristic found no schedule within the memory "
-                         "limit " + std::to_string(opts.memLimit));
+                         "limit " +
+                         std::to_string(opts.memLimit));
 
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::microseconds(
@@ -471,6 +474,22 @@ Expected<AutoResult> autoSchedule(const AutoOptions &opts) {
     return Status::error("auto schedule: ranks must be >= 1");
   if (opts.microbatches < 1)
     return Status::error("auto schedule: microbatches must be >= 1");
+  // The same bounds as the handcrafted generators (Generators.cpp): a
+  // schedule holds about 3 x stages x microbatches actions.
+  constexpr int64_t kMaxRanks = 1 << 16, kMaxMicrobatches = 1 << 24,
+                    kMaxComputeActions = int64_t(1) << 26;
+  const int64_t stages = int64_t(opts.ranks) * (opts.vShape ? 2 : 1);
+  if (opts.ranks > kMaxRanks)
+    return Status::error("auto schedule: " + std::to_string(opts.ranks) +
+                         " ranks exceeds the limit of " +
+                         std::to_string(kMaxRanks));
+  if (opts.microbatches > kMaxMicrobatches ||
+      3 * stages * opts.microbatches > kMaxComputeActions)
+    return Status::error(
+        "auto schedule: request too large: " + std::to_string(opts.ranks) +
+        " ranks x " + std::to_string(opts.microbatches) +
+        " microbatches exceeds " + std::to_string(kMaxComputeActions) +
+        " actions");
   double need = minFeasibleMemLimit(opts);
   if (opts.memLimit >= 0 && opts.memLimit + kEps < need) {
     char buf[320];
@@ -496,7 +515,8 @@ Expected<AutoResult> autoSchedule(const AutoOptions &opts) {
     vo.memLimit = opts.memLimit;
   if (Status st = verify(res.schedule, vo); !st)
     return Status::error("internal error: the automatic schedule fails "
-                         "verification: " + st.message());
+                         "verification: " +
+                         st.message());
   return res;
 }
 
