@@ -474,10 +474,7 @@ Expected<AutoResult> autoSchedule(const AutoOptions &opts) {
     return Status::error("auto schedule: ranks must be >= 1");
   if (opts.microbatches < 1)
     return Status::error("auto schedule: microbatches must be >= 1");
-  // The same bounds as the handcrafted generators (Generators.cpp): a
-  // schedule holds about 3 x stages x microbatches actions.
-  constexpr int64_t kMaxRanks = 1 << 16, kMaxMicrobatches = 1 << 24,
-                    kMaxComputeActions = int64_t(1) << 26;
+  // The handcrafted generators' bounds (Generators.h).
   const int64_t stages = int64_t(opts.ranks) * (opts.vShape ? 2 : 1);
   if (opts.ranks > kMaxRanks)
     return Status::error("auto schedule: " + std::to_string(opts.ranks) +

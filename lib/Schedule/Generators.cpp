@@ -17,13 +17,6 @@ namespace pipeforge::sched {
 
 namespace {
 
-/// Upper bounds that keep a request from exhausting memory. A schedule holds
-/// about 3 * stages * microbatches actions; 64 Mi of them is far beyond any
-/// real pipeline.
-constexpr int64_t kMaxRanks = 1 << 16;
-constexpr int64_t kMaxMicrobatches = 1 << 24;
-constexpr int64_t kMaxComputeActions = int64_t(1) << 26;
-
 std::string name(ScheduleKind kind) { return scheduleKindName(kind); }
 
 Status validate(ScheduleKind kind, const GenOptions &opts) {

@@ -15,6 +15,14 @@
 
 namespace pipeforge::sched {
 
+/// Upper bounds that keep a request from exhausting memory, for the
+/// generators and the automatic scheduler alike. A schedule holds about
+/// 3 * stages * microbatches actions; 64 Mi of them is far beyond any real
+/// pipeline.
+inline constexpr int64_t kMaxRanks = 1 << 16;
+inline constexpr int64_t kMaxMicrobatches = 1 << 24;
+inline constexpr int64_t kMaxComputeActions = int64_t(1) << 26;
+
 struct GenOptions {
   int32_t ranks = 0;
   /// Microbatches. For DualPipe this is the total C (C/2 per copy); for
