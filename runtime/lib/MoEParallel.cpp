@@ -1,6 +1,6 @@
 //===- MoEParallel.cpp - nn.moe with experts split over ranks -------------===//
 //
-// See MoEParallel.h. Mirrors runtime/cpu/KernelsMoE.cpp (routing, gates,
+// See MoEParallel.h. Mirrors runtime/backends/cpu/KernelsMoE.cpp (routing, gates,
 // capacity, router gradients) with the expert rows exchanged by all-to-all.
 //
 //===----------------------------------------------------------------------===//
@@ -269,7 +269,7 @@ struct EpMoE {
     return Status::ok();
   }
 
-  /// dlogits [N, E] (as runtime/cpu routerGrads, renormalised gates).
+  /// dlogits [N, E] (as runtime/backends/cpu routerGrads, renormalised gates).
   void routerGrads(const float *dy, std::vector<float> &dlogits) const {
     dlogits.assign(static_cast<size_t>(N * E), 0.f);
     std::vector<float> dg(static_cast<size_t>(K)), dp(static_cast<size_t>(E));

@@ -2,7 +2,7 @@
 //
 // Composes the per-element functions of RowMath.h with plain loops over
 // whole tensors, in the order RowKernels.cu uses them, and compares with
-// the CPU reference kernels (runtime/cpu) and the CPU AdamW optimizer.
+// the CPU reference kernels (runtime/backends/cpu) and the CPU AdamW optimizer.
 //
 // A row reduction runs in one of two orders:
 //   Sequential  the CPU's order. The results must equal the reference

@@ -1,7 +1,7 @@
 //===- MockCudaNccl.cpp - Host-only CUDA and NCCL over MPI ----------------===//
 //
 // Implements the stand-ins include/cuda_runtime.h and include/nccl.h on the
-// host, so that runtime/lib/nccl/NcclTransport.cpp runs under mpirun without
+// host, so that runtime/transports/nccl/NcclTransport.cpp runs under mpirun without
 // a GPU, and checks the rules the transport's protocol relies on. A broken
 // rule ends the job (MPI_Abort) with "mock cuda/nccl: rank R: <what>".
 //

@@ -1,6 +1,6 @@
 //===- NcclProtocolDriver.cpp - nccl-protocol-test ------------------------===//
 //
-// Runs runtime/lib/nccl/NcclTransport.cpp, built against the host-only CUDA
+// Runs runtime/transports/nccl/NcclTransport.cpp, built against the host-only CUDA
 // and NCCL of MockCudaNccl.cpp, under mpirun and checks every byte that
 // arrives (test/Runtime/nccl-protocol.test):
 //

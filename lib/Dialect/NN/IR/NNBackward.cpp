@@ -4,7 +4,7 @@
 // the activation operands, W those of the parameter operands; W reads only
 // forward values and the result gradient, never anything B derives from it,
 // so W can run later than B (Zero Bubble). The gradient ops follow the CPU
-// reference kernels (runtime/cpu/Kernels.h): linear_bwd_weight returns dW and
+// reference kernels (runtime/backends/cpu/Kernels.h): linear_bwd_weight returns dW and
 // db, cross_entropy_bwd scales by 1/tokens, moe_bwd_weight recomputes the
 // expert-internal gradients from forward values, attention_bwd rotates q and k
 // itself when `rotary` is set.

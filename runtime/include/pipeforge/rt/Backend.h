@@ -102,7 +102,7 @@ public:
   virtual Status takeAsyncError() { return Status::ok(); }
 };
 
-/// The CPU reference backend (runtime/cpu kernels, float).
+/// The CPU reference backend (runtime/backends/cpu kernels, float).
 std::unique_ptr<Backend> createCpuBackend();
 
 /// The op mnemonics the CPU backend runs (forward and gradient ops).

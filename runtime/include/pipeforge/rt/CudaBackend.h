@@ -3,7 +3,7 @@
 // Every kernel of the CPU reference on an NVIDIA GPU: GEMMs through cuBLAS
 // (fp32, or bf16 inputs with fp32 accumulation and fp32 results; parameters
 // and activations stay fp32 as master copies), the elementwise and row
-// kernels of runtime/cuda (their per-element math is shared with the CPU
+// kernels of runtime/backends/cuda (their per-element math is shared with the CPU
 // kernels and tested on the CPU), causal attention, MoE routing, AdamW.
 //
 // Each backend owns a compute stream and a communication stream on one

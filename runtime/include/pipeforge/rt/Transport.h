@@ -11,7 +11,7 @@
 // requests advance between compute actions.
 //
 // Implementations: LocalTransport (one process, --ranks 1; self-messages
-// through a mailbox) and MpiTransport (runtime/lib/mpi, OpenMPI).
+// through a mailbox) and MpiTransport (runtime/transports/mpi, OpenMPI).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEFORGE_RT_TRANSPORT_H

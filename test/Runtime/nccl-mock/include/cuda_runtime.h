@@ -1,7 +1,7 @@
 //===- cuda_runtime.h - Host-only stand-in for the CUDA runtime -*- C++ -*-===//
 //
 // Test stand-in, not CUDA: nccl-protocol-test compiles
-// runtime/lib/nccl/NcclTransport.cpp with this directory ahead of every other
+// runtime/transports/nccl/NcclTransport.cpp with this directory ahead of every other
 // include path, so the transport builds and runs on a machine without CUDA.
 // It declares exactly the part of the runtime API the transport uses, with
 // CUDA's signatures; MockCudaNccl.cpp implements it on the host ("device"

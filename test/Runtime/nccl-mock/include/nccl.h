@@ -1,7 +1,7 @@
 //===- nccl.h - Host-only stand-in for NCCL ---------------------*- C++ -*-===//
 //
 // Test stand-in, not NCCL: declares exactly the part of NCCL's API that
-// runtime/lib/nccl/NcclTransport.cpp uses, with NCCL's signatures and enum
+// runtime/transports/nccl/NcclTransport.cpp uses, with NCCL's signatures and enum
 // values. MockCudaNccl.cpp implements it over MPI (point-to-point matched by
 // order per communicator, as NCCL does) and checks how the transport uses it
 // (see there).

@@ -3,7 +3,7 @@
 // What every backend needs before it can run one kernel of a Function: the
 // attributes by name, the operands with the optional-operand convention
 // (an absent optional operand is a null pointer or simply missing), and the
-// shapes of the ops whose kernels take a shape struct (runtime/cpu/Kernels.h)
+// shapes of the ops whose kernels take a shape struct (runtime/backends/cpu/Kernels.h)
 // derived from the operand types and attributes. Shared by the CPU and the
 // CUDA backends, so both read a program exactly alike and give the same
 // messages for the same bad kernel.

@@ -1,11 +1,11 @@
 //===- CudaBackend.cpp - The CUDA backend ---------------------------------===//
 //
 // One adapter per nn op mnemonic, the CPU backend's set (CpuBackend.cpp),
-// over the kernel families of runtime/cuda: GEMMs through cuBLAS
+// over the kernel families of runtime/backends/cuda: GEMMs through cuBLAS
 // (GemmCtx.cu), norms, activations, embedding, loss and AdamW
 // (RowKernels.cu), attention (AttentionKernels.cu) and MoE
 // (MoEKernels.cu). Operands and shapes are read by the same code as on the
-// CPU (runtime/lib/KernelOperands.h), so a bad kernel gets the same message.
+// CPU (runtime/backends/KernelOperands.h), so a bad kernel gets the same message.
 //
 // Every call is queued on the backend's compute stream (a non-blocking
 // stream on its device); receives of the --local-ranks transport run on a
@@ -25,7 +25,7 @@
 #include "cuda/GemmCtx.h"
 #include "cuda/MoEKernels.h"
 #include "cuda/RowKernels.h"
-#include "lib/KernelOperands.h"
+#include "KernelOperands.h"
 
 #include <cuda_runtime.h>
 

@@ -1,7 +1,7 @@
 //===- Blas.h - Precision-overloaded GEMM over OpenBLAS ---------*- C++ -*-===//
 //
 // gemm() is cblas_sgemm for float and cblas_dgemm for double (row-major), so
-// the kernels can be templates over the scalar type. Internal to runtime/cpu.
+// the kernels can be templates over the scalar type. Internal to runtime/backends/cpu.
 //
 //===----------------------------------------------------------------------===//
 

@@ -1,7 +1,7 @@
 //===- RowKernels.h - Norm, loss, embedding, elementwise, AdamW on CUDA -===//
 //
 // The CUDA versions of the CPU reference's row and elementwise kernels
-// (runtime/cpu/Kernels*.cpp) and of AdamWT<float>::step: one block (or one
+// (runtime/backends/cpu/Kernels*.cpp) and of AdamWT<float>::step: one block (or one
 // warp) per row with a fixed-order block reduction, the per-element math of
 // RowMath.h / ElementwiseMath.h. All pointers are device pointers; all work
 // is queued on ctx.stream with no host synchronisation. A token or target

@@ -2,7 +2,7 @@
 //
 // The arithmetic of the CUDA backend's norm, loss, embedding and AdamW
 // kernels, as PF_HOST_DEVICE functions in exactly the precision and order of
-// operations of the CPU reference (runtime/cpu, runtime/lib/Optimizer.cpp).
+// operations of the CPU reference (runtime/backends/cpu, runtime/lib/Optimizer.cpp).
 // A kernel reduces a row with a block reduction and calls these functions
 // on the partial sums and the elements; the CPU test
 // (unittests/CudaMath/RowMathTest.cpp) runs the same functions with plain

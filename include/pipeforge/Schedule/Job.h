@@ -1,0 +1,76 @@
+//===- Job.h - One schedule job: obtain, place messages, check, simulate --===//
+//
+// What `pipeforge-sched` does, as a library call: generate a schedule (or
+// run the automatic scheduler, or import a PyTorch CSV), insert the
+// point-to-point messages for the given costs, verify it (under an optional
+// memory limit), simulate it, and render the result in one of the output
+// formats. The tool is option parsing plus `runScheduleJob` and
+// `renderScheduleJob`; tests and other front ends call the same two.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PIPEFORGE_SCHEDULE_JOB_H
+#define PIPEFORGE_SCHEDULE_JOB_H
+
+#include "pipeforge/Schedule/Action.h"
+#include "pipeforge/Schedule/AutoScheduler.h"
+#include "pipeforge/Schedule/Simulator.h"
+
+#include <optional>
+#include <string>
+
+namespace pipeforge::sched {
+
+struct ScheduleJob {
+  /// A schedule kind name (parseScheduleKind), or empty with `csvText`.
+  std::string schedule;
+  /// The contents of a PyTorch schedule CSV to import instead of generating.
+  std::optional<std::string> csvText;
+  int ranks = 0;
+  int microbatches = 0; ///< 0: the smallest the kind accepts
+  int chunks = 2;       ///< model chunks per rank (interleaved)
+  bool computeOnly = false;
+
+  /// Per-stage times, as `CostModel`; tbw / tfb < 0: the sums.
+  double tf = 1, tb = 1, tw = 1, tbw = -1, tfb = -1, tcomm = 0, ta2a = 0;
+  int moeLayers = 0;
+  bool overlapComm = false;
+  double memW = 0.5; ///< M_W / M_B; replaced by the model shape's ratio
+
+  /// Memory limit text (parseMemoryLimit), empty: none.
+  std::string memLimit;
+  /// Model shape for byte limits and M_W / M_B (all 0: none).
+  double hidden = 0, heads = 0, seq = 0, microbatchSize = 1;
+  int layers = 0; ///< transformer layers of the model; 0: one per stage
+
+  /// --schedule auto.
+  bool vPlacement = false;
+  double timeLimit = 10, gap = 1e-4;
+  bool useIlp = true;
+};
+
+struct ScheduleJobResult {
+  Schedule schedule;
+  CostModel cost;
+  SimResult sim;
+  std::optional<AutoResult> autoResult;
+};
+
+/// Checks the job's numbers (a message naming the option on error), then
+/// obtains, completes, verifies and simulates the schedule.
+Expected<ScheduleJobResult> runScheduleJob(const ScheduleJob &job);
+
+/// The output formats `renderScheduleJob` knows.
+inline constexpr const char *kJobFormats[] = {"text", "json", "csv", "svg",
+                                              "trace"};
+bool isJobFormat(const std::string &format);
+
+/// The result as `format`: text (summary, per-rank statistics and the
+/// grid), json (docs/schedule-json.md; with the automatic scheduler's
+/// bound), csv (PyTorch), svg or trace (Chrome).
+std::string renderScheduleJob(const ScheduleJobResult &r,
+                              const std::string &format);
+
+} // namespace pipeforge::sched
+
+#endif // PIPEFORGE_SCHEDULE_JOB_H

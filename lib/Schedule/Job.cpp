@@ -1,0 +1,274 @@
+//===- Job.cpp - One schedule job: obtain, place messages, check, simulate ===//
+//
+// See Job.h. The order of the steps matters: messages are placed for the
+// costs the schedule will be simulated with, and the memory limit is
+// resolved against the schedule's own placement (a V placement has two
+// stages per rank, each half of a rank's share of the model).
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/Schedule/Job.h"
+
+#include "pipeforge/Schedule/CommInsertion.h"
+#include "pipeforge/Schedule/Export.h"
+#include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/MemoryLimit.h"
+#include "pipeforge/Schedule/Verify.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+
+namespace pipeforge::sched {
+
+namespace {
+
+/// M_B in bytes (one microbatch's activations on a rank's share of the
+/// model: layers / ranks layers of s b (34h + 5as) bytes), or 0 without a
+/// model shape.
+double bytesPerMB(const ScheduleJob &j, int ranks, int stages) {
+  if (!(j.hidden > 0))
+    return 0;
+  double layers = j.layers > 0 ? j.layers : stages;
+  return activationBytesPerLayer(j.hidden, j.heads, j.seq, j.microbatchSize) *
+         layers / ranks;
+}
+
+/// The memory limit in M_B units: "2p" -> 2 * ranks, "3.5" -> 3.5, "12GB"
+/// -> 12e9 bytes / M_B in bytes (docs/auto-scheduler.md).
+Expected<double> memLimitInMB(const ScheduleJob &j, int ranks, int stages) {
+  auto l = parseMemoryLimit(j.memLimit);
+  if (!l)
+    return Status::error("--mem-limit: " + l.message());
+  auto v = resolveMemoryLimit(
+      *l, ranks, bytesPerMB(j, ranks, stages),
+      "give --hidden, --heads and --seq (and --microbatch-size, --layers if "
+      "not 1 and one per stage) so that M_B = s b (34h + 5as) bytes per "
+      "layer is known");
+  if (!v)
+    return Status::error("--mem-limit: " + v.message());
+  return *v;
+}
+
+Status checkJob(const ScheduleJob &j) {
+  for (auto [name, v] : {std::pair<const char *, double>{"--tf", j.tf},
+                         {"--tb", j.tb},
+                         {"--tw", j.tw},
+                         {"--tcomm", j.tcomm},
+                         {"--ta2a", j.ta2a}})
+    if (!(v >= 0) || !std::isfinite(v))
+      return Status::error(std::string(name) + " must be finite and >= 0");
+  for (auto [name, v] :
+       {std::pair<const char *, double>{"--tbw", j.tbw}, {"--tfb", j.tfb}})
+    if (std::isnan(v) || std::isinf(v))
+      return Status::error(std::string(name) + " must be finite");
+  if (!(j.memW >= 0 && j.memW <= 1))
+    return Status::error("--mem-w must be in [0, 1]");
+  int shape = (j.hidden > 0) + (j.heads > 0) + (j.seq > 0);
+  if (shape != 0 && shape != 3)
+    return Status::error("--hidden, --heads and --seq go together (all > 0)");
+  if (!(j.microbatchSize > 0) || !std::isfinite(j.microbatchSize))
+    return Status::error("--microbatch-size must be finite and > 0");
+  if (!j.memLimit.empty())
+    if (auto l = parseMemoryLimit(j.memLimit); !l)
+      return Status::error("--mem-limit: " + l.message());
+  if (!(j.timeLimit >= 0) || !(j.gap >= 0))
+    return Status::error("--time-limit and --gap must be >= 0");
+  return Status::ok();
+}
+
+Expected<Schedule> obtainSchedule(const ScheduleJob &j,
+                                  std::optional<AutoResult> &autoResult) {
+  if (j.csvText) {
+    if (!j.schedule.empty())
+      return Status::error("give either --schedule or --import-csv, not both");
+    CsvImportOptions io;
+    io.name = "csv";
+    return importCsv(*j.csvText, io);
+  }
+  if (j.schedule.empty())
+    return Status::error("--schedule is required (one of: gpipe 1f1b "
+                         "interleaved zb-h1 zb-h2 zbv dualpipe dualpipev "
+                         "auto)");
+  auto kind = parseScheduleKind(j.schedule);
+  if (!kind)
+    return Status::error("unknown schedule '" + j.schedule +
+                         "'; expected one of: gpipe 1f1b interleaved zb-h1 "
+                         "zb-h2 zbv dualpipe dualpipev auto");
+  if (j.ranks < 1)
+    return Status::error("--ranks is required (>= 1)");
+  if (*kind != ScheduleKind::Auto) {
+    GenOptions g;
+    g.ranks = j.ranks;
+    g.chunksPerRank = j.chunks;
+    g.microbatches = j.microbatches > 0
+                         ? j.microbatches
+                         : minMicrobatches(*kind, j.ranks, j.chunks);
+    return generate(*kind, g);
+  }
+  if (j.microbatches < 1)
+    return Status::error("--schedule auto needs --microbatches (>= 1)");
+  AutoOptions ao;
+  ao.ranks = j.ranks;
+  ao.microbatches = j.microbatches;
+  ao.vShape = j.vPlacement;
+  ao.cost.tf = j.tf;
+  ao.cost.tb = j.tb;
+  ao.cost.tw = j.tw;
+  ao.cost.tcomm = j.tcomm;
+  // M_B: one microbatch on a rank's share of a p-way split (a V stage is
+  // half of it), as for every other schedule.
+  int stages = ao.vShape ? 2 * j.ranks : j.ranks;
+  ao.cost.memB = ao.vShape ? 0.5 : 1.0;
+  ao.cost.memW = ao.cost.memB * j.memW;
+  if (!j.memLimit.empty()) {
+    auto l = memLimitInMB(j, j.ranks, stages);
+    if (!l)
+      return l.status();
+    ao.memLimit = *l;
+  }
+  ao.useIlp = j.useIlp;
+  ao.ilpTimeLimit = j.timeLimit;
+  ao.ilpGap = j.gap;
+  auto r = autoSchedule(ao);
+  if (!r) {
+    std::string msg = r.message();
+    if (auto l = parseMemoryLimit(j.memLimit); l && l->isBytes())
+      msg += " (in M_B units; --mem-limit " + j.memLimit + " = " +
+             formatBytes(l->value) + ", 1 M_B = " +
+             formatBytes(bytesPerMB(j, j.ranks, stages)) + ")";
+    return Status::error(msg);
+  }
+  autoResult = r.take();
+  return autoResult->schedule;
+}
+
+std::string renderText(const ScheduleJobResult &r) {
+  const Schedule &s = r.schedule;
+  const SimResult &sim = r.sim;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "%s: %d ranks, %d stages x %d cop%s, %d microbatches\n"
+                "makespan %.4f  bubble_rate %.4f  zb_bubble_rate %.4f\n",
+                s.name.c_str(), s.numRanks(), s.placement.numStages,
+                s.placement.numCopies, s.placement.numCopies == 1 ? "y" : "ies",
+                s.numMicrobatches, sim.makespan, sim.bubbleRate,
+                sim.zbBubbleRate);
+  std::string out = line;
+  if (r.autoResult) {
+    const AutoResult &a = *r.autoResult;
+    std::snprintf(line, sizeof line,
+                  "auto: method %s  zb_cost %.4f  lower_bound %.4f  gap "
+                  "%.2f%%  (makespan lower bound %.4f)\n",
+                  a.method.c_str(), a.zbCost, a.bound.zbCost, 100 * a.gap,
+                  a.bound.makespan);
+    out += line;
+    if (a.ilpRan) {
+      std::snprintf(line, sizeof line,
+                    "auto: ILP %s, bound within its model %.4f\n",
+                    a.ilpOptimal ? "optimal" : "stopped", a.ilpBound);
+      out += line;
+    }
+    if (!a.note.empty())
+      out += "auto: " + a.note + "\n";
+  }
+  for (size_t i = 0; i < sim.ranks.size(); ++i) {
+    const RankStats &rs = sim.ranks[i];
+    std::snprintf(line, sizeof line,
+                  "rank %zu: busy %.4f  idle %.4f  peak_activation %.4f M_B\n",
+                  i, rs.busy, sim.makespan - rs.busy, rs.peakMemory);
+    out += line;
+    if (rs.exposedP2P > 0 || rs.exposedA2A > 0) {
+      std::snprintf(line, sizeof line,
+                    "rank %zu: exposed p2p %.4f  a2a %.4f  (comm busy %.4f)\n",
+                    i, rs.exposedP2P, rs.exposedA2A, rs.commBusy);
+      out += line;
+    }
+  }
+  return out + exportTextGrid(s, sim);
+}
+
+} // namespace
+
+Expected<ScheduleJobResult> runScheduleJob(const ScheduleJob &jobIn) {
+  ScheduleJob j = jobIn;
+  if (Status st = checkJob(j); !st)
+    return st;
+  if (j.hidden > 0)
+    j.memW = memWRatio(j.hidden, j.heads, j.seq);
+
+  ScheduleJobResult r;
+  auto s = obtainSchedule(j, r.autoResult);
+  if (!s)
+    return s.status();
+  r.schedule = s.take();
+  const Schedule &sch = r.schedule;
+
+  // Memory in units of M_B: the activation of one microbatch on a rank's
+  // share of a p-way split, so a stage of an S-stage copy is p/S of it.
+  CostModel &cost = r.cost;
+  cost.tf = j.tf;
+  cost.tb = j.tb;
+  cost.tw = j.tw;
+  cost.tbw = j.tbw;
+  cost.tfb = j.tfb;
+  cost.tcomm = j.tcomm;
+  cost.tA2A = j.ta2a;
+  cost.moeLayersPerStage = j.moeLayers;
+  cost.overlapComm = j.overlapComm;
+  cost.memB = double(sch.numRanks()) / sch.placement.numStages;
+  cost.memW = cost.memB * j.memW;
+
+  // Messages are placed for the costs the schedule will be simulated with.
+  if (!j.computeOnly && !sch.hasComm)
+    if (Status st = insertComm(r.schedule, cost); !st)
+      return Status::error("cannot insert messages: " + st.message());
+
+  VerifyOptions vo;
+  vo.cost = cost;
+  if (!j.memLimit.empty()) {
+    auto l = memLimitInMB(j, sch.numRanks(), sch.placement.numStages);
+    if (!l)
+      return l.status();
+    vo.memLimit = *l;
+  }
+  if (Status st = verify(sch, vo); !st)
+    return Status::error("invalid schedule: " + st.message());
+
+  auto sim = simulate(sch, cost);
+  if (!sim)
+    return Status::error("simulation failed: " + sim.message());
+  r.sim = sim.take();
+  return r;
+}
+
+bool isJobFormat(const std::string &format) {
+  for (const char *f : kJobFormats)
+    if (format == f)
+      return true;
+  return false;
+}
+
+std::string renderScheduleJob(const ScheduleJobResult &r,
+                              const std::string &format) {
+  if (format == "csv")
+    return exportCsv(r.schedule);
+  if (format == "svg")
+    return exportSvg(r.schedule, r.sim);
+  if (format == "trace")
+    return exportTrace(r.schedule, r.sim);
+  if (format != "json")
+    return renderText(r);
+  std::string out = exportJson(r.schedule, &r.sim, r.cost);
+  if (!r.autoResult)
+    return out;
+  auto j = nlohmann::ordered_json::parse(out);
+  j["summary"]["lower_bound"] = r.autoResult->bound.zbCost;
+  j["summary"]["lower_bound_makespan"] = r.autoResult->bound.makespan;
+  j["summary"]["gap"] = r.autoResult->gap;
+  j["summary"]["method"] = r.autoResult->method;
+  return j.dump(2) + "\n";
+}
+
+} // namespace pipeforge::sched
