@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "pipeforge/rt/OpShapes.h"
 #include "pipeforge/rt/Program.h"
 
 #include "pipeforge/Schedule/Verify.h"
@@ -277,7 +278,39 @@ Status Validator::stages() {
   return chain();
 }
 
-/// SSA form, roles allowed here, indices in range, buffers.
+/// The kernel's operand and result types against its op's rules
+/// (OpShapes.h): the kernels trust them for every size they read or write.
+/// Value ids are in range (checked before).
+Status kernelTypes(const Kernel &kn, const Function &f,
+                   const std::string &kname) {
+  const OpSpec *spec = lookupOpSpec(kn.op);
+  if (!spec) {
+    std::string known;
+    for (const OpSpec &o : allOpSpecs())
+      known += std::string(known.empty() ? "" : " ") + o.name;
+    return Status::error(kname + ": unknown op (known: " + known + ")");
+  }
+  auto types = [&](const std::vector<int32_t> &ids) {
+    std::vector<const TensorType *> t;
+    for (int32_t v : ids)
+      t.push_back(v < 0 ? nullptr : &f.values[size_t(v)]);
+    return t;
+  };
+  OpShapeResult r =
+      checkKernelTypes(*spec, types(kn.inputs), types(kn.outputs), kn.attrs);
+  if (r)
+    return Status::ok();
+  std::string at;
+  if (r.operand >= 0)
+    at = " input " + std::to_string(r.operand) + " (value " +
+         std::to_string(kn.inputs[size_t(r.operand)]) + ")";
+  else if (r.result >= 0)
+    at = " output " + std::to_string(r.result) + " (value " +
+         std::to_string(kn.outputs[size_t(r.result)]) + ")";
+  return Status::error(kname + at + ": " + r.error);
+}
+
+/// SSA form, roles allowed here, indices in range, buffers, kernel types.
 Status Validator::function(const Stage &s, FunctionKind k) {
   const Function &f = stageFunction(s, k);
   const std::string w = where(s, k);
@@ -406,6 +439,8 @@ Status Validator::function(const Stage &s, FunctionKind k) {
           !st)
         return st;
     }
+    if (Status st = kernelTypes(kn, f, kname); !st)
+      return err(st.message());
   }
   // Results.
   const int32_t end = int32_t(f.kernels.size()) + 1;

@@ -12,6 +12,9 @@
 //       addComponents: components for the fused-overlap executor tests)
 //   pipeforge-rt-testprog --schedule 1f1b|zb-h1|...|none --ranks R
 //       [--stages S] [--microbatches M] [--dp D] -o prog.pfp
+//   pipeforge-rt-testprog --patch IN.pfp -o OUT.pfp POINTER=JSON...
+//       (see patchMain: edits the JSON body of a program file without
+//       validating it, for tests of what the validator refuses)
 //
 // `none` puts every stage on one rank (sched::generateNone: per microbatch
 // F of all stages, then BW in reverse), the single-process reference for
@@ -23,9 +26,13 @@
 #include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/rt/Program.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 using namespace pipeforge;
@@ -215,9 +222,9 @@ Stage buildStage(Names &nm, int copy, int s, int numStages) {
       fb.res(ResultRole::ParamGrad, pB, gw[1]);
       if (first) {
         int32_t tk = fb.arg(ArgRole::Stash, 2, i32({Bt, S}));
-        auto ge = fb.k("embedding_bwd_weight", {tk, dx},
-                       {f32({V, H}), f32({S, H})},
-                       {{"vocab", int64_t(V)}, {"max_positions", int64_t(S)}});
+        auto ge =
+            fb.k("embedding_bwd_weight", {tk, dx}, {f32({V, H}), f32({S, H})},
+                 {{"vocab", int64_t(V)}, {"max_positions", int64_t(S)}});
         fb.res(ResultRole::ParamGrad, pWte, ge[0]);
         fb.res(ResultRole::ParamGrad, pWpe, ge[1]);
       }
@@ -311,10 +318,64 @@ int addComponentsMain(const std::string &in, const std::string &out) {
   return 0;
 }
 
+/// Writes a copy of program file `in` with edits to its JSON body (header
+/// and checksum recomputed, nothing validated): each edit is
+/// `POINTER=JSON`, an RFC 6901 JSON pointer into the body (docs/
+/// program-format.md) and the JSON value to put there, e.g.
+///   /stages/1/forward/kernels/3/op="linear"
+///   /stages/1/forward/kernels/3/inputs=[12,7]
+/// The way for tests to build programs that pipeforge-compile never writes
+/// (what the validator must refuse) without patching bytes.
+int patchMain(const std::string &in, const std::string &out,
+              const std::vector<std::string> &edits) {
+  std::ifstream is(in, std::ios::binary);
+  std::stringstream ss;
+  ss << is.rdbuf();
+  std::string bytes = ss.str();
+  if (!is || bytes.size() < kProgramHeaderSize ||
+      bytes.compare(0, 8, std::string(kProgramMagic, 8)) != 0)
+    die("'" + in + "' is not a program file");
+  nlohmann::json body = nlohmann::json::parse(
+      bytes.substr(kProgramHeaderSize), nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded())
+    die("'" + in + "': the body is not valid JSON");
+  for (const std::string &e : edits) {
+    size_t eq = e.find('=');
+    if (eq == std::string::npos || e.empty() || e[0] != '/')
+      die("edit '" + e + "' is not POINTER=JSON");
+    nlohmann::json v = nlohmann::json::parse(e.substr(eq + 1), nullptr, false);
+    if (v.is_discarded())
+      die("edit '" + e + "': the value is not valid JSON");
+    try {
+      body[nlohmann::json::json_pointer(e.substr(0, eq))] = std::move(v);
+    } catch (const nlohmann::json::exception &x) {
+      die("edit '" + e + "': " + x.what());
+    }
+  }
+  std::string text = body.dump(1) + "\n";
+  std::string file = bytes.substr(0, 16); // magic, version, flags
+  auto putU64 = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i)
+      file.push_back(char((v >> (8 * i)) & 0xff));
+  };
+  putU64(text.size());
+  putU64(programChecksum(text));
+  file += text;
+  std::ofstream os(out, std::ios::binary | std::ios::trunc);
+  os.write(file.data(), std::streamsize(file.size()));
+  if (!os)
+    die("cannot write '" + out + "'");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 5 && std::string(argv[1]) == "--add-components" &&
       std::string(argv[3]) == "-o")
     return addComponentsMain(argv[2], argv[4]);
+  if (argc >= 5 && std::string(argv[1]) == "--patch" &&
+      std::string(argv[3]) == "-o")
+    return patchMain(argv[2], argv[4],
+                     std::vector<std::string>(argv + 5, argv + argc));
   std::string kind = "1f1b", out;
   int ranks = 2, stages = -1, mb = 4, dp = 1;
   for (int i = 1; i < argc; ++i) {

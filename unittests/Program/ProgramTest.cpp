@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <limits>
 
 using namespace pipeforge;
 using namespace pipeforge::rt;
@@ -670,44 +671,41 @@ TEST(ProgramValidate, StageEnds) {
 }
 
 TEST(ProgramValidate, TypeWiring) {
+  // Every value here feeds or comes from a kernel, so the kernel's shape
+  // rules (OpShapes.h), checked while each function is read, see a changed
+  // type before the wiring between functions and stages does.
   Program p = makeProgram();
   // W's wstash arg does not match B's wstash result.
   p.stages[1].backwardWeight.values[1].shape = {2, 4, 7};
   EXPECT_EQ(semanticError(p),
-            "stage 1 (copy 0) backward_weight: argument 1 (wstash 0) is "
-            "f32[2x4x7] but backward_input's wstash result is f32[2x4x8]");
+            "stage 1 (copy 0) backward_weight: kernel 0 (linear_bwd_weight) "
+            "output 0 (value 2): weight_grad is f32[8x3], expected f32[7x3]");
   p = makeProgram();
   p.stages[1].forward.values[0].shape = {2, 4, 5};
   p.stages[1].forward.bufferBytes[0] = 160;
   EXPECT_EQ(semanticError(p),
-            "stage 1 (copy 0) backward_input: result 0 (grad_out 0) is "
-            "f32[2x4x3] but the activation argument is f32[2x4x5]");
-  p.stages[1].backwardInput.values[5].shape = {2, 4, 5};
-  p.stages[1].backwardInput.bufferBytes[5] = 160;
-  EXPECT_EQ(semanticError(p),
-            "stage 1 (copy 0) backward_weight: argument 0 (stash 0) is "
-            "f32[2x4x3] but forward's stash result is f32[2x4x5]");
+            "stage 1 (copy 0) forward: kernel 0 (linear) input 1 (value 1): "
+            "input features 5 do not match weight [8, 3] ([out, in])");
   // Activation chain between the stages.
   p = makeProgram();
   p.stages[0].forward.values[2].shape = {2, 4, 4};
   p.stages[0].forward.bufferBytes[2] = 128;
   EXPECT_EQ(semanticError(p),
-            "stage 0 (copy 0) backward_input: argument 1 (grad_in 0) is "
-            "f32[2x4x3] but forward's activation result is f32[2x4x4]");
-  p.stages[0].backwardInput.values[1].shape = {2, 4, 4};
-  p.stages[0].backwardInput.bufferBytes[1] = 128;
-  p.stages[0].backwardWeight.values[1].shape = {2, 4, 4};
-  p.stages[0].backwardWeight.bufferBytes[1] = 128;
-  p.stages[0].backward.values[1].shape = {2, 4, 4};
-  p.stages[0].backward.bufferBytes[1] = 128;
-  EXPECT_EQ(semanticError(p),
-            "stage 1 (copy 0) forward: activation argument 0 is f32[2x4x3] "
-            "but stage 0 (copy 0) sends f32[2x4x4]");
+            "stage 0 (copy 0) forward: kernel 0 (embedding) output 0 (value "
+            "2): result is f32[2x4x4], expected f32[2x4x3]");
   p = makeProgram();
   p.stages[1].backwardWeight.values[2].shape = {3, 8};
   EXPECT_EQ(semanticError(p),
-            "stage 1 (copy 0) backward_weight: result 0 (param_grad 1): value "
-            "is f32[3x8] but param 1 (head) is f32[8x3]");
+            "stage 1 (copy 0) backward_weight: kernel 0 (linear_bwd_weight) "
+            "output 0 (value 2): weight_grad is f32[3x8], expected f32[8x3]");
+  // Where no kernel is involved, the wiring check still speaks: stage 0's
+  // B only forwards its gradient.
+  p = makeProgram();
+  p.stages[0].backwardInput.values[1].shape = {2, 4, 4};
+  p.stages[0].backwardInput.bufferBytes[1] = 128;
+  EXPECT_EQ(semanticError(p),
+            "stage 0 (copy 0) backward_input: argument 1 (grad_in 0) is "
+            "f32[2x4x4] but forward's activation result is f32[2x4x3]");
 }
 
 TEST(ProgramValidate, Buffers) {
@@ -779,3 +777,32 @@ TEST(ProgramValidate, Schedule) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// Size limits and model facts (docs/reliability.md)
+//===----------------------------------------------------------------------===//
+
+TEST(ProgramFile, ShapeLimits) {
+  // A dimension above 2^24, or a tensor above 2^40 bytes, is an error
+  // naming the field (numElements / numBytes would overflow int64_t).
+  Program p = makeProgram();
+  p.params[1].type.shape = {int64_t(1) << 25, 3};
+  EXPECT_CONTAINS(parseError(serializeProgram(p)),
+                  "params[1].shape: shape [33554432x3] has a dimension above "
+                  "the limit 16777216");
+  p = makeProgram();
+  p.stages[0].forward.values[1].shape = {1 << 24, 1 << 24, 1 << 24};
+  EXPECT_CONTAINS(parseError(serializeProgram(p)),
+                  "has more than 1099511627776 bytes");
+  // Never UB, even for a type nobody checked: saturated.
+  TensorType t = f32({int64_t(1) << 62, 8});
+  EXPECT_EQ(t.numElements(), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(t.numBytes(), std::numeric_limits<int64_t>::max());
+}
+
+TEST(ProgramFile, VocabMatchesTheEmbedding) {
+  Program p = makeProgram();
+  p.model.vocab = 9;
+  EXPECT_CONTAINS(parseError(serializeProgram(p)),
+                  "model.vocab is 9 but the embedding table has 8 entries");
+}

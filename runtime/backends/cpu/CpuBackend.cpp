@@ -1,7 +1,7 @@
 //===- CpuBackend.cpp - The CPU reference backend -------------------------===//
 //
-// One adapter per nn op mnemonic over runtime/cpu/Kernels.h (float). The
-// gradient ops (docs/split-backward.md) receive forward values, not a saved
+// One adapter per nn op mnemonic over runtime/backends/cpu/Kernels.h (float).
+// The gradient ops (docs/split-backward.md) receive forward values, not a saved
 // struct: each adapter recomputes what the kernel's Saved struct needs (the
 // statistics of a norm, the softmax of attention, the routing of a MoE, the
 // logsumexp of the loss) by running the forward kernel into scratch memory.
@@ -17,6 +17,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +30,30 @@ namespace {
 using namespace cpu;
 using namespace ops;
 using Ops = Operands;
+
+/// Debug builds: a kernel's operand or result holds exactly the `n`
+/// elements the kernel reads or writes (an absent optional one: `t` null
+/// and `optional`). The program validator's rules (rt/OpShapes.h)
+/// guarantee it for every program it accepts; a failure is a gap in them.
+inline void assertElems(const TensorType *t, int64_t n, bool optional = false) {
+  assert(((optional && !t) || (t && t->numElements() == n)) &&
+         "kernel buffer size does not match the kernel's shape");
+  (void)t, (void)n, (void)optional;
+}
+/// q [batch, seq, heads x d], k and v [batch, seq, kvHeads x d].
+inline void assertAttention(const AttentionShape &s, const Operands &o) {
+  int64_t rowsQ = s.batch * s.seq;
+  assertElems(o.t(0), rowsQ * s.heads * s.headDim);
+  assertElems(o.t(1), rowsQ * s.kvHeads * s.headDim);
+  assertElems(o.t(2), rowsQ * s.kvHeads * s.headDim);
+  (void)rowsQ;
+}
+/// router [E, H], w1 (w3) [E, F, H], w2 [E, H, F].
+inline void assertMoE(const MoEShape &s, const Operands &o) {
+  assertElems(o.t(1), s.experts * s.hidden);
+  assertElems(o.t(2), s.experts * s.ffn * s.hidden);
+  assertElems(o.t(3), s.experts * s.hidden * s.ffn);
+}
 
 class CpuBackend final : public Backend {
 public:
@@ -126,6 +151,10 @@ CpuBackend::CpuBackend() {
     if (Status s = need(k, o, 2, 1); !s)
       return s;
     LinearShape sh = linearShape(o);
+    assertElems(o.t(0), sh.tokens * sh.in);
+    assertElems(o.t(1), sh.out * sh.in);
+    assertElems(o.f(2) ? o.t(2) : nullptr, sh.out, true);
+    assertElems(o.ot(0), sh.tokens * sh.out);
     LinearParams<float> p{o.f(1), o.f(2)};
     LinearSaved<float> sv;
     linearF(sh, p, o.f(0), o.o(0), sv);
@@ -135,6 +164,9 @@ CpuBackend::CpuBackend() {
     if (Status s = need(k, o, 3, 1); !s)
       return s;
     NormShape sh = normShape(k, o);
+    assertElems(o.t(1), sh.hidden);
+    assertElems(o.t(2), sh.hidden);
+    assertElems(o.ot(0), numel(o.t(0)));
     NormSaved<float> sv;
     layerNormF(sh, NormParams<float>{o.f(1), o.f(2)}, o.f(0), o.o(0), sv);
     return Status::ok();
@@ -143,6 +175,8 @@ CpuBackend::CpuBackend() {
     if (Status s = need(k, o, 2, 1); !s)
       return s;
     NormShape sh = normShape(k, o);
+    assertElems(o.t(1), sh.hidden);
+    assertElems(o.ot(0), numel(o.t(0)));
     NormSaved<float> sv;
     rmsNormF(sh, NormParams<float>{o.f(1), nullptr}, o.f(0), o.o(0), sv);
     return Status::ok();
@@ -150,6 +184,7 @@ CpuBackend::CpuBackend() {
   table["gelu"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 1, 1); !s)
       return s;
+    assertElems(o.ot(0), numel(o.t(0)));
     ActivationSaved<float> sv;
     geluF(numel(o.t(0)), o.f(0), o.o(0), sv);
     return Status::ok();
@@ -157,6 +192,7 @@ CpuBackend::CpuBackend() {
   table["silu"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 1, 1); !s)
       return s;
+    assertElems(o.ot(0), numel(o.t(0)));
     ActivationSaved<float> sv;
     siluF(numel(o.t(0)), o.f(0), o.o(0), sv);
     return Status::ok();
@@ -164,12 +200,16 @@ CpuBackend::CpuBackend() {
   table["add"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s;
+    assertElems(o.t(1), numel(o.t(0)));
+    assertElems(o.ot(0), numel(o.t(0)));
     addF(numel(o.t(0)), o.f(0), o.f(1), o.o(0));
     return Status::ok();
   };
   table["mul"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s;
+    assertElems(o.t(1), numel(o.t(0)));
+    assertElems(o.ot(0), numel(o.t(0)));
     MulSaved<float> sv;
     mulF(numel(o.t(0)), o.f(0), o.f(1), o.o(0), sv);
     return Status::ok();
@@ -178,6 +218,10 @@ CpuBackend::CpuBackend() {
     if (Status s = need(k, o, 2, 1); !s)
       return s;
     EmbeddingShape sh = embeddingShape(o);
+    assertElems(o.t(1), sh.vocab * sh.hidden);
+    assert((!o.f(2) || numel(o.t(2)) >= sh.seq * sh.hidden) &&
+           "fewer positions than the sequence length");
+    assertElems(o.ot(0), sh.batch * sh.seq * sh.hidden);
     EmbeddingParams<float> p{o.f(1), o.f(2)};
     if (Status s = checkTargets(k, o.i32(0), numel(o.t(0)), sh.vocab, "token");
         !s)
@@ -192,6 +236,8 @@ CpuBackend::CpuBackend() {
     AttentionShape sh;
     if (Status s = attentionShape(k, o, sh); !s)
       return s;
+    assertAttention(sh, o);
+    assertElems(o.ot(0), numel(o.t(0)));
     AttentionSaved<float> sv;
     attentionF(sh, o.f(0), o.f(1), o.f(2), o.o(0), sv);
     return Status::ok();
@@ -201,6 +247,8 @@ CpuBackend::CpuBackend() {
     MoEParams<float> p;
     if (Status s = moeForwardOperands(k, o, sh, p); !s)
       return s;
+    assertMoE(sh, o);
+    assertElems(o.ot(0), numel(o.t(0)));
     MoESaved<float> sv;
     moeF(sh, p, o.f(0), o.o(0), sv);
     return Status::ok();
@@ -209,6 +257,7 @@ CpuBackend::CpuBackend() {
     if (Status s = need(k, o, 2, 1); !s)
       return s;
     CrossEntropyShape sh = crossEntropyShape(o);
+    assertElems(o.ot(0), 1);
     if (numel(o.t(1)) != sh.tokens)
       return opError(k, "targets do not match the logits' leading shape");
     if (Status s = checkTargets(k, o.i32(1), sh.tokens, sh.vocab, "target"); !s)
@@ -223,6 +272,9 @@ CpuBackend::CpuBackend() {
     if (Status s = need(k, o, 2, 1); !s)
       return s; // (dy, W) -> dx
     LinearShape sh = linearBwdInputShape(o);
+    assertElems(o.t(0), sh.tokens * sh.out);
+    assertElems(o.t(1), sh.out * sh.in);
+    assertElems(o.ot(0), sh.tokens * sh.in);
     LinearSaved<float> sv;
     sv.weight = o.f(1);
     linearB(sh, sv, o.f(0), o.o(0));
@@ -232,6 +284,10 @@ CpuBackend::CpuBackend() {
     if (Status s = need(k, o, 2, 1); !s)
       return s; // (x, dy) -> dW, [db]
     LinearShape sh = linearBwdWeightShape(o);
+    assertElems(o.t(0), sh.tokens * sh.in);
+    assertElems(o.t(1), sh.tokens * sh.out);
+    assertElems(o.ot(0), sh.out * sh.in);
+    assertElems(o.o(1) ? o.ot(1) : nullptr, sh.out, true);
     LinearGrads<float> g{o.o(0), o.o(1)};
     std::memset(g.dweight, 0, size_t(sh.out * sh.in) * 4);
     if (g.dbias)
@@ -246,6 +302,9 @@ CpuBackend::CpuBackend() {
       if (Status s = need(k, o, 3, 1); !s)
         return s; // (x, gamma, dy) -> dx
       NormShape sh = normShape(k, o);
+      assertElems(o.t(1), sh.hidden);
+      assertElems(o.t(2), numel(o.t(0)));
+      assertElems(o.ot(0), numel(o.t(0)));
       NormSaved<float> sv;
       float *y = tmp(numel(o.t(0)));
       if (layer) {
@@ -264,6 +323,9 @@ CpuBackend::CpuBackend() {
       if (Status s = need(k, o, 2, layer ? 2 : 1); !s)
         return s; // (x, dy) -> dgamma [, dbeta]
       NormShape sh = normShape(k, o);
+      assertElems(o.t(1), numel(o.t(0)));
+      assertElems(o.ot(0), sh.hidden);
+      assertElems(layer ? o.ot(1) : nullptr, sh.hidden, !layer);
       NormSaved<float> sv;
       float *y = tmp(numel(o.t(0)));
       NormGrads<float> g{o.o(0), layer ? o.o(1) : nullptr};
@@ -290,6 +352,8 @@ CpuBackend::CpuBackend() {
     return [this, gelu](const Kernel &k, const Ops &o) -> Status {
       if (Status s = need(k, o, 2, 1); !s)
         return s; // (x, dy) -> dx
+      assertElems(o.t(1), numel(o.t(0)));
+      assertElems(o.ot(0), numel(o.t(0)));
       ActivationSaved<float> sv;
       sv.x = o.f(0);
       if (gelu)
@@ -306,6 +370,8 @@ CpuBackend::CpuBackend() {
     if (Status s = need(k, o, 2, 1); !s)
       return s; // (tokens, dy) -> dtable [, dpos]
     EmbeddingShape sh = embeddingBwdShape(k, o);
+    assertElems(o.t(1), sh.batch * sh.seq * sh.hidden);
+    assertElems(o.ot(0), sh.vocab * sh.hidden);
     EmbeddingGrads<float> g{o.o(0), o.o(1)};
     std::memset(g.dtable, 0, size_t(numel(o.ot(0))) * 4);
     if (g.dpos) {
@@ -327,6 +393,10 @@ CpuBackend::CpuBackend() {
     AttentionShape sh;
     if (Status s = attentionShape(k, o, sh); !s)
       return s;
+    assertAttention(sh, o);
+    assertElems(o.t(3), numel(o.t(0)));
+    for (size_t i = 0; i < 3; ++i)
+      assertElems(o.ot(i), numel(o.t(i)));
     AttentionSaved<float> sv;
     attentionF(sh, o.f(0), o.f(1), o.f(2), tmp(numel(o.t(0))), sv);
     attentionB(sh, sv, o.f(3), o.o(0), o.o(1), o.o(2), ws);
@@ -339,6 +409,12 @@ CpuBackend::CpuBackend() {
       const float *dy;
       if (Status s = moeGradOperands(k, o, weight, sh, p, dy); !s)
         return s;
+      assertMoE(sh, o);
+      assertElems(o.t(o.nin() - 1), numel(o.t(0)));
+      if (!weight)
+        assertElems(o.ot(0), numel(o.t(0)));
+      for (size_t i = 0; weight && i < 4; ++i) // dparam has the param's size
+        assertElems(o.o(i) ? o.ot(i) : nullptr, numel(o.t(i + 1)), i == 3);
       MoESaved<float> sv;
       moeF(sh, p, o.f(0), tmp(numel(o.t(0))), sv);
       if (!weight) {
@@ -359,6 +435,9 @@ CpuBackend::CpuBackend() {
     if (Status s = need(k, o, 3, 1); !s)
       return s; // (logits, targets, dloss) -> dlogits
     CrossEntropyShape sh = crossEntropyShape(o);
+    assertElems(o.t(1), sh.tokens);
+    assertElems(o.t(2), 1);
+    assertElems(o.ot(0), numel(o.t(0)));
     if (Status s = checkTargets(k, o.i32(1), sh.tokens, sh.vocab, "target"); !s)
       return s;
     CrossEntropySaved<float> sv;

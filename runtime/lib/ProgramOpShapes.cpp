@@ -1,0 +1,826 @@
+//===- ProgramOpShapes.cpp - Operands and shape rules of every kernel op --===//
+//
+// The table of OpShapes.h. The rules follow the nn dialect's ODS definitions
+// (include/pipeforge/Dialect/NN/IR/NNOps.td) and what the CPU kernels read
+// and write (runtime/backends/cpu/Kernels.h); the messages are the nn
+// verifiers' (the MLIR side prefixes "'nn.<op>' op "). Every extent may be
+// kDynamicDim on the MLIR side, so comparisons go through agree().
+//
+// Named Program*.cpp so that it lands in PipeForgeProgram, the plain C++
+// library both the runtime and the compiler link.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/rt/OpShapes.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace pipeforge::rt {
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i)
+      s += ", ";
+    s += shape[i] == kDynamicDim ? "?" : std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::string typeString(const TensorType &t) {
+  std::string s = dtypeName(t.dtype);
+  s += "[";
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    if (i)
+      s += "x";
+    s += t.shape[i] == kDynamicDim ? "?" : std::to_string(t.shape[i]);
+  }
+  return s + "]";
+}
+
+namespace {
+
+using Shape = std::vector<int64_t>;
+using R = OpShapeResult;
+
+/// Two extents agree when equal or when either is dynamic.
+bool agree(int64_t a, int64_t b) {
+  return a == b || a == kDynamicDim || b == kDynamicDim;
+}
+bool agree(const Shape &a, const Shape &b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!agree(a[i], b[i]))
+      return false;
+  return true;
+}
+bool isDyn(int64_t d) { return d == kDynamicDim; }
+std::string num(int64_t d) { return isDyn(d) ? "?" : std::to_string(d); }
+int64_t rank(const TensorType &t) { return int64_t(t.shape.size()); }
+Shape dropLast(const Shape &s) { return Shape(s.begin(), s.end() - 1); }
+Shape append(Shape s, int64_t d) {
+  s.push_back(d);
+  return s;
+}
+TensorType f32(Shape s) { return {DType::F32, std::move(s)}; }
+
+R fail(int operand, std::string msg) {
+  R r;
+  r.error = std::move(msg);
+  r.operand = operand;
+  return r;
+}
+
+/// Saturating size arithmetic for workspace bounds: any product past
+/// kMaxElements is reported as such, never wraps.
+int64_t mulSat(int64_t a, int64_t b) {
+  if (a <= 0 || b <= 0)
+    return 0;
+  if (a > kMaxElements / b)
+    return kMaxElements + 1;
+  return a * b;
+}
+int64_t addSat(int64_t a, int64_t b) {
+  return std::min(a + b, kMaxElements + 1); // both <= kMaxElements + 1
+}
+/// Elements of a static shape (0 with a dynamic extent: nothing to bound).
+int64_t elements(const Shape &s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (isDyn(d))
+      return 0;
+    n = mulSat(n, d);
+  }
+  return n;
+}
+int64_t rows(const Shape &s) { // elements / last extent
+  return s.empty() ? 1 : elements(dropLast(s));
+}
+
+/// Ends a shape function: results plus a workspace bound.
+R done(std::vector<std::optional<TensorType>> results, int64_t workspace = 0) {
+  R r;
+  r.results = std::move(results);
+  r.workspaceElements = workspace;
+  if (workspace > kMaxElements)
+    r.error = "needs more than 2^40 elements of scratch memory";
+  return r;
+}
+
+//===--- attributes (absent: the ODS default) ---===//
+
+struct Attrs {
+  const AttrMap &m;
+  std::string error;
+
+  const AttrValue *find(const char *name) const {
+    auto it = m.find(name);
+    return it == m.end() ? nullptr : &it->second;
+  }
+  /// An integer attribute; `required` ones have no default.
+  std::optional<int64_t> integer(const char *name, bool required,
+                                 int64_t dflt = 0) {
+    const AttrValue *v = find(name);
+    if (!v) {
+      if (required)
+        error = std::string("expects the integer attribute '") + name + "'";
+      return required ? std::nullopt : std::optional<int64_t>(dflt);
+    }
+    if (auto *i = std::get_if<int64_t>(v))
+      return *i;
+    error = std::string("attribute '") + name + "' must be an integer";
+    return std::nullopt;
+  }
+  std::optional<double> real(const char *name, double dflt) {
+    const AttrValue *v = find(name);
+    if (!v)
+      return dflt;
+    if (auto *d = std::get_if<double>(v))
+      return *d;
+    if (auto *i = std::get_if<int64_t>(v))
+      return double(*i);
+    error = std::string("attribute '") + name + "' must be a number";
+    return std::nullopt;
+  }
+  /// A unit attribute: absent, or present as true / false.
+  std::optional<bool> flag(const char *name) {
+    const AttrValue *v = find(name);
+    if (!v)
+      return false;
+    if (auto *b = std::get_if<bool>(v))
+      return *b;
+    error = std::string("attribute '") + name + "' must be a flag";
+    return std::nullopt;
+  }
+  std::optional<std::string> text(const char *name, const char *dflt) {
+    const AttrValue *v = find(name);
+    if (!v)
+      return std::string(dflt);
+    if (auto *s = std::get_if<std::string>(v))
+      return *s;
+    error = std::string("attribute '") + name + "' must be a string";
+    return std::nullopt;
+  }
+};
+
+/// Operand `i` of the input (null: absent optional).
+const TensorType *opd(const OpShapeInput &in, size_t i) {
+  return i < in.operands.size() ? in.operands[i] : nullptr;
+}
+
+R checkEpsilon(Attrs &a) {
+  auto eps = a.real("epsilon", 1e-5);
+  if (!eps)
+    return fail(-1, a.error);
+  if (!(*eps > 0.0))
+    return fail(-1, "expects epsilon > 0");
+  return R{};
+}
+
+/// `t` must have the shape `want` (in the verifiers' words).
+/// `what` describes `want` ("the shape of input [2, 8]"), by default
+/// "shape [2, 8]".
+std::optional<R> expectShape(int operand, const char *name, const TensorType &t,
+                             const Shape &want, const std::string &what = "") {
+  if (agree(t.shape, want))
+    return std::nullopt;
+  return fail(operand,
+              std::string("expects ") + name + " of " +
+                  (what.empty() ? "shape " + shapeString(want) : what) +
+                  ", got " + shapeString(t.shape));
+}
+/// "the shape of input [2, 8]".
+std::string shapeOf(const char *name, const TensorType &t) {
+  return std::string("the shape of ") + name + " " + shapeString(t.shape);
+}
+
+//===--- linear ---===//
+
+R inferLinear(const OpShapeInput &in) {
+  const TensorType &x = *opd(in, 0), &w = *opd(in, 1);
+  if (rank(x) < 1)
+    return fail(0, "expects input of rank >= 1");
+  if (rank(w) != 2)
+    return fail(1, "expects weight of rank 2 ([out, in]), got rank " +
+                       std::to_string(rank(w)));
+  int64_t inF = x.shape.back(), out = w.shape[0];
+  if (!agree(inF, w.shape[1]))
+    return fail(1, "input features " + num(inF) + " do not match weight " +
+                       shapeString(w.shape) + " ([out, in])");
+  if (const TensorType *b = opd(in, 2))
+    if (rank(*b) != 1 || !agree(b->shape[0], out))
+      return fail(2, "expects bias of shape [" + num(out) + "], got " +
+                         shapeString(b->shape));
+  return done({f32(append(dropLast(x.shape), out))});
+}
+
+R inferLinearBwdInput(const OpShapeInput &in) {
+  const TensorType &dy = *opd(in, 0), &w = *opd(in, 1);
+  if (rank(dy) < 1)
+    return fail(0, "expects result_grad of rank >= 1");
+  if (rank(w) != 2)
+    return fail(1, "expects weight of rank 2 ([out, in]), got rank " +
+                       std::to_string(rank(w)));
+  if (!agree(dy.shape.back(), w.shape[0]))
+    return fail(0, "result_grad features " + num(dy.shape.back()) +
+                       " do not match weight " + shapeString(w.shape) +
+                       " ([out, in])");
+  return done({f32(append(dropLast(dy.shape), w.shape[1]))});
+}
+
+R inferLinearBwdWeight(const OpShapeInput &in) {
+  const TensorType &x = *opd(in, 0), &dy = *opd(in, 1);
+  if (rank(x) < 1)
+    return fail(0, "expects input of rank >= 1");
+  if (rank(dy) != rank(x) || !agree(dropLast(dy.shape), dropLast(x.shape)))
+    return fail(1, "expects result_grad of shape " +
+                       shapeString(append(dropLast(x.shape), kDynamicDim)) +
+                       " (the input's tokens), got " + shapeString(dy.shape));
+  Attrs a{in.attrs, {}};
+  auto hasBias = a.flag("has_bias");
+  if (!hasBias)
+    return fail(-1, a.error);
+  int64_t out = dy.shape.back(), inF = x.shape.back();
+  std::optional<TensorType> db;
+  if (*hasBias)
+    db = f32({out});
+  return done({f32({out, inF}), db});
+}
+
+//===--- layernorm, rmsnorm ---===//
+
+/// (input, gamma [, beta]): `params` names the [d] operands after input.
+R checkNorm(const OpShapeInput &in, std::initializer_list<const char *> params,
+            Attrs &a) {
+  const TensorType &x = *opd(in, 0);
+  if (rank(x) < 1)
+    return fail(0, "expects input of rank >= 1");
+  int64_t d = x.shape.back();
+  int i = 1;
+  for (const char *name : params) {
+    const TensorType &t = *opd(in, size_t(i));
+    if (rank(t) != 1 || !agree(t.shape[0], d))
+      return fail(i, std::string("expects ") + name + " of shape [" + num(d) +
+                         "], got " + shapeString(t.shape));
+    ++i;
+  }
+  return checkEpsilon(a);
+}
+
+/// Scratch of the norm kernels: mean and rstd per token; the gradient ops
+/// also recompute the forward output (numel) and use ones / zeros [d].
+int64_t normWorkspace(const TensorType &x, bool grad) {
+  int64_t w = mulSat(2, rows(x.shape));
+  if (grad)
+    w = addSat(addSat(w, elements(x.shape)), mulSat(2, x.shape.back()));
+  return w;
+}
+
+R inferLayerNorm(const OpShapeInput &in) {
+  Attrs a{in.attrs, {}};
+  if (R r = checkNorm(in, {"gamma", "beta"}, a); !r)
+    return r;
+  return done({*opd(in, 0)}, normWorkspace(*opd(in, 0), false));
+}
+R inferRMSNorm(const OpShapeInput &in) {
+  Attrs a{in.attrs, {}};
+  if (R r = checkNorm(in, {"gamma"}, a); !r)
+    return r;
+  return done({*opd(in, 0)}, normWorkspace(*opd(in, 0), false));
+}
+
+/// (input, gamma, result_grad) -> input_grad.
+R inferNormBwdInput(const OpShapeInput &in) {
+  Attrs a{in.attrs, {}};
+  if (R r = checkNorm(in, {"gamma"}, a); !r)
+    return r;
+  const TensorType &x = *opd(in, 0);
+  if (auto e = expectShape(2, "result_grad", *opd(in, 2), x.shape,
+                           shapeOf("input", x)))
+    return *e;
+  return done({x}, normWorkspace(x, true));
+}
+
+/// (input, result_grad) -> gamma_grad [, beta_grad].
+R inferNormBwdWeight(const OpShapeInput &in, bool withBeta) {
+  Attrs a{in.attrs, {}};
+  if (R r = checkNorm(in, {}, a); !r)
+    return r;
+  const TensorType &x = *opd(in, 0);
+  if (auto e = expectShape(1, "result_grad", *opd(in, 1), x.shape,
+                           shapeOf("input", x)))
+    return *e;
+  TensorType g = f32({x.shape.back()});
+  if (withBeta)
+    return done({g, g}, normWorkspace(x, true));
+  return done({g}, normWorkspace(x, true));
+}
+R inferLayerNormBwdWeight(const OpShapeInput &in) {
+  return inferNormBwdWeight(in, true);
+}
+R inferRMSNormBwdWeight(const OpShapeInput &in) {
+  return inferNormBwdWeight(in, false);
+}
+
+//===--- elementwise ---===//
+
+R inferUnary(const OpShapeInput &in) { return done({*opd(in, 0)}); }
+
+/// (a, b) -> a: b must have a's shape; `names` as in the ODS.
+R inferBinary(const OpShapeInput &in, const char *first, const char *second) {
+  const TensorType &x = *opd(in, 0);
+  if (auto e = expectShape(1, second, *opd(in, 1), x.shape, shapeOf(first, x)))
+    return *e;
+  return done({x});
+}
+R inferAddMul(const OpShapeInput &in) { return inferBinary(in, "lhs", "rhs"); }
+R inferActBwd(const OpShapeInput &in) {
+  return inferBinary(in, "input", "result_grad");
+}
+
+//===--- embedding ---===//
+
+R checkTokens(const TensorType &tok) {
+  if (rank(tok) != 2)
+    return fail(0, "expects tokens of rank 2 ([batch, seq]), got rank " +
+                       std::to_string(rank(tok)));
+  return R{};
+}
+
+std::optional<R> checkPositions(int operand, int64_t positions, int64_t seq) {
+  if (!isDyn(positions) && !isDyn(seq) && positions < seq)
+    return fail(operand, "has " + num(positions) +
+                             " positions for sequences of length " + num(seq));
+  return std::nullopt;
+}
+
+R inferEmbedding(const OpShapeInput &in) {
+  const TensorType &tok = *opd(in, 0), &table = *opd(in, 1);
+  if (R r = checkTokens(tok); !r)
+    return r;
+  if (rank(table) != 2)
+    return fail(1, "expects a table of rank 2 ([vocab, hidden]), got rank " +
+                       std::to_string(rank(table)));
+  int64_t h = table.shape[1];
+  if (const TensorType *pos = opd(in, 2)) {
+    if (rank(*pos) != 2 || !agree(pos->shape[1], h))
+      return fail(2, "expects positions of shape [max_positions, " + num(h) +
+                         "], got " + shapeString(pos->shape));
+    if (auto e = checkPositions(2, pos->shape[0], tok.shape[1]))
+      return *e;
+  }
+  return done({f32({tok.shape[0], tok.shape[1], h})});
+}
+
+R inferEmbeddingBwdWeight(const OpShapeInput &in) {
+  const TensorType &tok = *opd(in, 0), &dy = *opd(in, 1);
+  if (R r = checkTokens(tok); !r)
+    return r;
+  if (rank(dy) != 3 || !agree(dy.shape[0], tok.shape[0]) ||
+      !agree(dy.shape[1], tok.shape[1]))
+    return fail(1, "expects result_grad of shape [" + num(tok.shape[0]) + ", " +
+                       num(tok.shape[1]) + ", hidden], got " +
+                       shapeString(dy.shape));
+  Attrs a{in.attrs, {}};
+  auto vocab = a.integer("vocab", true);
+  if (!vocab)
+    return fail(-1, a.error);
+  if (*vocab <= 0)
+    return fail(-1, "expects vocab > 0, got " + std::to_string(*vocab));
+  std::optional<TensorType> dpos;
+  if (a.find("max_positions")) {
+    auto n = a.integer("max_positions", true);
+    if (!n)
+      return fail(-1, a.error);
+    if (*n <= 0)
+      return fail(-1, "expects max_positions > 0, got " + std::to_string(*n));
+    if (auto e = checkPositions(-1, *n, tok.shape[1]))
+      return *e;
+    dpos = f32({*n, dy.shape[2]});
+  }
+  return done({f32({*vocab, dy.shape[2]}), dpos});
+}
+
+//===--- attention ---===//
+
+/// The checks of nn.attention on (q, k, v) and its attributes.
+R checkAttention(const OpShapeInput &in, int64_t &numHeads) {
+  const char *names[] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i)
+    if (rank(*opd(in, size_t(i))) != 3)
+      return fail(i, std::string("expects ") + names[i] +
+                         " of rank 3 ([batch, seq, heads x head_dim]), got "
+                         "rank " +
+                         std::to_string(rank(*opd(in, size_t(i)))));
+  Attrs a{in.attrs, {}};
+  auto heads = a.integer("num_heads", true);
+  auto kv = heads ? a.integer("num_kv_heads", true) : std::nullopt;
+  auto rotary = kv ? a.flag("rotary") : std::nullopt;
+  auto theta = rotary ? a.real("rope_theta", 10000.0) : std::nullopt;
+  if (!theta)
+    return fail(-1, a.error);
+  if (*heads <= 0 || *kv <= 0)
+    return fail(-1, "expects num_heads and num_kv_heads > 0, got " +
+                        std::to_string(*heads) + " and " + std::to_string(*kv));
+  if (*heads % *kv != 0)
+    return fail(-1, "num_heads " + std::to_string(*heads) +
+                        " is not a multiple of num_kv_heads " +
+                        std::to_string(*kv));
+  const TensorType &q = *opd(in, 0);
+  int64_t qw = q.shape[2];
+  if (isDyn(qw))
+    return fail(0, "expects a static feature dimension on q");
+  if (qw % *heads != 0)
+    return fail(0, "q features " + std::to_string(qw) +
+                       " are not divisible by num_heads " +
+                       std::to_string(*heads));
+  int64_t d = qw / *heads;
+  if (*rotary && d % 2 != 0)
+    return fail(0, "rotary embedding needs an even head dimension, got " +
+                       std::to_string(d));
+  numHeads = *heads;
+  Shape kvShape{q.shape[0], q.shape[1], *kv * d};
+  for (int i = 1; i < 3; ++i)
+    if (!agree(opd(in, size_t(i))->shape, kvShape))
+      return fail(i, std::string("expects ") + names[i] + " of shape " +
+                         shapeString(kvShape) + " (" + std::to_string(*kv) +
+                         " kv heads of dimension " + std::to_string(d) +
+                         "), got " + shapeString(opd(in, size_t(i))->shape));
+  return R{};
+}
+
+/// Probabilities [batch, heads, seq, seq], the rotated q and k, the [seq,
+/// seq] score gradient of B (and the recomputed output for the gradient op).
+int64_t attentionWorkspace(const OpShapeInput &in, int64_t heads, bool grad) {
+  const TensorType &q = *opd(in, 0), &k = *opd(in, 1);
+  int64_t s = q.shape[1];
+  int64_t probs = mulSat(mulSat(q.shape[0], heads), mulSat(s, s));
+  int64_t w = addSat(probs, addSat(elements(q.shape), elements(k.shape)));
+  if (grad)
+    w = addSat(w, addSat(mulSat(s, s), elements(q.shape)));
+  return w;
+}
+
+R inferAttention(const OpShapeInput &in) {
+  int64_t heads = 0;
+  if (R r = checkAttention(in, heads); !r)
+    return r;
+  return done({*opd(in, 0)}, attentionWorkspace(in, heads, false));
+}
+
+R inferAttentionBwd(const OpShapeInput &in) {
+  int64_t heads = 0;
+  if (R r = checkAttention(in, heads); !r)
+    return r;
+  const TensorType &q = *opd(in, 0);
+  if (auto e =
+          expectShape(3, "result_grad", *opd(in, 3), q.shape, shapeOf("q", q)))
+    return *e;
+  return done({q, *opd(in, 1), *opd(in, 2)},
+              attentionWorkspace(in, heads, true));
+}
+
+//===--- moe ---===//
+
+/// The checks of nn.moe on (input, router, w1, w2, w3?) and its attributes.
+R checkMoE(const OpShapeInput &in, int64_t &workspace, bool grad) {
+  const TensorType &x = *opd(in, 0), &r = *opd(in, 1), &w1 = *opd(in, 2),
+                   &w2 = *opd(in, 3);
+  if (rank(x) < 1)
+    return fail(0, "expects input of rank >= 1");
+  int64_t h = x.shape.back();
+  if (rank(r) != 2 || !agree(r.shape[1], h))
+    return fail(1, "expects router of shape [experts, " + num(h) + "], got " +
+                       shapeString(r.shape));
+  int64_t e = r.shape[0];
+  if (rank(w1) != 3 || !agree(w1.shape[0], e) || !agree(w1.shape[2], h))
+    return fail(2, "expects w1 of shape [" + num(e) + ", ffn, " + num(h) +
+                       "], got " + shapeString(w1.shape));
+  int64_t f = w1.shape[1];
+  if (auto err = expectShape(3, "w2", w2, {e, h, f}))
+    return *err;
+  if (const TensorType *w3 = opd(in, 4); w3 && w3->shape != w1.shape)
+    return fail(4, "expects w3 of the shape of w1 " + shapeString(w1.shape) +
+                       ", got " + shapeString(w3->shape));
+  Attrs a{in.attrs, {}};
+  auto topK = a.integer("top_k", true);
+  auto cf = topK ? a.real("capacity_factor", 0.0) : std::nullopt;
+  auto act = cf ? a.text("activation", "gelu") : std::nullopt;
+  if (!act)
+    return fail(-1, a.error);
+  if (*topK <= 0)
+    return fail(-1, "expects top_k > 0, got " + std::to_string(*topK));
+  if (!isDyn(e) && *topK > e)
+    return fail(-1, "top_k " + std::to_string(*topK) + " exceeds the " +
+                        std::to_string(e) + " experts");
+  if (*cf < 0.0)
+    return fail(-1, "expects capacity_factor >= 0");
+  if (*act != "gelu" && *act != "silu")
+    return fail(-1, "activation must be \"gelu\" or \"silu\", got \"" + *act +
+                        "\"");
+  // Routing: probabilities (and their gradient) [tokens, E], top-k ids,
+  // gates and rows [tokens, k]; per dispatched row (at most tokens x k)
+  // gathered inputs and expert outputs [hidden], pre-activations,
+  // activations and the gate [ffn], twice hidden + ffn of B/W scratch.
+  int64_t n = rows(x.shape), rowsK = mulSat(n, *topK);
+  int64_t perRow = addSat(mulSat(4, h), mulSat(5, f));
+  workspace = addSat(addSat(mulSat(2, mulSat(n, e)), mulSat(3, rowsK)),
+                     mulSat(rowsK, perRow));
+  if (grad)
+    workspace = addSat(workspace, elements(x.shape));
+  return R{};
+}
+
+R inferMoE(const OpShapeInput &in) {
+  int64_t ws = 0;
+  if (R r = checkMoE(in, ws, false); !r)
+    return r;
+  return done({*opd(in, 0)}, ws);
+}
+
+R checkMoEGrad(const OpShapeInput &in, int64_t &ws) {
+  if (R r = checkMoE(in, ws, true); !r)
+    return r;
+  // result_grad is slot 5 whether or not w3 (slot 4) is present.
+  const TensorType &x = *opd(in, 0);
+  if (auto e = expectShape(5, "result_grad", *opd(in, 5), x.shape,
+                           shapeOf("input", x)))
+    return *e;
+  return R{};
+}
+
+R inferMoEBwdInput(const OpShapeInput &in) {
+  int64_t ws = 0;
+  if (R r = checkMoEGrad(in, ws); !r)
+    return r;
+  return done({*opd(in, 0)}, ws);
+}
+
+R inferMoEBwdWeight(const OpShapeInput &in) {
+  int64_t ws = 0;
+  if (R r = checkMoEGrad(in, ws); !r)
+    return r;
+  std::optional<TensorType> dw3;
+  if (const TensorType *w3 = opd(in, 4))
+    dw3 = *w3;
+  return done({*opd(in, 1), *opd(in, 2), *opd(in, 3), dw3}, ws);
+}
+
+//===--- cross_entropy ---===//
+
+R checkCrossEntropy(const OpShapeInput &in) {
+  const TensorType &logits = *opd(in, 0), &targets = *opd(in, 1);
+  if (rank(logits) < 2)
+    return fail(0, "expects logits of rank >= 2 ([..., vocab]), got rank " +
+                       std::to_string(rank(logits)));
+  Shape lead = dropLast(logits.shape);
+  if (!agree(targets.shape, lead))
+    return fail(1, "targets " + shapeString(targets.shape) +
+                       " do not match the logits' leading shape " +
+                       shapeString(lead));
+  return R{};
+}
+
+R inferCrossEntropy(const OpShapeInput &in) {
+  if (R r = checkCrossEntropy(in); !r)
+    return r;
+  return done({f32({})}, rows(opd(in, 0)->shape));
+}
+
+R inferCrossEntropyBwd(const OpShapeInput &in) {
+  if (R r = checkCrossEntropy(in); !r)
+    return r;
+  const TensorType &g = *opd(in, 2);
+  if (!g.shape.empty())
+    return fail(2, "expects loss_grad of shape [] (the scalar loss), got " +
+                       shapeString(g.shape));
+  return done({*opd(in, 0)}, rows(opd(in, 0)->shape));
+}
+
+//===--- the table ---===//
+
+constexpr DType F = DType::F32, I = DType::I32;
+
+std::vector<OpSpec> buildTable() {
+  std::vector<OpSpec> t = {
+      // Forward ops.
+      {"linear",
+       {{"input", F}, {"weight", F}, {"bias", F, true}},
+       {{"result", F}},
+       inferLinear},
+      {"layernorm",
+       {{"input", F}, {"gamma", F}, {"beta", F}},
+       {{"result", F}},
+       inferLayerNorm},
+      {"rmsnorm", {{"input", F}, {"gamma", F}}, {{"result", F}}, inferRMSNorm},
+      {"gelu", {{"input", F}}, {{"result", F}}, inferUnary},
+      {"silu", {{"input", F}}, {{"result", F}}, inferUnary},
+      {"add", {{"lhs", F}, {"rhs", F}}, {{"result", F}}, inferAddMul},
+      {"mul", {{"lhs", F}, {"rhs", F}}, {{"result", F}}, inferAddMul},
+      {"embedding",
+       {{"tokens", I}, {"table", F}, {"positions", F, true}},
+       {{"result", F}},
+       inferEmbedding},
+      {"attention",
+       {{"q", F}, {"k", F}, {"v", F}},
+       {{"result", F}},
+       inferAttention},
+      {"moe",
+       {{"input", F}, {"router", F}, {"w1", F}, {"w2", F}, {"w3", F, true}},
+       {{"result", F}},
+       inferMoE},
+      {"cross_entropy",
+       {{"logits", F}, {"targets", I}},
+       {{"loss", F}},
+       inferCrossEntropy},
+      // Gradient ops (--pp-split-backward, docs/split-backward.md).
+      {"linear_bwd_input",
+       {{"result_grad", F}, {"weight", F}},
+       {{"input_grad", F}},
+       inferLinearBwdInput},
+      {"linear_bwd_weight",
+       {{"input", F}, {"result_grad", F}},
+       {{"weight_grad", F}, {"bias_grad", F, true}},
+       inferLinearBwdWeight},
+      {"layernorm_bwd_input",
+       {{"input", F}, {"gamma", F}, {"result_grad", F}},
+       {{"input_grad", F}},
+       inferNormBwdInput},
+      {"layernorm_bwd_weight",
+       {{"input", F}, {"result_grad", F}},
+       {{"gamma_grad", F}, {"beta_grad", F}},
+       inferLayerNormBwdWeight},
+      {"rmsnorm_bwd_input",
+       {{"input", F}, {"gamma", F}, {"result_grad", F}},
+       {{"input_grad", F}},
+       inferNormBwdInput},
+      {"rmsnorm_bwd_weight",
+       {{"input", F}, {"result_grad", F}},
+       {{"gamma_grad", F}},
+       inferRMSNormBwdWeight},
+      {"gelu_bwd",
+       {{"input", F}, {"result_grad", F}},
+       {{"input_grad", F}},
+       inferActBwd},
+      {"silu_bwd",
+       {{"input", F}, {"result_grad", F}},
+       {{"input_grad", F}},
+       inferActBwd},
+      {"embedding_bwd_weight",
+       {{"tokens", I}, {"result_grad", F}},
+       {{"table_grad", F}, {"positions_grad", F, true}},
+       inferEmbeddingBwdWeight},
+      {"attention_bwd",
+       {{"q", F}, {"k", F}, {"v", F}, {"result_grad", F}},
+       {{"q_grad", F}, {"k_grad", F}, {"v_grad", F}},
+       inferAttentionBwd},
+      {"moe_bwd_input",
+       {{"input", F},
+        {"router", F},
+        {"w1", F},
+        {"w2", F},
+        {"w3", F, true},
+        {"result_grad", F}},
+       {{"input_grad", F}},
+       inferMoEBwdInput},
+      {"moe_bwd_weight",
+       {{"input", F},
+        {"router", F},
+        {"w1", F},
+        {"w2", F},
+        {"w3", F, true},
+        {"result_grad", F}},
+       {{"router_grad", F},
+        {"w1_grad", F},
+        {"w2_grad", F},
+        {"w3_grad", F, true}},
+       inferMoEBwdWeight},
+      {"cross_entropy_bwd",
+       {{"logits", F}, {"targets", I}, {"loss_grad", F}},
+       {{"logits_grad", F}},
+       inferCrossEntropyBwd},
+  };
+  std::sort(t.begin(), t.end(), [](const OpSpec &a, const OpSpec &b) {
+    return std::string_view(a.name) < b.name;
+  });
+  return t;
+}
+
+std::string slotName(const std::vector<OpOperandSpec> &slots, int s) {
+  return s >= 0 && size_t(s) < slots.size() ? slots[size_t(s)].name : "?";
+}
+
+} // namespace
+
+const std::vector<OpSpec> &allOpSpecs() {
+  static const std::vector<OpSpec> table = buildTable();
+  return table;
+}
+
+const OpSpec *lookupOpSpec(std::string_view name) {
+  const auto &t = allOpSpecs();
+  auto it = std::lower_bound(
+      t.begin(), t.end(), name,
+      [](const OpSpec &s, std::string_view n) { return s.name < n; });
+  return it != t.end() && it->name == name ? &*it : nullptr;
+}
+
+std::string mapSlots(const std::vector<OpOperandSpec> &slots, size_t given,
+                     std::vector<int> &slotOf) {
+  size_t optional =
+      size_t(std::count_if(slots.begin(), slots.end(),
+                           [](const OpOperandSpec &s) { return s.optional; }));
+  slotOf.assign(slots.size(), -1);
+  if (given == slots.size()) {
+    for (size_t s = 0; s < slots.size(); ++s)
+      slotOf[s] = int(s);
+    return "";
+  }
+  if (optional == 1 && given + 1 == slots.size()) {
+    int at = 0;
+    for (size_t s = 0; s < slots.size(); ++s)
+      if (!slots[s].optional)
+        slotOf[s] = at++;
+    return "";
+  }
+  size_t required = slots.size() - optional;
+  std::string names;
+  for (const OpOperandSpec &s : slots)
+    names += std::string(names.empty() ? "" : ", ") + s.name +
+             (s.optional ? "?" : "");
+  return "expects " +
+         (required == slots.size() ? std::to_string(required)
+                                   : std::to_string(required) + " to " +
+                                         std::to_string(slots.size())) +
+         " (" + names + "), got " + std::to_string(given);
+}
+
+OpShapeResult inferOpShapes(const OpSpec &spec, const OpShapeInput &in) {
+  for (size_t s = 0; s < spec.operands.size(); ++s) {
+    const OpOperandSpec &os = spec.operands[s];
+    const TensorType *t = opd(in, s);
+    if (!t) {
+      if (os.optional)
+        continue;
+      return fail(int(s), std::string("operand ") + os.name + " is missing");
+    }
+    if (t->dtype != os.dtype)
+      return fail(int(s), std::string("expects ") + os.name +
+                              " of element type " + dtypeName(os.dtype) +
+                              ", got " + typeString(*t));
+  }
+  OpShapeResult r = spec.infer(in);
+  if (r && r.results.size() != spec.results.size())
+    r.error = "internal error: the shape function of '" +
+              std::string(spec.name) + "' returned " +
+              std::to_string(r.results.size()) + " results";
+  return r;
+}
+
+OpShapeResult checkKernelTypes(const OpSpec &spec,
+                               const std::vector<const TensorType *> &inputs,
+                               const std::vector<const TensorType *> &outputs,
+                               const AttrMap &attrs) {
+  std::vector<int> inSlot, outSlot;
+  if (std::string e = mapSlots(spec.operands, inputs.size(), inSlot);
+      !e.empty())
+    return fail(-1, "operands: " + e);
+  if (std::string e = mapSlots(spec.results, outputs.size(), outSlot);
+      !e.empty())
+    return fail(-1, "results: " + e);
+  OpShapeInput in{{}, attrs};
+  for (int pos : inSlot)
+    in.operands.push_back(pos < 0 ? nullptr : inputs[size_t(pos)]);
+  OpShapeResult r = inferOpShapes(spec, in);
+  if (!r) {
+    if (r.operand >= 0)
+      r.operand = inSlot[size_t(r.operand)];
+    return r;
+  }
+  for (size_t s = 0; s < spec.results.size(); ++s) {
+    int pos = outSlot[s];
+    const TensorType *got = pos < 0 ? nullptr : outputs[size_t(pos)];
+    const std::optional<TensorType> &want = r.results[s];
+    std::string name = slotName(spec.results, int(s));
+    auto bad = [&](std::string m) {
+      OpShapeResult e = fail(-1, std::move(m));
+      e.result = pos;
+      return e;
+    };
+    if (want && !got)
+      return bad(name + " (" + typeString(*want) + ") is missing");
+    if (!want && got)
+      return bad(name +
+                 " must be absent (the operands and attributes do not "
+                 "produce it), got " +
+                 typeString(*got));
+    if (want && (got->dtype != want->dtype || got->shape != want->shape))
+      return bad(name + " is " + typeString(*got) + ", expected " +
+                 typeString(*want));
+  }
+  return r;
+}
+
+} // namespace pipeforge::rt

@@ -1,0 +1,22 @@
+//===- OpShapesCoverageTest.cpp - Table and CPU backend know the same ops -===//
+//
+// The program validator refuses a kernel whose op is not in the shared
+// table (rt/OpShapes.h); the CPU backend refuses one it has no adapter for.
+// Both lists must be the same, or a validated program could name an op
+// whose sizes nobody checked.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipeforge/rt/Backend.h"
+#include "pipeforge/rt/OpShapes.h"
+
+#include <gtest/gtest.h>
+
+using namespace pipeforge::rt;
+
+TEST(OpShapes, TableAndCpuBackendKnowTheSameOps) {
+  std::vector<std::string> table;
+  for (const OpSpec &s : allOpSpecs())
+    table.push_back(s.name);
+  EXPECT_EQ(table, cpuBackendOps()); // both sorted
+}
