@@ -5,7 +5,11 @@
 //===----------------------------------------------------------------------===//
 #include "pipeforge/rt/Checkpoint.h"
 
+#include "pipeforge/Support/Numeric.h"
+
+#include <cerrno>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -177,26 +181,10 @@ Expected<uint64_t> numElements(const std::vector<int64_t> &shape,
 }
 
 Status writeAtomically(const fs::path &path, const std::vector<uint8_t> &b) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f)
-      return Status::error("checkpoint: cannot create '" + tmp.string() + "'");
-    f.write(reinterpret_cast<const char *>(b.data()),
-            std::streamsize(b.size()));
-    f.flush();
-    if (!f)
-      return Status::error("checkpoint: cannot write '" + tmp.string() + "'");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return Status::error("checkpoint: cannot rename '" + tmp.string() +
-                         "' to '" + path.string() + "'");
-  }
-  return Status::ok();
+  Status st = writeFileAtomically(path.string(), b);
+  if (!st)
+    return Status::error("checkpoint: " + st.message());
+  return st;
 }
 
 Expected<std::vector<uint8_t>> readAll(const fs::path &path) {
@@ -305,6 +293,9 @@ Expected<RankCheckpoint> decodeRankCheckpoint(const std::vector<uint8_t> &b,
   c.numRanks = r.u32("rank count");
   r.u32("reserved");
   c.step = r.u64("step");
+  if (r.ok() && c.step > uint64_t(kMaxSteps))
+    return bad("step " + std::to_string(c.step) + " out of range [0, " +
+               std::to_string(kMaxSteps) + "]");
   c.programFingerprint = r.u64("program fingerprint");
   uint32_t np = r.u32("parameter count");
   for (uint32_t i = 0; i < np && r.ok(); ++i) {
@@ -333,6 +324,12 @@ Expected<RankCheckpoint> decodeRankCheckpoint(const std::vector<uint8_t> &b,
   if (c.hasOptimizer && r.ok()) {
     c.optimizer.step = r.i64("optimizer step");
     c.optimizer.lr = r.f64("learning rate");
+    if (r.ok() && (c.optimizer.step < 0 || c.optimizer.step > kMaxSteps))
+      return bad("optimizer step " + std::to_string(c.optimizer.step) +
+                 " out of range [0, " + std::to_string(kMaxSteps) + "]");
+    if (r.ok() && !(std::isfinite(c.optimizer.lr) && c.optimizer.lr >= 0))
+      return bad("learning rate " + std::to_string(c.optimizer.lr) +
+                 " is not a finite number >= 0");
     uint32_t no = r.u32("optimizer parameter count");
     for (uint32_t i = 0; i < no && r.ok(); ++i) {
       c.optimizer.names.push_back(r.str("optimizer parameter name"));
@@ -509,6 +506,48 @@ Expected<CheckpointManifest> finalizeCheckpoint(const std::string &dir,
   return m;
 }
 
+namespace {
+/// `line` split at single spaces; an empty token (two spaces, a leading or
+/// trailing space, a tab) makes the line malformed.
+bool splitWords(const std::string &line, std::vector<std::string> &out) {
+  out.clear();
+  size_t start = 0;
+  while (true) {
+    size_t sp = line.find(' ', start);
+    std::string w = line.substr(
+        start, sp == std::string::npos ? std::string::npos : sp - start);
+    if (w.empty() || w.find_first_of("\t\r") != std::string::npos)
+      return false;
+    out.push_back(w);
+    if (sp == std::string::npos)
+      return true;
+    start = sp + 1;
+  }
+}
+
+/// A decimal number in [0, max], all of `w`.
+bool decimal(const std::string &w, uint64_t max, uint64_t &out) {
+  if (w.empty() || w.size() > 20 ||
+      w.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  errno = 0;
+  unsigned long long v = std::strtoull(w.c_str(), nullptr, 10);
+  if (errno == ERANGE || v > max)
+    return false;
+  out = v;
+  return true;
+}
+
+/// 0x followed by exactly 16 hex digits, as hex64 writes it.
+bool hexWord(const std::string &w, uint64_t &out) {
+  if (w.size() != 18 || w.compare(0, 2, "0x") != 0 ||
+      w.find_first_not_of("0123456789abcdefABCDEF", 2) != std::string::npos)
+    return false;
+  out = std::strtoull(w.c_str() + 2, nullptr, 16);
+  return true;
+}
+} // namespace
+
 Expected<CheckpointManifest> readManifest(const std::string &dir) {
   fs::path path = fs::path(dir) / kManifestName;
   std::error_code ec;
@@ -518,39 +557,107 @@ Expected<CheckpointManifest> readManifest(const std::string &dir) {
   auto bytes = readAll(path);
   if (!bytes)
     return bytes.status();
-  std::istringstream in(std::string(bytes->begin(), bytes->end()));
-  auto bad = [&](int line, const std::string &m) {
+  // Strict: exactly the lines finalizeCheckpoint writes, in its order, each
+  // with exactly its words; nothing before, between or after them.
+  std::vector<std::string> lines;
+  {
+    std::string text(bytes->begin(), bytes->end());
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t nl = text.find('\n', start);
+      if (nl == std::string::npos)
+        nl = text.size();
+      lines.push_back(text.substr(start, nl - start));
+      start = nl + 1;
+    }
+  }
+  auto bad = [&](size_t line, const std::string &m) {
     return Status::error(path.string() + ":" + std::to_string(line) + ": " + m);
   };
   CheckpointManifest m;
-  std::string word, hex;
-  in >> word >> m.version;
-  if (!in || word != kManifestHeader)
+  std::vector<std::string> w;
+  auto lineWords = [&](size_t i, size_t n, const char *key) {
+    return i < lines.size() && splitWords(lines[i], w) && w.size() == n &&
+           w[0] == key;
+  };
+  uint64_t v = 0;
+  if (!lineWords(0, 2, kManifestHeader))
     return bad(1, "not a PipeForge checkpoint manifest");
-  if (m.version != kCheckpointVersion)
-    return bad(1, "unsupported version " + std::to_string(m.version));
-  in >> word >> m.step;
-  if (!in || word != "step")
-    return bad(2, "expected 'step N'");
-  in >> word >> m.numRanks;
-  if (!in || word != "ranks" || m.numRanks == 0)
-    return bad(3, "expected 'ranks N' with N > 0");
-  in >> word >> hex;
-  if (!in || word != "program")
-    return bad(4, "expected 'program 0x...'");
-  m.programFingerprint = std::strtoull(hex.c_str(), nullptr, 16);
+  if (!decimal(w[1], UINT32_MAX, v) || v != kCheckpointVersion)
+    return bad(1, "unsupported version '" + w[1] + "'");
+  m.version = uint32_t(v);
+  if (!lineWords(1, 2, "step") || !decimal(w[1], uint64_t(kMaxSteps), v))
+    return bad(2, "expected 'step N' with N in [0, " +
+                      std::to_string(kMaxSteps) + "]");
+  m.step = v;
+  // A rank count bounds the lines that follow; more than the file has
+  // lines is malformed, not an allocation.
+  if (!lineWords(2, 2, "ranks") || !decimal(w[1], UINT32_MAX, v) || v == 0 ||
+      v > lines.size())
+    return bad(3, "expected 'ranks N' with N > 0 and one line per rank");
+  m.numRanks = uint32_t(v);
+  if (!lineWords(3, 2, "program") || !hexWord(w[1], m.programFingerprint))
+    return bad(4, "expected 'program 0x' and 16 hex digits");
   for (uint32_t r = 0; r < m.numRanks; ++r) {
+    size_t i = 4 + r;
     CheckpointManifest::Entry e;
-    in >> word >> e.rank >> e.file >> e.bytes >> hex;
-    if (!in || word != "rank" || e.rank != r)
-      return bad(int(5 + r), "expected 'rank " + std::to_string(r) +
-                                 " FILE BYTES CHECKSUM'");
+    e.rank = r;
+    uint64_t rk = 0;
+    if (!lineWords(i, 5, "rank") || !decimal(w[1], UINT32_MAX, rk) || rk != r ||
+        !decimal(w[3], UINT64_MAX, e.bytes) || !hexWord(w[4], e.checksum))
+      return bad(i + 1, "expected 'rank " + std::to_string(r) +
+                            " FILE BYTES 0xCHECKSUM'");
+    e.file = w[2];
     if (e.file != rankCheckpointFileName(r))
-      return bad(int(5 + r), "unexpected file name '" + e.file + "'");
-    e.checksum = std::strtoull(hex.c_str(), nullptr, 16);
+      return bad(i + 1, "unexpected file name '" + e.file + "'");
     m.files.push_back(e);
   }
+  if (lines.size() > 4 + size_t(m.numRanks))
+    return bad(5 + size_t(m.numRanks),
+               "unexpected line after the last rank (a duplicate or a "
+               "foreign line)");
   return m;
+}
+
+Status removeStaleCheckpoints(const std::string &root) {
+  std::error_code ec;
+  fs::directory_iterator it(root, ec), end;
+  if (ec)
+    return Status::ok(); // nothing saved yet
+  std::vector<fs::path> interrupted, temporaries;
+  for (; it != end; it.increment(ec)) {
+    if (ec)
+      break;
+    const std::string name = it->path().filename().string();
+    if (name.size() <= 5 || name.compare(0, 5, "step-") != 0 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos ||
+        !it->is_directory(ec) || it->is_symlink(ec))
+      continue;
+    if (!fs::exists(it->path() / kManifestName, ec)) {
+      interrupted.push_back(it->path());
+      continue;
+    }
+    std::error_code ec2;
+    for (fs::directory_iterator f(it->path(), ec2); !ec2 && f != end;
+         f.increment(ec2))
+      if (f->path().extension() == ".tmp" && f->is_regular_file(ec2))
+        temporaries.push_back(f->path());
+  }
+  std::string failed;
+  for (const fs::path &p : interrupted) {
+    fs::remove_all(p, ec);
+    if (ec && failed.empty())
+      failed = p.string() + ": " + ec.message();
+  }
+  for (const fs::path &p : temporaries) {
+    fs::remove(p, ec);
+    if (ec && failed.empty())
+      failed = p.string() + ": " + ec.message();
+  }
+  if (!failed.empty())
+    return Status::error("checkpoint: cannot remove a stale temporary " +
+                         failed);
+  return Status::ok();
 }
 
 Expected<RankCheckpoint> loadRankCheckpoint(const std::string &dir,

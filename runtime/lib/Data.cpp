@@ -174,18 +174,44 @@ uint64_t getLE(const uint8_t *p, int n) {
   return v;
 }
 
+/// Writes `bytes` to the open stream `f` and closes it; false on any error
+/// (a full device, an I/O error at close).
+bool writeAndClose(std::ofstream &f, const std::vector<uint8_t> &bytes) {
+  if (!f)
+    return false;
+  f.write(reinterpret_cast<const char *>(bytes.data()),
+          std::streamsize(bytes.size()));
+  f.close();
+  return !f.fail();
+}
+} // namespace
+
 Status writeFileAtomically(const std::string &path,
                            const std::vector<uint8_t> &bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::file_status st = fs::symlink_status(path, ec);
+  if (fs::is_directory(st))
+    return Status::error("cannot write '" + path + "': is a directory");
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    // A device, a FIFO, a socket or a symbolic link: write through it; a
+    // rename would replace the node itself (pipeforge-tokenize -o /dev/full
+    // once turned the device into a regular file).
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    if (!f)
+      return Status::error("cannot open '" + path + "' for writing");
+    if (!writeAndClose(f, bytes))
+      return Status::error("cannot write '" + path +
+                           "' (device full or I/O error)");
+    return Status::ok();
+  }
   std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f)
-      return Status::error("cannot create '" + tmp + "'");
-    f.write(reinterpret_cast<const char *>(bytes.data()),
-            std::streamsize(bytes.size()));
-    f.flush();
-    if (!f)
-      return Status::error("cannot write '" + tmp + "'");
+  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+  if (!f)
+    return Status::error("cannot create '" + tmp + "'");
+  if (!writeAndClose(f, bytes)) {
+    std::remove(tmp.c_str());
+    return Status::error("cannot write '" + tmp + "' (disk full or I/O error)");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
@@ -193,8 +219,6 @@ Status writeFileAtomically(const std::string &path,
   }
   return Status::ok();
 }
-
-} // namespace
 
 Expected<std::vector<uint8_t>> readFileBytes(const std::string &path) {
   std::error_code ec;

@@ -9,7 +9,10 @@
 #include "pipeforge/rt/Optimizer.h"
 #include "pipeforge/rt/Executor.h"
 
+#include "pipeforge/Support/Numeric.h"
+
 #include <cmath>
+#include <limits>
 
 namespace pipeforge::rt {
 
@@ -106,7 +109,9 @@ template <typename T> double AdamWT<T>::clipScale(double globalNormSq) const {
 
 template <typename T>
 void AdamWT<T>::applyStep(double scale, double lr, bool fromSnapshot) {
-  ++t;
+  // importState bounds t by kMaxSteps; never wrap even so.
+  if (t < std::numeric_limits<int64_t>::max())
+    ++t;
   const T b1 = T(cfg.beta1), b2 = T(cfg.beta2);
   const T ob1 = T(1.0 - cfg.beta1), ob2 = T(1.0 - cfg.beta2);
   const T bc1 = T(1.0 - std::pow(cfg.beta1, double(t)));
@@ -256,9 +261,13 @@ template <typename T> Status AdamWT<T>::importState(const AdamWState<T> &s) {
   if (pending.active)
     return Status::error(
         "AdamW: cannot import state while a step is pending validation");
-  if (s.step < 0)
-    return Status::error("AdamW state: negative step count " +
-                         std::to_string(s.step));
+  if (s.step < 0 || s.step > kMaxSteps)
+    return Status::error("AdamW state: step count " + std::to_string(s.step) +
+                         " out of range [0, " + std::to_string(kMaxSteps) +
+                         "]");
+  if (!(std::isfinite(s.lr) && s.lr >= 0))
+    return Status::error("AdamW state: learning rate " + std::to_string(s.lr) +
+                         " is not a finite number >= 0");
   if (s.names.size() != params.size() || s.m.size() != params.size() ||
       s.v.size() != params.size())
     return Status::error("AdamW state: " + std::to_string(s.names.size()) +

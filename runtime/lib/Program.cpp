@@ -364,10 +364,23 @@ DType parseDType(const Json &j, const char *key, const std::string &path) {
   fail(sub(path, key), "unknown dtype \"" + s + "\" (f32, i32)");
 }
 
+/// The size limits of Support/Numeric.h (a non-positive dimension is left
+/// to validateProgram, which names the value or parameter).
+void checkShapeLimits(const std::vector<int64_t> &shape,
+                      const std::string &path) {
+  for (int64_t d : shape)
+    if (d < 1)
+      return;
+  std::string why = checkTensorShape(shape, 4);
+  if (!why.empty())
+    fail(path, why);
+}
+
 TensorType parseType(const Json &j, const std::string &path) {
   TensorType t;
   t.dtype = parseDType(j, "dtype", path);
   t.shape = intArray<int64_t>(j, "shape", path, kI64Min, kI64Max);
+  checkShapeLimits(t.shape, sub(path, "shape"));
   return t;
 }
 
@@ -496,6 +509,7 @@ Program parseBody(const Json &j) {
     pr.type.dtype = parseDType(params[i], "dtype", path);
     pr.type.shape =
         intArray<int64_t>(params[i], "shape", path, kI64Min, kI64Max);
+    checkShapeLimits(pr.type.shape, sub(path, "shape"));
     pr.init = strField(params[i], "init", path);
     pr.copy = i32Field(params[i], "copy", path);
     pr.stage = i32Field(params[i], "stage", path);
@@ -531,6 +545,40 @@ Program parseBody(const Json &j) {
     fail("schedule", s.message());
   p.schedule = s.take();
   return p;
+}
+} // namespace
+
+namespace {
+/// model.vocab is what the data source draws tokens from: it must be the
+/// embedding table's row count and the logits' width (after
+/// validateProgram, which checks the value ids).
+Status checkVocab(const Program &p) {
+  for (const Stage &st : p.stages)
+    for (const Kernel &k : st.forward.kernels) {
+      int32_t v = -1;
+      int64_t got = 0;
+      const char *what = nullptr;
+      if (k.op == "embedding" && k.inputs.size() >= 2) {
+        v = k.inputs[1];
+        what = "the embedding table has";
+      } else if (k.op == "cross_entropy" && !k.inputs.empty()) {
+        v = k.inputs[0];
+        what = "the logits have";
+      }
+      if (v < 0 || size_t(v) >= st.forward.values.size())
+        continue;
+      const std::vector<int64_t> &sh = st.forward.values[size_t(v)].shape;
+      if (sh.empty())
+        continue;
+      got = k.op == "embedding" ? sh.front() : sh.back();
+      if (got != p.model.vocab)
+        return Status::error("program body: model.vocab is " +
+                             std::to_string(p.model.vocab) + " but " + what +
+                             " " + std::to_string(got) + " entries (stage " +
+                             std::to_string(st.index) + ", copy " +
+                             std::to_string(st.copy) + ")");
+    }
+  return Status::ok();
 }
 } // namespace
 
@@ -603,6 +651,8 @@ Expected<Program> parseProgram(const std::string &bytes) {
     return Status::error(std::string("program body: ") + e.what());
   }
   if (Status st = validateProgram(p); !st)
+    return st;
+  if (Status st = checkVocab(p); !st)
     return st;
   return p;
 }

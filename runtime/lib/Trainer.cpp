@@ -274,6 +274,10 @@ Expected<int64_t> Trainer::resume() {
       !s)
     return bad(s.message());
   m.ex->setStepsDone(int64_t(ck->step));
+  // What an interrupted save left behind (no rank saves while resuming).
+  if (wrank == 0)
+    if (Status s = removeStaleCheckpoints(root); !s)
+      return Status::error("--resume: " + s.message());
   return int64_t(ck->step);
 }
 
@@ -294,9 +298,13 @@ Status Trainer::saveCheckpoint(int64_t k) {
     return s;
   if (Status s = m.tr.barrier(Group::World); !s)
     return s;
-  if (wrank == 0)
+  if (wrank == 0) {
     if (auto man = finalizeCheckpoint(dir, wsize); !man)
       return man.status();
+    // Every rank waits in the barrier below: nobody is saving.
+    if (Status s = removeStaleCheckpoints(m.o.checkpointDir); !s)
+      return s;
+  }
   // Nobody moves on (or exits) before the manifest is in place.
   return m.tr.barrier(Group::World);
 }

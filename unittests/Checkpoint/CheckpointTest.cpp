@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -309,6 +311,113 @@ TEST(Checkpoint, ManifestGuardsTheDirectory) {
   ASSERT_FALSE(l);
   EXPECT_NE(l.message().find("manifest.txt:2"), std::string::npos)
       << l.message();
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, NumbersAreValidated) {
+  // A learning rate of inf or NaN, and step counts beyond kMaxSteps (2^40),
+  // are refused on load (INT64_MAX overflowed AdamW's step counter).
+  RankCheckpoint c = sample();
+  c.optimizer.lr = std::numeric_limits<double>::infinity();
+  expectDecodeError(*encodeRankCheckpoint(c), "learning rate inf");
+  c = sample();
+  c.optimizer.lr = std::nan("");
+  expectDecodeError(*encodeRankCheckpoint(c), "learning rate");
+  c = sample();
+  c.optimizer.step = std::numeric_limits<int64_t>::max();
+  expectDecodeError(*encodeRankCheckpoint(c),
+                    "optimizer step 9223372036854775807 out of range");
+  c = sample();
+  c.step = uint64_t(1) << 41;
+  c.data.nextStep = c.step;
+  expectDecodeError(*encodeRankCheckpoint(c),
+                    "step 2199023255552 out of range");
+  // The optimizer refuses such state too, whoever hands it over.
+  std::vector<float> w(6, 0), g(6, 0);
+  AdamW opt;
+  ASSERT_TRUE(opt.addParam("w", w.data(), g.data(), 6));
+  AdamWState<float> st = *opt.exportState();
+  st.step = std::numeric_limits<int64_t>::max();
+  EXPECT_FALSE(opt.importState(st));
+  st.step = 3;
+  st.lr = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(opt.importState(st));
+  st.lr = 1e-3;
+  EXPECT_TRUE(opt.importState(st));
+}
+
+TEST(Checkpoint, ManifestIsStrict) {
+  std::string dir = freshDir("strict");
+  ASSERT_TRUE(writeRankCheckpoint(dir, sample(0, 2)));
+  ASSERT_TRUE(writeRankCheckpoint(dir, sample(1, 2)));
+  ASSERT_TRUE(finalizeCheckpoint(dir, 2));
+  fs::path mp = fs::path(dir) / "manifest.txt";
+  std::string good;
+  {
+    std::ifstream in(mp);
+    good.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_TRUE(readManifest(dir));
+  auto expectBad = [&](const std::string &text, const std::string &what) {
+    {
+      std::ofstream m(mp, std::ios::trunc);
+      m << text;
+    }
+    auto r = readManifest(dir);
+    ASSERT_FALSE(r) << text;
+    EXPECT_NE(r.message().find(what), std::string::npos) << r.message();
+  };
+  size_t lastRank = good.rfind("rank 1 ");
+  std::string rank1 = good.substr(lastRank);
+  expectBad(good + rank1, "manifest.txt:7: unexpected line"); // duplicate
+  expectBad(good + "garbage\n", "manifest.txt:7: unexpected line");
+  std::string g2 = good;
+  g2.replace(g2.find("step 42"), 7, "step 42x");
+  expectBad(g2, "manifest.txt:2");
+  g2 = good;
+  g2.replace(g2.find("ranks 2"), 7, "ranks 99999999");
+  expectBad(g2, "manifest.txt:3");
+  g2 = good;
+  g2.replace(g2.find("program 0x"), 10, "program 0xzz");
+  expectBad(g2, "manifest.txt:4");
+  g2 = good;
+  g2.replace(g2.find("rank 0 "), 7, "rank  0 ");
+  expectBad(g2, "manifest.txt:5");
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, StaleTemporariesAreRemoved) {
+  std::string root = freshDir("stale");
+  std::string done = root + "/step-00000002", cut = root + "/step-00000003";
+  ASSERT_TRUE(writeRankCheckpoint(done, sample(0, 1)));
+  ASSERT_TRUE(finalizeCheckpoint(done, 1));
+  ASSERT_TRUE(writeRankCheckpoint(cut, sample(0, 1))); // no manifest
+  std::ofstream(done + "/rank-00000.pfckpt.tmp") << "partial";
+  fs::create_directories(root + "/other");
+  ASSERT_TRUE(removeStaleCheckpoints(root));
+  EXPECT_FALSE(fs::exists(cut));
+  EXPECT_FALSE(fs::exists(done + "/rank-00000.pfckpt.tmp"));
+  EXPECT_TRUE(fs::exists(done + "/manifest.txt"));
+  EXPECT_TRUE(fs::exists(root + "/other"));
+  EXPECT_TRUE(removeStaleCheckpoints(root + "/missing"));
+  fs::remove_all(root);
+}
+
+TEST(Checkpoint, WritesNeverReplaceNonRegularFiles) {
+  // A symbolic link (to a full device, or to a file) is written through,
+  // never renamed over; a full device is an error.
+  std::string dir = freshDir("links");
+  fs::create_directories(dir);
+  fs::create_symlink("/dev/full", dir + "/full");
+  Status st = writeFileAtomically(dir + "/full", {1, 2, 3});
+  EXPECT_FALSE(st);
+  EXPECT_TRUE(fs::is_symlink(dir + "/full"));
+  std::ofstream(dir + "/target") << "old";
+  fs::create_symlink(dir + "/target", dir + "/link");
+  ASSERT_TRUE(writeFileAtomically(dir + "/link", {'n', 'e', 'w'}));
+  EXPECT_TRUE(fs::is_symlink(dir + "/link"));
+  EXPECT_EQ(fs::file_size(dir + "/target"), 3u);
+  EXPECT_FALSE(writeFileAtomically(dir, {1}));
   fs::remove_all(dir);
 }
 

@@ -43,6 +43,8 @@
 #include "pipeforge/rt/NcclTransport.h"
 #endif
 
+#include "pipeforge/Support/Numeric.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -111,10 +113,10 @@ int compareMain(int argc, char **argv) {
     if (o == "--compare-weights" && i + 2 < argc) {
       a = argv[++i];
       b = argv[++i];
-    } else if (o == "--rtol" && i + 1 < argc) {
-      rtol = std::atof(argv[++i]);
-    } else if (o == "--atol" && i + 1 < argc) {
-      atol = std::atof(argv[++i]);
+    } else if ((o == "--rtol" || o == "--atol") && i + 1 < argc) {
+      if (auto e = pipeforge::parseNumberOption(o, argv[++i], {0, 1e30},
+                                                o == "--rtol" ? rtol : atol))
+        usage(e->c_str());
     } else {
       usage(("unknown option '" + o + "'").c_str());
     }
@@ -155,7 +157,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
   auto parseNan = [&](const char *v) {
     long long a = 0, b = 0;
     char tail = 0;
-    if (std::sscanf(v, "%lld:%lld%c", &a, &b, &tail) != 2 || a < 1 || b < 0)
+    if (std::sscanf(v, "%lld:%lld%c", &a, &b, &tail) != 2 || a < 1 || b < 0 ||
+        a > pipeforge::kMaxSteps || b > (1 << 30))
       usage("--inject-nan / PIPEFORGE_INJECT_NAN needs STEP:MB (STEP >= 1, "
             "MB >= 0)");
     nanStep = a;
@@ -170,20 +173,25 @@ int pipeforge::rt::runDriver(int argc, char **argv,
         usage(("option " + o + " needs a value").c_str());
       return argv[++i];
     };
-    auto num = [&]() {
-      std::string v = val();
-      char *end = nullptr;
-      double d = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end)
-        usage(("option " + o + ": '" + v + "' is not a number").c_str());
+    // Every numeric option: finite and in its range (Support/Numeric.h).
+    auto num = [&](pipeforge::NumberRange r) {
+      double d = 0;
+      if (auto e = pipeforge::parseNumberOption(o, val(), r, d))
+        usage(e->c_str());
       return d;
     };
+    auto integer = [&](int64_t lo, int64_t hi) {
+      int64_t x = 0;
+      if (auto e = pipeforge::parseIntOption(o, val(), lo, hi, x))
+        usage(e->c_str());
+      return x;
+    };
     if (o == "--steps")
-      steps = int64_t(num());
+      steps = integer(0, pipeforge::kMaxSteps);
     else if (o == "--lr")
-      lr = num();
+      lr = num({0, 1e6});
     else if (o == "--max-grad-norm" || o == "--clip")
-      maxNorm = num();
+      maxNorm = num({0, 1e30});
     else if (o == "--optimizer")
       optName = val();
     else if (o == "--data")
@@ -193,11 +201,11 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     else if (o == "--precision")
       precisionName = val();
     else if (o == "--device")
-      deviceOpt = int(num());
+      deviceOpt = int(integer(0, 1023));
     else if (o == "--async-compute")
       asyncCompute = true;
     else if (o == "--local-ranks")
-      localRanks = int(num());
+      localRanks = int(integer(1, 4096));
     else if (o == "--transport")
       transportName = val();
     else if (o == "--trace")
@@ -205,9 +213,9 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     else if (o == "--dump-weights")
       dumpPath = val();
     else if (o == "--comm-timeout")
-      timeout = num();
+      timeout = num({0, 1e6}); // 0: wait forever
     else if (o == "--recv-lookahead")
-      lookahead = int(num());
+      lookahead = int(integer(0, 1 << 20));
     else if (o == "--quiet")
       quiet = true;
     else if (o == "--no-fuse")
@@ -215,13 +223,13 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     else if (o == "--checkpoint-dir")
       ckDir = val();
     else if (o == "--save-every")
-      saveEvery = int64_t(num());
+      saveEvery = integer(0, pipeforge::kMaxSteps);
     else if (o == "--resume")
       resume = true;
     else if (o == "--optimizer-sync")
       syncMode = val();
     else if (o == "--skip-step")
-      skipStep = int64_t(num());
+      skipStep = integer(0, pipeforge::kMaxSteps);
     else if (o == "--inject-nan")
       parseNan(val().c_str());
     else if (o == "-h" || o == "--help")
@@ -286,6 +294,20 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     if (!prog)
       return fail(progPath + ": " + prog.message());
     const Program &p = *prog;
+    if (nanStep > 0) {
+      int64_t mbs = int64_t(p.training.microbatches) * p.training.dataParallel *
+                    std::max(1, p.training.expertParallel);
+      if (nanMb >= mbs)
+        return fail("--inject-nan " + std::to_string(nanStep) + ":" +
+                    std::to_string(nanMb) +
+                    ": microbatch out of range (this "
+                    "program runs " +
+                    std::to_string(mbs) + " per step over all replicas)");
+      if (nanStep > steps)
+        return fail("--inject-nan " + std::to_string(nanStep) + ":" +
+                    std::to_string(nanMb) + ": step after the last (--steps " +
+                    std::to_string(steps) + ")");
+    }
     if (Status s =
             tr->setupGrid(p.training.pipelineRanks, p.training.dataParallel,
                           p.training.expertParallel);

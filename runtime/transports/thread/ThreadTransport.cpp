@@ -138,13 +138,13 @@ public:
       }
       if (timeoutS > 0 && Clock::now() >= deadline) {
         const Hub::Msg &m = it->second;
-        return Status::error(
-            "threads transport: rank " + std::to_string(rank) + " waited " +
-            std::to_string(int(timeoutS)) + " s for a message " +
-            (m.src == rank ? "to" : "from") + " rank " +
-            std::to_string(m.src == rank ? m.dst : m.src) + " (tag " +
-            std::to_string(m.tag) + ", " + std::to_string(m.n) +
-            " floats): the peer never answered");
+        return Status::error("threads transport: rank " + std::to_string(rank) +
+                             " waited " + timeoutText() + " s for a message " +
+                             (m.src == rank ? "to" : "from") + " rank " +
+                             std::to_string(m.src == rank ? m.dst : m.src) +
+                             " (tag " + std::to_string(m.tag) + ", " +
+                             std::to_string(m.n) +
+                             " floats): the peer never answered");
       }
       // Matched, copy in flight on the device: nobody will notify, poll.
       if (it->second.done)
@@ -258,8 +258,17 @@ private:
   const int rank;
   Backend *be = nullptr;
 
+  /// The watchdog as a duration: capped at 10^6 s (the driver's range for
+  /// --comm-timeout) so that no conversion or addition overflows.
   std::chrono::milliseconds timeoutDuration() const {
-    return std::chrono::milliseconds(int64_t(timeoutS * 1000));
+    double s = timeoutS > 0 && timeoutS < 1e6 ? timeoutS : 1e6;
+    return std::chrono::milliseconds(int64_t(s * 1000));
+  }
+  /// The watchdog in seconds for messages (never a wrapped int).
+  std::string timeoutText() const {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", timeoutS);
+    return b;
   }
   int worldOf(int pipelinePeer) const {
     return rank - pipelineRank() + pipelinePeer;
@@ -402,9 +411,8 @@ private:
     auto deadline = Clock::now() + timeoutDuration();
     auto timedOut = [&](const char *what) {
       return Status::error("threads transport: rank " + std::to_string(rank) +
-                           " waited " + std::to_string(int(timeoutS)) +
-                           " s in a collective (" + what +
-                           "): a peer never arrived");
+                           " waited " + timeoutText() + " s in a collective (" +
+                           what + "): a peer never arrived");
     };
     Hub::Meet &m = hub->meets[key];
     // A previous round still draining: wait until everyone left it.

@@ -115,6 +115,12 @@ Expected<CheckpointManifest> finalizeCheckpoint(const std::string &dir,
                                                 uint32_t numRanks);
 Expected<CheckpointManifest> readManifest(const std::string &dir);
 
+/// Removes what interrupted saves left under a checkpoint root: step-N
+/// folders without a manifest.txt, and *.tmp files inside complete ones.
+/// Call it on one rank while no rank is saving (the trainer: rank 0, after
+/// a manifest is written and on --resume). A missing root is not an error.
+Status removeStaleCheckpoints(const std::string &root);
+
 /// Reads rank `rank`'s file of a complete checkpoint and validates it
 /// against the manifest (size, checksum, step, rank count).
 Expected<RankCheckpoint> loadRankCheckpoint(const std::string &dir,

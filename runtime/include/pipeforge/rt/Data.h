@@ -47,6 +47,14 @@ using pipeforge::kFnv1aOffset;
 /// unreadable, a directory, not a regular file (a device, a FIFO).
 Expected<std::vector<uint8_t>> readFileBytes(const std::string &path);
 
+/// Writes `bytes` to `path`, checking every write and the close (a full
+/// device is an error, never a silent success). A regular file (or a new
+/// path) is replaced atomically: written to PATH.tmp, then renamed over it.
+/// Anything else (a device like /dev/full, a FIFO, a symbolic link) is
+/// written through, never replaced by a rename.
+Status writeFileAtomically(const std::string &path,
+                           const std::vector<uint8_t> &bytes);
+
 /// A stream of training samples.
 class DataSource {
 public:

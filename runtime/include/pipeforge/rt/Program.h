@@ -23,8 +23,10 @@
 #define PIPEFORGE_RT_PROGRAM_H
 
 #include "pipeforge/Schedule/Action.h"
+#include "pipeforge/Support/Numeric.h"
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <variant>
@@ -40,13 +42,23 @@ enum class DType : uint8_t { F32, I32 };
 struct TensorType {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
+  /// The product of the dimensions. A loaded program's types are within
+  /// kMaxDimension / kMaxTensorBytes (Support/Numeric.h); for anything else
+  /// an overflowing or negative product saturates to INT64_MAX (never UB).
   int64_t numElements() const {
     int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
+    for (int64_t d : shape) {
+      auto p = checkedMul(n, d);
+      if (!p)
+        return std::numeric_limits<int64_t>::max();
+      n = *p;
+    }
     return n;
   }
-  int64_t numBytes() const { return numElements() * 4; }
+  int64_t numBytes() const {
+    auto b = checkedMul(numElements(), 4);
+    return b ? *b : std::numeric_limits<int64_t>::max();
+  }
 };
 
 /// What a function argument is bound to when the executor calls it.
