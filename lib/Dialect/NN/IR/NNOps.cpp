@@ -1,23 +1,31 @@
 //===- NNOps.cpp - nn dialect op verifiers --------------------------------===//
+//
+// The shape rules of every op come from one table shared with the runtime's
+// program validator (runtime/include/pipeforge/rt/OpShapes.h): an op the
+// verifier accepts lowers to a kernel the validator accepts, and the
+// validator accepts no kernel the CPU kernels would overrun. What stays here
+// is MLIR's own: element types beyond f32 / i32 and the result comparisons
+// with dynamic extents, in the wording of the existing diagnostics.
+//
+//===----------------------------------------------------------------------===//
 
 #include "pipeforge/Dialect/NN/IR/NNOps.h"
+#include "pipeforge/rt/OpShapes.h"
 
 #include "llvm/ADT/STLExtras.h"
 
 using namespace mlir;
 using namespace pipeforge::nn;
-
-/// Two extents agree when equal or when either is dynamic.
-static bool dimsAgree(int64_t a, int64_t b) {
-  return a == b || ShapedType::isDynamic(a) || ShapedType::isDynamic(b);
-}
+namespace rt = pipeforge::rt;
 
 /// Prints a shape as `[2, ?, 8]` for diagnostics.
 static std::string shapeStr(ArrayRef<int64_t> shape) {
   std::string s = "[";
   llvm::interleave(
       shape,
-      [&](int64_t d) { s += ShapedType::isDynamic(d) ? "?" : std::to_string(d); },
+      [&](int64_t d) {
+        s += ShapedType::isDynamic(d) ? "?" : std::to_string(d);
+      },
       [&] { s += ", "; });
   return s + "]";
 }
@@ -32,123 +40,213 @@ static LogicalResult checkSameElementType(Operation *op, ValueRange values) {
   return success();
 }
 
-LogicalResult LinearOp::verify() {
-  auto x = getInput().getType();
-  auto w = getWeight().getType();
-  auto y = getResult().getType();
-  if (x.getRank() < 1)
-    return emitOpError("expects input of rank >= 1");
-  if (w.getRank() != 2)
-    return emitOpError("expects weight of rank 2 ([out, in]), got rank ")
-           << w.getRank();
-  int64_t in = x.getShape().back(), out = w.getDimSize(0);
-  if (!dimsAgree(in, w.getDimSize(1)))
-    return emitOpError("input features ")
-           << in << " do not match weight " << shapeStr(w.getShape())
-           << " ([out, in])";
-  SmallVector<Value> floats{getInput(), getWeight(), getResult()};
-  if (Value b = getBias()) {
-    auto bt = cast<RankedTensorType>(b.getType());
-    if (bt.getRank() != 1 || !dimsAgree(bt.getDimSize(0), out))
-      return emitOpError("expects bias of shape [")
-             << out << "], got " << shapeStr(bt.getShape());
-    floats.push_back(b);
+//===----------------------------------------------------------------------===//
+// The shared rules on MLIR types.
+//===----------------------------------------------------------------------===//
+
+/// `t` as the shared rules see it: f32 for any float element type and i32
+/// for any integer one (the ODS constraints check the element types), a
+/// dynamic extent as rt::kDynamicDim.
+static rt::TensorType toRt(Type t) {
+  auto rtt = cast<RankedTensorType>(t);
+  rt::TensorType r;
+  r.dtype =
+      isa<IntegerType>(rtt.getElementType()) ? rt::DType::I32 : rt::DType::F32;
+  for (int64_t d : rtt.getShape())
+    r.shape.push_back(ShapedType::isDynamic(d) ? rt::kDynamicDim : d);
+  return r;
+}
+
+/// The inverse for shapes: rt::kDynamicDim back to ShapedType::kDynamic.
+static SmallVector<int64_t> fromRt(const std::vector<int64_t> &shape) {
+  SmallVector<int64_t> r;
+  for (int64_t d : shape)
+    r.push_back(d == rt::kDynamicDim ? ShapedType::kDynamic : d);
+  return r;
+}
+
+/// The op's attributes as the program file carries them (the conversion of
+/// lib/Target/Program): absent ones take their ODS defaults in the rules.
+static rt::AttrMap toRtAttrs(Operation *op) {
+  rt::AttrMap m;
+  for (NamedAttribute na : op->getAttrDictionary()) {
+    StringRef name = na.getName().getValue();
+    Attribute v = na.getValue();
+    if (name.contains('.'))
+      continue; // discardable (nn.layer, ...)
+    if (auto b = dyn_cast<BoolAttr>(v))
+      m[name.str()] = b.getValue();
+    else if (isa<UnitAttr>(v))
+      m[name.str()] = true;
+    else if (auto i = dyn_cast<IntegerAttr>(v))
+      m[name.str()] = int64_t(i.getValue().getSExtValue());
+    else if (auto f = dyn_cast<FloatAttr>(v))
+      m[name.str()] = f.getValueAsDouble();
+    else if (auto str = dyn_cast<StringAttr>(v))
+      m[name.str()] = str.getValue().str();
   }
-  SmallVector<int64_t> expected(x.getShape().drop_back());
-  expected.push_back(out);
-  if (y.getRank() != x.getRank() ||
-      !llvm::all_of(llvm::zip(expected, y.getShape()), [](auto p) {
-        return dimsAgree(std::get<0>(p), std::get<1>(p));
-      }))
+  return m;
+}
+
+/// Runs the shared rules of `op` (OpShapes.h) and reports the first broken
+/// one as the op's error; on success the derived result types, by result
+/// slot of the op's table entry.
+static FailureOr<rt::OpShapeResult> inferShared(Operation *op) {
+  const rt::OpSpec *spec = rt::lookupOpSpec(op->getName().stripDialect());
+  if (!spec)
+    return op->emitOpError("has no entry in the shared op table (OpShapes.h)");
+  std::vector<int> slotOf;
+  if (std::string e =
+          rt::mapSlots(spec->operands, op->getNumOperands(), slotOf);
+      !e.empty())
+    return op->emitOpError(e);
+  std::vector<rt::TensorType> types;
+  for (Value v : op->getOperands())
+    types.push_back(toRt(v.getType()));
+  rt::AttrMap attrs = toRtAttrs(op);
+  rt::OpShapeInput in{{}, attrs};
+  for (int at : slotOf)
+    in.operands.push_back(at < 0 ? nullptr : &types[size_t(at)]);
+  rt::OpShapeResult r = rt::inferOpShapes(*spec, in);
+  if (!r)
+    return op->emitOpError(r.error);
+  return r;
+}
+
+/// Two extents agree when equal or when either is dynamic.
+static bool dimsAgree(int64_t a, int64_t b) {
+  return a == b || ShapedType::isDynamic(a) || ShapedType::isDynamic(b);
+}
+static bool shapesAgree(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+  return a.size() == b.size() && llvm::all_of(llvm::zip(a, b), [](auto p) {
+           return dimsAgree(std::get<0>(p), std::get<1>(p));
+         });
+}
+
+/// The derived shape of result slot `slot` (which must be present).
+static SmallVector<int64_t> sharedResultShape(const rt::OpShapeResult &r,
+                                              size_t slot) {
+  return fromRt(r.results[slot]->shape);
+}
+
+/// Gradient ops: everything from the shared rules; each result present
+/// exactly when derived, with the derived shape.
+static LogicalResult verifyShared(Operation *op) {
+  FailureOr<rt::OpShapeResult> r = inferShared(op);
+  if (failed(r))
+    return failure();
+  const rt::OpSpec &spec = *rt::lookupOpSpec(op->getName().stripDialect());
+  std::vector<int> slotOf;
+  if (std::string e = rt::mapSlots(spec.results, op->getNumResults(), slotOf);
+      !e.empty())
+    return op->emitOpError("results: ") << e;
+  for (size_t s = 0; s < spec.results.size(); ++s) {
+    const char *name = spec.results[s].name;
+    const std::optional<rt::TensorType> &want = r->results[s];
+    if (slotOf[s] < 0) {
+      if (want)
+        return op->emitOpError("expects a ") << name << " result";
+      continue;
+    }
+    if (!want)
+      return op->emitOpError("has a ")
+             << name << " result that its operands and attributes do not "
+             << "produce";
+    auto got = cast<RankedTensorType>(op->getResult(slotOf[s]).getType());
+    SmallVector<int64_t> shape = fromRt(want->shape);
+    if (!shapesAgree(got.getShape(), shape))
+      return op->emitOpError("result ")
+             << name << " has shape " << rt::shapeString(toRt(got).shape)
+             << ", expected " << rt::shapeString(want->shape);
+  }
+  return success();
+}
+
+#define PIPEFORGE_NN_SHARED_VERIFIER(OP)                                       \
+  LogicalResult OP::verify() { return verifyShared(*this); }
+PIPEFORGE_NN_SHARED_VERIFIER(LinearBwdInputOp)
+PIPEFORGE_NN_SHARED_VERIFIER(LinearBwdWeightOp)
+PIPEFORGE_NN_SHARED_VERIFIER(LayerNormBwdInputOp)
+PIPEFORGE_NN_SHARED_VERIFIER(LayerNormBwdWeightOp)
+PIPEFORGE_NN_SHARED_VERIFIER(RMSNormBwdInputOp)
+PIPEFORGE_NN_SHARED_VERIFIER(RMSNormBwdWeightOp)
+PIPEFORGE_NN_SHARED_VERIFIER(GeluBwdOp)
+PIPEFORGE_NN_SHARED_VERIFIER(SiluBwdOp)
+PIPEFORGE_NN_SHARED_VERIFIER(EmbeddingBwdWeightOp)
+PIPEFORGE_NN_SHARED_VERIFIER(AttentionBwdOp)
+PIPEFORGE_NN_SHARED_VERIFIER(MoEBwdInputOp)
+PIPEFORGE_NN_SHARED_VERIFIER(MoEBwdWeightOp)
+PIPEFORGE_NN_SHARED_VERIFIER(CrossEntropyBwdOp)
+#undef PIPEFORGE_NN_SHARED_VERIFIER
+
+//===----------------------------------------------------------------------===//
+// Forward ops: the shared rules, then MLIR's element types and results.
+//===----------------------------------------------------------------------===//
+
+LogicalResult LinearOp::verify() {
+  FailureOr<rt::OpShapeResult> r = inferShared(*this);
+  if (failed(r))
+    return failure();
+  auto y = getResult().getType();
+  SmallVector<int64_t> expected = sharedResultShape(*r, 0);
+  if (!shapesAgree(y.getShape(), expected))
     return emitOpError("result shape ")
            << shapeStr(y.getShape()) << " does not match expected "
            << shapeStr(expected);
+  SmallVector<Value> floats{getInput(), getWeight(), getResult()};
+  if (Value b = getBias())
+    floats.push_back(b);
   return checkSameElementType(*this, floats);
 }
 
+/// Norms, moe: the result is the input's type (shape from the shared rules).
+static LogicalResult verifyResultIsInput(Operation *op,
+                                         const rt::OpShapeResult &r,
+                                         RankedTensorType x,
+                                         RankedTensorType y) {
+  if (!shapesAgree(y.getShape(), sharedResultShape(r, 0)) ||
+      y.getElementType() != x.getElementType())
+    return op->emitOpError("expects the result type to equal the input type");
+  return success();
+}
+
 LogicalResult LayerNormOp::verify() {
-  auto x = getInput().getType();
-  if (x.getRank() < 1)
-    return emitOpError("expects input of rank >= 1");
-  int64_t d = x.getShape().back();
-  for (auto [name, v] : {std::pair<StringRef, Value>{"gamma", getGamma()},
-                         {"beta", getBeta()}}) {
-    auto t = cast<RankedTensorType>(v.getType());
-    if (t.getRank() != 1 || !dimsAgree(t.getDimSize(0), d))
-      return emitOpError("expects ")
-             << name << " of shape [" << d << "], got " << shapeStr(t.getShape());
-  }
-  if (getResult().getType() != x)
-    return emitOpError("expects the result type to equal the input type");
-  if (!(getEpsilon().convertToFloat() > 0.0f))
-    return emitOpError("expects epsilon > 0");
+  FailureOr<rt::OpShapeResult> r = inferShared(*this);
+  if (failed(r) || failed(verifyResultIsInput(*this, *r, getInput().getType(),
+                                              getResult().getType())))
+    return failure();
   return checkSameElementType(*this, {getInput(), getGamma(), getBeta()});
 }
 
 LogicalResult CrossEntropyOp::verify() {
-  auto logits = getLogits().getType();
-  auto targets = getTargets().getType();
-  if (logits.getRank() < 2)
-    return emitOpError("expects logits of rank >= 2 ([..., vocab]), got rank ")
-           << logits.getRank();
-  ArrayRef<int64_t> lead = logits.getShape().drop_back();
-  if (targets.getRank() != (int64_t)lead.size() ||
-      !llvm::all_of(llvm::zip(lead, targets.getShape()), [](auto p) {
-        return dimsAgree(std::get<0>(p), std::get<1>(p));
-      }))
-    return emitOpError("targets ")
-           << shapeStr(targets.getShape()) << " do not match the logits' "
-           << "leading shape " << shapeStr(lead);
-  if (getLoss().getType().getElementType() != logits.getElementType())
+  if (failed(inferShared(*this)))
+    return failure();
+  if (getLoss().getType().getElementType() !=
+      getLogits().getType().getElementType())
     return emitOpError("expects the loss element type to match the logits");
   return success();
 }
 
 LogicalResult RMSNormOp::verify() {
-  auto x = getInput().getType();
-  if (x.getRank() < 1)
-    return emitOpError("expects input of rank >= 1");
-  auto g = getGamma().getType();
-  if (g.getRank() != 1 || !dimsAgree(g.getDimSize(0), x.getShape().back()))
-    return emitOpError("expects gamma of shape [")
-           << x.getShape().back() << "], got " << shapeStr(g.getShape());
-  if (getResult().getType() != x)
-    return emitOpError("expects the result type to equal the input type");
-  if (!(getEpsilon().convertToFloat() > 0.0f))
-    return emitOpError("expects epsilon > 0");
+  FailureOr<rt::OpShapeResult> r = inferShared(*this);
+  if (failed(r) || failed(verifyResultIsInput(*this, *r, getInput().getType(),
+                                              getResult().getType())))
+    return failure();
   return checkSameElementType(*this, {getInput(), getGamma()});
 }
 
 LogicalResult EmbeddingOp::verify() {
-  auto tok = getTokens().getType();
+  FailureOr<rt::OpShapeResult> r = inferShared(*this);
+  if (failed(r))
+    return failure();
   auto table = getTable().getType();
   auto y = getResult().getType();
-  if (tok.getRank() != 2)
-    return emitOpError("expects tokens of rank 2 ([batch, seq]), got rank ")
-           << tok.getRank();
-  if (table.getRank() != 2)
-    return emitOpError("expects a table of rank 2 ([vocab, hidden]), got rank ")
-           << table.getRank();
-  int64_t h = table.getDimSize(1);
-  SmallVector<int64_t> expected{tok.getDimSize(0), tok.getDimSize(1), h};
-  if (Value pos = getPositions()) {
-    auto pt = cast<RankedTensorType>(pos.getType());
-    if (pt.getRank() != 2 || !dimsAgree(pt.getDimSize(1), h))
-      return emitOpError("expects positions of shape [max_positions, ")
-             << h << "], got " << shapeStr(pt.getShape());
-    if (!ShapedType::isDynamic(pt.getDimSize(0)) &&
-        !ShapedType::isDynamic(tok.getDimSize(1)) &&
-        pt.getDimSize(0) < tok.getDimSize(1))
-      return emitOpError("has ")
-             << pt.getDimSize(0) << " positions for sequences of length "
-             << tok.getDimSize(1);
-    if (pt.getElementType() != table.getElementType())
+  if (Value pos = getPositions())
+    if (cast<RankedTensorType>(pos.getType()).getElementType() !=
+        table.getElementType())
       return emitOpError("expects positions and table of one element type");
-  }
-  if (y.getRank() != 3 ||
-      !llvm::all_of(llvm::zip(expected, y.getShape()), [](auto p) {
-        return dimsAgree(std::get<0>(p), std::get<1>(p));
-      }))
+  SmallVector<int64_t> expected = sharedResultShape(*r, 0);
+  if (!shapesAgree(y.getShape(), expected))
     return emitOpError("result shape ")
            << shapeStr(y.getShape()) << " does not match expected "
            << shapeStr(expected);
@@ -158,40 +256,15 @@ LogicalResult EmbeddingOp::verify() {
 }
 
 LogicalResult AttentionOp::verify() {
-  auto q = getQ().getType(), k = getK().getType(), v = getV().getType();
-  for (auto [name, t] : {std::pair<StringRef, RankedTensorType>{"q", q},
-                         {"k", k},
-                         {"v", v}})
-    if (t.getRank() != 3)
-      return emitOpError("expects ")
-             << name << " of rank 3 ([batch, seq, heads x head_dim]), got rank "
-             << t.getRank();
-  int64_t a = getNumHeads(), kv = getNumKvHeads();
-  if (a % kv != 0)
-    return emitOpError("num_heads ")
-           << a << " is not a multiple of num_kv_heads " << kv;
-  int64_t qw = q.getDimSize(2);
-  if (ShapedType::isDynamic(qw))
-    return emitOpError("expects a static feature dimension on q");
-  if (qw % a != 0)
-    return emitOpError("q features ")
-           << qw << " are not divisible by num_heads " << a;
-  int64_t d = qw / a;
-  if (getRotary() && d % 2 != 0)
-    return emitOpError("rotary embedding needs an even head dimension, got ")
-           << d;
-  SmallVector<int64_t> kvShape{q.getDimSize(0), q.getDimSize(1), kv * d};
-  for (auto [name, t] : {std::pair<StringRef, RankedTensorType>{"k", k},
-                         {"v", v}})
-    if (!llvm::all_of(llvm::zip(kvShape, t.getShape()), [](auto p) {
-          return dimsAgree(std::get<0>(p), std::get<1>(p));
-        }))
-      return emitOpError("expects ")
-             << name << " of shape " << shapeStr(kvShape) << " ("
-             << kv << " kv heads of dimension " << d << "), got "
-             << shapeStr(t.getShape());
-  if (getResult().getType() != q)
+  FailureOr<rt::OpShapeResult> r = inferShared(*this);
+  if (failed(r))
+    return failure();
+  auto q = getQ().getType();
+  auto y = getResult().getType();
+  if (!shapesAgree(y.getShape(), sharedResultShape(*r, 0)) ||
+      y.getElementType() != q.getElementType())
     return emitOpError("expects the result type to equal the type of q");
+  // Cost model only (PipeForge trains without dropout): not a kernel rule.
   float p = getDropout().convertToFloat();
   if (!(p >= 0.0f && p < 1.0f))
     return emitOpError("expects dropout in [0, 1), got ") << p;
@@ -199,46 +272,13 @@ LogicalResult AttentionOp::verify() {
 }
 
 LogicalResult MoEOp::verify() {
-  auto x = getInput().getType();
-  auto r = getRouter().getType();
-  auto w1 = getW1().getType(), w2 = getW2().getType();
-  if (x.getRank() < 1)
-    return emitOpError("expects input of rank >= 1");
-  int64_t h = x.getShape().back();
-  if (r.getRank() != 2 || !dimsAgree(r.getDimSize(1), h))
-    return emitOpError("expects router of shape [experts, ")
-           << h << "], got " << shapeStr(r.getShape());
-  int64_t e = r.getDimSize(0);
-  if (w1.getRank() != 3 || !dimsAgree(w1.getDimSize(0), e) ||
-      !dimsAgree(w1.getDimSize(2), h))
-    return emitOpError("expects w1 of shape [")
-           << e << ", ffn, " << h << "], got " << shapeStr(w1.getShape());
-  int64_t f = w1.getDimSize(1);
-  SmallVector<int64_t> w2Shape{e, h, f};
-  if (w2.getRank() != 3 ||
-      !llvm::all_of(llvm::zip(w2Shape, w2.getShape()), [](auto p) {
-        return dimsAgree(std::get<0>(p), std::get<1>(p));
-      }))
-    return emitOpError("expects w2 of shape ")
-           << shapeStr(w2Shape) << ", got " << shapeStr(w2.getShape());
+  FailureOr<rt::OpShapeResult> r = inferShared(*this);
+  if (failed(r) || failed(verifyResultIsInput(*this, *r, getInput().getType(),
+                                              getResult().getType())))
+    return failure();
   SmallVector<Value> floats{getInput(), getRouter(), getW1(), getW2()};
-  if (Value w3 = getW3()) {
-    auto t = cast<RankedTensorType>(w3.getType());
-    if (t.getShape() != w1.getShape())
-      return emitOpError("expects w3 of the shape of w1 ")
-             << shapeStr(w1.getShape()) << ", got " << shapeStr(t.getShape());
+  if (Value w3 = getW3())
     floats.push_back(w3);
-  }
-  if (!ShapedType::isDynamic(e) && getTopK() > e)
-    return emitOpError("top_k ") << getTopK() << " exceeds the " << e
-                                 << " experts";
-  if (getCapacityFactor().convertToFloat() < 0.0f)
-    return emitOpError("expects capacity_factor >= 0");
-  if (getActivation() != "gelu" && getActivation() != "silu")
-    return emitOpError("activation must be \"gelu\" or \"silu\", got \"")
-           << getActivation() << "\"";
-  if (getResult().getType() != x)
-    return emitOpError("expects the result type to equal the input type");
   return checkSameElementType(*this, floats);
 }
 

@@ -221,6 +221,8 @@ def NN_MoEOp : NN_Op<"moe", NN_ModelTraits> {
 class NN_GradOp<string mnemonic, list<Trait> traits = []>
     : NN_Op<mnemonic, !listconcat([Pure], traits)> {
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  // The shape rules shared with the program validator (rt/OpShapes.h).
+  let hasVerifier = 1;
 }
 
 def NN_LinearBwdInputOp : NN_GradOp<"linear_bwd_input"> {
