@@ -1,6 +1,7 @@
 //===- ModelConfig.cpp - HF-style model configuration ---------------------===//
 
 #include "pipeforge/Import/ModelConfig.h"
+#include "pipeforge/Support/Numeric.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringExtras.h"
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <limits>
 
 using namespace pipeforge::import;
 using json = nlohmann::json;
@@ -18,6 +20,13 @@ static std::string num(double x) {
   std::snprintf(buf, sizeof(buf), "%g", x);
   return buf;
 }
+
+/// Config limits beyond kMaxDimension (docs/reliability.md).
+static constexpr int64_t kMaxLayers = 1 << 14;
+static constexpr int64_t kMaxExperts = 1 << 12;
+static constexpr double kMaxNormEpsilon = 1.0;
+static constexpr double kMaxInitStd = 10.0;
+static constexpr double kMaxRopeTheta = 1e12;
 
 namespace {
 /// Reads typed keys from the config object; the first error wins and names
@@ -41,8 +50,8 @@ public:
 
   /// A positive integer; `fallback` < 0 means required. JSON null counts as
   /// absent (HF writes `"n_inner": null`).
-  int64_t positiveInt(llvm::ArrayRef<const char *> names,
-                      int64_t fallback = -1) {
+  int64_t positiveInt(llvm::ArrayRef<const char *> names, int64_t fallback = -1,
+                      int64_t max = pipeforge::kMaxDimension) {
     std::string key;
     const json *v = find(names, key);
     if (!v || v->is_null()) {
@@ -54,10 +63,19 @@ public:
       fail("key '" + key + "' must be a positive integer, got " + describe(*v));
       return 0;
     }
+    if (v->is_number_unsigned() &&
+        v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) {
+      fail("key '" + key + "' must be an integer in [1, " +
+           std::to_string(max) + "], got " + describe(*v));
+      return 0;
+    }
     int64_t x = v->get<int64_t>();
     if (x <= 0)
       fail("key '" + key + "' must be a positive integer, got " +
            std::to_string(x));
+    else if (x > max)
+      fail("key '" + key + "' must be an integer in [1, " +
+           std::to_string(max) + "], got " + std::to_string(x));
     return x;
   }
 
@@ -84,12 +102,18 @@ public:
     return p;
   }
 
-  double positiveNumber(llvm::ArrayRef<const char *> names, double fallback) {
+  /// A number in (0, max]: finite, and representable as f32 in the IR.
+  double positiveNumber(llvm::ArrayRef<const char *> names, double fallback,
+                        double max) {
     double x = number(names, fallback);
     if (!(x > 0.0)) {
       std::string key;
       find(names, key);
       fail("key '" + key + "' must be > 0, got " + num(x));
+    } else if (!(x <= max)) {
+      std::string key;
+      find(names, key);
+      fail("key '" + key + "' must be in (0, " + num(max) + "], got " + num(x));
     }
     return x;
   }
@@ -170,17 +194,18 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
                        "' (expected gpt2, llama or mixtral)");
 
   KeyReader r(root);
-  c.numLayers = r.positiveInt({"n_layer", "num_hidden_layers"});
+  c.numLayers = r.positiveInt({"n_layer", "num_hidden_layers"}, -1, kMaxLayers);
   c.hidden = r.positiveInt({"n_embd", "hidden_size"});
   c.numHeads = r.positiveInt({"n_head", "num_attention_heads"});
   c.vocab = r.positiveInt({"vocab_size"});
   c.maxPositions = r.positiveInt({"n_positions", "max_position_embeddings"});
-  c.initStd = r.positiveNumber({"initializer_range"}, 0.02);
+  c.initStd = r.positiveNumber({"initializer_range"}, 0.02, kMaxInitStd);
   if (c.kind == ModelKind::GPT2) {
     c.numKvHeads = c.numHeads;
     c.intermediate = r.positiveInt({"n_inner", "intermediate_size"},
                                    c.hidden > 0 ? 4 * c.hidden : 1);
-    c.normEpsilon = r.positiveNumber({"layer_norm_epsilon"}, 1e-5);
+    c.normEpsilon =
+        r.positiveNumber({"layer_norm_epsilon"}, 1e-5, kMaxNormEpsilon);
     // GPT2Config's defaults.
     c.attnDropout = r.rate({"attn_pdrop"}, 0.1);
     c.residDropout = r.rate({"resid_pdrop"}, 0.1);
@@ -189,13 +214,13 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
     c.numKvHeads =
         r.positiveInt({"num_key_value_heads"}, c.numHeads > 0 ? c.numHeads : 1);
     c.intermediate = r.positiveInt({"intermediate_size", "n_inner"});
-    c.normEpsilon = r.positiveNumber({"rms_norm_eps"}, 1e-6);
-    c.ropeTheta = r.positiveNumber({"rope_theta"}, 10000.0);
+    c.normEpsilon = r.positiveNumber({"rms_norm_eps"}, 1e-6, kMaxNormEpsilon);
+    c.ropeTheta = r.positiveNumber({"rope_theta"}, 10000.0, kMaxRopeTheta);
     c.attnDropout = r.rate({"attention_dropout", "attn_pdrop"}, 0.0);
     c.residDropout = r.rate({"resid_pdrop"}, 0.0);
     c.tiedEmbeddings = r.boolean("tie_word_embeddings", false);
     if (c.kind == ModelKind::Mixtral) {
-      c.numExperts = r.positiveInt({"num_local_experts"});
+      c.numExperts = r.positiveInt({"num_local_experts"}, -1, kMaxExperts);
       c.topK = r.positiveInt({"num_experts_per_tok"});
     }
   }
@@ -227,16 +252,64 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
                        llvm::Twine(c.topK) + ") exceeds 'num_local_experts' (" +
                        llvm::Twine(c.numExperts) + ")");
 
-  if (seqLen < 0)
-    return configError("--seq-len must be positive");
-  if (batch <= 0)
-    return configError("--microbatch-size must be positive");
+  if (seqLen < 0 || seqLen > pipeforge::kMaxDimension)
+    return configError("--seq-len must be an integer in [1, " +
+                       llvm::Twine(pipeforge::kMaxDimension) + "], got " +
+                       llvm::Twine(seqLen));
+  if (batch <= 0 || batch > pipeforge::kMaxDimension)
+    return configError("--microbatch-size must be an integer in [1, " +
+                       llvm::Twine(pipeforge::kMaxDimension) + "], got " +
+                       llvm::Twine(batch));
   c.seqLen = seqLen ? seqLen : c.maxPositions;
   c.batch = batch;
   if (c.seqLen > c.maxPositions)
     return configError(llvm::Twine("--seq-len ") + llvm::Twine(c.seqLen) +
                        " exceeds key '" + posKey + "' (" +
                        llvm::Twine(c.maxPositions) + ")");
+
+  // The largest tensors the model has (parameters, activations, the
+  // attention scores a kernel forms), each within kMaxTensorBytes: checked
+  // products, so that no later size computation overflows.
+  const char *vocabKey = "vocab_size";
+  const char *ffnKey =
+      c.kind == ModelKind::GPT2 ? "n_inner" : "intermediate_size";
+  struct Big {
+    const char *what;
+    std::string keys;
+    std::vector<int64_t> shape;
+  };
+  std::vector<Big> bigs = {
+      {"the embedding table",
+       std::string(vocabKey) + " x " + hiddenKey,
+       {c.vocab, c.hidden}},
+      {"an MLP weight",
+       std::string(hiddenKey) + " x " + ffnKey,
+       {c.hidden, c.intermediate}},
+      {"the logits",
+       std::string("microbatch size x sequence length x ") + vocabKey,
+       {c.batch, c.seqLen, c.vocab}},
+      {"an MLP activation",
+       std::string("microbatch size x sequence length x ") + ffnKey,
+       {c.batch, c.seqLen, c.intermediate}},
+      {"the attention scores",
+       std::string("microbatch size x ") + headsKey +
+           " x sequence length x sequence length",
+       {c.batch, c.numHeads, c.seqLen, c.seqLen}},
+  };
+  if (c.kind == ModelKind::GPT2)
+    bigs.push_back({"the position table",
+                    std::string(posKey) + " x " + hiddenKey,
+                    {c.maxPositions, c.hidden}});
+  if (c.kind == ModelKind::Mixtral)
+    bigs.push_back(
+        {"an expert weight",
+         std::string("num_local_experts x ") + hiddenKey + " x " + ffnKey,
+         {c.numExperts, c.hidden, c.intermediate}});
+  for (const Big &t : bigs) {
+    std::string why = pipeforge::checkTensorShape(t.shape, 4);
+    if (!why.empty())
+      return configError(llvm::Twine(t.what) + " (" + t.keys + "): " + why);
+  }
   return c;
 }
 

@@ -60,8 +60,8 @@ std::string exportCsv(const Schedule &s, const CsvOptions &opts) {
         bool act = a.payload == Payload::Activation;
         bool send = a.kind == ActionKind::Send;
         int32_t st = g(a.work) + (send ? 0 : (act ? 1 : -1));
-        const char *k = send ? (act ? "SEND_F" : "SEND_B")
-                             : (act ? "RECV_F" : "RECV_B");
+        const char *k =
+            send ? (act ? "SEND_F" : "SEND_B") : (act ? "RECV_F" : "RECV_B");
         cells.push_back(cell(st, k, a.work.mb));
         break;
       }
@@ -82,9 +82,9 @@ namespace {
 /// One parsed cell before stages are resolved against a placement.
 struct RawCell {
   enum Kind { Work, Pair, Send, Recv, GradReduce } kind = Work;
-  std::string ptKind;   ///< F I W B SEND_F RECV_F SEND_B RECV_B
+  std::string ptKind; ///< F I W B SEND_F RECV_F SEND_B RECV_B
   int32_t stage = 0, mb = 0;
-  std::string ptKind2;  ///< Pair: the backward member
+  std::string ptKind2; ///< Pair: the backward member
   int32_t stage2 = 0, mb2 = 0;
   int32_t peer = -1;
   size_t row = 0, col = 0;
@@ -166,7 +166,8 @@ RawCell parseCell(const std::string &text, size_t row, size_t col) {
         semi == std::string::npos)
       fail(row, col, text, "expected (<F cell>;<B or I cell>)OVERLAP_F_B");
     std::string a = text.substr(1, semi - 1);
-    std::string b = text.substr(semi + 1, text.size() - kSuffix.size() - semi - 1);
+    std::string b =
+        text.substr(semi + 1, text.size() - kSuffix.size() - semi - 1);
     parseSimple(a, row, col, c.ptKind, c.stage, c.mb);
     parseSimple(b, row, col, c.ptKind2, c.stage2, c.mb2);
     if (c.ptKind != "F" || (c.ptKind2 != "B" && c.ptKind2 != "I"))
@@ -211,15 +212,25 @@ Expected<Schedule> importCsv(const std::string &text,
   try {
     // Split into rows and cells.
     std::vector<std::vector<RawCell>> rows;
-    size_t start = 0;
+    size_t start = 0, lineNo = 0, blankAfterRows = 0;
     while (start < text.size()) {
       size_t nl = text.find('\n', start);
-      std::string line =
-          text.substr(start, nl == std::string::npos ? std::string::npos
-                                                     : nl - start);
+      std::string line = text.substr(
+          start, nl == std::string::npos ? std::string::npos : nl - start);
       start = nl == std::string::npos ? text.size() : nl + 1;
       if (!line.empty() && line.back() == '\r')
         line.pop_back();
+      ++lineNo;
+      // A blank line is no rank: leading (and trailing) ones are skipped,
+      // one between rows is an error (it would be an idle rank).
+      if (trim(line).empty() && line.find(',') == std::string::npos) {
+        if (!rows.empty())
+          blankAfterRows = blankAfterRows ? blankAfterRows : lineNo;
+        continue;
+      }
+      if (blankAfterRows)
+        return Status::error("csv: line " + std::to_string(blankAfterRows) +
+                             " is blank between rows (one row per rank)");
       size_t row = rows.size();
       rows.emplace_back();
       size_t cs = 0, col = 0;
@@ -256,7 +267,8 @@ Expected<Schedule> importCsv(const std::string &text,
         for (const RawCell &c : row) {
           if (c.kind != RawCell::Work && c.kind != RawCell::Pair)
             continue;
-          for (int32_t st : {c.stage, c.kind == RawCell::Pair ? c.stage2 : -1}) {
+          for (int32_t st :
+               {c.stage, c.kind == RawCell::Pair ? c.stage2 : -1}) {
             if (st < 0)
               continue;
             auto [it, fresh] = home.emplace(st, static_cast<int32_t>(c.row));
@@ -288,8 +300,8 @@ Expected<Schedule> importCsv(const std::string &text,
     // producer is BW there and B otherwise.
     std::map<std::tuple<int32_t, int32_t>, bool> fullBackward;
     int32_t maxMb = -1;
-    auto toWork = [&](const RawCell &c, const std::string &kind,
-                      int32_t stage, int32_t mb) {
+    auto toWork = [&](const RawCell &c, const std::string &kind, int32_t stage,
+                      int32_t mb) {
       if (stage >= total)
         fail(c.row, c.col, std::to_string(stage) + kind + std::to_string(mb),
              "stage " + std::to_string(stage) + " is out of range (" +
@@ -316,8 +328,8 @@ Expected<Schedule> importCsv(const std::string &text,
     for (const auto &row : rows)
       for (const RawCell &c : row) {
         int32_t r = static_cast<int32_t>(c.row);
-        std::string cellText = std::to_string(c.stage) + c.ptKind +
-                           std::to_string(c.mb);
+        std::string cellText =
+            std::to_string(c.stage) + c.ptKind + std::to_string(c.mb);
         switch (c.kind) {
         case RawCell::Work: {
           Work w = toWork(c, c.ptKind, c.stage, c.mb);

@@ -10,6 +10,7 @@
 
 #include "pipeforge/Import/ModelBuilder.h"
 #include "pipeforge/Import/ModelConfig.h"
+#include "pipeforge/Support/OutputFile.h"
 
 #include "pipeforge/Dialect/NN/IR/NNDialect.h"
 
@@ -20,8 +21,8 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/Path.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
@@ -77,6 +78,7 @@ int main(int argc, char **argv) {
   if (!out)
     return fail(error);
   module->print(out->os());
-  out->keep();
+  if (auto err = pipeforge::finishOutput(*out))
+    return fail(*err);
   return 0;
 }

@@ -9,6 +9,7 @@
 
 #include "pipeforge/Dialect/NN/IR/NNOps.h"
 #include "pipeforge/Support/AttrNames.h"
+#include "pipeforge/Support/Numeric.h"
 
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
 #include "pipeforge/Dialect/PP/Transforms/ScheduleConversion.h"
@@ -148,6 +149,13 @@ FailureOr<rt::TensorType> Lowering::convertType(Type t, Operation *where) {
     return failure();
   }
   out.shape.assign(rt.getShape().begin(), rt.getShape().end());
+  // The program file's limits (Support/Numeric.h): checked here, before any
+  // size arithmetic, so that an oversized model is an error at the op.
+  std::string why = checkTensorShape(out.shape, 4);
+  if (!why.empty()) {
+    where->emitError() << "cannot lower type " << t << ": " << why;
+    return failure();
+  }
   return out;
 }
 

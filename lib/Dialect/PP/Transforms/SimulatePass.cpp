@@ -4,6 +4,7 @@
 #include "pipeforge/Dialect/PP/Transforms/ScheduleConversion.h"
 #include "pipeforge/Schedule/Export.h"
 #include "pipeforge/Schedule/Simulator.h"
+#include "pipeforge/Support/OutputFile.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -26,6 +27,9 @@ static LogicalResult writeFile(Location loc, StringRef path,
   if (ec)
     return emitError(loc) << "cannot write '" << path << "': " << ec.message();
   os << text;
+  // A full device is an error at the op, not "LLVM ERROR: IO failure".
+  if (auto err = finishStream(os, path))
+    return emitError(loc) << *err;
   return success();
 }
 
@@ -63,12 +67,11 @@ struct SimulatePass : public pp::impl::PPSimulateBase<SimulatePass> {
       auto pathFor = [&](const std::string &p) {
         return index == 0 ? p : p + "." + std::to_string(index);
       };
-      if (!trace.empty() &&
-          failed(writeFile(op.getLoc(), pathFor(trace),
-                           sched::exportTrace(s, *r))))
+      if (!trace.empty() && failed(writeFile(op.getLoc(), pathFor(trace),
+                                             sched::exportTrace(s, *r))))
         return signalPassFailure();
-      if (!svg.empty() && failed(writeFile(op.getLoc(), pathFor(svg),
-                                           sched::exportSvg(s, *r))))
+      if (!svg.empty() &&
+          failed(writeFile(op.getLoc(), pathFor(svg), sched::exportSvg(s, *r))))
         return signalPassFailure();
       ++index;
     }
