@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
   # LLVM / MLIR 22
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools clang-22 lld-22
+  # libFuzzer + ASan/UBSan runtimes for clang-22 (scripts/fuzz.sh)
+  libclang-rt-22-dev
   # build
   cmake ninja-build ccache g++ pkg-config python3
   # runtime
