@@ -6,6 +6,9 @@
 #include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/Schedule/MemoryLimit.h"
 
+#include "pipeforge/Support/AttrNames.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassOptions.h"
 #include "mlir/Pass/PassRegistry.h"
 
@@ -17,9 +20,9 @@ sched::Status resolveCompileOptions(CompileOptions &o) {
   const bool none = o.schedule == "none";
   auto kind = sched::parseScheduleKind(o.schedule);
   if (!none && !kind)
-    return sched::Status::error("unknown schedule '" + o.schedule +
-                                "' (expected one of: " +
-                                sched::scheduleKindNames() + " none)");
+    return sched::Status::error(
+        "unknown schedule '" + o.schedule +
+        "' (expected one of: " + sched::scheduleKindNames() + " none)");
   if (none) {
     if (o.ranks != 0 && o.ranks != 1)
       return sched::Status::error(
@@ -64,6 +67,27 @@ sched::Status resolveCompileOptions(CompileOptions &o) {
   if (!o.memLimit.empty())
     if (auto m = sched::parseMemoryLimit(o.memLimit); !m)
       return sched::Status::error("--mem-limit: " + m.message());
+  return sched::Status::ok();
+}
+
+sched::Status checkModelFits(ModuleOp module, const CompileOptions &o) {
+  auto model = module.lookupSymbol<func::FuncOp>("model");
+  if (!model)
+    return sched::Status::error("no func.func @model (docs/model-ir.md)");
+  auto layout =
+      sched::stageLayoutFor(o.schedule, o.ranks, o.chunks, o.placement == "v");
+  if (!layout)
+    return layout.status();
+  llvm::DenseSet<int64_t> layers;
+  model.walk([&](Operation *op) {
+    if (auto l = op->getAttrOfType<IntegerAttr>(attrs::kNNLayer))
+      layers.insert(l.getInt());
+  });
+  if (layout->stages > int(layers.size()))
+    return sched::Status::error(
+        o.schedule + " on " + std::to_string(o.ranks) + " ranks needs " +
+        std::to_string(layout->stages) + " stages but the model has only " +
+        std::to_string(layers.size()) + " layers to cut");
   return sched::Status::ok();
 }
 
@@ -115,9 +139,9 @@ struct CompilePipelineOptions
   Option<int> chunks{*this, "chunks",
                      llvm::cl::desc("Interleaved: model chunks per rank"),
                      llvm::cl::init(2)};
-  Option<std::string> placement{
-      *this, "placement", llvm::cl::desc("auto: linear or v"),
-      llvm::cl::init("linear")};
+  Option<std::string> placement{*this, "placement",
+                                llvm::cl::desc("auto: linear or v"),
+                                llvm::cl::init("linear")};
   Option<std::string> memLimit{
       *this, "mem-limit",
       llvm::cl::desc("Per-rank activation limit: M_B units, <k>p or bytes"),

@@ -1,4 +1,5 @@
-//===- Planner.cpp - The sweep over parallel setups ------------------------===//
+//===- Planner.cpp - The sweep over parallel setups
+//------------------------===//
 //
 // Per setup: cut the layers into stages (optimal partition of F+B+W FLOPs),
 // turn stage FLOPs into times (FLOPs / (peak x efficiency)), generate the
@@ -12,6 +13,7 @@
 #include "pipeforge/Plan/Planner.h"
 
 #include "pipeforge/Partition/Partition.h"
+#include "pipeforge/Schedule/AutoScheduler.h"
 #include "pipeforge/Schedule/Generators.h"
 
 #include <algorithm>
@@ -21,8 +23,26 @@
 #include <tuple>
 
 using namespace pipeforge;
+
 using namespace pipeforge::plan;
 using sched::ScheduleKind;
+
+AutoScheduleFn plan::heuristicAutoScheduler() {
+  return [](int ranks, int microbatches, const sched::CostModel &cost,
+            double memLimit) -> sched::Expected<sched::Schedule> {
+    sched::AutoOptions a;
+    a.ranks = ranks;
+    a.microbatches = microbatches;
+    a.cost = cost;
+    a.memLimit = memLimit;
+    a.useIlp = false;
+    a.searchTimeLimit = 0;
+    auto r = sched::autoSchedule(a);
+    if (!r)
+      return r.status();
+    return std::move(r->schedule);
+  };
+}
 
 const char *plan::layoutName(Layout l) {
   return l == Layout::PipelineInNode ? "pp-in-node" : "dp-in-node";
@@ -30,8 +50,8 @@ const char *plan::layoutName(Layout l) {
 
 std::vector<ScheduleKind> plan::defaultSchedules(bool withAuto) {
   std::vector<ScheduleKind> kinds = {
-      ScheduleKind::OneFOneB,  ScheduleKind::ZBH1,     ScheduleKind::ZBH2,
-      ScheduleKind::ZBV,       ScheduleKind::DualPipe, ScheduleKind::DualPipeV,
+      ScheduleKind::OneFOneB,   ScheduleKind::ZBH1,     ScheduleKind::ZBH2,
+      ScheduleKind::ZBV,        ScheduleKind::DualPipe, ScheduleKind::DualPipeV,
       ScheduleKind::Interleaved};
   if (withAuto)
     kinds.push_back(ScheduleKind::Auto);
@@ -59,15 +79,15 @@ Expected<Candidate> plan::evaluate(const ModelCosts &model,
   if (L == 0)
     return Status::error("the model has no layers");
   if (pp < 1 || cluster.gpus % pp != 0)
-    return Status::error("pipeline degree " + fmtInt(pp) +
-                         " does not divide " + fmtInt(cluster.gpus) + " GPUs");
+    return Status::error("pipeline degree " + fmtInt(pp) + " does not divide " +
+                         fmtInt(cluster.gpus) + " GPUs");
   if (b < 1)
     return Status::error("microbatch size must be >= 1");
   const int d = cluster.gpus / pp;
   if (opts.globalBatch < 1 || opts.globalBatch % (int64_t(d) * b) != 0)
-    return Status::error("global batch " + fmtInt(opts.globalBatch) +
-                         " is not a multiple of dp x microbatch = " +
-                         fmtInt(int64_t(d) * b));
+    return Status::error(
+        "global batch " + fmtInt(opts.globalBatch) +
+        " is not a multiple of dp x microbatch = " + fmtInt(int64_t(d) * b));
   const int64_t m64 = opts.globalBatch / (int64_t(d) * b);
   if (m64 > 1000000)
     return Status::error("too many microbatches (" + fmtInt(m64) + ")");
@@ -76,8 +96,8 @@ Expected<Candidate> plan::evaluate(const ModelCosts &model,
   const int S = stagesFor(kind, pp, chunks);
   if (S > L)
     return Status::error(std::string(name) + " with pp=" + fmtInt(pp) +
-                         " needs " + fmtInt(S) +
-                         " stages but the model has " + fmtInt(L) + " layers");
+                         " needs " + fmtInt(S) + " stages but the model has " +
+                         fmtInt(L) + " layers");
   if (m < sched::minMicrobatches(kind, pp, chunks))
     return Status::error(std::string(name) + " with pp=" + fmtInt(pp) +
                          " needs at least " +
@@ -156,7 +176,8 @@ Expected<Candidate> plan::evaluate(const ModelCosts &model,
       return Status::error("auto: no automatic scheduler is built in");
     // The activation budget: what memory leaves after the model state of the
     // fullest rank (a linear placement).
-    double maxParams = *std::max_element(stageParams.begin(), stageParams.end());
+    double maxParams =
+        *std::max_element(stageParams.begin(), stageParams.end());
     double limit = cluster.usableBytes() - maxParams * opts.stateBytesPerParam;
     if (limit <= 0)
       return Status::error("auto: the model state alone exceeds the memory");
@@ -171,9 +192,8 @@ Expected<Candidate> plan::evaluate(const ModelCosts &model,
     g.chunksPerRank = chunks;
     auto s = sched::generate(kind, g);
     if (!s)
-      return Status::error(std::string(name) + " with pp=" + fmtInt(pp) +
-                           ", " + fmtInt(m) + " microbatches: " +
-                           s.message());
+      return Status::error(std::string(name) + " with pp=" + fmtInt(pp) + ", " +
+                           fmtInt(m) + " microbatches: " + s.message());
     schedule = s.take();
   }
   if (schedule.placement.numStages != S)
@@ -183,8 +203,8 @@ Expected<Candidate> plan::evaluate(const ModelCosts &model,
 
   auto sim = sched::simulate(schedule, cost);
   if (!sim)
-    return Status::error(std::string(name) + ": simulation failed: " +
-                         sim.message());
+    return Status::error(std::string(name) +
+                         ": simulation failed: " + sim.message());
 
   // Memory per rank: model state of every stage it holds + peak activation.
   const sched::Placement &pl = schedule.placement;
@@ -214,8 +234,8 @@ Expected<Candidate> plan::evaluate(const ModelCosts &model,
     c.dualReduceTime = maxStage * opts.gradBytesPerParam / ppBw;
   }
   if (d > 1)
-    c.dpTime = 2.0 * (d - 1) / d * maxRankParams * opts.gradBytesPerParam /
-               dpBw;
+    c.dpTime =
+        2.0 * (d - 1) / d * maxRankParams * opts.gradBytesPerParam / dpBw;
   c.stepTime = c.pipelineTime + c.dualReduceTime + c.dpTime;
   if (c.stepTime > 0)
     c.tokensPerSecond =
@@ -271,10 +291,10 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
     int d = cluster.gpus / p;
     for (int b : sizes) {
       if (opts.globalBatch % (int64_t(d) * b) != 0) {
-        skipped.insert("pp=" + fmtInt(p) + " b=" + fmtInt(b) +
-                       ": global batch " + fmtInt(opts.globalBatch) +
-                       " is not a multiple of dp x b = " +
-                       fmtInt(int64_t(d) * b));
+        skipped.insert(
+            "pp=" + fmtInt(p) + " b=" + fmtInt(b) + ": global batch " +
+            fmtInt(opts.globalBatch) +
+            " is not a multiple of dp x b = " + fmtInt(int64_t(d) * b));
         continue;
       }
       // On one rank there is no pipeline: every linear schedule is plain
@@ -282,8 +302,7 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
       bool pureDpDone = false;
       for (ScheduleKind k : kinds) {
         if (p == 1) {
-          bool linear = stagesFor(k, 1, 2) == 1 &&
-                        k != ScheduleKind::DualPipe;
+          bool linear = stagesFor(k, 1, 2) == 1 && k != ScheduleKind::DualPipe;
           if (!linear || pureDpDone)
             continue;
           pureDpDone = true;
@@ -310,18 +329,17 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
                    [](const Candidate &a, const Candidate &b) {
                      return rankKey(a) < rankKey(b);
                    });
-  std::stable_sort(r.overMemory.begin(), r.overMemory.end(),
-                   [](const Candidate &a, const Candidate &b) {
-                     return std::make_tuple(std::llround(a.memoryBytes),
-                                            rankKey(a)) <
-                            std::make_tuple(std::llround(b.memoryBytes),
-                                            rankKey(b));
-                   });
+  std::stable_sort(
+      r.overMemory.begin(), r.overMemory.end(),
+      [](const Candidate &a, const Candidate &b) {
+        return std::make_tuple(std::llround(a.memoryBytes), rankKey(a)) <
+               std::make_tuple(std::llround(b.memoryBytes), rankKey(b));
+      });
 
   if (r.ranked.empty()) {
     if (r.overMemory.empty()) {
-      std::string msg = "no setup can be formed for " +
-                        fmtInt(cluster.gpus) + " GPUs and a global batch of " +
+      std::string msg = "no setup can be formed for " + fmtInt(cluster.gpus) +
+                        " GPUs and a global batch of " +
                         fmtInt(opts.globalBatch);
       size_t shown = 0;
       for (const std::string &s : r.skipped) {

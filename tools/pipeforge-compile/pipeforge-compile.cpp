@@ -14,8 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "pipeforge/Import/ModelBuilder.h"
-#include "pipeforge/Import/ModelConfig.h"
+#include "pipeforge/Import/ModelLoader.h"
 #include "pipeforge/Pipelines/CompilePipeline.h"
 #include "pipeforge/Target/Executable/EmitExecutable.h"
 #include "pipeforge/Target/Program/ProgramLowering.h"
@@ -23,7 +22,6 @@
 #include "pipeforge/Dialect/NN/IR/NNDialect.h"
 #include "pipeforge/Dialect/PP/IR/PPDialect.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
-#include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/rt/Program.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -31,20 +29,13 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/IR/Verifier.h"
-#include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
-#include "llvm/ADT/SmallString.h"
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/WithColor.h"
-
-#include <set>
 
 using namespace llvm;
 using namespace pipeforge;
@@ -178,8 +169,6 @@ int main(int argc, char **argv) {
   if (seqLen < 0)
     return fail("--seq-len must be positive (got " + Twine(int64_t(seqLen)) +
                 ")");
-  auto layout = sched::stageLayoutFor(co.schedule, co.ranks, co.chunks,
-                                      co.placement == "v");
 
   // --- Input ---------------------------------------------------------------
   mlir::DialectRegistry registry;
@@ -190,12 +179,19 @@ int main(int argc, char **argv) {
   ctx.printOpOnDiagnostic(false);
   pp::registerPPPasses();
 
-  auto buffer = MemoryBuffer::getFileOrSTDIN(inputPath);
-  if (!buffer)
-    return fail(inputPath + ": cannot read: " + buffer.getError().message());
   llvm::SourceMgr srcMgr;
-  srcMgr.AddNewSourceBuffer(std::move(*buffer), SMLoc());
   mlir::SourceMgrDiagnosticHandler diag(srcMgr, &ctx);
+  if (seqLen != 0 && !import::isConfigPath(inputPath))
+    return fail("--seq-len applies to config.json input only (nn IR has "
+                "its shapes)");
+  import::LoadOptions load;
+  load.seqLen = seqLen;
+  load.microbatchSize = microbatchSize;
+  auto module = import::loadModel(inputPath, &ctx, srcMgr, load);
+  if (!module)
+    return fail(toString(module.takeError()));
+  if (sched::Status s = pipelines::checkModelFits(**module, co); !s)
+    return fail(s.message());
 
   target::LowerOptions lo;
   lo.model.name = sys::path::stem(inputPath).str();
@@ -203,51 +199,16 @@ int main(int argc, char **argv) {
   lo.training.expertParallel = ep;
   lo.training.seed = seed;
 
-  mlir::OwningOpRef<mlir::ModuleOp> module;
-  StringRef text = srcMgr.getMemoryBuffer(srcMgr.getMainFileID())->getBuffer();
-  if (StringRef(inputPath).ends_with(".json")) {
-    auto config = import::parseModelConfig(text, seqLen, microbatchSize);
-    if (!config)
-      return fail(inputPath + ": " + toString(config.takeError()));
-    config->name = lo.model.name;
-    auto loc = mlir::FileLineColLoc::get(&ctx, inputPath, 1, 1);
-    module = import::buildModel(*config, &ctx, loc);
-    if (mlir::failed(mlir::verify(*module)))
-      return fail("internal error: the imported model does not verify");
-  } else {
-    if (seqLen != 0)
-      return fail("--seq-len applies to config.json input only (nn IR has "
-                  "its shapes)");
-    module = mlir::parseSourceFile<mlir::ModuleOp>(srcMgr, &ctx);
-    if (!module)
-      return 1;
-  }
-
-  // The stage count check on @model.
-  auto model = module->lookupSymbol<mlir::func::FuncOp>("model");
-  if (!model)
-    return fail(inputPath + ": no func.func @model (docs/model-ir.md)");
-  std::set<int64_t> layers;
-  model.walk([&](mlir::Operation *op) {
-    if (auto l = op->getAttrOfType<mlir::IntegerAttr>("nn.layer"))
-      layers.insert(l.getInt());
-  });
-  if (layout && layout->stages > int(layers.size()))
-    return fail(Twine(co.schedule) + " on " + Twine(co.ranks) +
-                " ranks needs " + Twine(layout->stages) +
-                " stages but the model has only " + Twine(layers.size()) +
-                " layers to cut");
-
   // --- Pass pipeline -------------------------------------------------------
   mlir::PassManager pm(&ctx);
   pipelines::buildCompilePipeline(pm, co);
-  if (mlir::failed(pm.run(*module)))
+  if (mlir::failed(pm.run(**module)))
     return 1;
 
   if (emitMlir)
-    module->print(outs());
+    (*module)->print(outs());
 
-  auto prog = target::lowerToProgram(*module, lo);
+  auto prog = target::lowerToProgram(**module, lo);
   if (mlir::failed(prog))
     return 1;
   if (sched::Status st = rt::validateProgram(*prog); !st)

@@ -1,4 +1,5 @@
-//===- CompilePipeline.h - The compile pass pipeline, built once -*- C++ -*-===//
+//===- CompilePipeline.h - The compile pass pipeline, built once -*- C++
+//-*-===//
 //
 // nn IR -> schedule-level pp IR (docs/compile.md, docs/architecture.md):
 //
@@ -21,6 +22,7 @@
 
 #include "pipeforge/Schedule/Action.h"
 
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
 
 #include <string>
@@ -52,6 +54,11 @@ struct CompileOptions {
 /// microbatches, a malformed memory limit, placement other than linear/v).
 /// Errors name the option.
 sched::Status resolveCompileOptions(CompileOptions &o);
+
+/// Checks that the model in `module` (func @model, nn.layer on its ops) has
+/// at least as many layers as the resolved options need stages: a message
+/// naming the schedule and both counts, before pp-partition would fail.
+sched::Status checkModelFits(mlir::ModuleOp module, const CompileOptions &o);
 
 /// Adds the pipeline for resolved options to `pm` (a module pass manager).
 void buildCompilePipeline(mlir::OpPassManager &pm, const CompileOptions &o);

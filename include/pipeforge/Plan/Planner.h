@@ -42,7 +42,9 @@ struct LayerCost {
   /// to the next stage; the gradient coming back has the same size).
   double outputBytes = 0;
 
-  double totalFlops() const { return fwdFlops + bwdInputFlops + bwdWeightFlops; }
+  double totalFlops() const {
+    return fwdFlops + bwdInputFlops + bwdWeightFlops;
+  }
 };
 
 struct ModelCosts {
@@ -56,12 +58,12 @@ struct Cluster {
   std::string name;
   int gpus = 0;
   int gpusPerNode = 0;
-  double memoryGiB = 0;        ///< per GPU
-  double reservedGiB = 0;      ///< per GPU, unavailable to the model
-  double intraNodeGBps = 0;    ///< per GPU, one direction, 1e9 bytes/s
-  double interNodeGBps = 0;    ///< per GPU, one direction
-  double peakTflops = 0;       ///< dense peak per GPU, 1e12 FLOP/s
-  double efficiency = 1.0;     ///< achieved fraction of peak (MFU), (0, 1]
+  double memoryGiB = 0;     ///< per GPU
+  double reservedGiB = 0;   ///< per GPU, unavailable to the model
+  double intraNodeGBps = 0; ///< per GPU, one direction, 1e9 bytes/s
+  double interNodeGBps = 0; ///< per GPU, one direction
+  double peakTflops = 0;    ///< dense peak per GPU, 1e12 FLOP/s
+  double efficiency = 1.0;  ///< achieved fraction of peak (MFU), (0, 1]
 
   int numNodes() const {
     return gpusPerNode > 0 ? (gpus + gpusPerNode - 1) / gpusPerNode : 0;
@@ -83,19 +85,24 @@ using AutoScheduleFn = std::function<Expected<sched::Schedule>(
     int ranks, int microbatches, const sched::CostModel &cost,
     double memLimit)>;
 
+/// The automatic scheduler as the planner uses it: heuristic only (the ILP
+/// would cost seconds per setup) and no wall-clock search, so plans are
+/// deterministic.
+AutoScheduleFn heuristicAutoScheduler();
+
 struct PlanOptions {
-  int64_t globalBatch = 0;                ///< sequences per step
+  int64_t globalBatch = 0; ///< sequences per step
   std::vector<int> microbatchSizes = {1, 2, 4, 8};
   /// Empty: every kind the planner supports (plus Auto when autoScheduler
   /// is set).
   std::vector<sched::ScheduleKind> schedules;
-  int chunksPerRank = 2;                  ///< interleaved 1F1B
-  double stateBytesPerParam = 16;         ///< weights + grads + Adam states
-  double gradBytesPerParam = 4;           ///< bytes all-reduced per param
+  int chunksPerRank = 2;          ///< interleaved 1F1B
+  double stateBytesPerParam = 16; ///< weights + grads + Adam states
+  double gradBytesPerParam = 4;   ///< bytes all-reduced per param
   int topN = 5;
   /// Pipeline degrees to try; empty means every divisor of the GPU count.
   std::vector<int> pipelineDegrees;
-  AutoScheduleFn autoScheduler;           ///< optional
+  AutoScheduleFn autoScheduler; ///< optional
 };
 
 /// The schedule kinds swept by default, in tie-breaking order.
@@ -110,25 +117,25 @@ const char *layoutName(Layout l); ///< "pp-in-node" / "dp-in-node"
 /// One evaluated setup. Times in seconds, memory in bytes.
 struct Candidate {
   sched::ScheduleKind kind = sched::ScheduleKind::OneFOneB;
-  std::string schedule;     ///< its name, e.g. "zb-h1"
-  int pp = 1, dp = 1;       ///< pipeline and data-parallel degree
-  int microbatchSize = 1;   ///< b
-  int microbatches = 1;     ///< m per pipeline (DualPipe: the total C)
-  int stages = 1;           ///< stages per model copy
+  std::string schedule;   ///< its name, e.g. "zb-h1"
+  int pp = 1, dp = 1;     ///< pipeline and data-parallel degree
+  int microbatchSize = 1; ///< b
+  int microbatches = 1;   ///< m per pipeline (DualPipe: the total C)
+  int stages = 1;         ///< stages per model copy
   Layout layout = Layout::PipelineInNode;
-  bool ppInterNode = false; ///< pipeline hops cross nodes
-  bool dpInterNode = false; ///< the data-parallel ring crosses nodes
+  bool ppInterNode = false;    ///< pipeline hops cross nodes
+  bool dpInterNode = false;    ///< the data-parallel ring crosses nodes
   std::vector<int> layerSplit; ///< layers per stage (copy 0)
 
-  double pipelineTime = 0;  ///< simulated makespan
-  double dpTime = 0;        ///< gradient all-reduce over d replicas
-  double dualReduceTime = 0;///< DualPipe: summing the two copies' grads
-  double stepTime = 0;      ///< pipelineTime + dualReduceTime + dpTime
-  double bubbleRate = 0;    ///< of the pipeline (simulator's bubble_rate)
-  double commTime = 0;      ///< T_comm on a cross-stage edge
-  double paramBytes = 0;    ///< model state bytes on the fullest rank
+  double pipelineTime = 0;    ///< simulated makespan
+  double dpTime = 0;          ///< gradient all-reduce over d replicas
+  double dualReduceTime = 0;  ///< DualPipe: summing the two copies' grads
+  double stepTime = 0;        ///< pipelineTime + dualReduceTime + dpTime
+  double bubbleRate = 0;      ///< of the pipeline (simulator's bubble_rate)
+  double commTime = 0;        ///< T_comm on a cross-stage edge
+  double paramBytes = 0;      ///< model state bytes on the fullest rank
   double activationBytes = 0; ///< simulated peak activation, fullest rank
-  double memoryBytes = 0;   ///< max over ranks of state + activation
+  double memoryBytes = 0;     ///< max over ranks of state + activation
   bool fits = false;
   double tokensPerSecond = 0;
 };

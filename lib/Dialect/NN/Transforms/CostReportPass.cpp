@@ -1,10 +1,12 @@
 //===- CostReportPass.cpp - print the nn cost model -----------------------===//
 //
 // --nn-cost-report: per-layer (nn.layer) and per-stage (pp.stage @forward)
-// sums of the CostOpInterface, printed to stdout. The IR is unchanged.
+// sums of the CostOpInterface (nn/Analysis/CostSum.h), printed to stdout.
+// The IR is unchanged.
 //
 //===----------------------------------------------------------------------===//
 
+#include "pipeforge/Dialect/NN/Analysis/CostSum.h"
 #include "pipeforge/Dialect/NN/IR/NNOps.h"
 #include "pipeforge/Dialect/NN/Transforms/Passes.h"
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
@@ -23,31 +25,7 @@ using namespace mlir;
 using namespace pipeforge;
 
 namespace {
-/// Sums of the cost model over a set of ops.
-struct CostSum {
-  double forward = 0, backwardInput = 0, backwardWeight = 0;
-  int64_t stash = 0, weightStash = 0, params = 0;
-  int64_t ops = 0;
-
-  void add(nn::CostOpInterface op, unsigned bpe) {
-    forward += op.getForwardFlops();
-    backwardInput += op.getBackwardInputFlops();
-    backwardWeight += op.getBackwardWeightFlops();
-    stash += op.getStashBytes(bpe);
-    weightStash += op.getWeightStashBytes(bpe);
-    params += op.getParamBytes(bpe);
-    ++ops;
-  }
-  void add(const CostSum &o) {
-    forward += o.forward;
-    backwardInput += o.backwardInput;
-    backwardWeight += o.backwardWeight;
-    stash += o.stash;
-    weightStash += o.weightStash;
-    params += o.params;
-    ops += o.ops;
-  }
-};
+using nn::CostSum;
 
 void printHeader(raw_ostream &os, StringRef first) {
   os << llvm::format("  %-14s %18s %18s %18s %16s %16s %14s\n",
@@ -64,12 +42,6 @@ void printRow(raw_ostream &os, StringRef label, const CostSum &c) {
 
 struct CostReportPass : public nn::impl::NNCostReportBase<CostReportPass> {
   using NNCostReportBase::NNCostReportBase;
-
-  CostSum sumFunction(func::FuncOp func) {
-    CostSum sum;
-    func.walk([&](nn::CostOpInterface op) { sum.add(op, bytesPerElement); });
-    return sum;
-  }
 
   void reportFunction(raw_ostream &os, func::FuncOp func) {
     llvm::MapVector<int64_t, CostSum> layers;
@@ -109,7 +81,7 @@ struct CostReportPass : public nn::impl::NNCostReportBase<CostReportPass> {
         stage.emitWarning("stage has no @forward; counted as empty");
         continue;
       }
-      CostSum cost = sumFunction(fwd);
+      CostSum cost = nn::sumCosts(fwd, bytesPerElement);
       std::string label = "stage " + std::to_string(stage.getIndex());
       if (pipeline.getNumCopies() > 1)
         label += "." + std::to_string(stage.getCopy());

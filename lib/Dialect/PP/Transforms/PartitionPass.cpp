@@ -13,7 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "pipeforge/Dialect/NN/IR/NNInterfaces.h"
+#include "pipeforge/Dialect/NN/Analysis/CostSum.h"
 #include "pipeforge/Dialect/NN/IR/NNOps.h"
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
@@ -77,18 +77,6 @@ struct Plan {
 
 } // namespace
 
-/// F + B + W FLOPs of `op` and everything nested in it. Ops without a cost
-/// model (constants, reshapes) are free.
-static double flopsOf(Operation *op) {
-  double total = 0;
-  op->walk([&](Operation *inner) {
-    if (auto cost = dyn_cast<nn::CostOpInterface>(inner))
-      total += cost.getForwardFlops() + cost.getBackwardInputFlops() +
-               cost.getBackwardWeightFlops();
-  });
-  return total;
-}
-
 /// Groups the top-level ops of @model by `nn.layer`.
 static FailureOr<SmallVector<Layer>> collectLayers(Block &body) {
   SmallVector<Layer> layers;
@@ -115,7 +103,7 @@ static FailureOr<SmallVector<Layer>> collectLayers(Block &body) {
       layers.push_back(Layer{id, {}, 0});
     }
     layers.back().ops.push_back(&op);
-    layers.back().cost += flopsOf(&op);
+    layers.back().cost += nn::sumCosts(&op, /*bytesPerElement=*/2).flops();
     lastOpOfLayer[id] = &op;
   }
   if (layers.empty())

@@ -1,7 +1,7 @@
 //===- StageCostModel.cpp - Per-stage costs from a pipeline's bodies ------===//
 
 #include "pipeforge/Dialect/PP/Transforms/StageCostModel.h"
-#include "pipeforge/Dialect/NN/IR/NNInterfaces.h"
+#include "pipeforge/Dialect/NN/Analysis/CostSum.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/SymbolTable.h"
@@ -56,13 +56,12 @@ pp::collectStageCosts(PipelineOp p, unsigned bytesPerElement) {
     int64_t s = stage.getIndex();
     if (s < 0 || s >= n)
       continue; // the pipeline verifier reports it
-    fwd.walk([&](nn::CostOpInterface op) {
-      c.fwdFlops[s] += op.getForwardFlops();
-      c.bwdInputFlops[s] += op.getBackwardInputFlops();
-      c.bwdWeightFlops[s] += op.getBackwardWeightFlops();
-      c.stashBytes[s] += double(op.getStashBytes(bytesPerElement));
-      c.weightStashBytes[s] += double(op.getWeightStashBytes(bytesPerElement));
-    });
+    nn::CostSum sum = nn::sumCosts(fwd, bytesPerElement);
+    c.fwdFlops[s] = sum.forward;
+    c.bwdInputFlops[s] = sum.backwardInput;
+    c.bwdWeightFlops[s] = sum.backwardWeight;
+    c.stashBytes[s] = double(sum.stash);
+    c.weightStashBytes[s] = double(sum.weightStash);
   }
   if (withBody == 0)
     return std::optional<StageCosts>();

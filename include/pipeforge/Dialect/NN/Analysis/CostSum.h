@@ -1,0 +1,58 @@
+//===- CostSum.h - Sums of the nn cost model, per op set and per layer ----===//
+//
+// The one place that adds up the CostOpInterface: the cost report
+// (--nn-cost-report), the partitioner (--pp-partition balances F+B+W per
+// layer), the schedule pass's per-stage costs and the planner all read their
+// numbers from here, so they cannot disagree about what a layer costs.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PIPEFORGE_DIALECT_NN_ANALYSIS_COSTSUM_H
+#define PIPEFORGE_DIALECT_NN_ANALYSIS_COSTSUM_H
+
+#include "pipeforge/Dialect/NN/IR/NNInterfaces.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace pipeforge::nn {
+
+/// Sums of the cost model over a set of ops. Bytes at `bytesPerElement`
+/// bytes per floating-point element (the value given to `add`).
+struct CostSum {
+  double forward = 0, backwardInput = 0, backwardWeight = 0; ///< FLOPs
+  int64_t stash = 0;       ///< activation bytes kept from F for B and W
+  int64_t weightStash = 0; ///< of which kept from B for W
+  int64_t params = 0;      ///< parameter bytes
+  int64_t paramElements = 0;
+  int64_t ops = 0; ///< ops with a cost model
+
+  void add(CostOpInterface op, unsigned bytesPerElement);
+  void add(const CostSum &other);
+  double flops() const { return forward + backwardInput + backwardWeight; }
+};
+
+/// The costs of every op nested in `root` (and `root` itself). Ops without
+/// a cost model (constants, reshapes) are free.
+CostSum sumCosts(mlir::Operation *root, unsigned bytesPerElement);
+
+/// Per-layer costs of a model function whose ops carry `nn.layer`.
+struct LayerCosts {
+  std::vector<int64_t> ids;    ///< layer ids, ascending
+  std::vector<CostSum> layers; ///< costs of layer ids[i]
+  /// Bytes of the values that cross the cut after layer ids[i] (produced at
+  /// or before it, used after it): what a pipeline cut there sends.
+  std::vector<double> crossingBytes;
+};
+
+/// Groups the cost ops of `func` by `nn.layer`. Error: an op with a cost
+/// model but no `nn.layer`, or no layered op at all.
+llvm::Expected<LayerCosts> collectLayerCosts(mlir::func::FuncOp func,
+                                             unsigned bytesPerElement);
+
+} // namespace pipeforge::nn
+
+#endif // PIPEFORGE_DIALECT_NN_ANALYSIS_COSTSUM_H

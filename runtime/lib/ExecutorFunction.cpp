@@ -1,0 +1,341 @@
+//===- ExecutorFunction.cpp - Runs one stage function for a microbatch ----===//
+//
+// The inner interpreter: binds a program function's arguments (received
+// activations, tokens, parameters, stashes, the incoming gradient) to
+// buffers, runs its kernels in order on the backend (an expert-parallel moe
+// kernel as phases around its all-to-alls, staged through the host on
+// device backends), and hands its results to the caller (the outgoing
+// activation or gradient, the stashes B and W read later). A function can
+// also be stepped one kernel at a time (fnBegin / fnStep / fnResults), which
+// is how ExecutorOverlap.cpp interleaves an F and a B.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ExecutorImpl.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace pipeforge::rt {
+
+/// Runs function `which` (0 F, 1 B, 2 W, 3 BW) of `st` for microbatch mb.
+Status Executor::Impl::runFunction(const Stage &st, int which, int c, int mb,
+                                   const std::vector<BufP> *stashIn,
+                                   const std::vector<BufP> *wstashIn,
+                                   float *gradIn, std::vector<BufP> *stashOut,
+                                   std::vector<BufP> *wstashOut, BufP *actOut,
+                                   BufP *gradOut) {
+  FnRun r;
+  r.st = &st;
+  r.which = which;
+  r.c = c;
+  r.mb = mb;
+  r.stashIn = stashIn;
+  r.wstashIn = wstashIn;
+  r.gradIn = gradIn;
+  r.stashOut = stashOut;
+  r.wstashOut = wstashOut;
+  r.actOut = actOut;
+  r.gradOut = gradOut;
+  if (Status s = fnBegin(r); !s)
+    return s;
+  // Kernels, back to back (a moe kernel's phases too).
+  while (!r.done()) {
+    bool posted = false;
+    if (Status s = fnStep(r, posted); !s)
+      return s;
+  }
+  return fnResults(r);
+}
+
+Status Executor::Impl::fnError(const FnRun &r, const std::string &m) {
+  const char *fnName[4] = {"F", "B", "W", "BW"};
+  return stageError(r.c, r.st->index,
+                    std::string(fnName[r.which]) + " mb " +
+                        std::to_string(r.mb) + ": " + m);
+}
+
+Status Executor::Impl::fnBegin(FnRun &r) {
+  const Stage &st = *r.st;
+  const Function *fns[4] = {&st.forward, &st.backwardInput, &st.backwardWeight,
+                            &st.backward};
+  r.fn = fns[r.which];
+  r.plan = &plans[{st.copy, st.index}][r.which];
+  const Function &fn = *r.fn;
+  const int c = r.c, mb = r.mb;
+  auto &ptr = r.ptr;
+  ptr.assign(fn.values.size(), nullptr);
+  if (r.label.empty()) {
+    const char *fnName[4] = {"F", "B", "W", "BW"};
+    r.label = std::string(fnName[r.which]) + std::to_string(st.index) + "." +
+              std::to_string(mb) + (c ? "c" + std::to_string(c) : "");
+  }
+  auto err = [&](const std::string &m) { return fnError(r, m); };
+  BufP &tok = r.tok, &tgt = r.tgt, &actIn = r.actIn;
+  const std::vector<BufP> *stashIn = r.stashIn, *wstashIn = r.wstashIn;
+  float *gradIn = r.gradIn;
+  for (const ArgBinding &a : fn.args) {
+    if (a.value < 0 || size_t(a.value) >= ptr.size())
+      return err("bad argument value id");
+    switch (a.role) {
+    case ArgRole::Activation: {
+      if (!actIn) {
+        auto res = takeInbox(Payload::Activation, c, st.index, mb);
+        if (!res)
+          return res.status();
+        actIn = *res;
+      }
+      auto &off = actOffsets[{c, st.index - 1}];
+      if (st.index == 0 || size_t(a.index) >= off.size())
+        return err("activation argument #" + std::to_string(a.index) +
+                   " has no producer");
+      ptr[size_t(a.value)] =
+          static_cast<char *>(actIn->p) + off[size_t(a.index)];
+      break;
+    }
+    case ArgRole::Tokens:
+    case ArgRole::Targets:
+      if (Status s = dataFor(c, mb, tok, tgt); !s)
+        return s;
+      ptr[size_t(a.value)] = (a.role == ArgRole::Tokens ? tok : tgt)->p;
+      break;
+    case ArgRole::Param: {
+      auto it = params.find(a.index);
+      if (it == params.end())
+        return err("parameter #" + std::to_string(a.index) +
+                   " is not on this rank");
+      ptr[size_t(a.value)] = it->second.value->p;
+      break;
+    }
+    case ArgRole::Stash:
+    case ArgRole::WStash: {
+      auto *v = a.role == ArgRole::Stash ? stashIn : wstashIn;
+      if (!v || size_t(a.index) >= v->size() || !(*v)[size_t(a.index)])
+        return err(std::string(a.role == ArgRole::Stash ? "stash" : "w-stash") +
+                   " slot " + std::to_string(a.index) + " is missing");
+      ptr[size_t(a.value)] = (*v)[size_t(a.index)]->p;
+      break;
+    }
+    case ArgRole::GradIn:
+      if (!gradIn)
+        return err("no incoming gradient");
+      ptr[size_t(a.value)] =
+          st.index == numStages - 1
+              ? static_cast<void *>(gradIn)
+              : static_cast<void *>(
+                    reinterpret_cast<char *>(gradIn) +
+                    actOffsets[{c, st.index}].at(size_t(a.index)));
+      break;
+    }
+  }
+  r.next = 0;
+  return Status::ok();
+}
+
+Status Executor::Impl::fnPrepare(FnRun &r) {
+  const Function &fn = *r.fn;
+  FnPlan &plan = *r.plan;
+  auto &ptr = r.ptr;
+  auto err = [&](const std::string &m) { return fnError(r, m); };
+  auto valuePtr = [&](int32_t v) -> void * {
+    if (ptr[size_t(v)])
+      return ptr[size_t(v)];
+    size_t b = plan.perValue ? size_t(v) : size_t(fn.buffer[size_t(v)]);
+    int64_t bytes =
+        plan.perValue ? fn.values[size_t(v)].numBytes() : fn.bufferBytes[b];
+    if (!plan.bufs[b])
+      plan.bufs[b] = std::make_unique<Buf>(be, std::max<int64_t>(bytes, 4));
+    return ptr[size_t(v)] = plan.bufs[b]->p;
+  };
+  const Kernel &k = fn.kernels[r.next];
+  KernelCall &call = r.call;
+  call.kernel = &k;
+  call.in.clear();
+  call.inTypes.clear();
+  call.out.clear();
+  call.outTypes.clear();
+  for (int32_t v : k.inputs) {
+    if (v >= int32_t(ptr.size()))
+      return err("bad value id in kernel '" + k.op + "'");
+    if (v >= 0 && !ptr[size_t(v)])
+      return err("kernel '" + k.op + "' reads value " + std::to_string(v) +
+                 " before it is defined");
+    call.in.push_back(v >= 0 ? ptr[size_t(v)] : nullptr);
+    call.inTypes.push_back(v >= 0 ? &fn.values[size_t(v)] : nullptr);
+  }
+  for (int32_t v : k.outputs) {
+    if (v >= int32_t(ptr.size()))
+      return err("bad value id in kernel '" + k.op + "'");
+    // A new definition: (re)bind to the value's own buffer.
+    if (v >= 0)
+      ptr[size_t(v)] = nullptr;
+    call.out.push_back(v >= 0 ? valuePtr(v) : nullptr);
+    call.outTypes.push_back(v >= 0 ? &fn.values[size_t(v)] : nullptr);
+  }
+  return Status::ok();
+}
+
+void Executor::Impl::recordMoE(const FnRun &r, MoEPhased &m,
+                               const std::string &name) {
+  for (const MoEPhased::CommTiming &t : m.timings) {
+    a2aWaited += t.waitEnd - t.waitStart;
+    if (opts.trace) {
+      char wa[64];
+      std::snprintf(wa, sizeof wa, "\"wait_us\":%.3f,\"a2a\":1",
+                    (t.waitEnd - t.waitStart) * 1e6);
+      record(name + " " + t.what, 1, t.posted, t.waitEnd, wa);
+    }
+  }
+  m.timings.clear();
+}
+
+const KernelCall &Executor::Impl::stageToHost(FnRun &r) {
+  auto h = std::make_unique<FnRun::HostCall>();
+  h->call = r.call;
+  const KernelCall &c = r.call;
+  h->in.reserve(c.in.size());
+  h->out.reserve(c.out.size());
+  for (size_t i = 0; i < c.in.size(); ++i) {
+    int64_t bytes = c.in[i] && c.inTypes[i] ? c.inTypes[i]->numBytes() : 0;
+    // An expert weight is this rank's slice (its type is the whole tensor):
+    // copy the slice; the staged buffer keeps the type's size.
+    int64_t copyBytes = bytes;
+    if (E > 1 && isMoEExpertOperand(c.kernel->op, c.in.size(), i))
+      copyBytes = bytes / E;
+    h->in.emplace_back(static_cast<size_t>(bytes));
+    if (copyBytes)
+      be.copyToHost(h->in.back().data(), c.in[i], copyBytes);
+    h->call.in[i] = c.in[i] ? h->in.back().data() : nullptr;
+  }
+  for (size_t i = 0; i < c.out.size(); ++i) {
+    int64_t bytes = c.out[i] && c.outTypes[i] ? c.outTypes[i]->numBytes() : 0;
+    h->out.emplace_back(static_cast<size_t>(bytes));
+    h->call.out[i] = c.out[i] ? h->out.back().data() : nullptr;
+  }
+  r.hostCall = std::move(h);
+  return r.hostCall->call;
+}
+
+Status Executor::Impl::fnStep(FnRun &r, bool &posted) {
+  posted = false;
+  if (r.moe) {
+    if (Status s = r.moe->next(); !s)
+      return fnError(r, s.message());
+  } else {
+    if (Status s = fnPrepare(r); !s)
+      return s;
+    const Kernel &k = *r.call.kernel;
+    if (!(E > 1 && isMoEOp(k.op))) {
+      if (Status s = be.run(r.call); !s)
+        return fnError(r, s.message());
+      ++r.next;
+      return Status::ok();
+    }
+    const KernelCall *call = &r.call;
+    if (!be.hostVisible())
+      call = &stageToHost(r);
+    auto m = MoEPhased::begin(*call, tr);
+    if (!m)
+      return fnError(r, m.status().message());
+    r.moe = std::move(*m);
+  }
+  recordMoE(r, *r.moe, r.label + " " + r.call.kernel->op);
+  if (r.moe->done()) {
+    r.moe.reset();
+    if (r.hostCall) { // results back to the device
+      for (size_t i = 0; i < r.call.out.size(); ++i)
+        if (r.call.out[i])
+          be.copyFromHost(r.call.out[i], r.hostCall->out[i].data(),
+                          int64_t(r.hostCall->out[i].size()));
+      r.hostCall.reset();
+    }
+    ++r.next;
+  } else {
+    posted = true;
+  }
+  return Status::ok();
+}
+
+Status Executor::Impl::fnResults(FnRun &r) {
+  const Function &fn = *r.fn;
+  const Stage &st = *r.st;
+  const int c = r.c, mb = r.mb;
+  auto &ptr = r.ptr;
+  auto err = [&](const std::string &m) { return fnError(r, m); };
+  BufP *actOut = r.actOut, *gradOut = r.gradOut;
+  std::vector<BufP> *stashOut = r.stashOut, *wstashOut = r.wstashOut;
+  // Results.
+  for (const ResultBinding &r : fn.results) {
+    if (r.value < 0 || size_t(r.value) >= ptr.size() || !ptr[size_t(r.value)])
+      return err("result value " + std::to_string(r.value) + " is undefined");
+    void *src = ptr[size_t(r.value)];
+    int64_t bytes = fn.values[size_t(r.value)].numBytes();
+    switch (r.role) {
+    case ResultRole::Activation: {
+      auto &off = actOffsets[{c, st.index}];
+      if (!*actOut)
+        *actOut = std::make_shared<Buf>(
+            be, std::max<int64_t>(actBytes[{c, st.index}], 4));
+      be.copy(static_cast<char *>((*actOut)->p) + off.at(size_t(r.index)), src,
+              bytes);
+      break;
+    }
+    case ResultRole::GradOut: {
+      if (st.index == 0)
+        return err("gradient result on the first stage");
+      auto &off = actOffsets[{c, st.index - 1}];
+      if (size_t(r.index) >= off.size())
+        return err("gradient result #" + std::to_string(r.index) +
+                   " has no activation");
+      if (!*gradOut)
+        *gradOut = std::make_shared<Buf>(
+            be, std::max<int64_t>(actBytes[{c, st.index - 1}], 4));
+      be.copy(static_cast<char *>((*gradOut)->p) + off[size_t(r.index)], src,
+              bytes);
+      break;
+    }
+    case ResultRole::Loss: {
+      float l = 0;
+      be.copyToHost(&l, src, 4);
+      lossSum += l;
+      ++lossCount;
+      break;
+    }
+    case ResultRole::Stash:
+    case ResultRole::WStash: {
+      auto *v = r.role == ResultRole::Stash ? stashOut : wstashOut;
+      if (!v)
+        return err("unexpected stash result");
+      if (v->size() <= size_t(r.index))
+        v->resize(size_t(r.index) + 1);
+      auto b = std::make_shared<Buf>(be, std::max<int64_t>(bytes, 4));
+      be.copy(b->p, src, bytes);
+      (*v)[size_t(r.index)] = b;
+      break;
+    }
+    case ResultRole::ParamGrad: {
+      auto it = params.find(r.index);
+      if (it == params.end())
+        return err("gradient of parameter #" + std::to_string(r.index) +
+                   " which is not on this rank");
+      if (prog.params[size_t(r.index)].type.numBytes() != bytes)
+        return err("gradient size of parameter '" +
+                   prog.params[size_t(r.index)].name + "' differs");
+      // Expert params: the kernel wrote this rank's slice first.
+      be.accumulate(it->second.grad->f(), static_cast<const float *>(src),
+                    localElems(r.index));
+      if (nanPending && st.index == numStages - 1 &&
+          int64_t(tr.dpIndex()) * totalMb + int64_t(c) * mPerCopy + mb ==
+              opts.injectNanMb) {
+        float nan = std::nanf("");
+        be.copyFromHost(it->second.grad->p, &nan, 4);
+        nanPending = false;
+      }
+      break;
+    }
+    }
+  }
+  return Status::ok();
+}
+
+} // namespace pipeforge::rt
