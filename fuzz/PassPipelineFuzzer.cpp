@@ -1,0 +1,120 @@
+//===- PassPipelineFuzzer.cpp - nn/pp IR through the pass pipelines -------===//
+//
+// MLIR text in the nn and pp dialects (with func, arith, tensor: what
+// pipeforge-opt registers), parsed, verified, then one fixed pipeline:
+//
+//   a module with func.func @model (nn level): the compile pipeline
+//     (pipelines::buildCompilePipeline) with one of four fixed settings,
+//     picked by the input size (1f1b, zbv, dualpipev with fused pairs,
+//     interleaved; 2 ranks, 4 microbatches);
+//   anything else (pp level): pp-split-backward, pp-schedule{kind=1f1b
+//     microbatches=4}, pp-insert-comm, pp-verify-schedule.
+//
+// What passes is lowered to an rt::Program (target::lowerToProgram, as
+// pipeforge-compile and pipeforge-translate --pp-to-program do); a lowered
+// program the validator rejects is a lowering bug.
+//
+//===----------------------------------------------------------------------===//
+#include "FuzzCommon.h"
+
+#include "pipeforge/Dialect/NN/IR/NNDialect.h"
+#include "pipeforge/Dialect/PP/IR/PPDialect.h"
+#include "pipeforge/Dialect/PP/Transforms/Passes.h"
+#include "pipeforge/Pipelines/CompilePipeline.h"
+#include "pipeforge/Target/Program/ProgramLowering.h"
+#include "pipeforge/rt/Program.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+
+#include <memory>
+
+using namespace pipeforge;
+
+namespace {
+/// One context for many inputs, renewed every 500 (uniqued types and
+/// attributes are never freed).
+mlir::MLIRContext &context() {
+  static std::unique_ptr<mlir::MLIRContext> ctx;
+  static unsigned uses = 0;
+  if (!ctx || ++uses % 500 == 0) {
+    mlir::DialectRegistry registry;
+    registry.insert<nn::NNDialect, pp::PPDialect, mlir::func::FuncDialect,
+                    mlir::arith::ArithDialect, mlir::tensor::TensorDialect>();
+    ctx = std::make_unique<mlir::MLIRContext>(
+        registry, mlir::MLIRContext::Threading::DISABLED);
+    ctx->loadAllAvailableDialects();
+    ctx->printOpOnDiagnostic(false);
+  }
+  return *ctx;
+}
+
+pipelines::CompileOptions compileOptions(size_t variant) {
+  pipelines::CompileOptions o;
+  o.ranks = 2;
+  o.microbatches = 4;
+  switch (variant % 4) {
+  case 0:
+    o.schedule = "1f1b";
+    break;
+  case 1:
+    o.schedule = "zbv";
+    break;
+  case 2:
+    o.schedule = "dualpipev";
+    o.fuseOverlap = true;
+    break;
+  default:
+    o.schedule = "interleaved";
+    break;
+  }
+  if (!pipelines::resolveCompileOptions(o))
+    fuzz::invariantBroken("fixed compile options do not resolve");
+  return o;
+}
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size > fuzz::kMaxInput)
+    return 0;
+  static bool registered = [] {
+    pp::registerPPPasses();
+    return true;
+  }();
+  (void)registered;
+  mlir::MLIRContext &ctx = context();
+  mlir::ScopedDiagnosticHandler quiet(
+      &ctx, [](mlir::Diagnostic &) { return mlir::success(); });
+  llvm::StringRef text(reinterpret_cast<const char *>(data), size);
+  mlir::ParserConfig config(&ctx);
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(text, config);
+  if (!module)
+    return 0;
+
+  mlir::PassManager pm(&ctx);
+  if (module->lookupSymbol("model")) {
+    pipelines::buildCompilePipeline(pm, compileOptions(size));
+  } else if (mlir::failed(mlir::parsePassPipeline(
+                 "pp-split-backward,pp-schedule{kind=1f1b microbatches=4},"
+                 "pp-insert-comm,pp-verify-schedule",
+                 pm))) {
+    fuzz::invariantBroken("the fixed pp pipeline does not parse");
+  }
+  if (mlir::failed(pm.run(*module)))
+    return 0;
+
+  target::LowerOptions lo;
+  lo.model.name = "fuzz";
+  auto prog = target::lowerToProgram(*module, lo);
+  if (mlir::failed(prog))
+    return 0;
+  if (rt::Status st = rt::validateProgram(*prog); !st)
+    fuzz::invariantBroken("the lowered program is invalid: " + st.message());
+  return 0;
+}
