@@ -29,6 +29,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/rt/MpiTransport.h"
+#include "pipeforge/rt/RankGrid.h"
 
 #include <mpi.h>
 
@@ -98,26 +99,28 @@ public:
   const char *name() const override { return "mpi"; }
 
   Status setup(int p, int d) override { return setupGrid(p, d, 1); }
-  /// world rank = (dpIndex * E + epIndex) * P + pipelineRank.
+  /// The ranks as a RankGrid (world rank = (replica * E + expert) * P +
+  /// pipeline); one communicator per group the grid defines.
   Status setupGrid(int p, int d, int e) override {
-    if (p < 1 || d < 1 || e < 1 || p * d * e != wsize)
-      return Status::error(
-          "the program needs " + std::to_string(p) + " pipeline ranks x " +
-          (e > 1 ? std::to_string(e) + " expert-parallel ranks x " : "") +
-          std::to_string(d) + " data-parallel replicas = " +
-          std::to_string(p * d * e) + " processes, but MPI started " +
-          std::to_string(wsize) + " (use mpirun -np " +
-          std::to_string(p * d * e) + ")");
+    RankGrid grid{p, e, d};
+    if (!grid.valid() || grid.size() != wsize)
+      return Status::error("the program needs " + grid.describe() +
+                           ", but MPI started " + std::to_string(wsize) +
+                           " (use mpirun -np " + std::to_string(grid.size()) +
+                           ")");
     P = p;
     D = d;
     E = e;
-    prank = wrank % p;
-    int replica = wrank / p;
-    epi = replica % e;
-    dpi = replica / e;
-    MPI_Comm_split(MPI_COMM_WORLD, replica, prank, &pipe);
-    MPI_Comm_split(MPI_COMM_WORLD, prank + p * epi, dpi, &dp);
-    MPI_Comm_split(MPI_COMM_WORLD, prank + p * dpi, epi, &ep);
+    RankCoord c = grid.coordOf(wrank);
+    prank = c.pipeline;
+    epi = c.expert;
+    dpi = c.replica;
+    auto split = [&](GroupPosition g, MPI_Comm *out) {
+      MPI_Comm_split(MPI_COMM_WORLD, g.instance, g.index, out);
+    };
+    split(grid.pipelineGroup(c), &pipe);
+    split(grid.dataParallelGroup(c), &dp);
+    split(grid.expertGroup(c), &ep);
     // Duplicates for the data phase of non-blocking all-to-alls.
     MPI_Comm_dup(pipe, &pipeData);
     MPI_Comm_dup(dp, &dpData);

@@ -31,6 +31,7 @@
 #include "pipeforge/rt/ThreadTransport.h"
 
 #include "pipeforge/rt/Backend.h"
+#include "pipeforge/rt/RankGrid.h"
 
 #include <algorithm>
 #include <chrono>
@@ -50,7 +51,7 @@ using Clock = std::chrono::steady_clock;
 struct Hub {
   explicit Hub(int n) : n(n) {}
   const int n;
-  int P = 0, D = 0, E = 0; ///< the grid, once set up
+  RankGrid grid{0, 0, 0}; ///< set up by setupGrid
   std::mutex mu;
   std::condition_variable cv;
 
@@ -87,14 +88,12 @@ public:
 
   Status setup(int p, int dp) override { return setupGrid(p, dp, 1); }
   Status setupGrid(int p, int dp, int ep) override {
-    if (p * dp * ep != hub->n)
-      return Status::error(
-          "the program needs " + std::to_string(p) + " pipeline x " +
-          std::to_string(ep) + " expert x " + std::to_string(dp) +
-          " data-parallel ranks = " + std::to_string(p * dp * ep) +
-          ", but --local-ranks is " + std::to_string(hub->n));
-    std::lock_guard<std::mutex> g(hub->mu);
-    hub->P = p, hub->D = dp, hub->E = ep;
+    RankGrid g{p, ep, dp};
+    if (!g.valid() || g.size() != hub->n)
+      return Status::error("the program needs " + g.describe() +
+                           ", but --local-ranks is " + std::to_string(hub->n));
+    std::lock_guard<std::mutex> lock(hub->mu);
+    hub->grid = g;
     return Status::ok();
   }
   bool deviceBuffers() const override { return true; }
@@ -102,23 +101,23 @@ public:
 
   int worldRank() const override { return rank; }
   int worldSize() const override { return hub->n; }
-  int pipelineRank() const override { return rank % hub->P; }
-  int pipelineSize() const override { return hub->P; }
-  int dpIndex() const override { return rank / (hub->P * hub->E); }
-  int dpSize() const override { return hub->D; }
-  int epIndex() const override { return (rank / hub->P) % hub->E; }
-  int epSize() const override { return hub->E; }
+  int pipelineRank() const override { return coord().pipeline; }
+  int pipelineSize() const override { return hub->grid.P; }
+  int dpIndex() const override { return coord().replica; }
+  int dpSize() const override { return hub->grid.D; }
+  int epIndex() const override { return coord().expert; }
+  int epSize() const override { return hub->grid.E; }
 
   Expected<RequestId> isend(int peer, int64_t tag, const float *buf,
                             int64_t n) override {
-    if (peer < 0 || peer >= hub->P)
+    if (peer < 0 || peer >= hub->grid.P)
       return Status::error("threads transport: no pipeline rank " +
                            std::to_string(peer));
     return post(/*send=*/true, worldOf(peer), tag, buf, nullptr, n);
   }
   Expected<RequestId> irecv(int peer, int64_t tag, float *buf,
                             int64_t n) override {
-    if (peer < 0 || peer >= hub->P)
+    if (peer < 0 || peer >= hub->grid.P)
       return Status::error("threads transport: no pipeline rank " +
                            std::to_string(peer));
     return post(/*send=*/false, worldOf(peer), tag, nullptr, buf, n);
@@ -186,17 +185,18 @@ public:
         [&] { std::copy(out.begin(), out.end(), buf); });
   }
   Status pairwiseSum(int peer, float *buf, int64_t n) override {
-    if (peer < 0 || peer >= hub->P || peer == pipelineRank())
+    if (peer < 0 || peer >= hub->grid.P || peer == pipelineRank())
       return Status::error("threads transport: pairwise sum with pipeline "
                            "rank " +
                            std::to_string(peer));
     std::vector<float> out(static_cast<size_t>(n));
     int lo = std::min(peer, pipelineRank()),
         hi = std::max(peer, pipelineRank());
-    int replica = rank / hub->P;
-    // A pair's own rendezvous: kind 100 + lo, instance (replica, hi).
+    int pipeline = hub->grid.pipelineGroup(coord()).instance;
+    // A pair's own rendezvous: kind 100 + lo, instance (pipeline, hi).
     return meetAt(
-        {100 + lo, replica * hub->P + hi}, 2, pipelineRank() == lo ? 0 : 1, buf,
+        {100 + lo, pipeline * hub->grid.P + hi}, 2,
+        pipelineRank() == lo ? 0 : 1, buf,
         [&](const std::vector<const void *> &all) {
           auto *a = static_cast<const float *>(all[0]);
           auto *b = static_cast<const float *>(all[1]);
@@ -382,20 +382,25 @@ private:
 
   /// (kind, instance, size, index) of this rank's group `g`.
   std::tuple<int, int, int, int> groupOf(Group g) const {
-    int P = hub->P, E = hub->E, D = hub->D;
-    int p = pipelineRank(), e = epIndex(), d = dpIndex();
+    const RankGrid &grid = hub->grid;
+    RankCoord c = coord();
+    auto as = [](int kind, GroupPosition pos) {
+      return std::make_tuple(kind, pos.instance, pos.size, pos.index);
+    };
     switch (g) {
     case Group::Pipeline:
-      return {0, d * E + e, P, p};
+      return as(0, grid.pipelineGroup(c));
     case Group::DataParallel:
-      return {1, e * P + p, D, d};
+      return as(1, grid.dataParallelGroup(c));
     case Group::Expert:
-      return {2, d * P + p, E, e};
+      return as(2, grid.expertGroup(c));
     case Group::World:
       break;
     }
     return {3, 0, hub->n, rank};
   }
+
+  RankCoord coord() const { return hub->grid.coordOf(rank); }
 
   template <typename Read, typename Write>
   Status meet(Group g, const void *mine, Read read, Write write) {

@@ -1,0 +1,75 @@
+//===- RankGrid.h - World ranks as pipeline x expert x data coordinates ---===//
+//
+// One definition of how a job's processes are arranged, used by every
+// transport (MPI, threads, NCCL through MPI) and by the driver's messages:
+//
+//   world rank = (replica * E + expert) * P + pipeline
+//
+// so the P pipeline ranks of one (replica, expert) slot are consecutive,
+// then the E expert-parallel slots of a replica, then the D data-parallel
+// replicas. Each communication group is the set of ranks that differ in one
+// coordinate; `group` names it by an instance id (the same for every member,
+// distinct between groups of one kind), its size and the member's index.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEFORGE_RT_RANKGRID_H
+#define PIPEFORGE_RT_RANKGRID_H
+
+#include <string>
+
+namespace pipeforge::rt {
+
+struct RankCoord {
+  int pipeline = 0; ///< stage-owning rank within the pipeline, 0..P-1
+  int expert = 0;   ///< index in the expert-parallel group, 0..E-1
+  int replica = 0;  ///< data-parallel replica, 0..D-1
+};
+
+/// One communication group as seen by one member.
+struct GroupPosition {
+  int instance = 0; ///< the same for all members of the group
+  int size = 1;
+  int index = 0; ///< this member's position in the group
+};
+
+struct RankGrid {
+  int P = 1; ///< pipeline ranks
+  int E = 1; ///< expert-parallel group size
+  int D = 1; ///< data-parallel replicas
+
+  int size() const { return P * E * D; }
+  bool valid() const { return P >= 1 && E >= 1 && D >= 1; }
+
+  RankCoord coordOf(int worldRank) const {
+    return {worldRank % P, (worldRank / P) % E, worldRank / (P * E)};
+  }
+  int worldRank(const RankCoord &c) const {
+    return (c.replica * E + c.expert) * P + c.pipeline;
+  }
+
+  /// The pipeline of (replica, expert): ranks that differ in `pipeline`.
+  GroupPosition pipelineGroup(const RankCoord &c) const {
+    return {c.replica * E + c.expert, P, c.pipeline};
+  }
+  /// The data-parallel group of (expert, pipeline).
+  GroupPosition dataParallelGroup(const RankCoord &c) const {
+    return {c.expert * P + c.pipeline, D, c.replica};
+  }
+  /// The expert-parallel group of (replica, pipeline).
+  GroupPosition expertGroup(const RankCoord &c) const {
+    return {c.replica * P + c.pipeline, E, c.expert};
+  }
+
+  /// "2 pipeline ranks x 2 expert-parallel ranks x 2 data-parallel replicas
+  /// = 8 processes" (the expert factor only when E > 1).
+  std::string describe() const {
+    return std::to_string(P) + " pipeline ranks x " +
+           (E > 1 ? std::to_string(E) + " expert-parallel ranks x " : "") +
+           std::to_string(D) +
+           " data-parallel replicas = " + std::to_string(size()) + " processes";
+  }
+};
+
+} // namespace pipeforge::rt
+
+#endif // PIPEFORGE_RT_RANKGRID_H

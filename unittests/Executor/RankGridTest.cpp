@@ -1,0 +1,51 @@
+//===- RankGridTest.cpp - The one arrangement of ranks --------------------===//
+
+#include "pipeforge/rt/RankGrid.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+using namespace pipeforge::rt;
+
+namespace {
+
+/// Every group kind partitions the world: members of one instance have the
+/// distinct indices 0..size-1, and they differ only in that group's
+/// coordinate.
+TEST(RankGrid, GroupsPartitionTheWorld) {
+  for (int P : {1, 2, 3, 4})
+    for (int E : {1, 2, 4})
+      for (int D : {1, 2, 3}) {
+        RankGrid g{P, E, D};
+        using Pick = GroupPosition (RankGrid::*)(const RankCoord &) const;
+        for (Pick pick :
+             {&RankGrid::pipelineGroup, &RankGrid::dataParallelGroup,
+              &RankGrid::expertGroup}) {
+          std::map<int, std::set<int>> members;
+          for (int w = 0; w < g.size(); ++w) {
+            RankCoord c = g.coordOf(w);
+            ASSERT_EQ(g.worldRank(c), w);
+            GroupPosition pos = (g.*pick)(c);
+            EXPECT_TRUE(members[pos.instance].insert(pos.index).second);
+            EXPECT_LT(pos.index, pos.size);
+          }
+          for (auto &[instance, idx] : members)
+            EXPECT_EQ(int(idx.size()), (g.*pick)(g.coordOf(0)).size)
+                << "P=" << P << " E=" << E << " D=" << D;
+        }
+      }
+}
+
+TEST(RankGrid, LayoutIsPipelineFastestThenExpertThenReplica) {
+  RankGrid g{2, 2, 2};
+  RankCoord c = g.coordOf(5); // 5 = (1 * 2 + 0) * 2 + 1
+  EXPECT_EQ(c.pipeline, 1);
+  EXPECT_EQ(c.expert, 0);
+  EXPECT_EQ(c.replica, 1);
+  EXPECT_EQ(g.describe(), "2 pipeline ranks x 2 expert-parallel ranks x 2 "
+                          "data-parallel replicas = 8 processes");
+}
+
+} // namespace
