@@ -21,6 +21,7 @@
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
 #include "pipeforge/Pipelines/CompilePipeline.h"
 #include "pipeforge/Support/OutputFile.h"
+#include "pipeforge/Target/Program/Prepare.h"
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
@@ -32,6 +33,7 @@ int main(int argc, char **argv) {
   mlir::registerSymbolDCEPass();
   pipeforge::pp::registerPPPasses();
   pipeforge::nn::registerNNPasses();
+  pipeforge::target::registerProgramPreparePasses();
   pipeforge::pipelines::registerCompilePipeline();
   // MlirOptMain(argc, argv, ...) keeps its output stream's write error
   // until the destructor aborts ("LLVM ERROR: IO failure"): run its steps

@@ -38,6 +38,21 @@ inline constexpr llvm::StringLiteral kPPWStash = "pp.wstash";
 /// pp-split-components: an op's component kind and layer.
 inline constexpr llvm::StringLiteral kPPComponent = "pp.component";
 inline constexpr llvm::StringLiteral kPPLayer = "pp.layer";
+/// pp-split-components: the moe ops' span, and a stage's per-layer lists.
+inline constexpr llvm::StringLiteral kPPSpan = "pp.span";
+inline constexpr llvm::StringLiteral kPPComponents = "pp.components";
+
+//===--- Program preparation (--pp-assign-buffers, --pp-component-ranges;
+//===--- docs/program-format.md) -----------------------------------------===//
+/// On a stage function: each buffer's byte size (array<i64>).
+inline constexpr llvm::StringLiteral kPPBuffers = "pp.buffers";
+/// On a stage function's argument: its buffer (i64); on an op of its body:
+/// one buffer per result (array<i64>).
+inline constexpr llvm::StringLiteral kPPBuffer = "pp.buffer";
+/// On a stage function: its component ranges over the kernels (the ops of
+/// its body), [{kind, layer, begin, end}].
+inline constexpr llvm::StringLiteral kPPComponentRanges =
+    "pp.component_ranges";
 
 } // namespace pipeforge::attrs
 

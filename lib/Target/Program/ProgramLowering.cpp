@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Target/Program/ProgramLowering.h"
+#include "pipeforge/Target/Program/Prepare.h"
 
 #include "pipeforge/Dialect/NN/IR/NNOps.h"
 #include "pipeforge/Support/AttrNames.h"
@@ -68,9 +69,6 @@ void assignBuffers(rt::Function &f, const std::vector<int32_t> &def,
 
 namespace {
 
-constexpr const char *kFuncNames[] = {"forward", "backward_input",
-                                      "backward_weight", "backward"};
-
 StringRef strAttr(func::FuncOp f, unsigned i, StringRef name, bool result) {
   StringAttr a = result ? f.getResultAttrOfType<StringAttr>(i, name)
                         : f.getArgAttrOfType<StringAttr>(i, name);
@@ -97,13 +95,7 @@ class Lowering {
 public:
   Lowering(ModuleOp m, const LowerOptions &o) : module(m), opts(o) {
     // Component ranges exist iff pp-split-components tagged the ops.
-    m.walk([&](Operation *op) {
-      if (op->hasAttr(attrs::kPPComponent)) {
-        components = true;
-        return WalkResult::interrupt();
-      }
-      return WalkResult::advance();
-    });
+    components = hasComponentTags(m);
   }
   FailureOr<rt::Program> run();
 
@@ -112,13 +104,9 @@ private:
   LogicalResult lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
                               const ForwardInfo &fi, bool firstStage,
                               bool lastStage, rt::Function &out);
-  FailureOr<rt::TensorType> convertType(Type t, Operation *where);
-  static std::optional<std::pair<std::string, int32_t>>
-  componentOf(Operation &op);
-  void
-  lowerComponents(func::FuncOp fn,
-                  ArrayRef<std::optional<std::pair<std::string, int32_t>>> tags,
-                  rt::FunctionKind kind, rt::Function &out);
+  FailureOr<rt::TensorType> convertType(Type t, Operation *where) {
+    return lowerTensorType(t, where);
+  }
 
   LogicalResult checkExpertParallel(pp::PipelineOp pipeline);
   void markExpertShards(pp::PipelineOp pipeline);
@@ -130,51 +118,22 @@ private:
   llvm::StringMap<int32_t> paramIndex;
 };
 
-FailureOr<rt::TensorType> Lowering::convertType(Type t, Operation *where) {
-  auto rt = dyn_cast<RankedTensorType>(t);
-  if (!rt || !rt.hasStaticShape()) {
-    where->emitError() << "cannot lower type " << t
-                       << " to the program file (static tensors only)";
-    return failure();
-  }
-  rt::TensorType out;
-  Type e = rt.getElementType();
-  if (e.isF32())
-    out.dtype = rt::DType::F32;
-  else if (e.isSignlessInteger() || e.isSignedInteger())
-    out.dtype = rt::DType::I32;
-  else {
-    where->emitError() << "cannot lower element type " << e
-                       << " to the program file (f32 or integers)";
-    return failure();
-  }
-  out.shape.assign(rt.getShape().begin(), rt.getShape().end());
-  // The program file's limits (Support/Numeric.h): checked here, before any
-  // size arithmetic, so that an oversized model is an error at the op.
-  std::string why = checkTensorShape(out.shape, 4);
-  if (!why.empty()) {
-    where->emitError() << "cannot lower type " << t << ": " << why;
-    return failure();
-  }
-  return out;
-}
-
 LogicalResult Lowering::collectParams(pp::StageOp st, int copy,
                                       ForwardInfo &fi) {
   func::FuncOp f = fi.fn;
   int32_t actIn = 0, actOut = 0;
   for (unsigned i = 0; i < f.getNumArguments(); ++i) {
-    StringRef role = strAttr(f, i, "pp.role", false);
-    if (role == "act_in") {
+    std::optional<pp::Role> role = pp::getArgRole(f, i);
+    if (role == pp::Role::act_in) {
       fi.actInOrdinal[i] = actIn++;
       continue;
     }
-    if (role != "param")
+    if (role != pp::Role::param)
       continue;
-    StringRef name = strAttr(f, i, "nn.name", false);
+    StringRef name = strAttr(f, i, attrs::kNNName, false);
     if (name.empty())
       return f.emitError() << "parameter argument " << i << " has no nn.name";
-    StringRef init = strAttr(f, i, "nn.init", false);
+    StringRef init = strAttr(f, i, attrs::kNNInit, false);
     std::string full = name.str();
     if (copy > 0)
       full += "@copy" + std::to_string(copy);
@@ -200,7 +159,7 @@ LogicalResult Lowering::collectParams(pp::StageOp st, int copy,
     fi.paramOfArg[i] = it->second;
   }
   for (unsigned r = 0; r < f.getNumResults(); ++r)
-    if (strAttr(f, r, "pp.role", true) == "act_out")
+    if (pp::getResultRole(f, r) == pp::Role::act_out)
       fi.actOutOrdinal[r] = actOut++;
   return success();
 }
@@ -208,26 +167,21 @@ LogicalResult Lowering::collectParams(pp::StageOp st, int copy,
 LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
                                       const ForwardInfo &fi, bool firstStage,
                                       bool lastStage, rt::Function &out) {
+  // Values in program order: the arguments, then each op's results (the
+  // numbering Prepare.h's buffer plans use).
   llvm::DenseMap<Value, int32_t> ids;
-  std::vector<int32_t> def, lastUse;
-  auto newValue = [&](Value v, int32_t pos,
-                      Operation *where) -> FailureOr<int32_t> {
+  auto newValue = [&](Value v, Operation *where) -> FailureOr<int32_t> {
     auto ty = convertType(v.getType(), where);
     if (failed(ty))
       return failure();
     int32_t id = int32_t(out.values.size());
     out.values.push_back(*ty);
     ids[v] = id;
-    def.push_back(pos);
-    lastUse.push_back(pos);
     return id;
   };
-  auto use = [&](Value v, int32_t pos) -> int32_t {
+  auto use = [&](Value v) -> int32_t {
     auto it = ids.find(v);
-    if (it == ids.end())
-      return -2;
-    lastUse[it->second] = std::max(lastUse[it->second], pos);
-    return it->second;
+    return it == ids.end() ? -2 : it->second;
   };
   auto forwardParam = [&](std::optional<int64_t> argIdx) -> int32_t {
     if (!argIdx)
@@ -239,16 +193,17 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
   Block &body = fn.getBody().front();
   // Arguments.
   for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
-    StringRef role = strAttr(fn, i, "pp.role", false);
-    auto id = newValue(fn.getArgument(i), 0, fn);
+    std::optional<pp::Role> role = pp::getArgRole(fn, i);
+    auto id = newValue(fn.getArgument(i), fn);
     if (failed(id))
       return failure();
     rt::ArgBinding a{rt::ArgRole::Activation, 0, *id};
-    if (role == "act_in" && kind == rt::FunctionKind::Forward) {
+    if (role == pp::Role::act_in && kind == rt::FunctionKind::Forward) {
       a.role = rt::ArgRole::Activation;
       a.index = fi.actInOrdinal.lookup(i);
-    } else if (role == "data" || role == "tokens" || role == "targets") {
-      StringRef nnRole = strAttr(fn, i, "nn.role", false);
+    } else if (role == pp::Role::data || role == pp::Role::tokens ||
+               role == pp::Role::targets) {
+      StringRef nnRole = strAttr(fn, i, attrs::kNNRole, false);
       if (nnRole == "tokens" || (nnRole.empty() && firstStage && !lastStage))
         a.role = rt::ArgRole::Tokens;
       else if (nnRole == "targets" ||
@@ -258,23 +213,23 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
         return fn.emitError() << "argument " << i
                               << ": cannot tell tokens from targets (set "
                                  "nn.role)";
-    } else if (role == "param") {
+    } else if (role == pp::Role::param) {
       a.role = rt::ArgRole::Param;
       a.index = kind == rt::FunctionKind::Forward
                     ? forwardParam(i)
-                    : forwardParam(intAttr(fn, i, "pp.arg", false));
+                    : forwardParam(intAttr(fn, i, attrs::kPPArg, false));
       if (a.index < 0)
         return fn.emitError()
                << "argument " << i << ": parameter not found in @forward";
-    } else if (role == "stash") {
+    } else if (role == pp::Role::stash) {
       a.role = rt::ArgRole::Stash;
-      a.index = int32_t(intAttr(fn, i, "pp.stash", false).value_or(-1));
-    } else if (role == "wstash") {
+      a.index = int32_t(intAttr(fn, i, attrs::kPPStash, false).value_or(-1));
+    } else if (role == pp::Role::wstash) {
       a.role = rt::ArgRole::WStash;
-      a.index = int32_t(intAttr(fn, i, "pp.wstash", false).value_or(-1));
-    } else if (role == "grad_in") {
+      a.index = int32_t(intAttr(fn, i, attrs::kPPWStash, false).value_or(-1));
+    } else if (role == pp::Role::grad_in) {
       a.role = rt::ArgRole::GradIn;
-      auto r = intAttr(fn, i, "pp.result", false);
+      auto r = intAttr(fn, i, attrs::kPPResult, false);
       auto it =
           r ? fi.actOutOrdinal.find(unsigned(*r)) : fi.actOutOrdinal.end();
       if (it == fi.actOutOrdinal.end())
@@ -282,20 +237,18 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
                               << ": grad_in of a result that is not an "
                                  "activation";
       a.index = it->second;
-    } else if (role == "loss_seed") {
+    } else if (role == pp::Role::loss_seed) {
       a.role = rt::ArgRole::GradIn;
       a.index = 0;
     } else {
       return fn.emitError() << "argument " << i << ": unexpected pp.role '"
-                            << role << "' in @" << fn.getSymName();
+                            << strAttr(fn, i, attrs::kPPRole, false) << "' in @"
+                            << fn.getSymName();
     }
     out.args.push_back(a);
   }
-  // Kernels, and with opts.components each kernel's (kind, layer).
-  std::vector<std::optional<std::pair<std::string, int32_t>>> tags;
-  int32_t pos = 0;
+  // Kernels.
   for (Operation &op : body.without_terminator()) {
-    ++pos;
     rt::Kernel k;
     StringRef name = op.getName().getStringRef();
     if (name.consume_front("nn.")) {
@@ -344,13 +297,13 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
                            bool isDef) -> LogicalResult {
       auto one = [&](Value v) -> LogicalResult {
         if (isDef) {
-          auto id = newValue(v, pos, &op);
+          auto id = newValue(v, &op);
           if (failed(id))
             return failure();
           dst.push_back(*id);
           return success();
         }
-        int32_t id = use(v, pos);
+        int32_t id = use(v);
         if (id < 0)
           return op.emitError() << "operand defined outside the function";
         dst.push_back(id);
@@ -376,110 +329,67 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
         failed(addOperands(op.getResults(), resSeg, k.outputs, true)))
       return failure();
     out.kernels.push_back(std::move(k));
-    if (components)
-      tags.push_back(componentOf(op));
   }
-  if (components)
-    lowerComponents(fn, tags, kind, out);
+  // Component ranges: recorded by --pp-component-ranges, else computed as
+  // that pass does when the ops carry pp.component.
+  if (auto ranges = readComponentRanges(fn))
+    out.components = std::move(*ranges);
+  else if (components)
+    out.components = computeComponentRanges(fn, kind);
   // Results.
   Operation *ret = body.getTerminator();
-  const int32_t end = pos + 1;
   for (unsigned r = 0; r < ret->getNumOperands(); ++r) {
-    int32_t id = use(ret->getOperand(r), end);
+    int32_t id = use(ret->getOperand(r));
     if (id < 0)
       return ret->emitError() << "returned value " << r << " is not lowered";
-    StringRef role = strAttr(fn, r, "pp.role", true);
+    std::optional<pp::Role> role = pp::getResultRole(fn, r);
     rt::ResultBinding b{rt::ResultRole::Activation, 0, id};
-    if (role == "act_out") {
+    if (role == pp::Role::act_out) {
       b.role = rt::ResultRole::Activation;
       b.index = fi.actOutOrdinal.lookup(r);
-    } else if (role == "loss") {
+    } else if (role == pp::Role::loss) {
       b.role = rt::ResultRole::Loss;
-    } else if (role == "stash") {
+    } else if (role == pp::Role::stash) {
       b.role = rt::ResultRole::Stash;
-      b.index = int32_t(intAttr(fn, r, "pp.stash", true).value_or(-1));
-    } else if (role == "wstash") {
+      b.index = int32_t(intAttr(fn, r, attrs::kPPStash, true).value_or(-1));
+    } else if (role == pp::Role::wstash) {
       b.role = rt::ResultRole::WStash;
-      b.index = int32_t(intAttr(fn, r, "pp.wstash", true).value_or(-1));
-    } else if (role == "grad_out") {
+      b.index = int32_t(intAttr(fn, r, attrs::kPPWStash, true).value_or(-1));
+    } else if (role == pp::Role::grad_out) {
       b.role = rt::ResultRole::GradOut;
-      auto a = intAttr(fn, r, "pp.arg", true);
+      auto a = intAttr(fn, r, attrs::kPPArg, true);
       auto it = a ? fi.actInOrdinal.find(unsigned(*a)) : fi.actInOrdinal.end();
       if (it == fi.actInOrdinal.end())
         return fn.emitError() << "result " << r
                               << ": grad_out of an argument that is not an "
                                  "activation";
       b.index = it->second;
-    } else if (role == "param_grad") {
+    } else if (role == pp::Role::param_grad) {
       b.role = rt::ResultRole::ParamGrad;
-      b.index = forwardParam(intAttr(fn, r, "pp.arg", true));
+      b.index = forwardParam(intAttr(fn, r, attrs::kPPArg, true));
       if (b.index < 0)
         return fn.emitError()
                << "result " << r << ": param_grad of an unknown parameter";
     } else {
       return fn.emitError() << "result " << r << ": unexpected pp.role '"
-                            << role << "' in @" << fn.getSymName();
+                            << strAttr(fn, r, attrs::kPPRole, true) << "' in @"
+                            << fn.getSymName();
     }
     out.results.push_back(b);
   }
-  // Arguments are bound to storage outside the function: never reuse them.
-  for (const rt::ArgBinding &a : out.args)
-    lastUse[a.value] = end;
-  assignBuffers(out, def, lastUse);
+  // Buffers: recorded by --pp-assign-buffers (checked to fit), else
+  // computed as that pass does.
+  auto recorded = readBufferPlan(fn);
+  if (failed(recorded))
+    return failure();
+  FailureOr<BufferPlan> plan =
+      *recorded ? FailureOr<BufferPlan>(std::move(**recorded))
+                : computeBufferPlan(fn);
+  if (failed(plan))
+    return failure();
+  out.buffer = std::move(plan->buffer);
+  out.bufferBytes = std::move(plan->bytes);
   return success();
-}
-
-std::optional<std::pair<std::string, int32_t>>
-Lowering::componentOf(Operation &op) {
-  auto c = op.getAttrOfType<StringAttr>("pp.component");
-  auto l = op.getAttrOfType<IntegerAttr>("pp.layer");
-  if (!c || !l || l.getInt() < 0 || l.getInt() > INT32_MAX)
-    return std::nullopt;
-  StringRef kind = c.getValue();
-  if (kind == "attn")
-    return std::make_pair(std::string("attn"), int32_t(l.getInt()));
-  if (kind == "mlp" || kind == "dispatch" || kind == "combine")
-    return std::make_pair(std::string("mlp"), int32_t(l.getInt()));
-  return std::nullopt;
-}
-
-void Lowering::lowerComponents(
-    func::FuncOp fn,
-    ArrayRef<std::optional<std::pair<std::string, int32_t>>> tags,
-    rt::FunctionKind kind, rt::Function &out) {
-  out.components.clear();
-  if (tags.empty())
-    return;
-  size_t untagged = llvm::count(tags, std::nullopt);
-  if (untagged) {
-    fn.emitWarning() << untagged << " of " << tags.size()
-                     << " kernels carry no pp.component / pp.layer "
-                        "(--pp-split-components): @"
-                     << fn.getSymName() << " of this stage gets no components";
-    return;
-  }
-  std::vector<rt::ComponentRange> ranges;
-  for (size_t i = 0; i < tags.size(); ++i) {
-    const auto &[k, l] = *tags[i];
-    if (!ranges.empty() && ranges.back().kind == k &&
-        ranges.back().layer == l) {
-      ranges.back().end = int32_t(i + 1);
-      continue;
-    }
-    if (!ranges.empty()) {
-      int32_t prev = ranges.back().layer;
-      bool fwd = kind == rt::FunctionKind::Forward;
-      if (fwd ? l < prev : l > prev) {
-        fn.emitWarning() << "kernel " << i << " (" << out.kernels[i].op
-                         << ") of layer " << l << " follows layer " << prev
-                         << ": @" << fn.getSymName()
-                         << " of this stage gets no components";
-        return;
-      }
-    }
-    ranges.push_back({k, l, int32_t(i), int32_t(i + 1)});
-  }
-  out.components = std::move(ranges);
 }
 
 /// Every nn.moe layer's experts must split evenly over the EP group.
@@ -582,7 +492,7 @@ FailureOr<rt::Program> Lowering::run() {
   for (size_t i = 0; i < stages.size(); ++i) {
     pp::StageOp st = stages[i];
     infos[i].fn = st.lookupSymbol<func::FuncOp>("forward");
-    for (const char *n : kFuncNames)
+    for (const char *n : kStageFunctionNames)
       if (!st.lookupSymbol<func::FuncOp>(n))
         return st.emitError() << "stage has no @" << n
                               << " (run --pp-split-backward first)",
@@ -604,9 +514,9 @@ FailureOr<rt::Program> Lowering::run() {
         rt::FunctionKind::Forward, rt::FunctionKind::BackwardInput,
         rt::FunctionKind::BackwardWeight, rt::FunctionKind::Backward};
     for (int k = 0; k < 4; ++k)
-      if (failed(lowerFunction(st.lookupSymbol<func::FuncOp>(kFuncNames[k]),
-                               kinds[k], infos[i], first, last,
-                               rt::stageFunction(s, kinds[k]))))
+      if (failed(lowerFunction(
+              st.lookupSymbol<func::FuncOp>(kStageFunctionNames[k]), kinds[k],
+              infos[i], first, last, rt::stageFunction(s, kinds[k]))))
         return failure();
     for (const rt::ResultBinding &r : s.forward.results)
       s.numStash += r.role == rt::ResultRole::Stash;

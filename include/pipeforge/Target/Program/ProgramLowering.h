@@ -4,7 +4,9 @@
 // a split pp.pipeline (docs/split-backward.md) and its pp.schedule becomes an
 // rt::Program (docs/program-format.md): one Function per stage body, one
 // Kernel per nn op, a liveness-based buffer assignment, the params and the
-// schedule. Registered as the translations `--pp-to-program` (the binary
+// schedule. The buffer assignment and the component ranges are read from
+// the IR when the preparation passes recorded them (--pp-assign-buffers,
+// --pp-component-ranges; Prepare.h), else computed with the same code. Registered as the translations `--pp-to-program` (the binary
 // file) and `--pp-to-program-dump` (its listing) of pipeforge-translate;
 // pipeforge-compile calls lowerToProgram directly.
 //
@@ -43,11 +45,15 @@ struct LowerOptions {
 /// among them, training.expertParallel > 1 that does not divide an nn.moe
 /// layer's expert count, or a model without nn.moe.
 ///
-/// Component ranges: when the ops carry pp.component / pp.layer
-/// (--pp-split-components), consecutive kernels with the same (kind, layer)
-/// form one range; "combine" and "dispatch" count as "mlp" (an nn.moe kernel
-/// runs its own all-to-alls). A function with an untagged kernel, or whose
-/// ranges are out of layer order, gets none (a warning says why).
+/// Component ranges: a function's pp.component_ranges when present, else,
+/// when the ops carry pp.component / pp.layer (--pp-split-components),
+/// computeComponentRanges (Prepare.h): consecutive kernels with the same
+/// (kind, layer) form one range; "combine" and "dispatch" count as "mlp" (an
+/// nn.moe kernel runs its own all-to-alls). A function with an untagged
+/// kernel, or whose ranges are out of layer order, gets none (a warning says
+/// why). Buffers: a function's pp.buffers / pp.buffer when present (an
+/// assignment that does not fit the values is an error), else
+/// computeBufferPlan.
 mlir::FailureOr<rt::Program> lowerToProgram(mlir::ModuleOp module,
                                             const LowerOptions &opts);
 

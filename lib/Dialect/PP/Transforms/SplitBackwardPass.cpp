@@ -25,6 +25,7 @@
 #include "pipeforge/Dialect/NN/IR/NNOps.h"
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
+#include "pipeforge/Support/AttrNames.h"
 
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
@@ -53,8 +54,8 @@ enum class PlaceholderKind { Param, Stash, GradIn };
 
 struct Placeholder {
   PlaceholderKind kind;
-  Value fwdValue;  ///< the forward value (Param, Stash)
-  unsigned index;  ///< forward argument (Param) or result (GradIn) index
+  Value fwdValue; ///< the forward value (Param, Stash)
+  unsigned index; ///< forward argument (Param) or result (GradIn) index
 };
 
 /// A value to pass or return, with its argument/result attributes.
@@ -76,8 +77,8 @@ private:
   LogicalResult differentiate();
   LogicalResult differentiateOp(Operation &op);
   Value mapForward(Value v);
-  void accumulate(DenseMap<Value, Value> &sums, Value key, Value grad,
-                  bool isW, Location loc);
+  void accumulate(DenseMap<Value, Value> &sums, Value key, Value grad, bool isW,
+                  Location loc);
   void tagNewOps(Operation *after, bool isW, Operation *fwdOp);
   FailureOr<Value> zeros(Type type, bool isW, Location loc, Twine what);
   SmallVector<Operation *> liveOps(ArrayRef<Value> roots);
@@ -87,18 +88,18 @@ private:
   DictionaryAttr attrs(ArrayRef<NamedAttribute> list) {
     return DictionaryAttr::get(ctx, list);
   }
-  NamedAttribute role(StringRef r) {
-    return b.getNamedAttr("pp.role", b.getStringAttr(r));
+  NamedAttribute role(pp::Role r) {
+    return b.getNamedAttr(attrs::kPPRole, pp::getRoleAttr(ctx, r));
   }
   NamedAttribute index(StringRef key, int64_t i) {
     return b.getNamedAttr(key, b.getI64IntegerAttr(i));
   }
   /// `pp.role = "param"`-like attributes of forward argument `i`, keeping
   /// its `nn.name`.
-  DictionaryAttr paramAttrs(StringRef r, unsigned i) {
-    SmallVector<NamedAttribute> list{role(r), index("pp.arg", i)};
-    if (Attribute name = fwd.getArgAttr(i, "nn.name"))
-      list.push_back(b.getNamedAttr("nn.name", name));
+  DictionaryAttr paramAttrs(pp::Role r, unsigned i) {
+    SmallVector<NamedAttribute> list{role(r), index(attrs::kPPArg, i)};
+    if (Attribute name = fwd.getArgAttr(i, attrs::kNNName))
+      list.push_back(b.getNamedAttr(attrs::kNNName, name));
     return attrs(list);
   }
   bool isLoss(unsigned result) {
@@ -116,10 +117,10 @@ private:
   Block &body() { return scratch.front(); }
   /// Per scratch block argument: what it stands for.
   SmallVector<Placeholder> placeholders;
-  DenseMap<Value, Value> toScratch; ///< forward value -> placeholder
-  SmallVector<Value> gradIns;       ///< placeholder per forward result
-  DenseSet<Operation *> wOps;       ///< scratch ops W builds
-  DenseMap<Value, Value> grads;     ///< forward value -> its gradient (B)
+  DenseMap<Value, Value> toScratch;  ///< forward value -> placeholder
+  SmallVector<Value> gradIns;        ///< placeholder per forward result
+  DenseSet<Operation *> wOps;        ///< scratch ops W builds
+  DenseMap<Value, Value> grads;      ///< forward value -> its gradient (B)
   DenseMap<Value, Value> paramGrads; ///< parameter argument -> gradient (W)
 };
 
@@ -132,7 +133,8 @@ LogicalResult BackwardSplitter::classifyArguments() {
     for (unsigned i : iface.getParamOperandIndices())
       usedAsParam.insert(iface->getOperand(i));
   for (BlockArgument arg : fwd.getArguments()) {
-    auto r = fwd.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "nn.role");
+    auto r =
+        fwd.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attrs::kNNRole);
     auto type = dyn_cast<ShapedType>(arg.getType());
     if (!r && type && type.getElementType().isInteger())
       argKinds.push_back(ArgKind::Data);
@@ -168,21 +170,19 @@ Value BackwardSplitter::mapForward(Value v) {
     return s;
   std::optional<unsigned> p = paramIndex(fwd, argKinds, v);
   Value s = body().addArgument(v.getType(), v.getLoc());
-  placeholders.push_back({p ? PlaceholderKind::Param : PlaceholderKind::Stash,
-                          v, p.value_or(0)});
+  placeholders.push_back(
+      {p ? PlaceholderKind::Param : PlaceholderKind::Stash, v, p.value_or(0)});
   toScratch[v] = s;
   return s;
 }
 
-void BackwardSplitter::tagNewOps(Operation *after, bool isW,
-                                 Operation *fwdOp) {
-  Block::iterator it = after ? std::next(after->getIterator())
-                             : body().begin();
+void BackwardSplitter::tagNewOps(Operation *after, bool isW, Operation *fwdOp) {
+  Block::iterator it = after ? std::next(after->getIterator()) : body().begin();
   for (Operation &op : llvm::make_range(it, body().end())) {
     if (isW)
       wOps.insert(&op);
-    if (Attribute layer = fwdOp ? fwdOp->getAttr("nn.layer") : Attribute())
-      op.setAttr("nn.layer", layer);
+    if (Attribute layer = fwdOp ? fwdOp->getAttr(attrs::kNNLayer) : Attribute())
+      op.setAttr(attrs::kNNLayer, layer);
   }
 }
 
@@ -227,8 +227,8 @@ LogicalResult BackwardSplitter::differentiateOp(Operation &op) {
 
   SmallVector<unsigned> paramOperands = iface.getParamOperandIndices();
   for (OpOperand &use : op.getOpOperands()) {
-    bool isParamOperand = llvm::is_contained(paramOperands,
-                                             use.getOperandNumber());
+    bool isParamOperand =
+        llvm::is_contained(paramOperands, use.getOperandNumber());
     if (isParamOperand && !paramIndex(fwd, argKinds, use.get()))
       return op.emitOpError("operand #")
              << use.getOperandNumber()
@@ -362,8 +362,9 @@ LogicalResult BackwardSplitter::run(const SplitNames &names) {
       g = *z;
     }
     (isW ? paramTotals : actGrads)
-        .push_back({g, isW ? paramAttrs("param_grad", i)
-                           : attrs({role("grad_out"), index("pp.arg", i)})});
+        .push_back({g, isW ? paramAttrs(pp::Role::param_grad, i)
+                           : attrs({role(pp::Role::grad_out),
+                                    index(attrs::kPPArg, i)})});
   }
 
   // W never feeds B: W values flow only into W ops and the W results.
@@ -374,8 +375,8 @@ LogicalResult BackwardSplitter::run(const SplitNames &names) {
                                "feeds the input-gradient computation");
 
   // W's ops, and the values it reads that B computes or receives.
-  SmallVector<Value> paramRoots = llvm::map_to_vector(
-      paramTotals, [](const Slot &s) { return s.first; });
+  SmallVector<Value> paramRoots =
+      llvm::map_to_vector(paramTotals, [](const Slot &s) { return s.first; });
   SmallVector<Operation *> wFuncOps;
   for (Operation *op : liveOps(paramRoots))
     if (wOps.contains(op))
@@ -396,8 +397,8 @@ LogicalResult BackwardSplitter::run(const SplitNames &names) {
   llvm::for_each(paramRoots, collectWStash);
 
   // B's and BW's ops.
-  SmallVector<Value> bRoots = llvm::map_to_vector(
-      actGrads, [](const Slot &s) { return s.first; });
+  SmallVector<Value> bRoots =
+      llvm::map_to_vector(actGrads, [](const Slot &s) { return s.first; });
   SmallVector<Value> fusedRoots(bRoots);
   llvm::append_range(bRoots, wStash);
   llvm::append_range(fusedRoots, paramRoots);
@@ -457,21 +458,23 @@ LogicalResult BackwardSplitter::run(const SplitNames &names) {
     for (unsigned i : params)
       if (!filter || filter->contains(i))
         args.push_back({body().getArgument(i),
-                        paramAttrs("param", placeholders[i].index)});
+                        paramAttrs(pp::Role::param, placeholders[i].index)});
     for (unsigned i : stash)
       if (!filter || filter->contains(i))
         args.push_back({body().getArgument(i),
-                        attrs({role("stash"), index("pp.stash", stashId[i])})});
+                        attrs({role(pp::Role::stash),
+                               index(attrs::kPPStash, stashId[i])})});
     return args;
   };
   SmallVector<Slot> gradInArgs;
   for (auto [r, g] : llvm::enumerate(gradIns))
     gradInArgs.push_back(
-        {g, attrs({role(isLoss(r) ? "loss_seed" : "grad_in"),
-                   index("pp.result", r)})});
+        {g, attrs({role(isLoss(r) ? pp::Role::loss_seed : pp::Role::grad_in),
+                   index(attrs::kPPResult, r)})});
   SmallVector<Slot> wStashSlots;
   for (auto [j, v] : llvm::enumerate(wStash))
-    wStashSlots.push_back({v, attrs({role("wstash"), index("pp.wstash", j)})});
+    wStashSlots.push_back(
+        {v, attrs({role(pp::Role::wstash), index(attrs::kPPWStash, j)})});
 
   SmallVector<Slot> bArgs = placeholderArgs(&bUsed);
   llvm::append_range(bArgs, gradInArgs);
@@ -495,24 +498,28 @@ LogicalResult BackwardSplitter::run(const SplitNames &names) {
 
   // @forward: roles on its arguments and results, and the stash returned.
   for (auto [i, kind] : llvm::enumerate(argKinds))
-    fwd.setArgAttr(i, "pp.role",
-                   b.getStringAttr(kind == ArgKind::Param  ? "param"
-                                   : kind == ArgKind::Data ? "data"
-                                                           : "act_in"));
+    fwd.setArgAttr(i, attrs::kPPRole,
+                   pp::getRoleAttr(ctx, kind == ArgKind::Param ? pp::Role::param
+                                        : kind == ArgKind::Data
+                                            ? pp::Role::data
+                                            : pp::Role::act_in));
   Operation *ret = fwd.front().getTerminator();
   unsigned numOutputs = ret->getNumOperands();
   SmallVector<DictionaryAttr> resultAttrs;
   for (unsigned r = 0; r < numOutputs; ++r) {
     NamedAttrList list(fwd.getResultAttrDict(r));
-    list.set("pp.role", b.getStringAttr(isLoss(r) ? "loss" : "act_out"));
+    list.set(
+        attrs::kPPRole,
+        pp::getRoleAttr(ctx, isLoss(r) ? pp::Role::loss : pp::Role::act_out));
     resultAttrs.push_back(list.getDictionary(ctx));
   }
   for (auto [k, i] : llvm::enumerate(stash)) {
     ret->insertOperands(ret->getNumOperands(), placeholders[i].fwdValue);
-    resultAttrs.push_back(attrs({role("stash"), index("pp.stash", k)}));
+    resultAttrs.push_back(
+        attrs({role(pp::Role::stash), index(attrs::kPPStash, k)}));
   }
-  fwd.setType(b.getFunctionType(fwd.getArgumentTypes(),
-                                ret->getOperandTypes()));
+  fwd.setType(
+      b.getFunctionType(fwd.getArgumentTypes(), ret->getOperandTypes()));
   fwd.setAllResultAttrs(resultAttrs);
   return success();
 }

@@ -8,6 +8,7 @@
 #include "pipeforge/Dialect/NN/IR/NNOps.h"
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
+#include "pipeforge/Support/AttrNames.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -24,7 +25,7 @@ using namespace pipeforge::pp;
 
 namespace {
 static std::optional<int64_t> layerOf(Operation *op) {
-  if (auto a = op->getAttrOfType<IntegerAttr>("nn.layer"))
+  if (auto a = op->getAttrOfType<IntegerAttr>(attrs::kNNLayer))
     return a.getInt();
   return std::nullopt;
 }
@@ -38,10 +39,11 @@ struct SplitComponentsPass
 
   void tag(Operation *op, StringRef comp, int64_t local) {
     Builder b(op->getContext());
-    op->setAttr("pp.component", b.getStringAttr(comp));
-    op->setAttr("pp.layer", b.getI64IntegerAttr(local));
+    op->setAttr(attrs::kPPComponent, b.getStringAttr(comp));
+    op->setAttr(attrs::kPPLayer, b.getI64IntegerAttr(local));
     if (isMoE(op))
-      op->setAttr("pp.span", b.getStrArrayAttr({"dispatch", "mlp", "combine"}));
+      op->setAttr(attrs::kPPSpan,
+                  b.getStrArrayAttr({"dispatch", "mlp", "combine"}));
   }
 
   /// Gives every op of `ops` (a function body in order) that `tag` left
@@ -53,11 +55,11 @@ struct SplitComponentsPass
     Operation *prev = nullptr;
     SmallVector<Operation *> head;
     auto copy = [&](Operation *to, Operation *from) {
-      to->setAttr("pp.component", from->getAttr("pp.component"));
-      to->setAttr("pp.layer", from->getAttr("pp.layer"));
+      to->setAttr(attrs::kPPComponent, from->getAttr(attrs::kPPComponent));
+      to->setAttr(attrs::kPPLayer, from->getAttr(attrs::kPPLayer));
     };
     for (Operation *op : ops) {
-      if (op->hasAttr("pp.component")) {
+      if (op->hasAttr(attrs::kPPComponent)) {
         if (!prev)
           for (Operation *h : head)
             copy(h, op);
@@ -129,7 +131,7 @@ struct SplitComponentsPass
           c = "combine";
         else if (moe < 0 || ii < moe)
           c = (attn >= 0 && (ii <= split || (moe >= 0 && ii < moe))) ? "attn"
-                                                                      : "mlp";
+                                                                     : "mlp";
         hasAttn |= c == "attn";
         hasMlp |= c == "mlp";
         tag(op, c, li);
@@ -146,7 +148,7 @@ struct SplitComponentsPass
     std::map<unsigned, StringRef> paramComp;
     for (BlockArgument a : fwd.getArguments())
       for (Operation *u : a.getUsers())
-        if (auto c = u->getAttrOfType<StringAttr>("pp.component")) {
+        if (auto c = u->getAttrOfType<StringAttr>(attrs::kPPComponent)) {
           paramComp.emplace(a.getArgNumber(), c.getValue());
           break;
         }
@@ -156,8 +158,8 @@ struct SplitComponentsPass
           SymbolTable::lookupSymbolIn(stage, name));
       if (!fn)
         continue;
-      auto paramCompOf = [&](std::optional<int64_t> idx)
-          -> std::optional<StringRef> {
+      auto paramCompOf =
+          [&](std::optional<int64_t> idx) -> std::optional<StringRef> {
         if (!idx)
           return std::nullopt;
         if (auto it = paramComp.find(*idx); it != paramComp.end())
@@ -172,11 +174,9 @@ struct SplitComponentsPass
         for (Value v : op->getOperands())
           if (auto a = dyn_cast<BlockArgument>(v);
               a && a.getOwner() == &fn.front()) {
-            auto role =
-                fn.getArgAttrOfType<StringAttr>(a.getArgNumber(), "pp.role");
-            auto idx =
-                fn.getArgAttrOfType<IntegerAttr>(a.getArgNumber(), "pp.arg");
-            if (role && role.getValue() == "param" && idx)
+            auto idx = fn.getArgAttrOfType<IntegerAttr>(a.getArgNumber(),
+                                                        attrs::kPPArg);
+            if (getArgRole(fn, a.getArgNumber()) == Role::param && idx)
               if (auto c = paramCompOf(idx.getInt()))
                 return c;
           }
@@ -184,7 +184,7 @@ struct SplitComponentsPass
           for (OpOperand &use : r.getUses())
             if (isa<func::ReturnOp>(use.getOwner()))
               if (auto idx = fn.getResultAttrOfType<IntegerAttr>(
-                      use.getOperandNumber(), "pp.arg"))
+                      use.getOperandNumber(), attrs::kPPArg))
                 if (auto c = paramCompOf(idx.getInt()))
                   return c;
         return std::nullopt;
@@ -192,8 +192,8 @@ struct SplitComponentsPass
       SmallVector<Operation *> ops = bodyOps(fn);
       // Ops of a layer: the linked component, else that of the op before it
       // in its layer, else (none before) that of the next one after it.
-      std::map<int64_t, StringRef> last;                      // per layer
-      std::map<int64_t, SmallVector<Operation *>> pending;   // per layer
+      std::map<int64_t, StringRef> last;                   // per layer
+      std::map<int64_t, SmallVector<Operation *>> pending; // per layer
       for (Operation *op : ops) {
         std::optional<int64_t> l = layerOf(op);
         if (!l)
@@ -222,8 +222,9 @@ struct SplitComponentsPass
       // backward order.
       for (auto &[li, ops] : pending)
         for (Operation *op : ops)
-          tag(op, comps[li].back() == "combine" ? StringRef("mlp")
-                                                : StringRef(comps[li].back()),
+          tag(op,
+              comps[li].back() == "combine" ? StringRef("mlp")
+                                            : StringRef(comps[li].back()),
               li);
       fillUntagged(ops);
     }
@@ -233,7 +234,7 @@ struct SplitComponentsPass
       SmallVector<StringRef> refs(l.begin(), l.end());
       layers.push_back(b.getStrArrayAttr(refs));
     }
-    stage->setAttr("pp.components", b.getArrayAttr(layers));
+    stage->setAttr(attrs::kPPComponents, b.getArrayAttr(layers));
     return success();
   }
 

@@ -35,4 +35,32 @@ def PP_ComponentKind : I32EnumAttr<"ComponentKind",
   let cppNamespace = "::pipeforge::pp";
 }
 
+// The role of a stage function's argument or result (`pp.role`, set by
+// pp-split-backward, read by the program lowering; docs/split-backward.md).
+// Stored in the IR as the case's name, `{pp.role = "act_in"}`; the pp
+// dialect's attribute verifier rejects an unknown name, and an argument role
+// on a result or the reverse (isArgumentRole / isResultRole, PPOps.h).
+def PP_Role : I32EnumAttr<"Role",
+    "role of a stage function argument or result", [
+      // Argument roles.
+      I32EnumAttrCase<"act_in", 0>,    // activation from the previous stage
+      I32EnumAttrCase<"data", 1>,      // tokens or targets (nn.role tells)
+      I32EnumAttrCase<"tokens", 2>,
+      I32EnumAttrCase<"targets", 3>,
+      I32EnumAttrCase<"param", 4>,
+      I32EnumAttrCase<"grad_in", 5>,   // gradient of an act_out (pp.result)
+      I32EnumAttrCase<"loss_seed", 6>, // the loss gradient (last stage)
+      // Both.
+      I32EnumAttrCase<"stash", 7>,     // forward -> backward (pp.stash)
+      I32EnumAttrCase<"wstash", 8>,    // B -> W (pp.wstash)
+      // Result roles.
+      I32EnumAttrCase<"act_out", 9>,
+      I32EnumAttrCase<"loss", 10>,
+      I32EnumAttrCase<"grad_out", 11>, // gradient of an act_in (pp.arg)
+      I32EnumAttrCase<"param_grad", 12> // gradient of a param (pp.arg)
+    ]> {
+  let cppNamespace = "::pipeforge::pp";
+  let genSpecializedAttr = 0;
+}
+
 #endif // PIPEFORGE_PP_ATTRS

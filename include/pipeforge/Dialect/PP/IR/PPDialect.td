@@ -17,6 +17,12 @@ def PP_Dialect : Dialect {
     run, and which messages move between ranks.
   }];
   let dependentDialects = ["::mlir::func::FuncDialect"];
+  // The discardable pp.* attributes with a fixed form (`pp.role`, the
+  // program preparation's `pp.buffer`, `pp.buffers`, `pp.component_ranges`)
+  // are checked wherever they appear; other pp.* names pass.
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
 }
 
 class PP_Op<string mnemonic, list<Trait> traits = []>
