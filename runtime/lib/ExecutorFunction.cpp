@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 namespace pipeforge::rt {
 
@@ -195,12 +196,17 @@ const KernelCall &Executor::Impl::stageToHost(FnRun &r) {
   const KernelCall &c = r.call;
   h->in.reserve(c.in.size());
   h->out.reserve(c.out.size());
+  // Values bound to a parameter the program marks expert-sharded.
+  std::set<int32_t> sharded;
+  for (const ArgBinding &a : r.fn->args)
+    if (a.role == ArgRole::Param && expertParams.count(a.index))
+      sharded.insert(a.value);
   for (size_t i = 0; i < c.in.size(); ++i) {
     int64_t bytes = c.in[i] && c.inTypes[i] ? c.inTypes[i]->numBytes() : 0;
     // An expert weight is this rank's slice (its type is the whole tensor):
     // copy the slice; the staged buffer keeps the type's size.
     int64_t copyBytes = bytes;
-    if (E > 1 && isMoEExpertOperand(c.kernel->op, c.in.size(), i))
+    if (E > 1 && sharded.count(c.kernel->inputs[i]))
       copyBytes = bytes / E;
     h->in.emplace_back(static_cast<size_t>(bytes));
     if (copyBytes)
