@@ -16,18 +16,21 @@
 using namespace pipeforge;
 
 namespace {
+/// A private folder, removed at exit (the string is never destroyed, so
+/// the exit handler can still read it).
 const std::string &folder() {
-  static std::string dir = [] {
+  static const std::string *dir = [] {
     auto d = std::filesystem::temp_directory_path() /
              ("pipeforge-manifest-fuzz-" + std::to_string(getpid()));
     std::filesystem::create_directories(d);
+    auto *s = new std::string(d.string());
     std::atexit([] {
       std::error_code ec;
       std::filesystem::remove_all(folder(), ec);
     });
-    return d.string();
+    return s;
   }();
-  return dir;
+  return *dir;
 }
 } // namespace
 
