@@ -5,6 +5,7 @@
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
 #include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/Schedule/MemoryLimit.h"
+#include "pipeforge/Target/Program/Prepare.h"
 
 #include "pipeforge/Support/AttrNames.h"
 
@@ -118,6 +119,10 @@ void buildCompilePipeline(OpPassManager &pm, const CompileOptions &o) {
   // pp.components) and early receive posts; the pass re-verifies.
   if (o.fuseOverlap && o.schedule != "none")
     pm.addPass(pp::createPPFuseOverlap());
+  // Program preparation (Target/Program/Prepare.h): the component ranges
+  // and the buffer assignment the lowering reads.
+  pm.addPass(target::createPPComponentRanges());
+  pm.addPass(target::createPPAssignBuffers());
 }
 
 namespace {

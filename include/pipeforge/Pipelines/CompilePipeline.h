@@ -6,6 +6,7 @@
 //   pp-partition{stages placement ranks} -> pp-split-backward
 //   [-> pp-split-components] -> pp-schedule{kind microbatches [mem-limit]}
 //   -> pp-insert-comm -> pp-verify-schedule{[mem-limit]} [-> pp-fuse-overlap]
+//   -> pp-component-ranges -> pp-assign-buffers (program preparation)
 //
 // built by one function from CompileOptions, used by pipeforge-compile and
 // registered as the named pipeline `pp-compile` so that
