@@ -94,9 +94,14 @@ class ChannelMap {
 public:
   /// Id of channel src->dst, creating it on first use.
   int32_t get(int32_t src, int32_t dst) {
-    int64_t key = (static_cast<int64_t>(src) << 32) | static_cast<uint32_t>(dst);
-    auto it = ids.emplace(key, static_cast<int32_t>(ids.size())).first;
-    return it->second;
+    int64_t key =
+        (static_cast<int64_t>(src) << 32) | static_cast<uint32_t>(dst);
+    // find first: emplace would allocate a node on every call.
+    if (auto it = ids.find(key); it != ids.end())
+      return it->second;
+    int32_t id = static_cast<int32_t>(ids.size());
+    ids.emplace(key, id);
+    return id;
   }
   int32_t size() const { return static_cast<int32_t>(ids.size()); }
 

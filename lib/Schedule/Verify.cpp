@@ -3,14 +3,16 @@
 // The checks run from the cheapest and most local to the global one, so the
 // first error is the most precise: frame, each action on its own, the
 // exactly-once rule, the dependencies visible inside one rank, the message
-// pairing per channel, then a rendezvous execution of all programs (the
-// deadlock proof) and the memory limit.
+// pairing per channel, then a rendezvous execution of all programs on the
+// replay engine (Replay.h; the deadlock proof) and the memory limit it
+// accounts.
 //
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Schedule/Verify.h"
 
 #include "Deps.h"
+#include "Replay.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -23,11 +25,21 @@ using namespace detail;
 class Verifier {
 public:
   Verifier(const Schedule &s, const VerifyOptions &opts)
-      : s(s), opts(opts), idx(s), numRanks(s.numRanks()) {}
+      : s(s), opts(opts), idx(s), numRanks(s.numRanks()),
+        engine(s, idx, locs, engineOptions(opts)) {}
 
   Status run();
 
 private:
+  static ReplayEngine::Options engineOptions(const VerifyOptions &opts) {
+    ReplayEngine::Options o;
+    o.rendezvousSends = true;
+    o.prechecked = true; // run() replays only after the static checks
+    if (opts.memLimit)
+      o.memCost = &opts.cost;
+    o.memLimit = opts.memLimit;
+    return o;
+  }
   Status err(int32_t r, size_t step, const std::string &msg) const {
     return Status::errorAt(r, long(step), stepError(s, r, step, msg));
   }
@@ -37,62 +49,33 @@ private:
   Status checkMessages();
   Status checkChannels();
   Status execute();
-  Status checkMemory();
 
-  // Rendezvous execution.
-  enum class Step { Done, Blocked };
-  Step advance(int32_t r);
-  void park(int32_t r, size_t key) { waits.park(r, key); }
-  void wake(size_t key) { waits.wake(key, ready); }
-  /// Rendezvous: rank r arrives at message `ordinal` of its side of a
-  /// channel (counted in `mine[chan]`, waking the other side's waiters at
-  /// `wakeKey`), and may pass once the other side has arrived there too;
-  /// otherwise it parks on `parkKey`.
-  bool meet(int32_t r, std::vector<int32_t> &mine, int32_t chan,
-            size_t wakeKey, const int32_t &otherArrived, int32_t ordinal,
-            size_t parkKey) {
-    if (!arrived[r]) {
-      arrived[r] = 1;
-      ++mine[chan];
-      wake(wakeKey);
-    }
-    if (otherArrived <= ordinal) {
-      park(r, parkKey);
-      return false;
-    }
-    return true;
-  }
-  std::string blockedReason(int32_t r) const;
-  std::string whereIs(int32_t q) const;
+  /// The verifier's replay is untimed: nothing happens beyond the engine's
+  /// own bookkeeping.
+  struct Untimed {
+    void compute(int32_t, size_t, const Action &, const Input &,
+                 const Input &) {}
+    void send(int32_t, size_t, const Action &, const CommSlot &) {}
+    void recv(int32_t, size_t, const Action &, const CommSlot &) {}
+    void gradReduceArrive(int32_t, size_t, const CommSlot &) {}
+    void gradReduce(int32_t, size_t, const CommSlot &) {}
+  };
 
   const Schedule &s;
   const VerifyOptions &opts;
   WorkIndex idx;
   int32_t numRanks;
   std::vector<Loc> locs;
-  ChannelMap chans;
-  std::vector<std::vector<CommSlot>> slots;
-  /// Per channel, the (rank, step) of its sends / receives, in order.
-  std::vector<std::vector<Loc>> chanSends, chanRecvs;
   /// By messageKey: where the message is received (first occurrence).
   std::vector<Loc> recvAt;
   bool anyComm = false;
-
-  std::vector<char> done;
-  std::vector<int32_t> sendArr, recvArr, grArr;
-  std::vector<size_t> pc;
-  std::vector<char> arrived;
-  detail::WaitLists waits;
-  std::vector<int32_t> ready;
-  size_t sendWaitBase = 0, recvWaitBase = 0, grBase = 0;
+  ReplayEngine engine;
 };
 
 Status Verifier::checkActions() {
   const Placement &pl = s.placement;
-  slots.resize(numRanks);
   for (int32_t r = 0; r < numRanks; ++r) {
     const std::vector<Action> &prog = s.programs[r];
-    slots[r].resize(prog.size());
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
       auto checkWork = [&](const Work &w) -> Status {
@@ -135,24 +118,14 @@ Status Verifier::checkActions() {
                        " ranks)");
       if (a.peer == r)
         return err(r, i, "a message to this rank itself");
-      CommSlot &sl = slots[r][i];
-      if (a.kind == ActionKind::GradReduce) {
-        sl.chan = chans.get(r, a.peer);
-        sl.other = chans.get(a.peer, r);
-        continue;
-      }
       // Weight-gradient messages feed no F/B/W: only the channel pairing
       // and the rendezvous apply to them.
-      if (a.payload == Payload::WeightGrad) {
-        sl.chan = a.kind == ActionKind::Send ? chans.get(r, a.peer)
-                                             : chans.get(a.peer, r);
+      if (a.kind == ActionKind::GradReduce || a.payload == Payload::WeightGrad)
         continue;
-      }
-      bool kindOk = (a.payload == Payload::Activation &&
-                     a.work.kind == WorkKind::F) ||
-                    (a.payload == Payload::Gradient &&
-                     (a.work.kind == WorkKind::B ||
-                      a.work.kind == WorkKind::BW));
+      bool kindOk =
+          (a.payload == Payload::Activation && a.work.kind == WorkKind::F) ||
+          (a.payload == Payload::Gradient &&
+           (a.work.kind == WorkKind::B || a.work.kind == WorkKind::BW));
       if (!kindOk)
         return err(r, i,
                    std::string("a ") + payloadName(a.payload) +
@@ -166,8 +139,6 @@ Status Verifier::checkActions() {
         return err(r, i,
                    "message " + toString(a) + " has no consumer stage " +
                        std::to_string(cs));
-      sl.chan = a.kind == ActionKind::Send ? chans.get(r, a.peer)
-                                           : chans.get(a.peer, r);
     }
   }
   return Status::ok();
@@ -265,8 +236,8 @@ Status Verifier::checkLocalDeps() {
           if (static_cast<size_t>(pl.step) == i)
             return err(r, i,
                        "the overlapped pair " + toString(a) +
-                           " depends on itself: " + toString(*w) +
-                           " needs " + toString(*prod));
+                           " depends on itself: " + toString(*w) + " needs " +
+                           toString(*prod));
           if (static_cast<size_t>(pl.step) > i)
             return err(r, i,
                        "dependency order: " + toString(*w) + " needs " +
@@ -308,8 +279,7 @@ Status Verifier::checkMessages() {
         std::string alt;
         if (a.work.kind != WorkKind::F) {
           Work other = a.work;
-          other.kind =
-              a.work.kind == WorkKind::B ? WorkKind::BW : WorkKind::B;
+          other.kind = a.work.kind == WorkKind::B ? WorkKind::BW : WorkKind::B;
           if (locs[idx.id(other)].present())
             alt = " (it runs " + toString(other) + ")";
         }
@@ -351,34 +321,9 @@ Status Verifier::checkMessages() {
 }
 
 Status Verifier::checkChannels() {
-  size_t nc = chans.size();
-  chanSends.assign(nc, {});
-  chanRecvs.assign(nc, {});
-  std::vector<int32_t> nGr(nc);
-  for (int32_t r = 0; r < numRanks; ++r) {
-    const std::vector<Action> &prog = s.programs[r];
-    for (size_t i = 0; i < prog.size(); ++i) {
-      CommSlot &sl = slots[r][i];
-      Loc here{r, static_cast<int32_t>(i)};
-      switch (prog[i].kind) {
-      case ActionKind::Send:
-        sl.ordinal = static_cast<int32_t>(chanSends[sl.chan].size());
-        chanSends[sl.chan].push_back(here);
-        break;
-      case ActionKind::Recv:
-        sl.ordinal = static_cast<int32_t>(chanRecvs[sl.chan].size());
-        chanRecvs[sl.chan].push_back(here);
-        break;
-      case ActionKind::GradReduce:
-        sl.ordinal = nGr[sl.chan]++;
-        break;
-      default:
-        break;
-      }
-    }
-  }
-  for (size_t c = 0; c < nc; ++c) {
-    const std::vector<Loc> &snd = chanSends[c], &rcv = chanRecvs[c];
+  int32_t nc = engine.numChannels();
+  for (int32_t c = 0; c < nc; ++c) {
+    const std::vector<Loc> &snd = engine.sendsOn(c), &rcv = engine.recvsOn(c);
     size_t n = std::min(snd.size(), rcv.size());
     for (size_t k = 0; k < n; ++k) {
       const Action &a = s.programs[snd[k].rank][snd[k].step];
@@ -414,156 +359,15 @@ Status Verifier::checkChannels() {
   return Status::ok();
 }
 
-Verifier::Step Verifier::advance(int32_t r) {
-  const std::vector<Action> &prog = s.programs[r];
-  while (pc[r] < prog.size()) {
-    size_t i = pc[r];
-    const Action &a = prog[i];
-    const CommSlot &sl = slots[r][i];
-    switch (a.kind) {
-    case ActionKind::Compute:
-    case ActionKind::Overlap: {
-      // Remote producers (compute-only schedules) must have run; local ones
-      // and received ones are guaranteed by checkLocalDeps.
-      for (const Work *w : {&a.work, &a.work2}) {
-        if (w == &a.work2 && a.kind != ActionKind::Overlap)
-          break;
-        std::optional<Work> nominal = nominalProducer(*w, idx.numStages);
-        if (!nominal || s.hasComm)
-          continue;
-        std::optional<Work> prod = resolveProducer(*nominal, locs, idx);
-        size_t pid = idx.id(*prod);
-        if (!done[pid]) {
-          park(r, pid);
-          return Step::Blocked;
-        }
-      }
-      done[idx.id(a.work)] = 1;
-      wake(idx.id(a.work));
-      if (a.kind == ActionKind::Overlap) {
-        done[idx.id(a.work2)] = 1;
-        wake(idx.id(a.work2));
-      }
-      break;
-    }
-    case ActionKind::Send:
-      if (!meet(r, sendArr, sl.chan, recvWaitBase + sl.chan, recvArr[sl.chan],
-                sl.ordinal, sendWaitBase + sl.chan))
-        return Step::Blocked;
-      break;
-    case ActionKind::Recv:
-      if (!meet(r, recvArr, sl.chan, sendWaitBase + sl.chan, sendArr[sl.chan],
-                sl.ordinal, recvWaitBase + sl.chan))
-        return Step::Blocked;
-      break;
-    case ActionKind::GradReduce:
-      if (!meet(r, grArr, sl.chan, grBase + sl.chan, grArr[sl.other],
-                sl.ordinal, grBase + sl.other))
-        return Step::Blocked;
-      break;
-    }
-    arrived[r] = 0;
-    ++pc[r];
-  }
-  return Step::Done;
-}
-
-std::string Verifier::whereIs(int32_t q) const {
-  if (pc[q] >= s.programs[q].size())
-    return "rank " + std::to_string(q) + " has finished its program";
-  return "rank " + std::to_string(q) + " is blocked at step " +
-         std::to_string(pc[q]) + ": " + toString(s.programs[q][pc[q]]);
-}
-
-std::string Verifier::blockedReason(int32_t r) const {
-  const Action &a = s.programs[r][pc[r]];
-  switch (a.kind) {
-  case ActionKind::Send:
-    return toString(a) + " blocks until rank " + std::to_string(a.peer) +
-           " reaches the matching RECV; " + whereIs(a.peer);
-  case ActionKind::Recv:
-    return toString(a) + " blocks until rank " + std::to_string(a.peer) +
-           " reaches the matching SEND; " + whereIs(a.peer);
-  case ActionKind::GradReduce:
-    return toString(a) + " blocks until rank " + std::to_string(a.peer) +
-           " reaches its matching GRADREDUCE; " + whereIs(a.peer);
-  default: {
-    size_t key = waits.parkedOn(r);
-    if (key >= idx.size())
-      return toString(a) + " cannot proceed";
-    for (const Work *w : {&a.work, &a.work2}) {
-      std::optional<Work> nominal = nominalProducer(*w, idx.numStages);
-      if (!nominal)
-        continue;
-      std::optional<Work> prod = resolveProducer(*nominal, locs, idx);
-      if (prod && idx.id(*prod) == key) {
-        const Loc &l = locs[key];
-        return toString(*w) + " waits for " + describeAt(*prod, l) + "; " +
-               whereIs(l.rank);
-      }
-    }
-    return toString(a) + " cannot proceed";
-  }
-  }
-}
-
 Status Verifier::execute() {
-  size_t nc = chans.size();
-  done.assign(idx.size(), 0);
-  sendArr.assign(nc, 0);
-  recvArr.assign(nc, 0);
-  grArr.assign(nc, 0);
-  pc.assign(numRanks, 0);
-  arrived.assign(numRanks, 0);
-  sendWaitBase = idx.size();
-  recvWaitBase = sendWaitBase + nc;
-  grBase = recvWaitBase + nc;
-  waits.reset(grBase + nc, numRanks);
-  for (int32_t r = numRanks - 1; r >= 0; --r)
-    ready.push_back(r);
-  while (!ready.empty()) {
-    int32_t r = ready.back();
-    ready.pop_back();
-    if (!waits.isParked(r))
-      advance(r);
-  }
-  std::vector<int32_t> stuck;
-  for (int32_t r = 0; r < numRanks; ++r)
-    if (pc[r] < s.programs[r].size())
-      stuck.push_back(r);
-  if (stuck.empty())
-    return Status::ok();
-  int32_t r = stuck.front();
-  std::string msg = "deadlock: " + blockedReason(r);
-  msg += "\n  blocked ranks:";
-  for (size_t k = 0; k < stuck.size() && k < 8; ++k)
-    msg += " r" + std::to_string(stuck[k]) + "@" + std::to_string(pc[stuck[k]]);
-  if (stuck.size() > 8)
-    msg += " ... (" + std::to_string(stuck.size()) + " in all)";
-  return err(r, pc[r], msg);
-}
-
-Status Verifier::checkMemory() {
-  if (!opts.memLimit)
-    return Status::ok();
-  double limit = *opts.memLimit;
-  for (int32_t r = 0; r < numRanks; ++r) {
-    const std::vector<Action> &prog = s.programs[r];
-    double mem = 0;
-    for (size_t i = 0; i < prog.size(); ++i) {
-      const Action &a = prog[i];
-      if (a.isComm())
-        continue;
-      mem += opts.cost.memDelta(a.work.kind, a.work.stage);
-      double peak = mem;
-      if (a.kind == ActionKind::Overlap)
-        mem += opts.cost.memDelta(a.work2.kind, a.work2.stage);
-      if (peak > limit + 1e-9)
-        return err(r, i,
-                   "activation memory " + std::to_string(peak) +
-                       " exceeds the limit " + std::to_string(limit));
-    }
-  }
+  Untimed untimed;
+  ReplayEngine::Outcome out = engine.run(untimed);
+  if (!out)
+    return err(out.rank, out.step, out.message);
+  if (std::optional<ReplayEngine::MemoryExcess> ex = engine.memoryExcess())
+    return err(ex->rank, ex->step,
+               "activation memory " + std::to_string(ex->memory) +
+                   " exceeds the limit " + std::to_string(*opts.memLimit));
   return Status::ok();
 }
 
@@ -572,6 +376,7 @@ Status Verifier::run() {
     return st;
   if (Status st = checkActions(); !st)
     return st;
+  engine.assignChannels();
   if (Status st = checkOnce(); !st)
     return st;
   recvAt.assign(idx.size(), Loc());
@@ -583,9 +388,7 @@ Status Verifier::run() {
     return st;
   if (Status st = checkLocalDeps(); !st)
     return st;
-  if (Status st = execute(); !st)
-    return st;
-  return checkMemory();
+  return execute();
 }
 
 } // namespace

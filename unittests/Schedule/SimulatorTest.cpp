@@ -224,9 +224,11 @@ TEST(SimulatorTest, DeadlockNamesRankAndStep) {
   Expected<SimResult> r = simulate(s, CostModel());
   ASSERT_FALSE(r);
   EXPECT_NE(r.message().find("rank 0, step 1: deadlock: BW0.0 waits for "
-                             "BW1.0 (rank 1, step 2); rank 1 is at step 0: "
-                             "F1.1"),
+                             "BW1.0 (rank 1, step 2); rank 1 is blocked at "
+                             "step 0: F1.1"),
             std::string::npos)
+      << r.message();
+  EXPECT_NE(r.message().find("blocked ranks: r0@1 r1@0"), std::string::npos)
       << r.message();
   EXPECT_NE(r.message().find("  -> 1: BW0.0"), std::string::npos);
 }

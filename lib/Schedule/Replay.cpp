@@ -1,0 +1,232 @@
+//===- Replay.cpp - The replay engine of the verifier and simulator -------===//
+
+#include "Replay.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace pipeforge::sched::detail {
+
+ReplayEngine::ReplayEngine(const Schedule &s, const WorkIndex &idx,
+                           const std::vector<Loc> &locs, Options opts)
+    : s(s), idx(idx), locs(locs), opts(std::move(opts)),
+      numRanks(s.numRanks()) {}
+
+void ReplayEngine::assignChannels() {
+  // Channels are numbered in program order (callers report channel errors
+  // in that order); ordinals count each side's messages in program order.
+  slots.assign(numRanks, {});
+  std::vector<int32_t> nGr;
+  auto channel = [&](int32_t src, int32_t dst) {
+    int32_t c = chans.get(src, dst);
+    if (static_cast<size_t>(c) == chanSends.size()) {
+      chanSends.emplace_back();
+      chanRecvs.emplace_back();
+      nGr.push_back(0);
+    }
+    return c;
+  };
+  for (int32_t r = 0; r < numRanks; ++r) {
+    const std::vector<Action> &prog = s.programs[r];
+    slots[r].resize(prog.size());
+    for (size_t i = 0; i < prog.size(); ++i) {
+      const Action &a = prog[i];
+      CommSlot &sl = slots[r][i];
+      Loc here{r, static_cast<int32_t>(i)};
+      switch (a.kind) {
+      case ActionKind::Send:
+        sl.chan = channel(r, a.peer);
+        sl.ordinal = static_cast<int32_t>(chanSends[sl.chan].size());
+        chanSends[sl.chan].push_back(here);
+        break;
+      case ActionKind::Recv:
+        sl.chan = channel(a.peer, r);
+        sl.ordinal = static_cast<int32_t>(chanRecvs[sl.chan].size());
+        chanRecvs[sl.chan].push_back(here);
+        break;
+      case ActionKind::GradReduce:
+        sl.chan = channel(r, a.peer);
+        sl.other = channel(a.peer, r);
+        sl.ordinal = nGr[sl.chan]++;
+        break;
+      default:
+        break;
+      }
+    }
+  }
+}
+
+void ReplayEngine::reset() {
+  size_t nc = chans.size();
+  done.assign(idx.size(), 0);
+  received.assign(idx.size(), 0);
+  sendArr.assign(nc, 0);
+  recvArr.assign(nc, 0);
+  grArr.assign(nc, 0);
+  pc.assign(numRanks, 0);
+  arrived.assign(numRanks, 0);
+  mem.assign(numRanks, 0);
+  peak.assign(numRanks, 0);
+  overStep.assign(numRanks, SIZE_MAX);
+  overMem.assign(numRanks, 0);
+  sendKeyBase = idx.size();
+  recvKeyBase = sendKeyBase + nc;
+  grKeyBase = recvKeyBase + nc;
+  waits.reset(grKeyBase + nc, numRanks);
+  ready.clear();
+  outcome = Outcome();
+}
+
+ReplayEngine::Step ReplayEngine::resolveInput(int32_t r, size_t i,
+                                              const Work &w, Input &in) {
+  std::optional<Work> nominal = nominalProducer(w, idx.numStages);
+  if (!nominal) {
+    in = Input();
+    return Step::Done;
+  }
+  std::optional<Work> prod = resolveProducer(*nominal, locs, idx);
+  if (!prod)
+    return fail(r, i,
+                "missing producer: " + toString(w) + " needs " +
+                    toString(*nominal) +
+                    (nominal->kind == WorkKind::B ? " (or BW)" : "") +
+                    ", which no rank runs");
+  size_t pid = idx.id(*prod);
+  const Loc &pl = locs[pid];
+  if (pl.rank == r) {
+    if (!done[pid])
+      return fail(r, i,
+                  toString(w) + " needs " + describeAt(*prod, pl) +
+                      ", which runs later on this rank");
+    in = Input{Input::Local, pid};
+    return Step::Done;
+  }
+  if (s.hasComm) {
+    size_t key = messageKey(*prod, idx);
+    if (!received[key])
+      return fail(r, i,
+                  toString(w) + " needs " + describeAt(*prod, pl) +
+                      " but this rank has not received it (no RECV before "
+                      "this step)");
+    in = Input{Input::Message, key};
+    return Step::Done;
+  }
+  if (!done[pid])
+    return park(r, pid);
+  in = Input{Input::Edge, pid};
+  return Step::Done;
+}
+
+ReplayEngine::Step ReplayEngine::checkSend(int32_t r, size_t i,
+                                           const Action &a) {
+  if (a.payload == Payload::WeightGrad)
+    return Step::Done;
+  std::optional<Work> prod = resolveProducer(a.work, locs, idx);
+  if (!prod)
+    return fail(r, i, "sends " + toString(a.work) + ", which no rank produces");
+  const Loc &pl = locs[idx.id(*prod)];
+  if (pl.rank != r)
+    return fail(r, i,
+                "sends " + describeAt(*prod, pl) +
+                    ", which another rank produces");
+  if (!done[idx.id(*prod)])
+    return fail(r, i,
+                "sends " + describeAt(*prod, pl) + " before producing it");
+  return Step::Done;
+}
+
+ReplayEngine::Step ReplayEngine::checkRecv(int32_t r, size_t i, const Action &a,
+                                           const CommSlot &sl) {
+  const Loc &at = chanSends[sl.chan][sl.ordinal];
+  const Action &sent = s.programs[at.rank][at.step];
+  if (!sameMessage(sent, a))
+    return fail(r, i,
+                "receives " + toString(a) +
+                    " but the matching send on this channel is " +
+                    toString(sent));
+  return Step::Done;
+}
+
+void ReplayEngine::account(int32_t r, size_t i, const Action &a) {
+  if (!opts.memCost)
+    return;
+  mem[r] += opts.memCost->memDelta(a.work.kind, a.work.stage);
+  peak[r] = std::max(peak[r], mem[r]);
+  if (opts.memLimit && overStep[r] == SIZE_MAX &&
+      mem[r] > *opts.memLimit + 1e-9) {
+    overStep[r] = i;
+    overMem[r] = mem[r];
+  }
+  if (a.kind == ActionKind::Overlap) {
+    mem[r] += opts.memCost->memDelta(a.work2.kind, a.work2.stage);
+    peak[r] = std::max(peak[r], mem[r]);
+  }
+}
+
+std::optional<ReplayEngine::MemoryExcess> ReplayEngine::memoryExcess() const {
+  for (int32_t r = 0; r < numRanks; ++r)
+    if (overStep[r] != SIZE_MAX)
+      return MemoryExcess{r, overStep[r], overMem[r]};
+  return std::nullopt;
+}
+
+std::string ReplayEngine::whereIs(int32_t q) const {
+  if (pc[q] >= s.programs[q].size())
+    return "rank " + std::to_string(q) + " has finished its program";
+  return "rank " + std::to_string(q) + " is blocked at step " +
+         std::to_string(pc[q]) + ": " + toString(s.programs[q][pc[q]]);
+}
+
+std::string ReplayEngine::blockedReason(int32_t r) const {
+  const Action &a = s.programs[r][pc[r]];
+  switch (a.kind) {
+  case ActionKind::Send:
+    return toString(a) + " blocks until rank " + std::to_string(a.peer) +
+           " reaches the matching RECV; " + whereIs(a.peer);
+  case ActionKind::Recv:
+    return toString(a) + " blocks until rank " + std::to_string(a.peer) +
+           " reaches the matching SEND; " + whereIs(a.peer);
+  case ActionKind::GradReduce:
+    return toString(a) + " blocks until rank " + std::to_string(a.peer) +
+           " reaches its matching GRADREDUCE; " + whereIs(a.peer);
+  default: {
+    // A compute waiting on a remote producer (compute-only schedules).
+    size_t key = waits.parkedOn(r);
+    if (!waits.isParked(r) || key >= idx.size())
+      return toString(a) + " cannot proceed";
+    for (const Work *w : {&a.work, &a.work2}) {
+      if (w == &a.work2 && a.kind != ActionKind::Overlap)
+        break;
+      std::optional<Work> nominal = nominalProducer(*w, idx.numStages);
+      if (!nominal)
+        continue;
+      std::optional<Work> prod = resolveProducer(*nominal, locs, idx);
+      if (prod && idx.id(*prod) == key) {
+        const Loc &l = locs[key];
+        return toString(*w) + " waits for " + describeAt(*prod, l) + "; " +
+               whereIs(l.rank);
+      }
+    }
+    return toString(a) + " cannot proceed";
+  }
+  }
+}
+
+ReplayEngine::Outcome ReplayEngine::deadlock() const {
+  std::vector<int32_t> stuck;
+  for (int32_t r = 0; r < numRanks; ++r)
+    if (pc[r] < s.programs[r].size())
+      stuck.push_back(r);
+  if (stuck.empty())
+    return Outcome();
+  int32_t r = stuck.front();
+  std::string msg = "deadlock: " + blockedReason(r);
+  msg += "\n  blocked ranks:";
+  for (size_t k = 0; k < stuck.size() && k < 8; ++k)
+    msg += " r" + std::to_string(stuck[k]) + "@" + std::to_string(pc[stuck[k]]);
+  if (stuck.size() > 8)
+    msg += " ... (" + std::to_string(stuck.size()) + " in all)";
+  return Outcome{Outcome::Deadlock, r, pc[r], std::move(msg)};
+}
+
+} // namespace pipeforge::sched::detail
