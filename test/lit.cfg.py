@@ -44,6 +44,18 @@ if config.pipeforge_cuda_enabled:
 if config.pipeforge_cuda_enabled and _gpu_present():
     config.available_features.add("cuda")
 
+# `REQUIRES: torch`: Debian's python3-torch as an independent reference
+# (not installed by scripts/setup.sh; the tests are skipped without it).
+def _torch_present():
+    try:
+        return subprocess.run(["/usr/bin/python3", "-c", "import torch"],
+                              capture_output=True, timeout=60).returncode == 0
+    except Exception:
+        return False
+
+if _torch_present():
+    config.available_features.add("torch")
+
 # MPI tests: `REQUIRES: mpi`.
 if shutil.which("mpirun"):
     config.available_features.add("mpi")

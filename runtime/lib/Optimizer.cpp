@@ -56,7 +56,8 @@ const char *toString(StepOutcome o) {
 template <typename T> AdamWT<T>::AdamWT(AdamWConfig c) : cfg(c) {}
 
 template <typename T>
-Status AdamWT<T>::addParam(std::string name, T *data, T *grad, size_t size) {
+Status AdamWT<T>::addParam(std::string name, T *data, T *grad, size_t size,
+                           bool decay) {
   if (pending.active)
     return Status::error("AdamW: addParam('" + name +
                          "') while a step is pending validation");
@@ -73,6 +74,7 @@ Status AdamWT<T>::addParam(std::string name, T *data, T *grad, size_t size) {
   p.data = data;
   p.grad = grad;
   p.size = size;
+  p.decay = decay;
   p.m.assign(size, T(0));
   p.v.assign(size, T(0));
   params.push_back(std::move(p));
@@ -124,12 +126,13 @@ void AdamWT<T>::applyStep(double scale, double lr, bool fromSnapshot) {
     const T *grad = gradOf(p, fromSnapshot);
     T *theta = p.data;
     T *m = p.m.data(), *v = p.v.data();
+    const T pd = p.decay ? decay : T(1);
     for (size_t i = 0; i < p.size; ++i) {
       T g = scaled ? T(grad[i] * s) : grad[i];
       m[i] = b1 * m[i] + ob1 * g;
       v[i] = b2 * v[i] + ob2 * (g * g);
       T upd = lrT * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + epsT);
-      T x = theta[i] * decay;
+      T x = theta[i] * pd;
       theta[i] = x - upd;
     }
   }
@@ -154,11 +157,12 @@ template <typename T> Status AdamWT<T>::rollbackLastStep() {
     const T *grad = gradOf(p, last.fromSnapshot);
     T *theta = p.data;
     T *m = p.m.data(), *v = p.v.data();
+    const T pd = p.decay ? decay : T(1);
     for (size_t i = 0; i < p.size; ++i) {
       T g = scaled ? T(grad[i] * s) : grad[i];
       // theta = (theta + lr m'/(sqrt(v')+eps)) / (1 - lr wd)
       T upd = lrT * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + epsT);
-      theta[i] = (theta[i] + upd) / decay;
+      theta[i] = (theta[i] + upd) / pd;
       // m = (m - (1-b1) g)/b1,  v = (v - (1-b2) g^2)/b2
       m[i] = (m[i] - ob1 * g) / b1;
       T vi = (v[i] - ob2 * (g * g)) / b2;
@@ -292,6 +296,56 @@ template <typename T> Status AdamWT<T>::importState(const AdamWState<T> &s) {
   t = s.step;
   cfg.lr = s.lr;
   last.valid = false;
+  return Status::ok();
+}
+
+double LrSchedule::at(double lr, int64_t step) const {
+  const double i = double(step - 1);
+  const double W = double(warmupSteps), T = double(decaySteps);
+  if (i < W)
+    return lr * (i + 1) / W;
+  if (kind == Kind::Constant)
+    return lr;
+  if (i >= T)
+    return minLr;
+  double p = (i - W) / (T - W);
+  double f = kind == Kind::Cosine ? 0.5 * (1.0 + std::cos(M_PI * p)) : 1.0 - p;
+  return minLr + (lr - minLr) * f;
+}
+
+Expected<LrSchedule::Kind> parseLrScheduleKind(const std::string &name) {
+  if (name == "constant")
+    return LrSchedule::Kind::Constant;
+  if (name == "linear")
+    return LrSchedule::Kind::Linear;
+  if (name == "cosine")
+    return LrSchedule::Kind::Cosine;
+  return Status::error("unknown learning-rate schedule '" + name +
+                       "' (expected constant, linear or cosine)");
+}
+
+const char *toString(LrSchedule::Kind k) {
+  switch (k) {
+  case LrSchedule::Kind::Constant:
+    return "constant";
+  case LrSchedule::Kind::Linear:
+    return "linear";
+  case LrSchedule::Kind::Cosine:
+    return "cosine";
+  }
+  return "?";
+}
+
+Status checkLrSchedule(const LrSchedule &s, double lr) {
+  if (s.warmupSteps < 0 || s.decaySteps < 0)
+    return Status::error("warm-up and decay steps must be >= 0");
+  if (!(s.minLr >= 0) || !(s.minLr <= lr))
+    return Status::error("the minimum learning rate must be in [0, lr]");
+  if (s.kind != LrSchedule::Kind::Constant && s.decaySteps <= s.warmupSteps)
+    return Status::error(
+        std::string("a ") + toString(s.kind) +
+        " schedule needs more decay steps (" + std::to_string(s.decaySteps) +
+        ") than warm-up steps (" + std::to_string(s.warmupSteps) + ")");
   return Status::ok();
 }
 

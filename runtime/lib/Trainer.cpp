@@ -67,7 +67,7 @@ private:
 /// Optimizer.h's AdamW behind the executor's seam.
 class AdamWAdapter final : public StepOptimizer {
 public:
-  explicit AdamWAdapter(AdamWConfig c) : opt(c) {}
+  AdamWAdapter(AdamWConfig c, bool decayAll) : opt(c), decayAll(decayAll) {}
   /// Registers the executor's local parameters (in localParams() order,
   /// the order of the slots the executor passes), before a resume. Sized
   /// by what this rank holds: an expert-parallel parameter is a 1/E slice
@@ -77,7 +77,8 @@ public:
       return Status::ok();
     for (int32_t i : ex.localParams())
       if (Status s = opt.addParam(p.params[size_t(i)].name, ex.paramData(i),
-                                  ex.gradData(i), size_t(ex.paramElems(i)));
+                                  ex.gradData(i), size_t(ex.paramElems(i)),
+                                  decays(ex.paramShape(i)));
           !s)
         return s;
     registered = true;
@@ -109,14 +110,19 @@ private:
     if (registered)
       return Status::ok();
     for (const ParamSlot &p : ps)
-      if (Status s = opt.addParam(p.param->name, p.value,
-                                  const_cast<float *>(p.grad), size_t(p.n));
+      if (Status s =
+              opt.addParam(p.param->name, p.value, const_cast<float *>(p.grad),
+                           size_t(p.n), decays(p.param->type.shape));
           !s)
         return s;
     registered = true;
     return Status::ok();
   }
+  bool decays(const std::vector<int64_t> &shape) const {
+    return decayAll || decaysByDefault(shape);
+  }
   AdamWT<float> opt;
+  bool decayAll = false;
   bool registered = false;
 };
 
@@ -177,6 +183,9 @@ Status Trainer::Impl::initOptimizer() {
     if (o.executor.optimizerSync == OptimizerSync::PostValidation)
       return Status::error(
           "--optimizer-sync post-validation needs --optimizer adamw");
+    if (!o.lrSchedule.isConstant() || o.weightDecay != 0)
+      return Status::error("a learning-rate schedule and weight decay need "
+                           "--optimizer adamw");
     opt = createSgd(float(o.lr));
     return Status::ok();
   }
@@ -186,9 +195,12 @@ Status Trainer::Impl::initOptimizer() {
   AdamWConfig c;
   c.lr = o.lr;
   c.maxGradNorm = o.maxGradNorm;
+  c.weightDecay = o.weightDecay;
   if (Status s = checkConfig(c); !s)
     return s;
-  auto a = std::make_unique<AdamWAdapter>(c);
+  if (Status s = checkLrSchedule(o.lrSchedule, o.lr); !s)
+    return Status::error("learning-rate schedule: " + s.message());
+  auto a = std::make_unique<AdamWAdapter>(c, o.decayAll);
   adam = a.get();
   opt = std::move(a);
   return Status::ok();
@@ -226,8 +238,26 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Program &prog,
       return s;
   // Checkpoints: this rank's parameters by name (an expert-parallel one as
   // its slice), the optimizer state, the step, the data position; the
-  // program fingerprint guards the layout.
-  impl->progFp = programChecksum(serializeProgram(prog));
+  // fingerprint guards the layout (the program) and the trajectory (the
+  // learning rate and its schedule, the weight decay), so that a resumed
+  // run is the run that was interrupted.
+  {
+    // Only what shapes the trajectory: a constant schedule has no decay
+    // horizon (--steps may differ between an interrupted run and its
+    // resume).
+    const LrSchedule &ls = o.lrSchedule;
+    const bool decays = ls.kind != LrSchedule::Kind::Constant;
+    char recipe[256];
+    std::snprintf(recipe, sizeof recipe,
+                  "%016llx lr %.17g %s warmup %lld decay %lld min %.17g "
+                  "wd %.17g%s",
+                  (unsigned long long)programChecksum(serializeProgram(prog)),
+                  o.lr, toString(ls.kind), (long long)ls.warmupSteps,
+                  decays ? (long long)ls.decaySteps : 0LL,
+                  decays ? ls.minLr : 0.0, o.weightDecay,
+                  o.decayAll ? " all" : "");
+    impl->progFp = fnv1a64(recipe, std::strlen(recipe));
+  }
   for (int32_t i : impl->ex->localParams())
     impl->refs.push_back({prog.params[size_t(i)].name, impl->ex->paramShape(i),
                           impl->ex->paramData(i)});
@@ -257,10 +287,14 @@ Expected<int64_t> Trainer::resume() {
     return bad("was written by " + std::to_string(ck->numRanks) +
                " ranks; this run has " + std::to_string(wsize));
   if (ck->programFingerprint != m.progFp)
-    return bad("was written for a different program (fingerprint " +
-               std::to_string(ck->programFingerprint) + ", this program " +
+    return bad("was written for a different program or training recipe "
+               "(fingerprint " +
+               std::to_string(ck->programFingerprint) + ", this run " +
                std::to_string(m.progFp) +
-               "): same model, schedule, ranks and microbatches needed");
+               "): same model, schedule, ranks and microbatches, and the "
+               "same --lr, --lr-schedule, --warmup-steps, --decay-steps "
+               "(default: --steps), --min-lr, --weight-decay and "
+               "--decay-all needed");
   if (ck->data.fingerprint != m.dataFp)
     return bad("was written with different training data");
   if (ck->data.nextStep != ck->step)
@@ -315,6 +349,9 @@ Status Trainer::run(const std::function<void(int64_t)> &before,
   for (int64_t k = m.ex->stepsDone() + 1; k <= m.o.steps; ++k) {
     if (before)
       before(k);
+    // A pure function of the step: a resumed run continues bitwise.
+    if (m.adam)
+      m.adam->get().setLearningRate(m.o.lrSchedule.at(m.o.lr, k));
     auto st = m.ex->step();
     if (!st)
       return Status::error("step " + std::to_string(k) + ": " + st.message());

@@ -502,3 +502,73 @@ TEST(AdamWState, ExportImportContinuesBitwise) {
 }
 
 } // namespace
+
+namespace {
+
+using pipeforge::rt::LrSchedule;
+
+TEST(LrSchedule, WarmupThenCosineToTheMinimum) {
+  LrSchedule s;
+  s.kind = LrSchedule::Kind::Cosine;
+  s.warmupSteps = 4;
+  s.decaySteps = 12;
+  s.minLr = 0.1;
+  EXPECT_DOUBLE_EQ(s.at(1.0, 1), 0.25); // (i + 1) / W
+  EXPECT_DOUBLE_EQ(s.at(1.0, 4), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(1.0, 5), 1.0);               // p = 0
+  EXPECT_NEAR(s.at(1.0, 9), 0.1 + 0.9 * 0.5, 1e-15); // p = 1/2
+  EXPECT_DOUBLE_EQ(s.at(1.0, 13), 0.1);              // i >= T
+  EXPECT_DOUBLE_EQ(s.at(1.0, 1000), 0.1);
+  for (int64_t k = 5; k < 13; ++k) // decays monotonically
+    EXPECT_GT(s.at(1.0, k), s.at(1.0, k + 1));
+}
+
+TEST(LrSchedule, LinearAndConstant) {
+  LrSchedule s;
+  s.kind = LrSchedule::Kind::Linear;
+  s.decaySteps = 10;
+  EXPECT_DOUBLE_EQ(s.at(2.0, 1), 2.0);
+  EXPECT_DOUBLE_EQ(s.at(2.0, 6), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(2.0, 11), 0.0);
+  LrSchedule c; // constant, with a warm-up
+  c.warmupSteps = 2;
+  EXPECT_DOUBLE_EQ(c.at(3.0, 1), 1.5);
+  EXPECT_DOUBLE_EQ(c.at(3.0, 2), 3.0);
+  EXPECT_DOUBLE_EQ(c.at(3.0, 100), 3.0);
+  EXPECT_TRUE(LrSchedule{}.isConstant());
+  EXPECT_FALSE(c.isConstant());
+}
+
+TEST(LrSchedule, BadSchedulesAreErrors) {
+  LrSchedule s;
+  s.kind = LrSchedule::Kind::Cosine;
+  s.warmupSteps = 5;
+  s.decaySteps = 5;
+  EXPECT_FALSE(pipeforge::rt::checkLrSchedule(s, 1.0));
+  s.decaySteps = 6;
+  EXPECT_TRUE(pipeforge::rt::checkLrSchedule(s, 1.0));
+  s.minLr = 2.0;
+  EXPECT_FALSE(pipeforge::rt::checkLrSchedule(s, 1.0));
+  EXPECT_FALSE(pipeforge::rt::parseLrScheduleKind("exp"));
+  EXPECT_TRUE(pipeforge::rt::parseLrScheduleKind("cosine"));
+}
+
+TEST(AdamW, WeightDecayOnlyWhereAsked) {
+  pipeforge::rt::AdamWConfig c;
+  c.lr = 0.1;
+  c.weightDecay = 0.5;
+  pipeforge::rt::AdamW opt(c);
+  std::vector<float> w = {2.f, 2.f}, b = {2.f, 2.f}, gw(2, 0.f), gb(2, 0.f);
+  ASSERT_TRUE(opt.addParam("w", w.data(), gw.data(), 2, /*decay=*/true));
+  ASSERT_TRUE(opt.addParam("b", b.data(), gb.data(), 2, /*decay=*/false));
+  opt.step(opt.localGradInfo()); // zero gradients: only the decay moves w
+  EXPECT_FLOAT_EQ(w[0], 2.f * (1.f - 0.1f * 0.5f));
+  EXPECT_FLOAT_EQ(b[0], 2.f);
+  ASSERT_TRUE(opt.rollbackLastStep());
+  EXPECT_FLOAT_EQ(w[0], 2.f);
+  EXPECT_FLOAT_EQ(b[0], 2.f);
+  EXPECT_TRUE(pipeforge::rt::decaysByDefault({4, 8}));
+  EXPECT_FALSE(pipeforge::rt::decaysByDefault({8}));
+}
+
+} // namespace

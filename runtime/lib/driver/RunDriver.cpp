@@ -67,6 +67,9 @@ namespace {
       msg ? stderr : stdout,
       "usage: [mpirun -np N] pipeforge-run PROGRAM.pfp [--steps K] [--lr X]\n"
       "         [--optimizer adamw|sgd] [--max-grad-norm X]\n"
+      "         [--weight-decay X [--decay-all]]\n"
+      "         [--lr-schedule constant|linear|cosine] [--warmup-steps N]\n"
+      "         [--decay-steps N] [--min-lr X]\n"
       "         [--data synthetic|pattern|TOKENFILE] [--trace FILE]\n"
       "         [--dump-weights FILE] [--comm-timeout SECONDS]\n"
       "         [--recv-lookahead N] [--quiet] [--no-fuse]\n"
@@ -149,7 +152,10 @@ int pipeforge::rt::runDriver(int argc, char **argv,
   int localRanks = -1, deviceOpt = -1; // -1: not given
   bool asyncCompute = false;
   int64_t steps = 10;
-  double lr = 1e-3, maxNorm = 0, timeout = 120;
+  double lr = 1e-3, maxNorm = 0, timeout = 120, weightDecay = 0, minLr = 0;
+  bool decayAll = false;
+  std::string lrScheduleName = "constant";
+  int64_t warmupSteps = 0, decaySteps = -1; // -1: --steps
   int lookahead = 8;
   bool quiet = false, resume = false, noFuse = false;
   std::string ckDir, syncMode = "sync";
@@ -192,6 +198,18 @@ int pipeforge::rt::runDriver(int argc, char **argv,
       lr = num({0, 1e6});
     else if (o == "--max-grad-norm" || o == "--clip")
       maxNorm = num({0, 1e30});
+    else if (o == "--weight-decay")
+      weightDecay = num({0, 1e6});
+    else if (o == "--decay-all")
+      decayAll = true;
+    else if (o == "--lr-schedule")
+      lrScheduleName = val();
+    else if (o == "--warmup-steps")
+      warmupSteps = integer(0, pipeforge::kMaxSteps);
+    else if (o == "--decay-steps")
+      decaySteps = integer(1, pipeforge::kMaxSteps);
+    else if (o == "--min-lr")
+      minLr = num({0, 1e6});
     else if (o == "--optimizer")
       optName = val();
     else if (o == "--data")
@@ -253,6 +271,18 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     usage("--steps must be >= 0");
   if (optName != "adamw" && optName != "sgd")
     usage("--optimizer must be adamw or sgd");
+  auto scheduleKind = parseLrScheduleKind(lrScheduleName);
+  if (!scheduleKind)
+    usage(("--lr-schedule: " + scheduleKind.message()).c_str());
+  LrSchedule lrSchedule;
+  lrSchedule.kind = *scheduleKind;
+  lrSchedule.warmupSteps = warmupSteps;
+  lrSchedule.decaySteps = decaySteps < 0 ? steps : decaySteps;
+  lrSchedule.minLr = minLr;
+  if (Status s = checkLrSchedule(lrSchedule, lr); !s)
+    usage(("--lr-schedule: " + s.message() +
+           " (--warmup-steps, --decay-steps, --min-lr)")
+              .c_str());
   if (syncMode != "sync" && syncMode != "post-validation")
     usage("--optimizer-sync must be sync or post-validation");
   if (syncMode == "post-validation" && optName != "adamw")
@@ -338,6 +368,9 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     to.optimizer = optName;
     to.lr = lr;
     to.maxGradNorm = maxNorm;
+    to.weightDecay = weightDecay;
+    to.decayAll = decayAll;
+    to.lrSchedule = lrSchedule;
     to.data = dataSpecOpt;
     to.checkpointDir = ckDir;
     to.saveEvery = saveEvery;

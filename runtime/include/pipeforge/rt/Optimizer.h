@@ -64,6 +64,40 @@ struct AdamWConfig {
 /// lr * weightDecay < 1 (the rollback divides by 1 - lr wd).
 Status checkConfig(const AdamWConfig &cfg);
 
+/// The default weight-decay rule (docs/optimizer.md): matrices and
+/// embeddings (rank >= 2) decay; biases and norm weights (rank 1) do not.
+inline bool decaysByDefault(const std::vector<int64_t> &shape) {
+  return shape.size() >= 2;
+}
+
+/// A learning-rate schedule (docs/optimizer.md, "Learning-rate schedule"),
+/// a pure function of the step so that a resumed run continues bitwise.
+/// Step k (1-based) with i = k - 1, W = warmupSteps, T = decaySteps:
+///   i < W:        lr * (i + 1) / W                        (linear warm-up)
+///   W <= i < T:   p = (i - W) / (T - W);
+///                 cosine: minLr + (lr - minLr) (1 + cos(pi p)) / 2
+///                 linear: minLr + (lr - minLr) (1 - p)
+///                 constant: lr
+///   i >= T:       minLr (constant: lr)
+/// This is PyTorch's LambdaLR with that factor, stepped after each
+/// optimizer step.
+struct LrSchedule {
+  enum class Kind : uint8_t { Constant, Linear, Cosine };
+  Kind kind = Kind::Constant;
+  int64_t warmupSteps = 0;
+  int64_t decaySteps = 0; ///< T, counted from step 1 (warm-up included)
+  double minLr = 0;
+
+  double at(double lr, int64_t step) const;
+  bool isConstant() const { return kind == Kind::Constant && warmupSteps == 0; }
+};
+/// "constant", "linear", "cosine".
+Expected<LrSchedule::Kind> parseLrScheduleKind(const std::string &name);
+const char *toString(LrSchedule::Kind k);
+/// Errors: negative steps, minLr outside [0, lr], a decaying schedule whose
+/// decay ends before its warm-up does.
+Status checkLrSchedule(const LrSchedule &s, double lr);
+
 /// Gradient statistics; reduce across ranks with combine().
 struct GradInfo {
   double normSq = 0.0;   ///< sum of squared gradient elements
@@ -102,9 +136,12 @@ public:
   explicit AdamWT(AdamWConfig cfg = {});
 
   /// Registers a parameter tensor. `data` and `grad` are not owned and must
-  /// outlive the optimizer. Errors: empty/duplicate name, null pointers,
+  /// outlive the optimizer. `decay`: whether the weight decay applies to it
+  /// (see decaysByDefault). Errors: empty/duplicate name, null pointers,
   /// called while a step is pending validation.
-  Status addParam(std::string name, T *data, T *grad, size_t size);
+  Status addParam(std::string name, T *data, T *grad, size_t size,
+                  bool decay = true);
+  bool paramDecays(size_t i) const { return params[i].decay; }
 
   size_t numParams() const { return params.size(); }
   const std::string &paramName(size_t i) const { return params[i].name; }
@@ -156,6 +193,7 @@ private:
     T *data = nullptr;
     T *grad = nullptr;
     size_t size = 0;
+    bool decay = true; ///< weight decay applies
     std::vector<T> m, v;
     std::vector<T> gradSnapshot; ///< post-validation, snapshotGrads only
   };

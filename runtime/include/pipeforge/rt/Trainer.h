@@ -34,12 +34,18 @@ struct TrainerOptions {
   std::string optimizer = "adamw";
   double lr = 1e-3;
   double maxGradNorm = 0; ///< <= 0: no clipping
+  /// AdamW's decoupled weight decay, on the tensors decaysByDefault picks
+  /// (matrices, embeddings), or on every tensor with decayAll.
+  double weightDecay = 0;
+  bool decayAll = false;
+  /// The learning rate of each step (AdamW; SGD takes only a constant).
+  LrSchedule lrSchedule;
   /// "auto" (synthetic for vocab >= 256, else pattern), "synthetic",
   /// "pattern", or a token file (Data.h).
   std::string data = "auto";
-  std::string checkpointDir; ///< empty: no checkpoints
-  int64_t saveEvery = 0;     ///< 0: never
-  std::string tracePath;     ///< finish(): the merged Chrome trace
+  std::string checkpointDir;   ///< empty: no checkpoints
+  int64_t saveEvery = 0;       ///< 0: never
+  std::string tracePath;       ///< finish(): the merged Chrome trace
   std::string dumpWeightsPath; ///< finish(): the gathered weights
   ExecutorOptions executor;
 };
@@ -53,9 +59,9 @@ class Trainer {
 public:
   /// Errors: bad options (lr, optimizer, data), a token file that does not
   /// fit the model, the executor's errors.
-  static Expected<std::unique_ptr<Trainer>>
-  create(const Program &prog, Backend &be, Transport &tr,
-         const TrainerOptions &o);
+  static Expected<std::unique_ptr<Trainer>> create(const Program &prog,
+                                                   Backend &be, Transport &tr,
+                                                   const TrainerOptions &o);
   ~Trainer();
 
   /// Loads the latest complete checkpoint under checkpointDir; returns the
