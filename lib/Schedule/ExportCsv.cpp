@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Schedule/Export.h"
+#include "pipeforge/Schedule/Generators.h"
 
 #include <algorithm>
 #include <cctype>
@@ -373,6 +374,24 @@ Expected<Schedule> importCsv(const std::string &text,
           break;
         }
       }
+    // A complete schedule has one F per (copy, stage, microbatch): a cell
+    // naming microbatch 404004040 in a file of a few cells is not one, and
+    // must not make the verifier and the simulator size their tables by it.
+    int64_t forwards = 0;
+    for (const auto &row : rows)
+      for (const RawCell &c : row)
+        forwards +=
+            (c.kind == RawCell::Work && c.ptKind == "F") +
+            (c.kind == RawCell::Pair && (c.ptKind == "F" || c.ptKind2 == "F"));
+    if (int64_t(maxMb) + 1 > kMaxMicrobatches ||
+        (int64_t(maxMb) + 1) * total > forwards)
+      throw CsvError{"csv: microbatch " + std::to_string(maxMb) +
+                     " is named, but the file has " + std::to_string(forwards) +
+                     " forward cells: a schedule of " +
+                     std::to_string(int64_t(maxMb) + 1) +
+                     " microbatches over " + std::to_string(total) +
+                     " stages has one per stage and "
+                     "microbatch"};
     s.placement = pl;
     s.numMicrobatches = maxMb + 1;
     return s;

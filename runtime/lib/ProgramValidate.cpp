@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -195,16 +196,9 @@ Status Validator::params() {
     if (pr.type.shape.empty() || !goodShape(pr.type.shape))
       return Status::error(w + ": shape " + str(pr.type) +
                            " must have positive dimensions");
-    bool initOk = pr.init == "zeros" || pr.init == "ones";
-    if (pr.init.rfind("normal:", 0) == 0) {
-      const std::string num = pr.init.substr(7);
-      char *end = nullptr;
-      double sd = num.empty() ? -1 : std::strtod(num.c_str(), &end);
-      initOk = !num.empty() && end && *end == 0 && std::isfinite(sd) && sd >= 0;
-    }
-    if (!initOk)
-      return Status::error(w + ": unknown init \"" + pr.init +
-                           "\" (normal:<std>, zeros, ones)");
+    if (!isValidInitSpec(pr.init))
+      return Status::error(w + ": unknown init \"" + pr.init + "\" (" +
+                           kInitSpecForms + ")");
     if (pr.copy < 0 || pr.copy >= pl.numCopies || pr.stage < 0 ||
         pr.stage >= pl.numStages)
       return Status::error(w + ": owner stage " + std::to_string(pr.stage) +
@@ -747,6 +741,19 @@ Status Validator::run() {
 }
 
 } // namespace
+
+bool isValidInitSpec(const std::string &spec) {
+  if (spec == "zeros" || spec == "ones")
+    return true;
+  if (spec.rfind("normal:", 0) != 0)
+    return false;
+  const std::string num = spec.substr(7);
+  if (num.empty() || num.size() != std::strlen(num.c_str()))
+    return false; // an embedded NUL
+  char *end = nullptr;
+  double sd = std::strtod(num.c_str(), &end);
+  return end && *end == 0 && std::isfinite(sd) && sd >= 0;
+}
 
 Status validateProgram(const Program &p) { return Validator(p).run(); }
 

@@ -207,6 +207,13 @@ Expected<Program> parseProgram(const std::string &bytes);
 /// Checks internal consistency (used by the reader and the compiler).
 Status validateProgram(const Program &p);
 
+/// Whether `spec` is a parameter initialiser the runtime knows
+/// ("normal:<std>" with a finite std >= 0, "zeros", "ones"); the program
+/// validator and the nn dialect's verifier of `nn.init` both ask here.
+bool isValidInitSpec(const std::string &spec);
+/// The accepted forms, for messages: "normal:<std>, zeros, ones".
+inline constexpr const char *kInitSpecForms = "normal:<std>, zeros, ones";
+
 /// A readable listing: settings, params, each stage's functions with their
 /// kernels and buffers, and the per-rank actions.
 std::string dumpProgram(const Program &p);

@@ -14,6 +14,9 @@ def NN_Dialect : Dialect {
     the operand lists. Every op checks its shapes in its verifier.
   }];
   let dependentDialects = ["::mlir::tensor::TensorDialect"];
+  // `nn.init` on a parameter argument must be an initialiser the runtime
+  // knows (the same check as the program validator's).
+  let hasRegionArgAttrVerify = 1;
 }
 
 class NN_Op<string mnemonic, list<Trait> traits = []>
