@@ -360,8 +360,8 @@ double Simulation::runComponents(int32_t r, size_t i, const Action &a,
       }
     }
   } else {
-    // DeepSeek's per-layer order (DOMAIN.md; PairOrder.h). Layer k pairs
-    // F's k-th layer with the backward's k-th (in its own, reversed,
+    // DeepSeek's per-layer order (docs/background.md; PairOrder.h). Layer
+    // k pairs F's k-th layer with the backward's k-th (in its own, reversed,
     // order); a member with fewer layers has empty components there.
     cs = fusedPairComponents(cost, a.work, a.work2, deepSeekPairOrder(), scale);
   }

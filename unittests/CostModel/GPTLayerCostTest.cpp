@@ -2,7 +2,8 @@
 //
 // Imports GPT layers of several shapes and checks that the nn cost model,
 // summed over one transformer layer, gives exactly the Zero Bubble paper's
-// per-layer numbers (DOMAIN.md): F = sbh(24h + 4s), B = sbh(24h + 8s),
+// per-layer numbers (docs/background.md): F = sbh(24h + 4s),
+// B = sbh(24h + 8s),
 // W = 24sbh^2, M_B = sb(34h + 5as) at 2 bytes per element, M_W = 32sbh.
 //
 //===----------------------------------------------------------------------===//

@@ -1,7 +1,7 @@
 //===- ClosedFormTest.cpp - Generated schedules against published formulas ===//
 //
 // Simulates the generators on uniform cost models and checks the closed
-// forms of DOMAIN.md.
+// forms of docs/background.md.
 //
 // Bubble definition under which EVERY formula below holds exactly:
 //

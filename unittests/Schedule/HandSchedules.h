@@ -1,9 +1,9 @@
 //===- HandSchedules.h - Hand-built schedules for the tests -----*- C++ -*-===//
 //
-// Small schedules built directly from the definitions in DOMAIN.md, so the
-// simulator, verifier and exporters can be tested without the generators,
-// plus a message inserter that orders messages by simulated time (one
-// global order, hence deadlock-free under rendezvous).
+// Small schedules built directly from the definitions in docs/background.md,
+// so the simulator, verifier and exporters can be tested without the
+// generators, plus a message inserter that orders messages by simulated
+// time (one global order, hence deadlock-free under rendezvous).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEFORGE_UNITTESTS_SCHEDULE_HANDSCHEDULES_H
@@ -78,7 +78,7 @@ inline Schedule hand1F1B(int p, int m) {
   return s;
 }
 
-/// ZB-H1 (c = 1) / ZB-H2 (c = 2), the DOMAIN.md pseudo code.
+/// ZB-H1 (c = 1) / ZB-H2 (c = 2), the docs/background.md pseudo code.
 inline Schedule handZB(int p, int m, int c) {
   Schedule s = emptyLinear(c == 1 ? "zb-h1" : "zb-h2", p, m);
   for (int r = 0; r < p; ++r) {

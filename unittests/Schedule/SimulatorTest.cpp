@@ -366,7 +366,7 @@ TEST(SimulatorTest, GeneratedDualPipeVSimulates) {
 }
 
 TEST(SimulatorTest, GeneratedMatchHandBuilt) {
-  // The generators agree with the DOMAIN.md definitions on timing.
+  // The generators agree with the docs/background.md definitions on timing.
   struct Case {
     ScheduleKind kind;
     Schedule hand;

@@ -82,7 +82,7 @@ Expected<AutoResult> autoSchedule(const AutoOptions &opts);
 /// The analytic lower bound alone.
 LowerBound autoLowerBound(const AutoOptions &opts);
 
-/// M_W / M_B = 32h / (34h + 5as) (Zero Bubble paper, DOMAIN.md).
+/// M_W / M_B = 32h / (34h + 5as) (Zero Bubble paper, docs/background.md).
 inline double memWRatio(double hidden, double heads, double seq) {
   return 32 * hidden / (34 * hidden + 5 * heads * seq);
 }

@@ -11,8 +11,8 @@
 //              except that "b" is not accepted for bytes (it reads as bits).
 //
 // A byte limit is converted to M_B units with the size of M_B in bytes,
-// which the caller knows (pipeforge-sched: DOMAIN.md's M_B = s b (34h + 5as)
-// per layer; the passes: the stash bytes of each stage's @forward).
+// which the caller knows (pipeforge-sched: M_B = s b (34h + 5as) per layer,
+// docs/background.md; the passes: the stash bytes of each stage's @forward).
 // Plain C++, no MLIR.
 //
 //===----------------------------------------------------------------------===//
@@ -52,8 +52,8 @@ Expected<double> resolveMemoryLimit(const MemoryLimit &limit, int ranks,
 /// Formats a byte count for messages: "512 B", "1.5 KiB", "12.0 GiB" ...
 std::string formatBytes(double bytes);
 
-/// DOMAIN.md's activation memory of one transformer layer for one microbatch,
-/// with 2-byte activations: M_B = s b (34h + 5as) bytes.
+/// The activation memory of one transformer layer for one microbatch, with
+/// 2-byte activations: M_B = s b (34h + 5as) bytes (docs/background.md).
 inline double activationBytesPerLayer(double hidden, double heads, double seq,
                                       double microbatchSize) {
   return seq * microbatchSize * (34 * hidden + 5 * heads * seq);

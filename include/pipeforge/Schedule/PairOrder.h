@@ -3,8 +3,8 @@
 // An overlapped F&B pair runs as one interleaved component program: layer
 // step k pairs F's k-th layer with the k-th layer the backward processes,
 // and every layer step runs its ten components in one per-layer order
-// (DeepSeek's by default, DOMAIN.md). This header list-schedules such a
-// program on two resources (compute, one FIFO comm channel) under the
+// (DeepSeek's by default, docs/background.md). This header list-schedules
+// such a program on two resources (compute, one FIFO comm channel) under the
 // simulator's communication model (docs/schedule-library.md) and searches
 // the per-layer orders for the fastest one.
 //

@@ -19,7 +19,7 @@
 //                                                   // in place and redo /
 //                                                   // skip
 //
-// The rollback is the exact algebraic inverse of the step (DOMAIN.md):
+// The rollback is the exact algebraic inverse of the step (docs/background.md):
 //   m' = m/(1-b1^t), v' = v/(1-b2^t),
 //   theta = (theta + lr m'/(sqrt(v')+eps)) / (1 - lr wd),
 //   m = (m - (1-b1) g)/b1,  v = (v - (1-b2) g^2)/b2,  t = t-1
@@ -175,9 +175,10 @@ public:
   /// finite. Errors: nothing pending.
   Expected<ValidateResult> validate(const GradInfo &global);
 
-  /// Undoes the most recent step in place (DOMAIN.md formulas), using the
-  /// gradients and lr it was taken with. Exposed for tests and tools; the
-  /// gradients must be those of that step (snapshot or unchanged buffers).
+  /// Undoes the most recent step in place (docs/background.md formulas),
+  /// using the gradients and lr it was taken with. Exposed for tests and
+  /// tools; the gradients must be those of that step (snapshot or unchanged
+  /// buffers).
   /// Errors: no step to undo.
   Status rollbackLastStep();
 
