@@ -60,7 +60,7 @@ Automatic schedule (--schedule auto; docs/auto-scheduler.md):
   --gap G               ILP relative gap target (default 0.0001)
   --no-ilp              heuristic only
 
-Model shape (DOMAIN.md; any schedule):
+Model shape (docs/background.md; any schedule):
   --hidden H --heads A --seq S
                         derive M_W / M_B = 32h / (34h + 5as) (overrides --mem-w)
                         and M_B in bytes: s b (34h + 5as) per layer with
