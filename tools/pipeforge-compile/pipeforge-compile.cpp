@@ -16,6 +16,7 @@
 
 #include "pipeforge/Import/ModelLoader.h"
 #include "pipeforge/Pipelines/CompilePipeline.h"
+#include "pipeforge/Support/ToolHelp.h"
 #include "pipeforge/Target/Executable/EmitExecutable.h"
 #include "pipeforge/Target/Program/ProgramLowering.h"
 
@@ -136,7 +137,7 @@ static int runCheck() {
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
-  cl::HideUnrelatedOptions(cat);
+  pipeforge::hideForeignOptions({&cat});
   cl::ParseCommandLineOptions(
       argc, argv,
       "PipeForge compiler: config.json or nn IR -> pipeline program file\n");

@@ -11,6 +11,7 @@
 #include "pipeforge/Import/ModelBuilder.h"
 #include "pipeforge/Import/ModelConfig.h"
 #include "pipeforge/Support/OutputFile.h"
+#include "pipeforge/Support/ToolHelp.h"
 
 #include "pipeforge/Dialect/NN/IR/NNDialect.h"
 
@@ -28,18 +29,19 @@
 
 using namespace llvm;
 
+static cl::OptionCategory cat("pipeforge-import options");
 static cl::opt<std::string> inputPath(cl::Positional, cl::desc("<config.json>"),
-                                      cl::Required);
+                                      cl::Required, cl::cat(cat));
 static cl::opt<std::string>
     outputPath("o", cl::desc("Output file (default: stdout)"),
-               cl::value_desc("file"), cl::init("-"));
+               cl::value_desc("file"), cl::init("-"), cl::cat(cat));
 static cl::opt<int64_t>
     seqLen("seq-len",
            cl::desc("Sequence length (default: the model's maximum positions)"),
-           cl::init(0));
+           cl::init(0), cl::cat(cat));
 static cl::opt<int64_t> microbatch("microbatch-size",
                                    cl::desc("Sequences per microbatch (b)"),
-                                   cl::init(1));
+                                   cl::init(1), cl::cat(cat));
 
 static int fail(const Twine &msg) {
   WithColor::error(errs(), "pipeforge-import")
@@ -49,6 +51,7 @@ static int fail(const Twine &msg) {
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
+  pipeforge::hideForeignOptions({&cat});
   cl::ParseCommandLineOptions(
       argc, argv, "PipeForge model importer: config.json -> nn IR\n");
 

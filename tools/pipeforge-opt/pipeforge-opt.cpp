@@ -9,6 +9,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
@@ -21,7 +22,46 @@
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
 #include "pipeforge/Pipelines/CompilePipeline.h"
 #include "pipeforge/Support/OutputFile.h"
+#include "pipeforge/Support/ToolHelp.h"
 #include "pipeforge/Target/Program/Prepare.h"
+
+// --help lists these by name, one line each; --list-passes prints them with
+// their options, --help-hidden everything (LLVM's own options too).
+// test/Docs/help.test checks this list against --list-passes.
+static const char *const helpPasses[] = {"pp-partition",
+                                         "pp-schedule",
+                                         "pp-insert-comm",
+                                         "pp-verify-schedule",
+                                         "pp-simulate",
+                                         "pp-split-backward",
+                                         "pp-split-components",
+                                         "pp-fuse-overlap",
+                                         "pp-assign-buffers",
+                                         "pp-component-ranges",
+                                         "nn-cost-report",
+                                         "canonicalize",
+                                         "cse",
+                                         "symbol-dce"};
+static const char *const helpPipelines[] = {"pp-compile"};
+
+static std::string passSummary() {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  auto line = [&](llvm::StringRef name, llvm::StringRef desc) {
+    os << "  --" << name;
+    os.indent(name.size() < 22 ? 22 - name.size() : 1) << desc << "\n";
+  };
+  os << "\n\nPasses (with their options: --list-passes):\n";
+  for (const char *name : helpPasses)
+    if (const mlir::PassInfo *info = mlir::PassInfo::lookup(name))
+      line(name, info->getPassDescription());
+  os << "Pass pipelines (with their options: --help-hidden):\n";
+  for (const char *name : helpPipelines)
+    if (const mlir::PassPipelineInfo *info =
+            mlir::PassPipelineInfo::lookup(name))
+      line(name, info->getPassDescription());
+  return text;
+}
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
@@ -39,8 +79,18 @@ int main(int argc, char **argv) {
   // until the destructor aborts ("LLVM ERROR: IO failure"): run its steps
   // here and check the output (pipeforge/Support/OutputFile.h).
   llvm::InitLLVM init(argc, argv);
-  auto [inputFilename, outputFilename] = mlir::registerAndParseCLIOptions(
-      argc, argv, "PipeForge optimizer driver\n", registry);
+  std::string helpHeader =
+      mlir::registerCLIOptions("PipeForge optimizer driver", registry);
+  // One screen of --help: the pass list above, and of MLIR's general
+  // options the ones a pass author uses; the rest under --help-hidden.
+  pipeforge::hideForeignOptions(
+      {}, {"o", "pass-pipeline", "split-input-file", "verify-diagnostics",
+           "list-passes", "show-dialects", "allow-unregistered-dialect",
+           "verify-each", "dump-pass-pipeline", "mlir-print-ir-after-all",
+           "mlir-print-ir-before-all", "mlir-print-op-generic",
+           "mlir-print-debuginfo", "mlir-pass-statistics", "mlir-timing"});
+  auto [inputFilename, outputFilename] =
+      mlir::parseCLIOptions(argc, argv, helpHeader + passSummary());
   mlir::MlirOptMainConfig config =
       mlir::MlirOptMainConfig::createFromCLOptions();
   if (config.shouldShowDialects() || config.shouldListPasses())

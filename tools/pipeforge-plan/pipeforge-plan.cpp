@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Import/ModelLoader.h"
+#include "pipeforge/Support/ToolHelp.h"
 
 #include "pipeforge/Dialect/NN/Analysis/CostSum.h"
 #include "pipeforge/Dialect/NN/IR/NNDialect.h"
@@ -162,7 +163,7 @@ static Expected<plan::ModelCosts> costsOf(mlir::ModuleOp module,
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
-  cl::HideUnrelatedOptions(cat);
+  pipeforge::hideForeignOptions({&cat});
   cl::ParseCommandLineOptions(
       argc, argv,
       "PipeForge planner: the fastest pipeline x data-parallel setup that "

@@ -10,10 +10,16 @@
 
 #include "pipeforge/Target/Program/ProgramLowering.h"
 
+#include "pipeforge/Support/ToolHelp.h"
+
 #include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
 
 int main(int argc, char **argv) {
   pipeforge::target::registerToProgramTranslation();
+  // LLVM's own options (codegen, profiling, targets) are registered before
+  // main: --help-hidden. mlirTranslateMain registers the translations and
+  // its general options (-o, --split-input-file, ...) after this.
+  pipeforge::hideForeignOptions({});
   return mlir::failed(
       mlir::mlirTranslateMain(argc, argv, "PipeForge translation tool"));
 }

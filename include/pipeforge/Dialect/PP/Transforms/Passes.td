@@ -39,7 +39,9 @@ def PPPartition : Pass<"pp-partition", "::mlir::ModuleOp"> {
     Option<"ranks", "ranks", "int", /*default=*/"0",
            "Ranks: required for interleaved, derived (and checked) otherwise">,
     ListOption<"layout", "layout", "int",
-               "Layers per stage, e.g. 3,4,4,3 (default: balance by cost)">,
+               "Comma-separated layers per stage, e.g. 3,4,4,3, one per "
+               "stage (default: balance by cost)",
+               "::llvm::cl::value_desc(\"n,n,...\")">,
     Option<"keepModel", "keep-model", "bool", /*default=*/"false",
            "Keep @model; the pipeline is then named @model_pipeline">,
     Option<"report", "report", "bool", /*default=*/"false",
@@ -113,7 +115,9 @@ def PPSchedule : Pass<"pp-schedule", "::mlir::ModuleOp"> {
   let dependentDialects = ["::pipeforge::pp::PPDialect"];
   let options = !listconcat(PP_CostOptions, [
     Option<"kind", "kind", "std::string", /*default=*/"\"1f1b\"",
-           "gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | zbv | dualpipe | dualpipev">,
+           "gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | zbv | dualpipe | "
+           "dualpipev | auto (the automatic scheduler, under mem-limit) | "
+           "none (one rank, the single-process reference)">,
     Option<"microbatches", "microbatches", "int", /*default=*/"0",
            "Microbatches per step (DualPipe: the total over both directions); "
            "0 = the smallest the kind accepts">,
