@@ -114,6 +114,12 @@ public:
       std::string key;
       find(names, key);
       fail("key '" + key + "' must be in (0, " + num(max) + "], got " + num(x));
+    } else if (x < double(std::numeric_limits<float>::min())) {
+      // The IR keeps these as f32: a smaller value would become 0 there.
+      std::string key;
+      find(names, key);
+      fail("key '" + key + "' must be at least the smallest normal float (" +
+           num(double(std::numeric_limits<float>::min())) + "), got " + num(x));
     }
     return x;
   }

@@ -701,6 +701,10 @@ std::vector<OpSpec> buildTable() {
        {{"logits", F}, {"targets", I}, {"loss_grad", F}},
        {{"logits_grad", F}},
        inferCrossEntropyBwd},
+      // A zero constant (arith.constant 0, e.g. the gradient of a parameter
+      // the loss does not depend on): no operands, and its result has the
+      // type the program gives it (no shape function).
+      {"zeros", {}, {{"result", F}}, nullptr},
   };
   std::sort(t.begin(), t.end(), [](const OpSpec &a, const OpSpec &b) {
     return std::string_view(a.name) < b.name;
@@ -771,6 +775,8 @@ OpShapeResult inferOpShapes(const OpSpec &spec, const OpShapeInput &in) {
                               " of element type " + dtypeName(os.dtype) +
                               ", got " + typeString(*t));
   }
+  if (!spec.infer) // zeros: nothing to derive
+    return OpShapeResult{};
   OpShapeResult r = spec.infer(in);
   if (r && r.results.size() != spec.results.size())
     r.error = "internal error: the shape function of '" +
@@ -802,6 +808,15 @@ OpShapeResult checkKernelTypes(const OpSpec &spec,
   for (size_t s = 0; s < spec.results.size(); ++s) {
     int pos = outSlot[s];
     const TensorType *got = pos < 0 ? nullptr : outputs[size_t(pos)];
+    if (!spec.infer) { // the result type is the program's: only its dtype
+      if (!got || got->dtype != spec.results[s].dtype) {
+        OpShapeResult e =
+            fail(-1, slotName(spec.results, int(s)) + " must be an f32 tensor");
+        e.result = pos;
+        return e;
+      }
+      continue;
+    }
     const std::optional<TensorType> &want = r.results[s];
     std::string name = slotName(spec.results, int(s));
     auto bad = [&](std::string m) {

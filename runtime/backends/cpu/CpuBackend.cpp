@@ -147,6 +147,13 @@ CpuBackend::CpuBackend() {
   openblas_set_num_threads(threads);
 
   //===--- forward ops ---===//
+  // A zero constant: fills its result (whatever its shape).
+  table["zeros"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 0, 1); !s)
+      return s;
+    fillZero(o.o(0), o.ot(0)->numBytes());
+    return Status::ok();
+  };
   table["linear"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s;

@@ -342,6 +342,13 @@ CudaBackend::CudaBackend() {
 }
 
 void CudaBackend::addForwardOps() {
+  // A zero constant: fills its result (whatever its shape).
+  table["zeros"] = [this](const Kernel &k, const Operands &o) -> Status {
+    if (Status s = need(k, o, 0, 1); !s)
+      return s;
+    fillZero(o.o(0), o.ot(0)->numBytes());
+    return Status::ok();
+  };
   table["linear"] = [this](const Kernel &k, const Operands &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s; // (x, W, [b]) -> y = x W^T (+ b)

@@ -80,7 +80,8 @@ struct OpSpec {
   std::vector<OpOperandSpec> results;
   /// Checks the operands and attributes and fills `results` and
   /// `workspaceElements`. Called with every required operand present and of
-  /// its dtype (inferOpShapes checks that first).
+  /// its dtype (inferOpShapes checks that first). Null for `zeros`, whose
+  /// results take the types the program gives them (dtype checked).
   OpShapeResult (*infer)(const OpShapeInput &);
 };
 
