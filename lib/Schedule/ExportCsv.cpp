@@ -282,6 +282,19 @@ Expected<Schedule> importCsv(const std::string &text,
         }
       if (maxStage < 0)
         return Status::error("csv: no compute cells");
+      // Every stage up to the highest must be computed somewhere; check it
+      // before sizing the placement by the highest (a cell "500440000I00"
+      // alone must not allocate 500 million entries).
+      if (size_t(maxStage) + 1 != home.size()) {
+        int32_t missing = 0;
+        for (const auto &[st, r] : home) {
+          if (st != missing)
+            break;
+          ++missing;
+        }
+        return Status::error("csv: stage " + std::to_string(missing) +
+                             " is never computed; pass a placement");
+      }
       pl.numRanks = numRanks;
       pl.numStages = maxStage + 1;
       pl.numCopies = 1;
