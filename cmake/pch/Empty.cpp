@@ -1,0 +1,1 @@
+// The donor of a shared precompiled header (cmake/PipeForgePch.cmake).
