@@ -63,7 +63,9 @@ private:
     Value bv = bias ? param(name + ".bias", {out}, "zeros") : Value();
     auto outType =
         cast<RankedTensorType>(x.getType()).clone({c.batch, c.seqLen, out});
-    return tag(nn::LinearOp::create(b, loc, outType, x, w, bv)).getResult();
+    return tag(nn::LinearOp::create(b, loc, outType, x, w, bv,
+                                    /*partial=*/false))
+        .getResult();
   }
   Value layerNorm(Value x, const std::string &name) {
     Value g = param(name + ".weight", {c.hidden}, "ones");
@@ -195,7 +197,7 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
   Value positions =
       gpt ? param("wpe", {c.maxPositions, c.hidden}, init) : Value();
   Value x = tag(nn::EmbeddingOp::create(b, loc, act(c.hidden), tokens, table,
-                                        positions))
+                                        positions, /*vocab_shards=*/nullptr))
                 .getResult();
 
   // Layers 1 .. L: the blocks.

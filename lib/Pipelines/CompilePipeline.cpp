@@ -2,6 +2,7 @@
 
 #include "pipeforge/Pipelines/CompilePipeline.h"
 
+#include "pipeforge/Dialect/NN/Transforms/Passes.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
 #include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/Schedule/MemoryLimit.h"
@@ -37,6 +38,12 @@ sched::Status resolveCompileOptions(CompileOptions &o) {
   if (o.ranks < 1)
     return sched::Status::error("--ranks must be at least 1 (got " +
                                 std::to_string(o.ranks) + ")");
+  if (o.tp < 1)
+    return sched::Status::error("--tp must be at least 1 (got " +
+                                std::to_string(o.tp) + ")");
+  if (o.sequenceParallel && o.tp < 2)
+    return sched::Status::error(
+        "--sequence-parallel needs tensor parallelism (--tp 2 or more)");
   if (o.microbatches < 0)
     return sched::Status::error("--microbatches must be positive (got " +
                                 std::to_string(o.microbatches) + ")");
@@ -95,6 +102,12 @@ sched::Status checkModelFits(ModuleOp module, const CompileOptions &o) {
 void buildCompilePipeline(OpPassManager &pm, const CompileOptions &o) {
   auto layout =
       sched::stageLayoutFor(o.schedule, o.ranks, o.chunks, o.placement == "v");
+  if (o.tp > 1) {
+    nn::NNShardTensorOptions shard;
+    shard.tp = o.tp;
+    shard.sequenceParallel = o.sequenceParallel;
+    pm.addPass(nn::createNNShardTensor(shard));
+  }
   pp::PPPartitionOptions part;
   part.stages = layout ? layout->stages : o.ranks;
   part.placement = layout ? layout->placement : "linear";
@@ -155,6 +168,13 @@ struct CompilePipelineOptions
       *this, "fuse-overlap",
       llvm::cl::desc("Split components and fuse overlapped F&B pairs"),
       llvm::cl::init(false)};
+  Option<int> tp{*this, "tp",
+                 llvm::cl::desc("Tensor-parallel group size (nn-shard-tensor)"),
+                 llvm::cl::init(1)};
+  Option<bool> sequenceParallel{
+      *this, "sequence-parallel",
+      llvm::cl::desc("With tp > 1: sequence parallelism"),
+      llvm::cl::init(false)};
 };
 } // namespace
 
@@ -177,6 +197,8 @@ void registerCompilePipeline() {
         o.placement = po.placement;
         o.memLimit = po.memLimit;
         o.fuseOverlap = po.fuseOverlap;
+        o.tp = po.tp;
+        o.sequenceParallel = po.sequenceParallel;
         if (sched::Status s = resolveCompileOptions(o); !s)
           return errorHandler("pp-compile: " + s.message());
         buildCompilePipeline(pm, o);

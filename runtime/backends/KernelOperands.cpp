@@ -97,13 +97,20 @@ NormShape normShape(const Kernel &k, const Operands &o) {
   sh.tokens = sh.hidden ? numel(o.t(0)) / sh.hidden : 0;
   return sh;
 }
-EmbeddingShape embeddingShape(const Operands &o) {
+/// Vocabulary parallelism: `vocab_shards` (the program's) and `vocab_start`
+/// (what the executor sets for its tensor-parallel rank).
+static void vocabShard(const Kernel &k, EmbeddingShape &sh) {
+  sh.vocabShards = std::max<Index>(1, attrInt(k, "vocab_shards", 1));
+  sh.vocabStart = std::max<Index>(0, attrInt(k, "vocab_start", 0));
+}
+EmbeddingShape embeddingShape(const Kernel &k, const Operands &o) {
   EmbeddingShape sh;
   sh.seq = lastDim(o.t(0));
   sh.batch = sh.seq ? numel(o.t(0)) / sh.seq : 0;
   sh.hidden = lastDim(o.t(1));
   sh.vocab = firstDim(o.t(1));
   sh.learnedPositions = o.f(2) != nullptr;
+  vocabShard(k, sh);
   return sh;
 }
 EmbeddingShape embeddingBwdShape(const Kernel &k, const Operands &o) {
@@ -113,6 +120,7 @@ EmbeddingShape embeddingBwdShape(const Kernel &k, const Operands &o) {
   sh.hidden = lastDim(o.t(1));
   sh.vocab = attrInt(k, "vocab", firstDim(o.ot(0)));
   sh.learnedPositions = o.o(1) != nullptr;
+  vocabShard(k, sh);
   return sh;
 }
 CrossEntropyShape crossEntropyShape(const Operands &o) {

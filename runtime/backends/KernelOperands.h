@@ -71,7 +71,7 @@ cpu::LinearShape linearBwdWeightShape(const Operands &o);
 /// Norms and their gradient ops: x is operand 0.
 cpu::NormShape normShape(const Kernel &k, const Operands &o);
 /// embedding (tokens, table, [pos]).
-cpu::EmbeddingShape embeddingShape(const Operands &o);
+cpu::EmbeddingShape embeddingShape(const Kernel &k, const Operands &o);
 /// embedding_bwd_weight (tokens, dy) -> dtable [, dpos].
 cpu::EmbeddingShape embeddingBwdShape(const Kernel &k, const Operands &o);
 /// cross_entropy and cross_entropy_bwd: logits are operand 0.

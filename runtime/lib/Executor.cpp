@@ -395,7 +395,13 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Program &prog,
     return Status::error("transport has " + std::to_string(tr.pipelineSize()) +
                          " pipeline ranks, the program " +
                          std::to_string(prog.schedule.numRanks()));
-  auto impl = std::make_unique<Impl>(prog, be, tr, data, opt, o);
+  // Tensor parallelism: this rank's kernels (TensorParallel.cpp).
+  std::shared_ptr<const Program> own;
+  if (prog.training.tensorParallel > 1)
+    own = std::make_shared<const Program>(
+        specializeForTensorRank(prog, tr.tpIndex()));
+  auto impl = std::make_unique<Impl>(own ? *own : prog, be, tr, data, opt, o);
+  impl->ownedProg = std::move(own);
   if (Status s = impl->init(); !s)
     return s;
   return std::unique_ptr<Executor>(new Executor(std::move(impl)));

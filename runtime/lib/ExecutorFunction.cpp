@@ -222,6 +222,26 @@ const KernelCall &Executor::Impl::stageToHost(FnRun &r) {
   return r.hostCall->call;
 }
 
+/// A tensor-parallel kernel: on host memory (staged from a device
+/// backend), blocking on the group's collectives.
+Status Executor::Impl::runTensorParallel(FnRun &r) {
+  const KernelCall *call = &r.call;
+  if (!be.hostVisible())
+    call = &stageToHost(r);
+  double t0 = nowS();
+  Status s = runTensorParallelKernel(*call, tr);
+  if (opts.trace)
+    record(r.label + " " + r.call.kernel->op, 1, t0, nowS(), "\"tp\":1");
+  if (r.hostCall) {
+    for (size_t i = 0; s && i < r.call.out.size(); ++i)
+      if (r.call.out[i])
+        be.copyFromHost(r.call.out[i], r.hostCall->out[i].data(),
+                        int64_t(r.hostCall->out[i].size()));
+    r.hostCall.reset();
+  }
+  return s;
+}
+
 Status Executor::Impl::fnStep(FnRun &r, bool &posted) {
   posted = false;
   if (r.moe) {
@@ -231,6 +251,12 @@ Status Executor::Impl::fnStep(FnRun &r, bool &posted) {
     if (Status s = fnPrepare(r); !s)
       return s;
     const Kernel &k = *r.call.kernel;
+    if (T > 1 && isTensorParallelOp(k.op)) {
+      if (Status s = runTensorParallel(r); !s)
+        return fnError(r, s.message());
+      ++r.next;
+      return Status::ok();
+    }
     if (!(E > 1 && isMoEOp(k.op))) {
       if (Status s = be.run(r.call); !s)
         return fnError(r, s.message());

@@ -114,6 +114,10 @@ struct Executor::Impl {
   /// expert params (w1/w2/w3) of which this rank holds a 1/E slice.
   int E = 1, epi = 0;
   std::set<int32_t> expertParams;
+  /// Tensor parallelism: group size and index. With T > 1 `prog` is this
+  /// rank's specialisation (specializeForTensorRank), owned here.
+  int T = 1, tpi = 0;
+  std::shared_ptr<const Program> ownedProg;
   /// Elements of parameter i held here (its slice for expert params).
   int64_t localElems(int32_t i) const {
     int64_t n = prog.params[size_t(i)].type.numElements();
@@ -205,6 +209,7 @@ struct Executor::Impl {
   Status fnStep(FnRun &r, bool &posted);
   /// r.call with every operand copied to host memory (r.hostCall).
   const KernelCall &stageToHost(FnRun &r);
+  Status runTensorParallel(FnRun &r);
   void recordMoE(const FnRun &r, MoEPhased &m, const std::string &name);
   Status doOverlap(const Action &a, bool &fusedRun);
 
@@ -249,10 +254,25 @@ struct Executor::Impl {
   /// Sums the gradients (all, or the non-expert ones) over group `g` and
   /// divides every local gradient by `size`.
   Status averageGrads(Group g, int size, bool expertsToo);
+  /// Tensor parallelism: the gradients of the tp_reduce_grad parameters
+  /// summed over the group (each rank's covers its share of the tokens).
+  Status sumTensorParallelGrads();
 };
 
 /// "stage S (copy C): message" (ExecutorInit.cpp).
 Status stageError(int c, int s, const std::string &m);
+
+// Tensor parallelism (TensorParallel.cpp).
+/// `prog` with the kernels of TP rank `tpIndex`: `vocab_start` on the
+/// vocabulary-parallel ops; a partial linear's bias and the embedding's
+/// positions only on rank 0.
+Program specializeForTensorRank(const Program &prog, int tpIndex);
+/// TP rank `tpIndex`'s slice (of T) of split parameter p, from the whole
+/// tensor's values.
+void sliceTensorParallel(const Param &p, int T, int tpIndex, const float *whole,
+                         float *out);
+/// One TP kernel on host memory.
+Status runTensorParallelKernel(const KernelCall &c, Transport &tr);
 
 } // namespace pipeforge::rt
 

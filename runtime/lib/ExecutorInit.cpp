@@ -105,6 +105,13 @@ Status Executor::Impl::init() {
         }
       }
   }
+  // Tensor parallelism: the group must match the program's.
+  T = prog.training.tensorParallel;
+  tpi = tr.tpIndex();
+  if (T != tr.tpSize())
+    return Status::error("the program has tensor_parallel " +
+                         std::to_string(T) + " but the transport's group has " +
+                         std::to_string(tr.tpSize()) + " ranks");
   // Local parameters.
   for (size_t i = 0; i < prog.params.size(); ++i) {
     const Param &p = prog.params[i];
@@ -119,8 +126,19 @@ Status Executor::Impl::init() {
     if (!ps.value->p || !ps.grad->p)
       return Status::error("out of memory for parameter '" + p.name + "'");
     std::vector<float> host(static_cast<size_t>(p.type.numElements()));
-    if (Status s = initParamValues(p, prog.training.seed, host.data()); !s)
+    if (p.tpDim >= 0 && T > 1) {
+      // A split param: the whole tensor's values (as the reference), then
+      // this rank's slice.
+      Param whole = p;
+      whole.type.shape[size_t(p.tpDim)] *= T;
+      std::vector<float> all(static_cast<size_t>(whole.type.numElements()));
+      if (Status s = initParamValues(whole, prog.training.seed, all.data()); !s)
+        return s;
+      sliceTensorParallel(p, T, tpi, all.data(), host.data());
+    } else if (Status s = initParamValues(p, prog.training.seed, host.data());
+               !s) {
       return s;
+    }
     // An expert param: initialised whole (as the reference), then sliced.
     int64_t off = expertParams.count(int32_t(i)) ? int64_t(epi) * nLocal : 0;
     be.copyFromHost(ps.value->p, host.data() + off, nLocal * 4);

@@ -140,7 +140,9 @@ static NamedTensors unpackTensors(const std::string &s) {
 Status Executor::Impl::checkReplicas() {
   std::string mine;
   for (auto &[i, ps] : params) {
-    int32_t slice = expertParams.count(i) ? epi : -1;
+    int32_t slice = expertParams.count(i)               ? epi
+                    : prog.params[size_t(i)].tpDim >= 0 ? tpi
+                                                        : -1;
     uint64_t h = fnv1a64(hostValue(ps), size_t(localElems(i)) * sizeof(float));
     mine.append(reinterpret_cast<const char *>(&i), 4);
     mine.append(reinterpret_cast<const char *>(&slice), 4);
@@ -178,8 +180,7 @@ Status Executor::Impl::checkReplicas() {
     int slice = int(found[2]) - 1;
     return Status::error(
         "replicas diverged: parameter '" + prog.params[size_t(found[1])].name +
-        "'" +
-        (slice >= 0 ? " (expert slice " + std::to_string(slice) + ")" : "") +
+        "'" + (slice >= 0 ? " (slice " + std::to_string(slice) + ")" : "") +
         " differs between world ranks " + std::to_string(int(found[3])) +
         " and " + std::to_string(int(found[4])));
   }
@@ -195,7 +196,8 @@ Expected<NamedTensors> Executor::gatherWeights() {
     for (auto &[i, ps] : impl->params) {
       const Param &p = impl->prog.params[size_t(i)];
       bool expert = impl->expertParams.count(i) > 0;
-      if (p.copy != 0 || (!expert && impl->epi != 0))
+      if (p.copy != 0 || (!expert && impl->epi != 0) ||
+          (p.tpDim < 0 && impl->tpi != 0))
         continue;
       int64_t n = impl->localElems(i);
       std::vector<float> v(static_cast<size_t>(n));
@@ -222,6 +224,26 @@ Expected<NamedTensors> Executor::gatherWeights() {
   std::map<std::string, size_t> pos;
   for (size_t i = 0; i < impl->prog.params.size(); ++i)
     pos.emplace(impl->prog.params[i].name, i);
+  // Tensor-parallel shards arrive in TP index order (consecutive world
+  // ranks): concatenated, they are the whole tensor when split along
+  // dimension 0; along a later one, each row's pieces are interleaved.
+  for (auto &[name, v] : out) {
+    const Param &p = impl->prog.params[pos[name]];
+    if (p.tpDim <= 0 || impl->T < 2)
+      continue;
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < p.tpDim; ++d)
+      outer *= p.type.shape[size_t(d)];
+    for (size_t d = size_t(p.tpDim) + 1; d < p.type.shape.size(); ++d)
+      inner *= p.type.shape[d];
+    int64_t block = p.type.shape[size_t(p.tpDim)] * inner, T = impl->T;
+    std::vector<float> whole(v.size());
+    for (int64_t r = 0; r < T; ++r)
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(whole.data() + (o * T + r) * block,
+                    v.data() + (r * outer + o) * block, size_t(block) * 4);
+    v = std::move(whole);
+  }
   std::sort(out.begin(), out.end(),
             [&](auto &a, auto &b) { return pos[a.first] < pos[b.first]; });
   return out;

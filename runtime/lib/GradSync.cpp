@@ -1,8 +1,10 @@
 //===- GradSync.cpp - After a step's actions: reduce, norm, update --------===//
 //
-// Data parallel: every gradient summed over the replicas and divided by dp.
-// Expert parallel: the replicated (non-expert) gradients summed over the
-// group, every gradient divided by E. Then the global gradient norm (each
+// Tensor parallel: the partial gradients of replicated parameters summed
+// over the group. Data parallel: every gradient summed over the replicas
+// and divided by dp. Expert parallel: the replicated (non-expert)
+// gradients summed over the group, every gradient divided by E. Then the
+// global gradient norm (each
 // logical parameter counted once, in global parameter order), the loss, the
 // bubble, and the optimizer step (sync, or post-validation).
 //
@@ -44,7 +46,37 @@ Status Executor::Impl::averageGrads(Group g, int size, bool expertsToo) {
   return Status::ok();
 }
 
+Status Executor::Impl::sumTensorParallelGrads() {
+  int64_t n = 0;
+  for (auto &[i, ps] : params)
+    if (prog.params[size_t(i)].tpReduceGrad)
+      n += ps.grad->bytes / 4;
+  if (n == 0)
+    return Status::ok();
+  std::vector<float> host(static_cast<size_t>(n));
+  int64_t off = 0;
+  for (auto &[i, ps] : params)
+    if (prog.params[size_t(i)].tpReduceGrad) {
+      be.copyToHost(host.data() + off, ps.grad->p, ps.grad->bytes);
+      off += ps.grad->bytes / 4;
+    }
+  if (Status s = tr.allreduce(host.data(), n, Group::Tensor); !s)
+    return s;
+  off = 0;
+  for (auto &[i, ps] : params)
+    if (prog.params[size_t(i)].tpReduceGrad) {
+      be.copyFromHost(ps.grad->p, host.data() + off, ps.grad->bytes);
+      off += ps.grad->bytes / 4;
+    }
+  return Status::ok();
+}
+
 Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
+  // Tensor parallel: the replicated parameters whose gradients are partial
+  // (sequence parallelism) summed over the group.
+  if (T > 1)
+    if (Status s = sumTensorParallelGrads(); !s)
+      return s;
   // Data parallel: every gradient summed over the replicas, divided by dp.
   int D = tr.dpSize();
   if (D > 1)
@@ -103,6 +135,28 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
     for (int32_t i : expertParams)
       paramSq[size_t(i)] = ex[size_t(i)];
     allSq = ex.back();
+    sq = 0;
+    for (auto &[i, ps] : params)
+      if (prog.params[size_t(i)].copy == 0)
+        sq += paramSq[size_t(i)];
+  }
+  if (T > 1) {
+    // A split param's squares: the sum of its shards over the TP group (the
+    // replicated ones are equal on every rank of the group: counted once).
+    // Reduced before the optimistic step, with the finite flag, as for
+    // expert parallelism.
+    std::vector<float> sh(paramSq.size() + 1, 0.0f);
+    for (auto &[i, ps] : params)
+      if (prog.params[size_t(i)].tpDim >= 0)
+        sh[size_t(i)] = paramSq[size_t(i)];
+    sh.back() = float(allSq);
+    if (Status s = tr.allreduce(sh.data(), int64_t(sh.size()), Group::Tensor);
+        !s)
+      return s;
+    for (auto &[i, ps] : params)
+      if (prog.params[size_t(i)].tpDim >= 0)
+        paramSq[size_t(i)] = sh[size_t(i)];
+    allSq = sh.back();
     sq = 0;
     for (auto &[i, ps] : params)
       if (prog.params[size_t(i)].copy == 0)

@@ -227,6 +227,8 @@ std::string serializeProgram(const Program &p) {
                    {"seed", p.training.seed}};
   if (p.training.expertParallel != 1) // absent when 1: E = 1 files unchanged
     j["training"]["expert_parallel"] = p.training.expertParallel;
+  if (p.training.tensorParallel != 1) // absent when 1: T = 1 files unchanged
+    j["training"]["tensor_parallel"] = p.training.tensorParallel;
   Json params = Json::array();
   for (const Param &pr : p.params) {
     params.push_back({{"name", pr.name},
@@ -237,6 +239,10 @@ std::string serializeProgram(const Program &p) {
                       {"stage", pr.stage}});
     if (pr.expertSharded) // absent when false: E = 1 files unchanged
       params.back()["expert_sharded"] = true;
+    if (pr.tpDim >= 0)
+      params.back()["tp_dim"] = pr.tpDim;
+    if (pr.tpReduceGrad)
+      params.back()["tp_reduce_grad"] = true;
   }
   j["params"] = std::move(params);
   Json stages = Json::array();
@@ -496,6 +502,8 @@ Program parseBody(const Json &j) {
   p.training.microbatches = i32Field(t, "microbatches", "training");
   if (t.contains("expert_parallel"))
     p.training.expertParallel = i32Field(t, "expert_parallel", "training");
+  if (t.contains("tensor_parallel"))
+    p.training.tensorParallel = i32Field(t, "tensor_parallel", "training");
   const Json &seed = field(t, "seed", "training");
   if (!seed.is_number_unsigned())
     fail("training.seed", "expected a non-negative integer");
@@ -518,6 +526,14 @@ Program parseBody(const Json &j) {
       if (!e.is_boolean())
         fail(path + ".expert_sharded", "expected true or false");
       pr.expertSharded = e.get<bool>();
+    }
+    if (params[i].contains("tp_dim"))
+      pr.tpDim = i32Field(params[i], "tp_dim", path);
+    if (params[i].contains("tp_reduce_grad")) {
+      const Json &e = params[i]["tp_reduce_grad"];
+      if (!e.is_boolean())
+        fail(path + ".tp_reduce_grad", "expected true or false");
+      pr.tpReduceGrad = e.get<bool>();
     }
     p.params.push_back(std::move(pr));
   }
@@ -556,21 +572,30 @@ Status checkVocab(const Program &p) {
   for (const Stage &st : p.stages)
     for (const Kernel &k : st.forward.kernels) {
       int32_t v = -1;
-      int64_t got = 0;
+      int64_t got = 0, shards = 1;
       const char *what = nullptr;
       if (k.op == "embedding" && k.inputs.size() >= 2) {
         v = k.inputs[1];
         what = "the embedding table has";
-      } else if (k.op == "cross_entropy" && !k.inputs.empty()) {
+        auto it = k.attrs.find("vocab_shards");
+        if (it != k.attrs.end())
+          if (const int64_t *n = std::get_if<int64_t>(&it->second))
+            shards = std::max<int64_t>(1, *n);
+      } else if ((k.op == "cross_entropy" ||
+                  k.op == "vocab_parallel_cross_entropy") &&
+                 !k.inputs.empty()) {
         v = k.inputs[0];
         what = "the logits have";
+        if (k.op != "cross_entropy")
+          shards = p.training.tensorParallel;
       }
       if (v < 0 || size_t(v) >= st.forward.values.size())
         continue;
       const std::vector<int64_t> &sh = st.forward.values[size_t(v)].shape;
       if (sh.empty())
         continue;
-      got = k.op == "embedding" ? sh.front() : sh.back();
+      // Vocabulary parallelism: each rank holds 1 / shards of the entries.
+      got = (k.op == "embedding" ? sh.front() : sh.back()) * shards;
       if (got != p.model.vocab)
         return Status::error("program body: model.vocab is " +
                              std::to_string(p.model.vocab) + " but " + what +

@@ -110,6 +110,9 @@ std::string dumpProgram(const Program &p) {
      << (p.training.expertParallel != 1
              ? ", expert_parallel " + std::to_string(p.training.expertParallel)
              : std::string())
+     << (p.training.tensorParallel != 1
+             ? ", tensor_parallel " + std::to_string(p.training.tensorParallel)
+             : std::string())
      << ", microbatches " << p.training.microbatches << ", seed "
      << p.training.seed << "\n";
   int64_t numel = 0;
@@ -120,7 +123,9 @@ std::string dumpProgram(const Program &p) {
     const Param &pr = p.params[i];
     os << "  #" << i << " " << pr.name << " : " << typeStr(pr.type) << " "
        << pr.init << " -> stage " << pr.stage << " (copy " << pr.copy << ")"
-       << (pr.expertSharded ? ", expert-sharded" : "") << "\n";
+       << (pr.expertSharded ? ", expert-sharded" : "")
+       << (pr.tpDim >= 0 ? ", tp-split dim " + std::to_string(pr.tpDim) : "")
+       << (pr.tpReduceGrad ? ", tp-reduce-grad" : "") << "\n";
   }
   os << "stages: " << p.stages.size() << "\n";
   for (const Stage &s : p.stages) {

@@ -356,6 +356,19 @@ std::optional<R> checkPositions(int operand, int64_t positions, int64_t seq) {
   return std::nullopt;
 }
 
+/// `vocab_shards` (default 1): the tensor-parallel ranks the table's rows
+/// are split over.
+R checkVocabShards(const AttrMap &attrs) {
+  Attrs a{attrs, {}};
+  auto shards = a.integer("vocab_shards", false, 1);
+  if (!shards)
+    return fail(-1, a.error);
+  if (*shards < 1)
+    return fail(-1,
+                "expects vocab_shards >= 1, got " + std::to_string(*shards));
+  return R{};
+}
+
 R inferEmbedding(const OpShapeInput &in) {
   const TensorType &tok = *opd(in, 0), &table = *opd(in, 1);
   if (R r = checkTokens(tok); !r)
@@ -364,6 +377,8 @@ R inferEmbedding(const OpShapeInput &in) {
     return fail(1, "expects a table of rank 2 ([vocab, hidden]), got rank " +
                        std::to_string(rank(table)));
   int64_t h = table.shape[1];
+  if (R r = checkVocabShards(in.attrs); !r)
+    return r;
   if (const TensorType *pos = opd(in, 2)) {
     if (rank(*pos) != 2 || !agree(pos->shape[1], h))
       return fail(2, "expects positions of shape [max_positions, " + num(h) +
@@ -383,6 +398,8 @@ R inferEmbeddingBwdWeight(const OpShapeInput &in) {
     return fail(1, "expects result_grad of shape [" + num(tok.shape[0]) + ", " +
                        num(tok.shape[1]) + ", hidden], got " +
                        shapeString(dy.shape));
+  if (R r = checkVocabShards(in.attrs); !r)
+    return r;
   Attrs a{in.attrs, {}};
   auto vocab = a.integer("vocab", true);
   if (!vocab)
@@ -599,6 +616,90 @@ R inferCrossEntropyBwd(const OpShapeInput &in) {
   return done({*opd(in, 0)}, rows(opd(in, 0)->shape));
 }
 
+//===--- tensor parallelism (docs/tensor-parallel.md) ---===//
+
+/// The required group size `tp` (>= 2); on failure `err` says why.
+std::optional<int64_t> groupSize(const OpShapeInput &in, R &err) {
+  Attrs a{in.attrs, {}};
+  auto tp = a.integer("tp", true);
+  if (!tp) {
+    err = fail(-1, a.error);
+    return std::nullopt;
+  }
+  if (*tp < 2) {
+    err = fail(-1, "expects tp >= 2 (a tensor-parallel group), got " +
+                       std::to_string(*tp));
+    return std::nullopt;
+  }
+  return tp;
+}
+
+R inferTPUnary(const OpShapeInput &in) {
+  R err;
+  if (!groupSize(in, err))
+    return err;
+  return done({*opd(in, 0)});
+}
+
+/// tp_all_gather (`gather`: the result's `dim` is tp times the input's) and
+/// tp_reduce_scatter (divided by tp, which must divide it).
+R inferTPGatherScatter(const OpShapeInput &in, bool gather) {
+  R err;
+  auto tp = groupSize(in, err);
+  if (!tp)
+    return err;
+  Attrs a{in.attrs, {}};
+  auto dim = a.integer("dim", true);
+  if (!dim)
+    return fail(-1, a.error);
+  const TensorType &x = *opd(in, 0);
+  if (*dim < 0 || *dim >= rank(x))
+    return fail(0, "expects dim in [0, " + std::to_string(rank(x)) +
+                       ") for an input of rank " + std::to_string(rank(x)) +
+                       ", got " + std::to_string(*dim));
+  Shape out = x.shape;
+  int64_t &d = out[size_t(*dim)];
+  if (!isDyn(d)) {
+    if (gather) {
+      d = mulSat(d, *tp);
+    } else {
+      if (d % *tp)
+        return fail(0, "expects input dimension " + std::to_string(*dim) +
+                           " (" + num(d) +
+                           ") to be divisible by tp = " + std::to_string(*tp));
+      d /= *tp;
+    }
+  }
+  return done({f32(out)});
+}
+R inferTPAllGather(const OpShapeInput &in) {
+  return inferTPGatherScatter(in, true);
+}
+R inferTPReduceScatter(const OpShapeInput &in) {
+  return inferTPGatherScatter(in, false);
+}
+
+/// Scratch of the vocabulary-parallel loss: max, sum of exponentials and
+/// target logit per token.
+R inferVocabParallelCrossEntropy(const OpShapeInput &in) {
+  R err;
+  if (!groupSize(in, err))
+    return err;
+  if (R r = checkCrossEntropy(in); !r)
+    return r;
+  return done({f32({})}, mulSat(3, rows(opd(in, 0)->shape)));
+}
+R inferVocabParallelCrossEntropyBwd(const OpShapeInput &in) {
+  R err;
+  if (!groupSize(in, err))
+    return err;
+  R r = inferCrossEntropyBwd(in);
+  if (r)
+    r.workspaceElements =
+        addSat(r.workspaceElements, mulSat(2, rows(opd(in, 0)->shape)));
+  return r;
+}
+
 //===--- the table ---===//
 
 constexpr DType F = DType::F32, I = DType::I32;
@@ -701,6 +802,22 @@ std::vector<OpSpec> buildTable() {
        {{"logits", F}, {"targets", I}, {"loss_grad", F}},
        {{"logits_grad", F}},
        inferCrossEntropyBwd},
+      // Tensor parallelism: collectives over the tensor-parallel group.
+      {"tp_copy", {{"input", F}}, {{"result", F}}, inferTPUnary},
+      {"tp_all_reduce", {{"input", F}}, {{"result", F}}, inferTPUnary},
+      {"tp_all_gather", {{"input", F}}, {{"result", F}}, inferTPAllGather},
+      {"tp_reduce_scatter",
+       {{"input", F}},
+       {{"result", F}},
+       inferTPReduceScatter},
+      {"vocab_parallel_cross_entropy",
+       {{"logits", F}, {"targets", I}},
+       {{"loss", F}},
+       inferVocabParallelCrossEntropy},
+      {"vocab_parallel_cross_entropy_bwd",
+       {{"logits", F}, {"targets", I}, {"loss_grad", F}},
+       {{"logits_grad", F}},
+       inferVocabParallelCrossEntropyBwd},
       // A zero constant (arith.constant 0, e.g. the gradient of a parameter
       // the loss does not depend on): no operands, and its result has the
       // type the program gives it (no shape function).

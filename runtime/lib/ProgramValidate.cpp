@@ -132,6 +132,9 @@ Status Validator::settings() {
   if (t.expertParallel < 1)
     return Status::error("training.expert_parallel must be at least 1 (is " +
                          std::to_string(t.expertParallel) + ")");
+  if (t.tensorParallel < 1)
+    return Status::error("training.tensor_parallel must be at least 1 (is " +
+                         std::to_string(t.tensorParallel) + ")");
   if (t.microbatches < 1)
     return Status::error("training.microbatches must be at least 1 (is " +
                          std::to_string(t.microbatches) + ")");
@@ -215,6 +218,20 @@ Status Validator::params() {
                              " experts do not split over " + std::to_string(E) +
                              " ranks");
     }
+    int T = p.training.tensorParallel;
+    if (pr.tpDim != -1 &&
+        (pr.tpDim < 0 || size_t(pr.tpDim) >= pr.type.shape.size()))
+      return Status::error(w + ": tp_dim " + std::to_string(pr.tpDim) +
+                           " is not a dimension of " + str(pr.type));
+    if ((pr.tpDim >= 0 || pr.tpReduceGrad) && T <= 1)
+      return Status::error(w + ": tensor-parallel, but training." +
+                           "tensor_parallel is " + std::to_string(T));
+    if (pr.tpDim >= 0 && pr.tpReduceGrad)
+      return Status::error(w + ": split (tp_dim) and tp_reduce_grad: only a "
+                               "replicated parameter's gradient is summed");
+    if (pr.tpDim >= 0 && pr.expertSharded)
+      return Status::error(w + ": both expert-sharded and split over the "
+                               "tensor-parallel group");
   }
   return Status::ok();
 }

@@ -4,7 +4,8 @@
 //       --microbatches 8 --seq-len 16 --microbatch-size 2 -o gpt.pfp
 //   pipeforge-compile --check gpt.pfp [--dump]
 //
-// Runs the whole flow in-process (docs/compile.md): import -> pp-partition
+// Runs the whole flow in-process (docs/compile.md): import ->
+// [nn-shard-tensor with --tp] -> pp-partition
 // -> pp-split-backward -> pp-schedule -> pp-insert-comm ->
 // pp-verify-schedule (with --fuse-overlap also pp-split-components after
 // pp-split-backward and pp-fuse-overlap at the end), then lowers the
@@ -60,6 +61,16 @@ static cl::opt<int> ep("ep",
                                 "layer's experts are split over this many "
                                 "ranks (must divide the expert count)"),
                        cl::init(1), cl::cat(cat));
+static cl::opt<int> tp("tp",
+                       cl::desc("Tensor-parallel group size: each layer is "
+                                "split Megatron-style over this many ranks "
+                                "(--nn-shard-tensor, docs/tensor-parallel.md)"),
+                       cl::init(1), cl::cat(cat));
+static cl::opt<bool> sequenceParallel(
+    "sequence-parallel",
+    cl::desc("With --tp: split the activations between the sharded layers "
+             "along the sequence"),
+    cl::cat(cat));
 static cl::opt<int> microbatches(
     "microbatches",
     cl::desc("Microbatches per step, over both copies for DualPipe "
@@ -158,6 +169,8 @@ int main(int argc, char **argv) {
   co.placement = placement;
   co.memLimit = memLimit;
   co.fuseOverlap = fuseOverlap;
+  co.tp = tp;
+  co.sequenceParallel = sequenceParallel;
   if (sched::Status s = pipelines::resolveCompileOptions(co); !s)
     return fail(s.message());
   if (dp < 1)

@@ -42,6 +42,8 @@ std::vector<Instance> goodInstances() {
   AttrMap attn{{"num_heads", int64_t(2)},
                {"num_kv_heads", int64_t(1)},
                {"rotary", true}};
+  AttrMap tp{{"tp", int64_t(2)}};
+  AttrMap tpDim{{"tp", int64_t(2)}, {"dim", int64_t(1)}};
   AttrMap moe{{"top_k", int64_t(2)},
               {"capacity_factor", 1.25},
               {"activation", std::string("silu")}};
@@ -78,6 +80,16 @@ std::vector<Instance> goodInstances() {
       {"moe_bwd_input", {X, r, w1, w2, w1, X}, {X}, moe, {}},
       {"moe_bwd_weight", {X, r, w1, w2, w1, X}, {r, w1, w2, w1}, moe, {}},
       {"cross_entropy_bwd", {logits, tok, scalar}, {logits}, {}, {}},
+      {"tp_copy", {X}, {X}, tp, {}},
+      {"tp_all_reduce", {X}, {X}, tp, {}},
+      {"tp_all_gather", {X}, {f32({2, 8, 3})}, tpDim, {}},
+      {"tp_reduce_scatter", {X}, {f32({2, 2, 3})}, tpDim, {}},
+      {"vocab_parallel_cross_entropy", {logits, tok}, {scalar}, tp, {{0, 2}}},
+      {"vocab_parallel_cross_entropy_bwd",
+       {logits, tok, scalar},
+       {logits},
+       tp,
+       {}},
   };
 }
 

@@ -48,6 +48,10 @@ struct CompileOptions {
   std::string memLimit;
   /// pp-split-components and pp-fuse-overlap: fused F&B pairs.
   bool fuseOverlap = false;
+  /// nn-shard-tensor: the tensor-parallel group size (1: none) and
+  /// sequence parallelism.
+  int tp = 1;
+  bool sequenceParallel = false;
 };
 
 /// Fills the defaults and checks the options against each other (an unknown

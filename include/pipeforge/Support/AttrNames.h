@@ -29,6 +29,20 @@ inline constexpr llvm::StringLiteral kNNName = "nn.name"; ///< parameter name
 inline constexpr llvm::StringLiteral kNNInit = "nn.init"; ///< initialiser spec
 inline constexpr llvm::StringLiteral kNNLayer = "nn.layer"; ///< layer index
 
+//===--- Tensor parallelism (--nn-shard-tensor, docs/tensor-parallel.md) --===//
+/// On the model function: the tensor-parallel group size (i64), and a unit
+/// attribute when activations outside the sharded layers are split along
+/// the sequence (sequence parallelism).
+inline constexpr llvm::StringLiteral kTensorParallel = "nn.tensor_parallel";
+inline constexpr llvm::StringLiteral kSequenceParallel = "nn.sequence_parallel";
+/// On a parameter argument: the dimension split over the group (i64); the
+/// argument's type is one rank's shard. Absent: replicated.
+inline constexpr llvm::StringLiteral kTPDim = "nn.tp_dim";
+/// On a replicated parameter argument whose gradient each rank computes
+/// from its own share of the tokens (sequence parallelism): the gradients
+/// are summed over the group before the optimizer step.
+inline constexpr llvm::StringLiteral kTPReduceGrad = "nn.tp_reduce_grad";
+
 //===--- On stage functions (pp-partition, pp-split-backward) -------------===//
 inline constexpr llvm::StringLiteral kPPRole = "pp.role";
 inline constexpr llvm::StringLiteral kPPArg = "pp.arg";

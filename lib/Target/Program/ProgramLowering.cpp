@@ -109,6 +109,7 @@ private:
   }
 
   LogicalResult checkExpertParallel(pp::PipelineOp pipeline);
+  LogicalResult setTensorParallel(pp::PipelineOp pipeline);
   void markExpertShards(pp::PipelineOp pipeline);
 
   ModuleOp module;
@@ -155,6 +156,9 @@ LogicalResult Lowering::collectParams(pp::StageOp st, int copy,
     p.init = init.empty() ? "zeros" : init.str();
     p.copy = copy;
     p.stage = int32_t(st.getIndex());
+    if (auto dim = f.getArgAttrOfType<IntegerAttr>(i, attrs::kTPDim))
+      p.tpDim = int32_t(dim.getInt());
+    p.tpReduceGrad = static_cast<bool>(f.getArgAttr(i, attrs::kTPReduceGrad));
     prog.params.push_back(std::move(p));
     fi.paramOfArg[i] = it->second;
   }
@@ -422,6 +426,35 @@ LogicalResult Lowering::checkExpertParallel(pp::PipelineOp pipeline) {
   return success();
 }
 
+/// The tensor-parallel group size: the `tp` of every collective (and the
+/// `vocab_shards` of the embedding) that --nn-shard-tensor put in the
+/// stages; all must agree.
+LogicalResult Lowering::setTensorParallel(pp::PipelineOp pipeline) {
+  int64_t tp = 1;
+  Operation *first = nullptr;
+  WalkResult r = pipeline.walk([&](Operation *op) {
+    int64_t t = 1;
+    if (auto comm = dyn_cast<nn::CommOpInterface>(op))
+      t = comm.getGroupSize();
+    else if (auto e = dyn_cast<nn::EmbeddingOp>(op))
+      t = int64_t(e.getVocabShards().value_or(1));
+    if (t == 1)
+      return WalkResult::advance();
+    if (tp != 1 && t != tp) {
+      op->emitError() << "tensor-parallel group of " << t << " ranks, but "
+                      << first->getName() << " has " << tp;
+      return WalkResult::interrupt();
+    }
+    tp = t;
+    first = op;
+    return WalkResult::advance();
+  });
+  if (r.wasInterrupted())
+    return failure();
+  prog.training.tensorParallel = int32_t(tp);
+  return success();
+}
+
 /// The expert weights (w1, w2, w3) of every nn.moe are split over the EP
 /// group: the program says so per parameter, so the runtime never looks at
 /// kernels to find them.
@@ -471,6 +504,8 @@ FailureOr<rt::Program> Lowering::run() {
   if (!opts.schedule && prog.training.schedule.empty())
     prog.training.schedule = schedOp.getKind().str();
   if (failed(checkExpertParallel(pipeline)))
+    return failure();
+  if (failed(setTensorParallel(pipeline)))
     return failure();
   prog.schedule =
       opts.schedule ? *opts.schedule : pp::toLibrarySchedule(schedOp);

@@ -224,13 +224,14 @@ CpuBackend::CpuBackend() {
   table["embedding"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s;
-    EmbeddingShape sh = embeddingShape(o);
+    EmbeddingShape sh = embeddingShape(k, o);
     assertElems(o.t(1), sh.vocab * sh.hidden);
     assert((!o.f(2) || numel(o.t(2)) >= sh.seq * sh.hidden) &&
            "fewer positions than the sequence length");
     assertElems(o.ot(0), sh.batch * sh.seq * sh.hidden);
     EmbeddingParams<float> p{o.f(1), o.f(2)};
-    if (Status s = checkTargets(k, o.i32(0), numel(o.t(0)), sh.vocab, "token");
+    if (Status s = checkTargets(k, o.i32(0), numel(o.t(0)),
+                                sh.vocab * sh.vocabShards, "token");
         !s)
       return s;
     EmbeddingSaved sv;
@@ -386,7 +387,8 @@ CpuBackend::CpuBackend() {
       if (numel(o.ot(1)) < sh.seq * sh.hidden)
         return opError(k, "positions gradient smaller than seq x hidden");
     }
-    if (Status s = checkTargets(k, o.i32(0), numel(o.t(0)), sh.vocab, "token");
+    if (Status s = checkTargets(k, o.i32(0), numel(o.t(0)),
+                                sh.vocab * sh.vocabShards, "token");
         !s)
       return s;
     EmbeddingSaved sv;

@@ -250,6 +250,10 @@ void mulB(Index n, const MulSaved<T> &saved, const T *dy, T *da, T *db);
 struct EmbeddingShape {
   Index batch = 0, seq = 0, hidden = 0, vocab = 0;
   bool learnedPositions = true; ///< pos table [seq_max >= seq, hidden]
+  /// Vocabulary parallelism: the table holds rows [vocabStart, vocabStart +
+  /// vocab) of a table of vocab x vocabShards rows; other tokens read (and
+  /// write) nothing.
+  Index vocabStart = 0, vocabShards = 1;
 };
 template <typename T> struct EmbeddingParams {
   const T *table = nullptr; ///< [vocab, hidden]
@@ -269,6 +273,28 @@ void embeddingF(const EmbeddingShape &s, const EmbeddingParams<T> &p,
 template <typename T>
 void embeddingW(const EmbeddingShape &s, const EmbeddingSaved &saved,
                 const T *dy, const EmbeddingGrads<T> &g);
+
+//===----------------------------------------------------------------------===//
+// Vocabulary-parallel cross-entropy (tensor parallelism): each rank holds a
+// [tokens, V] shard of the logits, vocabulary entries [start, start + V);
+// the executor all-reduces the per-token statistics between the steps.
+// Summed over the shards, the steps give crossEntropyF / crossEntropyB.
+//===----------------------------------------------------------------------===//
+
+/// m[t] = max_j logits[t, j] over this shard.
+void vocabShardMax(Index tokens, Index V, const float *logits, float *m);
+/// With the global max m: stats[2t] = sum_j exp(logits[t, j] - m[t]) over
+/// this shard, stats[2t + 1] = logits[t, target - start] when the target
+/// is in the shard, else 0.
+void vocabShardStats(Index tokens, Index V, Index start, const float *logits,
+                     const int32_t *targets, const float *m, float *stats);
+/// The mean loss from the global statistics: m + log(sum) - target logit.
+float vocabParallelLoss(Index tokens, const float *m, const float *stats);
+/// dlogits of this shard: (exp(l - m) / sum - onehot) dloss / tokens.
+void vocabParallelLossBwd(Index tokens, Index V, Index start,
+                          const float *logits, const int32_t *targets,
+                          const float *m, const float *stats, float dloss,
+                          float *dlogits);
 
 /// Index of the first value outside [0, limit), or -1 when all are valid.
 Index firstInvalidIndex(const int32_t *v, Index n, Index limit);

@@ -20,16 +20,13 @@ void embeddingF(const EmbeddingShape &s, const EmbeddingParams<T> &p,
   for (Index b = 0; b < s.batch; ++b)
     for (Index i = 0; i < s.seq; ++i) {
       Index t = b * s.seq + i;
-      const T *row = p.table + Index(tokens[t]) * H;
+      Index local = Index(tokens[t]) - s.vocabStart;
+      const T *row =
+          local >= 0 && local < s.vocab ? p.table + local * H : nullptr;
       T *yr = y + t * H;
-      if (s.learnedPositions) {
-        const T *pr = p.pos + i * H;
-        for (Index j = 0; j < H; ++j)
-          yr[j] = row[j] + pr[j];
-      } else {
-        for (Index j = 0; j < H; ++j)
-          yr[j] = row[j];
-      }
+      const T *pr = s.learnedPositions ? p.pos + i * H : nullptr;
+      for (Index j = 0; j < H; ++j)
+        yr[j] = row && pr ? row[j] + pr[j] : row ? row[j] : pr ? pr[j] : T(0);
     }
   saved.tokens = tokens;
 }
@@ -43,9 +40,12 @@ void embeddingW(const EmbeddingShape &s, const EmbeddingSaved &saved,
     for (Index i = 0; i < s.seq; ++i) {
       Index t = b * s.seq + i;
       const T *dyr = dy + t * H;
-      T *dt = g.dtable + Index(saved.tokens[t]) * H;
-      for (Index j = 0; j < H; ++j)
-        dt[j] += dyr[j];
+      Index local = Index(saved.tokens[t]) - s.vocabStart;
+      if (local >= 0 && local < s.vocab) {
+        T *dt = g.dtable + local * H;
+        for (Index j = 0; j < H; ++j)
+          dt[j] += dyr[j];
+      }
       if (s.learnedPositions) {
         T *dp = g.dpos + i * H;
         for (Index j = 0; j < H; ++j)

@@ -47,6 +47,57 @@ void crossEntropyB(const CrossEntropyShape &s,
   }
 }
 
+void vocabShardMax(Index tokens, Index V, const float *logits, float *m) {
+  for (Index t = 0; t < tokens; ++t) {
+    const float *row = logits + t * V;
+    float x = row[0];
+    for (Index j = 1; j < V; ++j)
+      x = row[j] > x ? row[j] : x;
+    m[t] = x;
+  }
+}
+
+void vocabShardStats(Index tokens, Index V, Index start, const float *logits,
+                     const int32_t *targets, const float *m, float *stats) {
+  for (Index t = 0; t < tokens; ++t) {
+    const float *row = logits + t * V;
+    float sum = 0;
+    for (Index j = 0; j < V; ++j)
+      sum += math::softmaxExp(row[j], m[t]);
+    Index local = Index(targets[t]) - start;
+    stats[2 * t] = sum;
+    stats[2 * t + 1] = local >= 0 && local < V ? row[local] : 0.0f;
+  }
+}
+
+float vocabParallelLoss(Index tokens, const float *m, const float *stats) {
+  double total = 0;
+  for (Index t = 0; t < tokens; ++t) {
+    float lse = m[t] + math::pfLog(stats[2 * t]);
+    total += double(lse - stats[2 * t + 1]);
+  }
+  return tokens ? float(total / double(tokens)) : 0.0f;
+}
+
+void vocabParallelLossBwd(Index tokens, Index V, Index start,
+                          const float *logits, const int32_t *targets,
+                          const float *m, const float *stats, float dloss,
+                          float *dlogits) {
+  if (tokens == 0)
+    return;
+  float scale = dloss / float(tokens);
+  for (Index t = 0; t < tokens; ++t) {
+    const float *row = logits + t * V;
+    float lse = m[t] + math::pfLog(stats[2 * t]);
+    float *d = dlogits + t * V;
+    for (Index j = 0; j < V; ++j)
+      d[j] = math::pfExp(row[j] - lse) * scale;
+    Index local = Index(targets[t]) - start;
+    if (local >= 0 && local < V)
+      d[local] -= scale;
+  }
+}
+
 #define PF_INSTANTIATE(T)                                                      \
   template T crossEntropyF<T>(const CrossEntropyShape &, const T *,            \
                               const int32_t *, CrossEntropySaved<T> &);        \

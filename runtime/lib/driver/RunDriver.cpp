@@ -338,9 +338,9 @@ int pipeforge::rt::runDriver(int argc, char **argv,
                     std::to_string(nanMb) + ": step after the last (--steps " +
                     std::to_string(steps) + ")");
     }
-    if (Status s =
-            tr->setupGrid(p.training.pipelineRanks, p.training.dataParallel,
-                          p.training.expertParallel);
+    if (Status s = tr->setupTensorGrid(
+            p.training.pipelineRanks, p.training.dataParallel,
+            p.training.expertParallel, p.training.tensorParallel);
         !s)
       return fail(s.message());
 

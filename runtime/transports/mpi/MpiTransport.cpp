@@ -88,7 +88,9 @@ public:
       MPI_Comm_free(&dp);
     if (ep != MPI_COMM_NULL)
       MPI_Comm_free(&ep);
-    for (MPI_Comm *c : {&pipeData, &dpData, &epData, &worldData})
+    if (tp != MPI_COMM_NULL)
+      MPI_Comm_free(&tp);
+    for (MPI_Comm *c : {&pipeData, &dpData, &epData, &tpData, &worldData})
       if (*c != MPI_COMM_NULL)
         MPI_Comm_free(c);
     int fin = 0;
@@ -99,10 +101,13 @@ public:
   const char *name() const override { return "mpi"; }
 
   Status setup(int p, int d) override { return setupGrid(p, d, 1); }
-  /// The ranks as a RankGrid (world rank = (replica * E + expert) * P +
-  /// pipeline); one communicator per group the grid defines.
   Status setupGrid(int p, int d, int e) override {
-    RankGrid grid{p, e, d};
+    return setupTensorGrid(p, d, e, 1);
+  }
+  /// The ranks as a RankGrid (world rank = ((replica * E + expert) * P +
+  /// pipeline) * T + tensor); one communicator per group the grid defines.
+  Status setupTensorGrid(int p, int d, int e, int t) override {
+    RankGrid grid{p, e, d, t};
     if (!grid.valid() || grid.size() != wsize)
       return Status::error("the program needs " + grid.describe() +
                            ", but MPI started " + std::to_string(wsize) +
@@ -111,25 +116,31 @@ public:
     P = p;
     D = d;
     E = e;
+    T = t;
     RankCoord c = grid.coordOf(wrank);
     prank = c.pipeline;
     epi = c.expert;
     dpi = c.replica;
+    tpi = c.tensor;
     auto split = [&](GroupPosition g, MPI_Comm *out) {
       MPI_Comm_split(MPI_COMM_WORLD, g.instance, g.index, out);
     };
     split(grid.pipelineGroup(c), &pipe);
     split(grid.dataParallelGroup(c), &dp);
     split(grid.expertGroup(c), &ep);
+    split(grid.tensorGroup(c), &tp);
     // Duplicates for the data phase of non-blocking all-to-alls.
     MPI_Comm_dup(pipe, &pipeData);
     MPI_Comm_dup(dp, &dpData);
     MPI_Comm_dup(ep, &epData);
+    MPI_Comm_dup(tp, &tpData);
     MPI_Comm_dup(MPI_COMM_WORLD, &worldData);
     return Status::ok();
   }
   int epIndex() const override { return epi; }
   int epSize() const override { return E; }
+  int tpIndex() const override { return tpi; }
+  int tpSize() const override { return T; }
   bool asyncProgress() const override { return threadOk; }
   Expected<RequestId>
   allToAllStart(const std::vector<std::vector<float>> &send,
@@ -357,11 +368,13 @@ private:
     int64_t tag;
     MPI_Request req = MPI_REQUEST_NULL;
   };
-  int wrank = 0, wsize = 1, P = 1, D = 1, E = 1, prank = 0, dpi = 0, epi = 0,
-      tagUb = 32767;
-  MPI_Comm pipe = MPI_COMM_NULL, dp = MPI_COMM_NULL, ep = MPI_COMM_NULL;
+  int wrank = 0, wsize = 1, P = 1, D = 1, E = 1, T = 1, prank = 0, dpi = 0,
+      epi = 0, tpi = 0, tagUb = 32767;
+  MPI_Comm pipe = MPI_COMM_NULL, dp = MPI_COMM_NULL, ep = MPI_COMM_NULL,
+           tp = MPI_COMM_NULL;
   MPI_Comm pipeData = MPI_COMM_NULL, dpData = MPI_COMM_NULL,
-           epData = MPI_COMM_NULL, worldData = MPI_COMM_NULL;
+           epData = MPI_COMM_NULL, tpData = MPI_COMM_NULL,
+           worldData = MPI_COMM_NULL;
   MPI_Comm dataComm(Group g) const {
     switch (g) {
     case Group::DataParallel:
@@ -370,6 +383,8 @@ private:
       return pipeData;
     case Group::Expert:
       return epData;
+    case Group::Tensor:
+      return tpData;
     case Group::World:
       break;
     }
@@ -498,6 +513,8 @@ private:
       return pipe;
     case Group::Expert:
       return ep;
+    case Group::Tensor:
+      return tp;
     case Group::World:
       break;
     }

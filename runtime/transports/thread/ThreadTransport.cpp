@@ -88,7 +88,10 @@ public:
 
   Status setup(int p, int dp) override { return setupGrid(p, dp, 1); }
   Status setupGrid(int p, int dp, int ep) override {
-    RankGrid g{p, ep, dp};
+    return setupTensorGrid(p, dp, ep, 1);
+  }
+  Status setupTensorGrid(int p, int dp, int ep, int tp) override {
+    RankGrid g{p, ep, dp, tp};
     if (!g.valid() || g.size() != hub->n)
       return Status::error("the program needs " + g.describe() +
                            ", but --local-ranks is " + std::to_string(hub->n));
@@ -107,6 +110,8 @@ public:
   int dpSize() const override { return hub->grid.D; }
   int epIndex() const override { return coord().expert; }
   int epSize() const override { return hub->grid.E; }
+  int tpIndex() const override { return coord().tensor; }
+  int tpSize() const override { return hub->grid.T; }
 
   Expected<RequestId> isend(int peer, int64_t tag, const float *buf,
                             int64_t n) override {
@@ -271,7 +276,9 @@ private:
     return b;
   }
   int worldOf(int pipelinePeer) const {
-    return rank - pipelineRank() + pipelinePeer;
+    RankCoord c = coord();
+    c.pipeline = pipelinePeer;
+    return hub->grid.worldRank(c);
   }
 
   /// Posts one side of a message; the other side may already be waiting.
@@ -394,6 +401,8 @@ private:
       return as(1, grid.dataParallelGroup(c));
     case Group::Expert:
       return as(2, grid.expertGroup(c));
+    case Group::Tensor:
+      return as(4, grid.tensorGroup(c));
     case Group::World:
       break;
     }

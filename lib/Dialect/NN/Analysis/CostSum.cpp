@@ -21,6 +21,10 @@ void CostSum::add(CostOpInterface op, unsigned bytesPerElement) {
   weightStash += op.getWeightStashBytes(bytesPerElement);
   params += op.getParamBytes(bytesPerElement);
   paramElements += op.getParamBytes(1);
+  if (auto comm = dyn_cast<CommOpInterface>(op.getOperation())) {
+    forwardComm += comm.getForwardCommBytes(bytesPerElement);
+    backwardComm += comm.getBackwardCommBytes(bytesPerElement);
+  }
   ++ops;
 }
 
@@ -32,6 +36,8 @@ void CostSum::add(const CostSum &o) {
   weightStash += o.weightStash;
   params += o.params;
   paramElements += o.paramElements;
+  forwardComm += o.forwardComm;
+  backwardComm += o.backwardComm;
   ops += o.ops;
 }
 

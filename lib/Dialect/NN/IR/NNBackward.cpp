@@ -137,6 +137,11 @@ NN_NO_PARAMS(AddOp)
 NN_NO_PARAMS(MulOp)
 NN_NO_PARAMS(AttentionOp)
 NN_NO_PARAMS(CrossEntropyOp)
+NN_NO_PARAMS(TPCopyOp)
+NN_NO_PARAMS(TPAllReduceOp)
+NN_NO_PARAMS(TPAllGatherOp)
+NN_NO_PARAMS(TPReduceScatterOp)
+NN_NO_PARAMS(VocabParallelCrossEntropyOp)
 #undef NN_NO_PARAMS
 
 LogicalResult GeluOp::buildBackwardInput(OpBuilder &b, FwdMap fwd,
@@ -210,6 +215,62 @@ LogicalResult CrossEntropyOp::buildBackwardInput(OpBuilder &b, FwdMap fwd,
 }
 
 //===----------------------------------------------------------------------===//
+// Tensor-parallel collectives: the backward of each is its dual, in B.
+//===----------------------------------------------------------------------===//
+
+/// f: the ranks' input gradients are partial; B sums them.
+LogicalResult TPCopyOp::buildBackwardInput(OpBuilder &b, FwdMap,
+                                           ValueRange resultGrads,
+                                           SmallVectorImpl<Value> &grads) {
+  unsigned base = appendNullGrads(*this, grads);
+  if (Value dy = resultGrads[0])
+    grads[base] = TPAllReduceOp::create(b, getLoc(), dy, getTpAttr());
+  return success();
+}
+
+/// g: every rank's output gradient is the whole gradient already.
+LogicalResult TPAllReduceOp::buildBackwardInput(OpBuilder &, FwdMap,
+                                                ValueRange resultGrads,
+                                                SmallVectorImpl<Value> &grads) {
+  unsigned base = appendNullGrads(*this, grads);
+  grads[base] = resultGrads[0];
+  return success();
+}
+
+LogicalResult TPAllGatherOp::buildBackwardInput(OpBuilder &b, FwdMap,
+                                                ValueRange resultGrads,
+                                                SmallVectorImpl<Value> &grads) {
+  unsigned base = appendNullGrads(*this, grads);
+  if (Value dy = resultGrads[0])
+    grads[base] = TPReduceScatterOp::create(
+        b, getLoc(), getInput().getType(), dy, getTpAttr(), getDimAttr());
+  return success();
+}
+
+LogicalResult
+TPReduceScatterOp::buildBackwardInput(OpBuilder &b, FwdMap,
+                                      ValueRange resultGrads,
+                                      SmallVectorImpl<Value> &grads) {
+  unsigned base = appendNullGrads(*this, grads);
+  if (Value dy = resultGrads[0])
+    grads[base] = TPAllGatherOp::create(b, getLoc(), getInput().getType(), dy,
+                                        getTpAttr(), getDimAttr());
+  return success();
+}
+
+/// This rank's shard of (softmax - onehot) dloss / tokens.
+LogicalResult VocabParallelCrossEntropyOp::buildBackwardInput(
+    OpBuilder &b, FwdMap fwd, ValueRange resultGrads,
+    SmallVectorImpl<Value> &grads) {
+  unsigned base = appendNullGrads(*this, grads);
+  if (Value dloss = resultGrads[0])
+    grads[base] = VocabParallelCrossEntropyBwdOp::create(
+        b, getLoc(), getLogits().getType(), fwd(getLogits()),
+        fwd(getTargets()), dloss, getTpAttr());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // nn.embedding: tokens are integers, so B is empty; W scatter-adds dy into
 // the table (and the positions).
 //===----------------------------------------------------------------------===//
@@ -248,7 +309,8 @@ LogicalResult EmbeddingOp::buildBackwardWeight(OpBuilder &b, FwdMap fwd,
   }
   auto op = EmbeddingBwdWeightOp::create(
       b, getLoc(), getTable().getType(), pos ? pos.getType() : Type(),
-      fwd(getTokens()), dy, b.getI64IntegerAttr(vocab), maxPositions);
+      fwd(getTokens()), dy, b.getI64IntegerAttr(vocab), maxPositions,
+      getVocabShardsAttr());
   grads.push_back(op.getTableGrad());
   if (pos)
     grads.push_back(op.getPositionsGrad());

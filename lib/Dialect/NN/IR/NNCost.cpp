@@ -232,6 +232,20 @@ static OpCost computeCost(MoEOp op) {
   return c;
 }
 
+/// Tensor-parallel collectives compute nothing and keep nothing (the
+/// backward of each is a collective of the gradient); their time is
+/// communication (CommOpInterface below).
+static OpCost computeCost(TPCopyOp) { return {}; }
+static OpCost computeCost(TPAllReduceOp) { return {}; }
+static OpCost computeCost(TPAllGatherOp) { return {}; }
+static OpCost computeCost(TPReduceScatterOp) { return {}; }
+/// As nn.cross_entropy, on this rank's vocabulary shard.
+static OpCost computeCost(VocabParallelCrossEntropyOp op) {
+  OpCost c;
+  c.stashElements = ownedStashElements(op);
+  return c;
+}
+
 //===----------------------------------------------------------------------===//
 // Interface methods
 //===----------------------------------------------------------------------===//
@@ -265,5 +279,72 @@ NN_DEFINE_COST_METHODS(CrossEntropyOp)
 NN_DEFINE_COST_METHODS(EmbeddingOp)
 NN_DEFINE_COST_METHODS(AttentionOp)
 NN_DEFINE_COST_METHODS(MoEOp)
+NN_DEFINE_COST_METHODS(TPCopyOp)
+NN_DEFINE_COST_METHODS(TPAllReduceOp)
+NN_DEFINE_COST_METHODS(TPAllGatherOp)
+NN_DEFINE_COST_METHODS(TPReduceScatterOp)
+NN_DEFINE_COST_METHODS(VocabParallelCrossEntropyOp)
 
 #undef NN_DEFINE_COST_METHODS
+
+//===----------------------------------------------------------------------===//
+// Communication of the tensor-parallel ops (ring volumes per rank)
+//===----------------------------------------------------------------------===//
+
+/// Bytes one rank sends in a ring all-reduce of `n` elements over `t`
+/// ranks: 2 (t-1)/t n elements.
+static int64_t allReduceBytes(int64_t n, int64_t t, unsigned bpe) {
+  return t > 1 ? 2 * (t - 1) * n / t * int64_t(bpe) : 0;
+}
+/// Bytes one rank sends in a ring all-gather (or reduce-scatter) whose whole
+/// tensor has `n` elements: (t-1)/t n elements.
+static int64_t gatherBytes(int64_t n, int64_t t, unsigned bpe) {
+  return t > 1 ? (t - 1) * n / t * int64_t(bpe) : 0;
+}
+
+int64_t TPCopyOp::getForwardCommBytes(unsigned) { return 0; }
+int64_t TPCopyOp::getBackwardCommBytes(unsigned bpe) {
+  return allReduceBytes(numElements(getInput()), getTp(), bpe);
+}
+int64_t TPCopyOp::getGroupSize() { return getTp(); }
+
+int64_t TPAllReduceOp::getForwardCommBytes(unsigned bpe) {
+  return allReduceBytes(numElements(getInput()), getTp(), bpe);
+}
+int64_t TPAllReduceOp::getBackwardCommBytes(unsigned) { return 0; }
+int64_t TPAllReduceOp::getGroupSize() { return getTp(); }
+
+int64_t TPAllGatherOp::getForwardCommBytes(unsigned bpe) {
+  return gatherBytes(numElements(getResult()), getTp(), bpe);
+}
+int64_t TPAllGatherOp::getBackwardCommBytes(unsigned bpe) {
+  return gatherBytes(numElements(getResult()), getTp(), bpe);
+}
+int64_t TPAllGatherOp::getGroupSize() { return getTp(); }
+
+int64_t TPReduceScatterOp::getForwardCommBytes(unsigned bpe) {
+  return gatherBytes(numElements(getInput()), getTp(), bpe);
+}
+int64_t TPReduceScatterOp::getBackwardCommBytes(unsigned bpe) {
+  return gatherBytes(numElements(getInput()), getTp(), bpe);
+}
+int64_t TPReduceScatterOp::getGroupSize() { return getTp(); }
+
+/// Per token: the max, then the sum of exponentials and the target logit
+/// (F); B all-reduces the max and the sum again.
+int64_t VocabParallelCrossEntropyOp::getForwardCommBytes(unsigned bpe) {
+  return allReduceBytes(3 * numTokens(getLogits()), getTp(), bpe);
+}
+int64_t VocabParallelCrossEntropyOp::getBackwardCommBytes(unsigned bpe) {
+  return allReduceBytes(2 * numTokens(getLogits()), getTp(), bpe);
+}
+int64_t VocabParallelCrossEntropyOp::getGroupSize() { return getTp(); }
+
+/// A gradient op: what it sends when it runs is its "forward".
+int64_t VocabParallelCrossEntropyBwdOp::getForwardCommBytes(unsigned bpe) {
+  return allReduceBytes(2 * numTokens(getLogits()), getTp(), bpe);
+}
+int64_t VocabParallelCrossEntropyBwdOp::getBackwardCommBytes(unsigned) {
+  return 0;
+}
+int64_t VocabParallelCrossEntropyBwdOp::getGroupSize() { return getTp(); }

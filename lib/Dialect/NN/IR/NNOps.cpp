@@ -177,6 +177,9 @@ PIPEFORGE_NN_SHARED_VERIFIER(AttentionBwdOp)
 PIPEFORGE_NN_SHARED_VERIFIER(MoEBwdInputOp)
 PIPEFORGE_NN_SHARED_VERIFIER(MoEBwdWeightOp)
 PIPEFORGE_NN_SHARED_VERIFIER(CrossEntropyBwdOp)
+PIPEFORGE_NN_SHARED_VERIFIER(VocabParallelCrossEntropyBwdOp)
+PIPEFORGE_NN_SHARED_VERIFIER(TPAllGatherOp)
+PIPEFORGE_NN_SHARED_VERIFIER(TPReduceScatterOp)
 #undef PIPEFORGE_NN_SHARED_VERIFIER
 
 //===----------------------------------------------------------------------===//
@@ -219,6 +222,15 @@ LogicalResult LayerNormOp::verify() {
 }
 
 LogicalResult CrossEntropyOp::verify() {
+  if (failed(inferShared(*this)))
+    return failure();
+  if (getLoss().getType().getElementType() !=
+      getLogits().getType().getElementType())
+    return emitOpError("expects the loss element type to match the logits");
+  return success();
+}
+
+LogicalResult VocabParallelCrossEntropyOp::verify() {
   if (failed(inferShared(*this)))
     return failure();
   if (getLoss().getType().getElementType() !=

@@ -27,21 +27,31 @@ using namespace pipeforge;
 namespace {
 using nn::CostSum;
 
-void printHeader(raw_ostream &os, StringRef first) {
-  os << llvm::format("  %-14s %18s %18s %18s %16s %16s %14s\n",
+/// `comm`: the tensor-parallel columns too (bytes each rank sends in F and
+/// in B), only for tensor-parallel modules.
+void printHeader(raw_ostream &os, StringRef first, bool comm) {
+  os << llvm::format("  %-14s %18s %18s %18s %16s %16s %14s",
                      first.str().c_str(), "F_flops", "B_flops", "W_flops",
                      "stash_bytes", "W_stash_bytes", "param_bytes");
+  if (comm)
+    os << llvm::format(" %14s %14s", "tp_F_bytes", "tp_B_bytes");
+  os << "\n";
 }
 
-void printRow(raw_ostream &os, StringRef label, const CostSum &c) {
-  os << llvm::format("  %-14s %18.0f %18.0f %18.0f %16lld %16lld %14lld\n",
+void printRow(raw_ostream &os, StringRef label, const CostSum &c, bool comm) {
+  os << llvm::format("  %-14s %18.0f %18.0f %18.0f %16lld %16lld %14lld",
                      label.str().c_str(), c.forward, c.backwardInput,
                      c.backwardWeight, (long long)c.stash,
                      (long long)c.weightStash, (long long)c.params);
+  if (comm)
+    os << llvm::format(" %14lld %14lld", (long long)c.forwardComm,
+                       (long long)c.backwardComm);
+  os << "\n";
 }
 
 struct CostReportPass : public nn::impl::NNCostReportBase<CostReportPass> {
   using NNCostReportBase::NNCostReportBase;
+  bool comm = false;
 
   void reportFunction(raw_ostream &os, func::FuncOp func) {
     llvm::MapVector<int64_t, CostSum> layers;
@@ -57,22 +67,22 @@ struct CostReportPass : public nn::impl::NNCostReportBase<CostReportPass> {
     if (!any)
       return;
     os << "function @" << func.getSymName() << "\n";
-    printHeader(os, "layer");
+    printHeader(os, "layer", comm);
     CostSum total;
     for (auto &[layer, cost] : layers) {
-      printRow(os, "layer " + std::to_string(layer), cost);
+      printRow(os, "layer " + std::to_string(layer), cost, comm);
       total.add(cost);
     }
     if (untagged.ops) {
-      printRow(os, "(no nn.layer)", untagged);
+      printRow(os, "(no nn.layer)", untagged, comm);
       total.add(untagged);
     }
-    printRow(os, "total", total);
+    printRow(os, "total", total, comm);
   }
 
   void reportPipeline(raw_ostream &os, pp::PipelineOp pipeline) {
     os << "pipeline @" << pipeline.getSymName() << "\n";
-    printHeader(os, "stage");
+    printHeader(os, "stage", comm);
     CostSum total;
     for (auto stage : pipeline.getBody().getOps<pp::StageOp>()) {
       auto fwd = dyn_cast_or_null<func::FuncOp>(
@@ -86,10 +96,10 @@ struct CostReportPass : public nn::impl::NNCostReportBase<CostReportPass> {
       if (pipeline.getNumCopies() > 1)
         label += "." + std::to_string(stage.getCopy());
       label += " r" + std::to_string(stage.getRank());
-      printRow(os, label, cost);
+      printRow(os, label, cost, comm);
       total.add(cost);
     }
-    printRow(os, "total", total);
+    printRow(os, "total", total, comm);
   }
 
   void runOnOperation() override {
@@ -98,6 +108,7 @@ struct CostReportPass : public nn::impl::NNCostReportBase<CostReportPass> {
                 "nn-cost-report: bytes-per-element must be > 0");
       return signalPassFailure();
     }
+    getOperation().walk([&](nn::CommOpInterface) { comm = true; });
     raw_ostream &os = llvm::outs();
     os << "nn cost report (" << bytesPerElement
        << " bytes per element, dropout masks 1 byte)\n";

@@ -157,6 +157,17 @@ struct Param {
   /// nn.moe operands) when training.expert_parallel > 1; the runtime never
   /// re-derives it. In the file: "expert_sharded": true, absent when false.
   bool expertSharded = false;
+  /// Tensor parallelism (docs/tensor-parallel.md): the dimension split over
+  /// the tensor-parallel group, or -1 when every rank holds the whole
+  /// parameter. `type` is one rank's shard: TP rank t holds
+  /// [t n, (t+1) n) of that dimension of the whole tensor (n = the shard's
+  /// extent), initialised as that slice of the whole. In the file:
+  /// "tp_dim", absent when -1.
+  int32_t tpDim = -1;
+  /// A replicated parameter whose gradient each TP rank computes from its
+  /// share of the tokens (sequence parallelism): summed over the group
+  /// before the step. In the file: "tp_reduce_grad": true, absent when false.
+  bool tpReduceGrad = false;
 };
 
 struct ModelInfo {
@@ -174,6 +185,9 @@ struct TrainingInfo {
   /// Expert parallelism (docs/runtime.md): the EP group size E. Each nn.moe
   /// layer's experts are split over E ranks; E = 1: no expert parallelism.
   int32_t expertParallel = 1;
+  /// Tensor parallelism: the TP group size T (1: none). Each stage's
+  /// kernels are what one rank of the group runs (--nn-shard-tensor).
+  int32_t tensorParallel = 1;
   uint64_t seed = 1234;
 };
 

@@ -1,15 +1,18 @@
-//===- RankGrid.h - World ranks as pipeline x expert x data coordinates ---===//
+//===- RankGrid.h - World ranks as tensor x pipeline x expert x data ------===//
 //
 // One definition of how a job's processes are arranged, used by every
 // transport (MPI, threads, NCCL through MPI) and by the driver's messages:
 //
-//   world rank = (replica * E + expert) * P + pipeline
+//   world rank = ((replica * E + expert) * P + pipeline) * T + tensor
 //
-// so the P pipeline ranks of one (replica, expert) slot are consecutive,
-// then the E expert-parallel slots of a replica, then the D data-parallel
-// replicas. Each communication group is the set of ranks that differ in one
-// coordinate; `group` names it by an instance id (the same for every member,
-// distinct between groups of one kind), its size and the member's index.
+// so the T ranks of a tensor-parallel group are consecutive (with the
+// usual fill of a host's slots they share a node: their collectives run
+// in every layer), then the P pipeline ranks of one (replica, expert)
+// slot, then the E expert-parallel slots of a replica, then the D
+// data-parallel replicas. Each communication group is the set of ranks that
+// differ in one coordinate; `group` names it by an instance id (the same for
+// every member, distinct between groups of one kind), its size and the member's
+// index.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEFORGE_RT_RANKGRID_H
@@ -23,6 +26,7 @@ struct RankCoord {
   int pipeline = 0; ///< stage-owning rank within the pipeline, 0..P-1
   int expert = 0;   ///< index in the expert-parallel group, 0..E-1
   int replica = 0;  ///< data-parallel replica, 0..D-1
+  int tensor = 0;   ///< index in the tensor-parallel group, 0..T-1
 };
 
 /// One communication group as seen by one member.
@@ -36,34 +40,44 @@ struct RankGrid {
   int P = 1; ///< pipeline ranks
   int E = 1; ///< expert-parallel group size
   int D = 1; ///< data-parallel replicas
+  int T = 1; ///< tensor-parallel group size
 
-  int size() const { return P * E * D; }
-  bool valid() const { return P >= 1 && E >= 1 && D >= 1; }
+  int size() const { return P * E * D * T; }
+  bool valid() const { return P >= 1 && E >= 1 && D >= 1 && T >= 1; }
 
   RankCoord coordOf(int worldRank) const {
-    return {worldRank % P, (worldRank / P) % E, worldRank / (P * E)};
+    int slot = worldRank / T;
+    return {slot % P, (slot / P) % E, slot / (P * E), worldRank % T};
   }
   int worldRank(const RankCoord &c) const {
-    return (c.replica * E + c.expert) * P + c.pipeline;
+    return ((c.replica * E + c.expert) * P + c.pipeline) * T + c.tensor;
   }
 
-  /// The pipeline of (replica, expert): ranks that differ in `pipeline`.
+  /// The pipeline of (replica, expert, tensor): ranks that differ in
+  /// `pipeline`.
   GroupPosition pipelineGroup(const RankCoord &c) const {
-    return {c.replica * E + c.expert, P, c.pipeline};
+    return {(c.replica * E + c.expert) * T + c.tensor, P, c.pipeline};
   }
-  /// The data-parallel group of (expert, pipeline).
+  /// The data-parallel group of (expert, pipeline, tensor).
   GroupPosition dataParallelGroup(const RankCoord &c) const {
-    return {c.expert * P + c.pipeline, D, c.replica};
+    return {(c.expert * P + c.pipeline) * T + c.tensor, D, c.replica};
   }
-  /// The expert-parallel group of (replica, pipeline).
+  /// The expert-parallel group of (replica, pipeline, tensor).
   GroupPosition expertGroup(const RankCoord &c) const {
-    return {c.replica * P + c.pipeline, E, c.expert};
+    return {(c.replica * P + c.pipeline) * T + c.tensor, E, c.expert};
+  }
+  /// The tensor-parallel group of (replica, expert, pipeline): consecutive
+  /// world ranks.
+  GroupPosition tensorGroup(const RankCoord &c) const {
+    return {(c.replica * E + c.expert) * P + c.pipeline, T, c.tensor};
   }
 
-  /// "2 pipeline ranks x 2 expert-parallel ranks x 2 data-parallel replicas
-  /// = 8 processes" (the expert factor only when E > 1).
+  /// "2 tensor-parallel ranks x 2 pipeline ranks x 2 expert-parallel ranks
+  /// x 2 data-parallel replicas = 16 processes" (the tensor and expert
+  /// factors only when above 1).
   std::string describe() const {
-    return std::to_string(P) + " pipeline ranks x " +
+    return (T > 1 ? std::to_string(T) + " tensor-parallel ranks x " : "") +
+           std::to_string(P) + " pipeline ranks x " +
            (E > 1 ? std::to_string(E) + " expert-parallel ranks x " : "") +
            std::to_string(D) +
            " data-parallel replicas = " + std::to_string(size()) + " processes";

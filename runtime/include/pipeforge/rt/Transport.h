@@ -1,9 +1,10 @@
 //===- Transport.h - Communication between ranks ----------------*- C++ -*-===//
 //
-// What the executor needs from the network. Ranks form a grid: pipeline x
-// expert x data parallel, world rank = (dpIndex * E + epIndex) * P +
-// pipelineRank (E = 1 without expert parallelism). Point-to-point peers are
-// pipeline ranks within this rank's (data-parallel, expert) replica.
+// What the executor needs from the network. Ranks form a grid: tensor x
+// pipeline x expert x data parallel, world rank = ((dpIndex * E + epIndex)
+// * P + pipelineRank) * T + tpIndex (RankGrid.h; E = T = 1 without expert
+// and tensor parallelism). Point-to-point peers are pipeline ranks within
+// this rank's (data-parallel, expert, tensor) slot.
 //
 // Point-to-point messages are non-blocking: isend/irecv return a request,
 // wait() completes it (with a watchdog: a peer that never answers ends the
@@ -33,8 +34,10 @@ enum class Group : uint8_t {
   DataParallel, ///< the replicas of this pipeline rank (size dp)
   Pipeline,     ///< the pipeline ranks of this replica (size P)
   World,        ///< everyone
-  Expert        ///< the expert-parallel group of this rank (size E): same
+  Expert,       ///< the expert-parallel group of this rank (size E): same
                 ///< pipeline rank and data-parallel index
+  Tensor        ///< the tensor-parallel group of this rank (size T): same
+                ///< pipeline rank, expert index and replica
 };
 
 enum class ReduceOp : uint8_t { Sum, Max };
@@ -83,6 +86,17 @@ public:
                          std::to_string(expertParallel) + ")");
   }
 
+  /// The same with a tensor-parallel group of `tensorParallel` ranks
+  /// (world = T x P x E x D, RankGrid.h). Default: only T = 1.
+  virtual Status setupTensorGrid(int pipelineRanks, int dataParallel,
+                                 int expertParallel, int tensorParallel) {
+    if (tensorParallel == 1)
+      return setupGrid(pipelineRanks, dataParallel, expertParallel);
+    return Status::error(std::string("the ") + name() +
+                         " transport has no tensor parallelism (--tp " +
+                         std::to_string(tensorParallel) + ")");
+  }
+
   virtual int worldRank() const = 0;
   virtual int worldSize() const = 0;
   virtual int pipelineRank() const = 0;
@@ -92,6 +106,9 @@ public:
   /// This rank's index in its expert-parallel group, and the group's size.
   virtual int epIndex() const { return 0; }
   virtual int epSize() const { return 1; }
+  /// This rank's index in its tensor-parallel group, and the group's size.
+  virtual int tpIndex() const { return 0; }
+  virtual int tpSize() const { return 1; }
 
   /// Non-blocking point-to-point within the replica; `peer` is a pipeline
   /// rank. The buffer must stay alive and untouched until wait() returns.

@@ -28,6 +28,9 @@ struct CostSum {
   int64_t weightStash = 0; ///< of which kept from B for W
   int64_t params = 0;      ///< parameter bytes
   int64_t paramElements = 0;
+  /// Tensor-parallel communication (CommOpInterface): bytes each rank
+  /// sends in F and in B.
+  int64_t forwardComm = 0, backwardComm = 0;
   int64_t ops = 0; ///< ops with a cost model
 
   void add(CostOpInterface op, unsigned bytesPerElement);

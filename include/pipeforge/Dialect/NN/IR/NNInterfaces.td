@@ -67,4 +67,26 @@ def NN_BackwardOpInterface : OpInterface<"BackwardOpInterface"> {
   ];
 }
 
+def NN_CommOpInterface : OpInterface<"CommOpInterface"> {
+  let cppNamespace = "::pipeforge::nn";
+  let description = [{
+    An op that communicates over the tensor-parallel group: the bytes each
+    rank sends in its forward (F) and in its input-gradient backward (B)
+    (W never communicates), at `bytesPerElement` per element, with the
+    ring algorithms' volumes: an all-reduce of n elements over t ranks
+    sends 2 (t-1)/t n, an all-gather or reduce-scatter whose whole tensor
+    has n elements sends (t-1)/t n. The cost report, the stage cost model
+    and the planner read these.
+  }];
+  let methods = [
+    InterfaceMethod<"Bytes sent per rank in the forward", "int64_t",
+                    "getForwardCommBytes", (ins "unsigned":$bytesPerElement)>,
+    InterfaceMethod<"Bytes sent per rank in the input-gradient backward (B)",
+                    "int64_t", "getBackwardCommBytes",
+                    (ins "unsigned":$bytesPerElement)>,
+    InterfaceMethod<"The tensor-parallel group size", "int64_t",
+                    "getGroupSize">
+  ];
+}
+
 #endif // PIPEFORGE_NN_INTERFACES

@@ -19,6 +19,11 @@ def NN_LinearOp : NN_Op<"linear", NN_ModelTraits> {
     A fully connected layer. `input` is `[..., in]`, `weight` is `[out, in]`,
     the optional `bias` is `[out]`; the result is `[..., out]`.
 
+    `partial` (row parallelism, set by --nn-shard-tensor): the result is
+    this tensor-parallel rank's partial sum, completed by an
+    nn.tp_all_reduce or nn.tp_reduce_scatter; the bias is added by rank 0
+    only, so that it is counted once.
+
     ```mlir
     %y = nn.linear %x, %w, %b
         : (tensor<64x768xf32>, tensor<3072x768xf32>, tensor<3072xf32>)
@@ -26,7 +31,7 @@ def NN_LinearOp : NN_Op<"linear", NN_ModelTraits> {
     ```
   }];
   let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
-                       Optional<NN_FloatTensor>:$bias);
+                       Optional<NN_FloatTensor>:$bias, UnitAttr:$partial);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)
@@ -129,13 +134,21 @@ def NN_EmbeddingOp : NN_Op<"embedding", NN_ModelTraits> {
     `max_positions >= seq`; the result is `[batch, seq, hidden]`:
     `table[tokens[b, t]] + positions[t]`.
 
+    With `vocab_shards = T > 1` (vocabulary parallelism, set by
+    --nn-shard-tensor) `table` is tensor-parallel rank r's rows
+    `[r v, (r+1) v)` of the whole table: tokens outside them contribute
+    zero, `positions` are added by rank 0 only, and the result is a
+    partial sum that an nn.tp_all_reduce (or nn.tp_reduce_scatter)
+    completes.
+
     ```mlir
     %h = nn.embedding %tok, %wte, %wpe
         : (tensor<2x16xi32>, tensor<256x64xf32>, tensor<32x64xf32>) -> tensor<2x16x64xf32>
     ```
   }];
   let arguments = (ins NN_IntTensor:$tokens, NN_FloatTensor:$table,
-                       Optional<NN_FloatTensor>:$positions);
+                       Optional<NN_FloatTensor>:$positions,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$vocab_shards);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
     $tokens `,` $table (`,` $positions^)? attr-dict `:` functional-type(operands, results)
@@ -214,6 +227,124 @@ def NN_MoEOp : NN_Op<"moe", NN_ModelTraits> {
 }
 
 //===----------------------------------------------------------------------===//
+// Tensor parallelism (--nn-shard-tensor, docs/tensor-parallel.md): the
+// collectives over the tensor-parallel group of `tp` ranks that the
+// sharding pass inserts, as explicit ops with costs (CommOpInterface). B
+// and W split as for any op: the backward of a collective is a collective
+// in B; W never communicates.
+//===----------------------------------------------------------------------===//
+
+defvar NN_CommTraits = [DeclareOpInterfaceMethods<NN_CommOpInterface>];
+defvar NN_CollectiveTraits = !listconcat(NN_ModelTraits, NN_CommTraits);
+
+def NN_TPCopyOp : NN_Op<"tp_copy", !listconcat(NN_CollectiveTraits,
+                                               [SameOperandsAndResultType])> {
+  let summary = "Identity forward, all-reduce of the gradient (Megatron's f)";
+  let description = [{
+    Marks a replicated activation that enters column-parallel layers: the
+    forward is the identity; the backward (in B) sums the input gradients
+    of the `tp` ranks, each of which saw only its shard of the layer.
+
+    ```mlir
+    %x1 = nn.tp_copy %x {tp = 2 : i64} : tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input,
+                       ConfinedAttr<I64Attr, [IntMinValue<2>]>:$tp);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def NN_TPAllReduceOp : NN_Op<"tp_all_reduce",
+    !listconcat(NN_CollectiveTraits, [SameOperandsAndResultType])> {
+  let summary = "Sum over the tensor-parallel group (Megatron's g)";
+  let description = [{
+    Completes the partial sums of a row-parallel layer (and of a
+    vocabulary-parallel embedding): every rank gets the sum of the `tp`
+    ranks' inputs, in rank order. The backward is the identity.
+
+    ```mlir
+    %y = nn.tp_all_reduce %p {tp = 2 : i64} : tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input,
+                       ConfinedAttr<I64Attr, [IntMinValue<2>]>:$tp);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def NN_TPAllGatherOp : NN_Op<"tp_all_gather", NN_CollectiveTraits> {
+  let summary = "Concatenation of the ranks' shards along `dim`";
+  let description = [{
+    Sequence parallelism: turns a sequence-sharded activation into the whole
+    one before column-parallel layers. The result's `dim` extent is `tp`
+    times the input's; rank r's input lands at `[r n, (r+1) n)`. The
+    backward is a reduce-scatter along the same dimension.
+
+    ```mlir
+    %x = nn.tp_all_gather %s {tp = 2 : i64, dim = 1 : i64}
+        : (tensor<2x8x64xf32>) -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input,
+                       ConfinedAttr<I64Attr, [IntMinValue<2>]>:$tp,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$dim);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_TPReduceScatterOp : NN_Op<"tp_reduce_scatter", NN_CollectiveTraits> {
+  let summary = "Sum over the group, each rank keeping its shard of `dim`";
+  let description = [{
+    Sequence parallelism: completes a row-parallel layer's partial sums and
+    shards the result along the sequence at once. The result's `dim` extent
+    is the input's divided by `tp`; rank r keeps `[r n, (r+1) n)`. The
+    backward is an all-gather along the same dimension.
+
+    ```mlir
+    %s = nn.tp_reduce_scatter %p {tp = 2 : i64, dim = 1 : i64}
+        : (tensor<2x16x64xf32>) -> tensor<2x8x64xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input,
+                       ConfinedAttr<I64Attr, [IntMinValue<2>]>:$tp,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$dim);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_VocabParallelCrossEntropyOp
+    : NN_Op<"vocab_parallel_cross_entropy", NN_CollectiveTraits> {
+  let summary = "Mean cross-entropy of vocabulary-sharded logits";
+  let description = [{
+    `logits` is this rank's `[..., vocab / tp]` shard of the LM head's
+    output: rank r holds vocabulary entries `[r v, (r+1) v)`. The loss is
+    that of nn.cross_entropy on the whole logits, computed without
+    gathering them (Megatron-LM): an all-reduce (max) of each token's
+    largest logit, then one all-reduce (sum) of each token's sum of
+    exponentials and target logit. Every rank gets the same scalar.
+
+    ```mlir
+    %loss = nn.vocab_parallel_cross_entropy %logits, %targets {tp = 2 : i64}
+        : (tensor<2x16x128xf32>, tensor<2x16xi32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$logits, NN_IntTensor:$targets,
+                       ConfinedAttr<I64Attr, [IntMinValue<2>]>:$tp);
+  let results = (outs 0DTensorOf<[AnyFloat]>:$loss);
+  let assemblyFormat = [{
+    $logits `,` $targets attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Gradient ops: what --pp-split-backward builds. B ops compute gradients of
 // activations, W ops gradients of parameters.
 //===----------------------------------------------------------------------===//
@@ -284,7 +415,8 @@ def NN_SiluBwdOp : NN_GradOp<"silu_bwd"> {
 def NN_EmbeddingBwdWeightOp : NN_GradOp<"embedding_bwd_weight"> {
   let summary = "W of nn.embedding: scatter-add into the table (and positions)";
   let arguments = (ins NN_IntTensor:$tokens, NN_FloatTensor:$result_grad,
-                       I64Attr:$vocab, OptionalAttr<I64Attr>:$max_positions);
+                       I64Attr:$vocab, OptionalAttr<I64Attr>:$max_positions,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$vocab_shards);
   let results = (outs NN_FloatTensor:$table_grad,
                       Optional<NN_FloatTensor>:$positions_grad);
 }
@@ -330,6 +462,21 @@ def NN_CrossEntropyBwdOp : NN_GradOp<"cross_entropy_bwd"> {
   let summary = "B of nn.cross_entropy: dlogits = (softmax - onehot) dloss / tokens";
   let arguments = (ins NN_FloatTensor:$logits, NN_IntTensor:$targets,
                        0DTensorOf<[AnyFloat]>:$loss_grad);
+  let results = (outs NN_FloatTensor:$logits_grad);
+}
+
+def NN_VocabParallelCrossEntropyBwdOp
+    : NN_GradOp<"vocab_parallel_cross_entropy_bwd",
+                [DeclareOpInterfaceMethods<NN_CommOpInterface>]> {
+  let summary = "B of nn.vocab_parallel_cross_entropy: this rank's dlogits";
+  let description = [{
+    `(softmax - onehot) dloss / tokens` on this rank's vocabulary shard; the
+    softmax's maximum and denominator are all-reduced again (two
+    `[tokens]` all-reduces) rather than stashed.
+  }];
+  let arguments = (ins NN_FloatTensor:$logits, NN_IntTensor:$targets,
+                       0DTensorOf<[AnyFloat]>:$loss_grad,
+                       ConfinedAttr<I64Attr, [IntMinValue<2>]>:$tp);
   let results = (outs NN_FloatTensor:$logits_grad);
 }
 

@@ -1,0 +1,232 @@
+//===- TensorParallel.cpp - The executor's side of tensor parallelism -----===//
+//
+// A tensor-parallel program (--nn-shard-tensor, docs/tensor-parallel.md) is
+// the same for every rank of a TP group; what differs by rank is settled
+// here:
+//
+//   - parameters: a split one (Param::tpDim) is initialised as this rank's
+//     slice of the whole tensor, so every layout starts from the numbers of
+//     the single-process reference;
+//   - kernels (specializeForTensorRank): the vocabulary-parallel embedding
+//     and loss learn their first vocabulary entry (`vocab_start`); the
+//     terms a partial sum must count once (a row-parallel linear's bias,
+//     the learned positions) are dropped on every rank but rank 0;
+//   - the collectives (nn.tp_*) and the vocabulary-parallel loss run here,
+//     on host memory, over the transport's Group::Tensor: an all-reduce
+//     gives every rank the same bits (the transports sum in rank order).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ExecutorImpl.h"
+
+#include "cpu/Kernels.h"
+
+#include <cstring>
+
+namespace pipeforge::rt {
+
+bool isTensorParallelOp(const std::string &op) {
+  return op == "tp_copy" || op == "tp_all_reduce" || op == "tp_all_gather" ||
+         op == "tp_reduce_scatter" || op == "vocab_parallel_cross_entropy" ||
+         op == "vocab_parallel_cross_entropy_bwd";
+}
+
+Program specializeForTensorRank(const Program &prog, int tpIndex) {
+  Program p = prog;
+  auto attrInt = [](const Kernel &k, const char *name, int64_t dflt) {
+    auto it = k.attrs.find(name);
+    if (it == k.attrs.end())
+      return dflt;
+    const int64_t *v = std::get_if<int64_t>(&it->second);
+    return v ? *v : dflt;
+  };
+  for (Stage &st : p.stages)
+    for (FunctionKind fk :
+         {FunctionKind::Forward, FunctionKind::BackwardInput,
+          FunctionKind::BackwardWeight, FunctionKind::Backward}) {
+      Function &fn = stageFunction(st, fk);
+      auto rows = [&](int32_t value) -> int64_t {
+        if (value < 0 || size_t(value) >= fn.values.size() ||
+            fn.values[size_t(value)].shape.empty())
+          return 0;
+        return fn.values[size_t(value)].shape.front();
+      };
+      auto lastDim = [&](int32_t value) -> int64_t {
+        if (value < 0 || size_t(value) >= fn.values.size() ||
+            fn.values[size_t(value)].shape.empty())
+          return 0;
+        return fn.values[size_t(value)].shape.back();
+      };
+      for (Kernel &k : fn.kernels) {
+        if (k.op == "embedding" && attrInt(k, "vocab_shards", 1) > 1) {
+          k.attrs["vocab_start"] =
+              int64_t(tpIndex) * rows(k.inputs.size() > 1 ? k.inputs[1] : -1);
+          if (tpIndex != 0 && k.inputs.size() > 2)
+            k.inputs[2] = -1; // positions: counted once, by rank 0
+        } else if (k.op == "embedding_bwd_weight" &&
+                   attrInt(k, "vocab_shards", 1) > 1) {
+          k.attrs["vocab_start"] = int64_t(tpIndex) * attrInt(k, "vocab", 0);
+        } else if (k.op == "linear" && k.attrs.count("partial") &&
+                   tpIndex != 0 && k.inputs.size() > 2) {
+          k.inputs[2] = -1; // bias: counted once, by rank 0
+        } else if (k.op == "vocab_parallel_cross_entropy" ||
+                   k.op == "vocab_parallel_cross_entropy_bwd") {
+          k.attrs["vocab_start"] =
+              int64_t(tpIndex) * lastDim(k.inputs.empty() ? -1 : k.inputs[0]);
+        }
+      }
+    }
+  return p;
+}
+
+void sliceTensorParallel(const Param &p, int T, int tpIndex, const float *whole,
+                         float *out) {
+  const std::vector<int64_t> &shape = p.type.shape;
+  size_t d = size_t(p.tpDim);
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < d; ++i)
+    outer *= shape[i];
+  for (size_t i = d + 1; i < shape.size(); ++i)
+    inner *= shape[i];
+  int64_t n = shape[d]; // this rank's extent
+  int64_t block = n * inner;
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(out + o * block, whole + (o * T + tpIndex) * block,
+                size_t(block) * 4);
+}
+
+namespace {
+
+int64_t numel(const TensorType *t) { return t ? t->numElements() : 0; }
+
+int64_t attrOf(const Kernel &k, const char *name, int64_t dflt) {
+  auto it = k.attrs.find(name);
+  if (it == k.attrs.end())
+    return dflt;
+  const int64_t *v = std::get_if<int64_t>(&it->second);
+  return v ? *v : dflt;
+}
+
+/// The extents of `t` before, at and after dimension `dim`.
+struct Blocks {
+  int64_t outer = 1, extent = 1, inner = 1;
+};
+Blocks blocksOf(const TensorType &t, int64_t dim) {
+  Blocks b;
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    if (int64_t(i) < dim)
+      b.outer *= t.shape[i];
+    else if (int64_t(i) == dim)
+      b.extent = t.shape[i];
+    else
+      b.inner *= t.shape[i];
+  }
+  return b;
+}
+
+} // namespace
+
+/// One TP kernel on host buffers (`c` points at host memory).
+Status runTensorParallelKernel(const KernelCall &c, Transport &tr) {
+  const Kernel &k = *c.kernel;
+  const int T = tr.tpSize();
+  auto err = [&](const std::string &m) {
+    return Status::error("kernel '" + k.op + "': " + m);
+  };
+  if (T < 2)
+    return err("the job has no tensor-parallel group (the program was "
+               "compiled with --tp; run it with tensor_parallel ranks)");
+  if (c.in.empty() || !c.in[0] || c.out.empty() || !c.out[0])
+    return err("missing operand");
+  const float *x = static_cast<const float *>(c.in[0]);
+  float *y = static_cast<float *>(c.out[0]);
+  const int64_t n = numel(c.inTypes[0]);
+
+  if (k.op == "tp_copy" || k.op == "tp_all_reduce") {
+    if (y != x)
+      std::memcpy(y, x, size_t(n) * 4);
+    if (k.op == "tp_copy")
+      return Status::ok();
+    return tr.allreduce(y, n, Group::Tensor);
+  }
+
+  if (k.op == "tp_all_gather" || k.op == "tp_reduce_scatter") {
+    bool gather = k.op == "tp_all_gather";
+    int64_t dim = attrOf(k, "dim", 0);
+    // Blocks of the whole tensor (the gather's result, the scatter's input).
+    Blocks w = blocksOf(gather ? *c.outTypes[0] : *c.inTypes[0], dim);
+    int64_t shard = w.extent / T * w.inner; // one rank's part of one row
+    std::vector<std::vector<float>> send(static_cast<size_t>(T)), recv;
+    for (int r = 0; r < T; ++r) {
+      std::vector<float> &s = send[size_t(r)];
+      if (gather) { // everyone gets this rank's shard
+        s.assign(x, x + n);
+      } else { // rank r gets slice r of every row of this rank's partial
+        s.resize(size_t(w.outer * shard));
+        for (int64_t o = 0; o < w.outer; ++o)
+          std::memcpy(s.data() + o * shard, x + (o * T + r) * shard,
+                      size_t(shard) * 4);
+      }
+    }
+    if (Status s = tr.allToAll(send, recv, Group::Tensor); !s)
+      return s;
+    if (recv.size() != size_t(T))
+      return err("the all-to-all returned " + std::to_string(recv.size()) +
+                 " parts for a group of " + std::to_string(T));
+    for (int r = 0; r < T; ++r)
+      if (int64_t(recv[size_t(r)].size()) != w.outer * shard)
+        return err("part " + std::to_string(r) + " has the wrong size");
+    if (gather) {
+      for (int r = 0; r < T; ++r)
+        for (int64_t o = 0; o < w.outer; ++o)
+          std::memcpy(y + (o * T + r) * shard,
+                      recv[size_t(r)].data() + o * shard, size_t(shard) * 4);
+    } else { // sum the ranks' partials of this rank's slice, in rank order
+      int64_t m = w.outer * shard;
+      std::memcpy(y, recv[0].data(), size_t(m) * 4);
+      for (int r = 1; r < T; ++r)
+        for (int64_t i = 0; i < m; ++i)
+          y[i] += recv[size_t(r)][size_t(i)];
+    }
+    return Status::ok();
+  }
+
+  if (k.op == "vocab_parallel_cross_entropy" ||
+      k.op == "vocab_parallel_cross_entropy_bwd") {
+    const TensorType &lt = *c.inTypes[0];
+    int64_t V = lt.shape.back();
+    int64_t tokens = V ? n / V : 0;
+    if (c.in.size() < 2 || !c.in[1] || numel(c.inTypes[1]) != tokens)
+      return err("targets do not match the logits' leading shape");
+    const int32_t *targets = static_cast<const int32_t *>(c.in[1]);
+    int64_t start = attrOf(k, "vocab_start", 0);
+    int64_t whole = V * T;
+    for (int64_t i = 0; i < tokens; ++i)
+      if (targets[i] < 0 || targets[i] >= whole)
+        return err("target " + std::to_string(targets[i]) + " at token " +
+                   std::to_string(i) + " is outside the vocabulary of " +
+                   std::to_string(whole));
+    std::vector<float> m(static_cast<size_t>(tokens)),
+        stats(static_cast<size_t>(2 * tokens));
+    cpu::vocabShardMax(tokens, V, x, m.data());
+    if (Status s = tr.allreduce(m.data(), tokens, Group::Tensor, ReduceOp::Max);
+        !s)
+      return s;
+    cpu::vocabShardStats(tokens, V, start, x, targets, m.data(), stats.data());
+    if (Status s = tr.allreduce(stats.data(), 2 * tokens, Group::Tensor); !s)
+      return s;
+    if (k.op == "vocab_parallel_cross_entropy") {
+      *y = cpu::vocabParallelLoss(tokens, m.data(), stats.data());
+      return Status::ok();
+    }
+    if (c.in.size() < 3 || !c.in[2])
+      return err("missing loss_grad");
+    float dloss = *static_cast<const float *>(c.in[2]);
+    cpu::vocabParallelLossBwd(tokens, V, start, x, targets, m.data(),
+                              stats.data(), dloss, y);
+    return Status::ok();
+  }
+  return err("not a tensor-parallel op");
+}
+
+} // namespace pipeforge::rt
