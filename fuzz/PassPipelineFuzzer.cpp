@@ -4,9 +4,10 @@
 // pipeforge-opt registers), parsed, verified, then one fixed pipeline:
 //
 //   a module with func.func @model (nn level): the compile pipeline
-//     (pipelines::buildCompilePipeline) with one of four fixed settings,
+//     (pipelines::buildCompilePipeline) with one of six fixed settings,
 //     picked by the input size (1f1b, zbv, dualpipev with fused pairs,
-//     interleaved; 2 ranks, 4 microbatches);
+//     interleaved, 1f1b with tp=2, zbv with tp=2 and sequence parallelism;
+//     2 ranks, 4 microbatches);
 //   anything else (pp level): pp-split-backward, pp-schedule{kind=1f1b
 //     microbatches=4}, pp-insert-comm, pp-verify-schedule.
 //
@@ -60,7 +61,7 @@ pipelines::CompileOptions compileOptions(size_t variant) {
   pipelines::CompileOptions o;
   o.ranks = 2;
   o.microbatches = 4;
-  switch (variant % 4) {
+  switch (variant % 6) {
   case 0:
     o.schedule = "1f1b";
     break;
@@ -71,8 +72,17 @@ pipelines::CompileOptions compileOptions(size_t variant) {
     o.schedule = "dualpipev";
     o.fuseOverlap = true;
     break;
-  default:
+  case 3:
     o.schedule = "interleaved";
+    break;
+  case 4: // tensor parallelism (nn-shard-tensor first)
+    o.schedule = "1f1b";
+    o.tp = 2;
+    break;
+  default:
+    o.schedule = "zbv";
+    o.tp = 2;
+    o.sequenceParallel = true;
     break;
   }
   if (!pipelines::resolveCompileOptions(o))
