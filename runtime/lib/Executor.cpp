@@ -17,7 +17,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <sstream>
 
 namespace pipeforge::rt {
 
@@ -81,9 +83,27 @@ Status Executor::Impl::doF(const Work &w) {
   return finishF(w, st_out, act);
 }
 
+static int64_t bytesOf(const std::vector<BufP> &v) {
+  int64_t n = 0;
+  for (const BufP &b : v)
+    n += b ? b->bytes : 0;
+  return n;
+}
+
+void Executor::Impl::noteStash() {
+  int64_t live = 0;
+  for (auto &[k, v] : stash)
+    live += bytesOf(v);
+  for (auto &[k, v] : wstash)
+    live += bytesOf(v);
+  stashPeak = std::max(stashPeak, live);
+}
+
 Status Executor::Impl::finishF(const Work &w, std::vector<BufP> &st_out,
                                BufP act) {
+  mbStash[{w.copy, w.stage}] = bytesOf(st_out);
   stash[{w.copy, w.stage, w.mb}] = std::move(st_out);
+  noteStash();
   if (w.stage + 1 < numStages) {
     if (!act)
       return stageError(w.copy, w.stage, "F returned no activation");
@@ -124,7 +144,20 @@ Status Executor::Impl::finishB(const Work &w, bool fused, std::vector<BufP> &ws,
   const Stage &st = stageOf(w.copy, w.stage);
   Key key{w.copy, w.stage, w.mb};
   bool useFusedFn = fused && !st.backward.empty();
+  auto [cs, fresh] = wstashCounted.insert({w.copy, w.stage});
+  if (fresh)
+    mbStash[{w.copy, w.stage}] += bytesOf(ws);
   wstash[key] = std::move(ws);
+  if (!fused) {
+    // B is done with F's stash: keep only the slots W reads (the memory
+    // model frees M_B - M_W at B).
+    std::vector<BufP> &s = stash[key];
+    const std::vector<bool> &keep = stashForW(st);
+    for (size_t i = 0; i < s.size(); ++i)
+      if (i >= keep.size() || !keep[i])
+        s[i].reset();
+  }
+  noteStash();
   if (w.stage > 0) {
     if (!gout)
       return stageError(w.copy, w.stage, "backward returned no gradient");
@@ -139,6 +172,7 @@ Status Executor::Impl::finishB(const Work &w, bool fused, std::vector<BufP> &ws,
       return doW(w);
     stash.erase(key);
     wstash.erase(key);
+    noteStash();
   }
   return Status::ok();
 }
@@ -155,6 +189,7 @@ Status Executor::Impl::doW(const Work &w) {
   }
   stash.erase(key);
   wstash.erase(key);
+  noteStash();
   return Status::ok();
 }
 
@@ -409,6 +444,49 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Program &prog,
 
 Expected<StepStats> Executor::step() { return impl->step(); }
 int64_t Executor::stepsDone() const { return impl->stepNo; }
+int64_t Executor::peakStashBytes() const { return impl->stashPeak; }
+std::map<std::pair<int, int>, int64_t>
+Executor::microbatchStashBytes() const {
+  return impl->mbStash;
+}
+
+Expected<std::string> Executor::memoryReport() {
+  // "peak P mb_bytes..." per rank, gathered in world rank order.
+  std::string mine = std::to_string(impl->stashPeak);
+  for (auto &[cs, bytes] : impl->mbStash)
+    mine += " " + std::to_string(cs.first) + ":" + std::to_string(cs.second) +
+            ":" + std::to_string(bytes);
+  auto all = impl->tr.gatherStrings(mine);
+  if (!all)
+    return all.status();
+  std::string out;
+  for (size_t r = 0; r < all->size(); ++r) {
+    std::istringstream in((*all)[r]);
+    long long peak = 0;
+    in >> peak;
+    std::string item, stages;
+    long long unit = 0; // one microbatch of the rank's largest stage
+    while (in >> item) {
+      int copy = 0, stage = 0;
+      long long bytes = 0;
+      if (std::sscanf(item.c_str(), "%d:%d:%lld", &copy, &stage, &bytes) != 3)
+        continue;
+      stages += (stages.empty() ? "" : ", ") + std::string("stage ") +
+                std::to_string(stage) +
+                (copy ? " (copy " + std::to_string(copy) + ")" : "") + " " +
+                std::to_string(bytes) + " bytes";
+      unit = std::max(unit, bytes);
+    }
+    char ratio[64] = "";
+    if (unit > 0)
+      std::snprintf(ratio, sizeof ratio, " = %.2f microbatches",
+                    double(peak) / double(unit));
+    out += "rank " + std::to_string(r) + ": peak stash " +
+           std::to_string(peak) + " bytes" + ratio +
+           (stages.empty() ? "" : " (one microbatch: " + stages + ")") + "\n";
+  }
+  return out;
+}
 void Executor::setStepsDone(int64_t s) { impl->stepNo = s; }
 
 std::vector<int32_t> Executor::localParams() const {

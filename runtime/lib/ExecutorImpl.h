@@ -133,6 +133,26 @@ struct Executor::Impl {
 
   // Per-step state.
   std::map<Key, std::vector<BufP>> stash, wstash;
+  /// Measured memory: the peak of the stash bytes held between actions, and
+  /// one microbatch's stash bytes per (copy, stage) (F's plus B's).
+  int64_t stashPeak = 0;
+  std::map<std::pair<int, int>, int64_t> mbStash;
+  std::set<std::pair<int, int>> wstashCounted;
+  /// Per stage: which of F's stash slots its W function reads.
+  std::map<const Stage *, std::vector<bool>> wReads;
+  const std::vector<bool> &stashForW(const Stage &st) {
+    auto [it, fresh] = wReads.try_emplace(&st);
+    if (fresh)
+      for (const ArgBinding &a : st.backwardWeight.args)
+        if (a.role == ArgRole::Stash) {
+          if (it->second.size() <= size_t(a.index))
+            it->second.resize(size_t(a.index) + 1, false);
+          it->second[size_t(a.index)] = true;
+        }
+    return it->second;
+  }
+  /// Records the bytes held now (after every F, B and W).
+  void noteStash();
   using HostStage = std::shared_ptr<std::vector<float>>;
   struct Inbox {
     BufP buf;

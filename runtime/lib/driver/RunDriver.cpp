@@ -72,7 +72,7 @@ namespace {
       "         [--decay-steps N] [--min-lr X]\n"
       "         [--data synthetic|pattern|TOKENFILE] [--trace FILE]\n"
       "         [--dump-weights FILE] [--comm-timeout SECONDS]\n"
-      "         [--recv-lookahead N] [--quiet] [--no-fuse]\n"
+      "         [--recv-lookahead N] [--quiet] [--no-fuse] [--memory-report]\n"
       "         [--checkpoint-dir DIR [--save-every K] [--resume]]\n"
       "         [--optimizer-sync sync|post-validation] [--clip X]\n"
       "         [--skip-step K] [--inject-nan STEP:MB]\n"
@@ -157,7 +157,7 @@ int pipeforge::rt::runDriver(int argc, char **argv,
   std::string lrScheduleName = "constant";
   int64_t warmupSteps = 0, decaySteps = -1; // -1: --steps
   int lookahead = 8;
-  bool quiet = false, resume = false, noFuse = false;
+  bool quiet = false, resume = false, noFuse = false, memReport = false;
   std::string ckDir, syncMode = "sync";
   int64_t saveEvery = 0, skipStep = 0, nanStep = 0, nanMb = 0;
   auto parseNan = [&](const char *v) {
@@ -234,6 +234,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
       timeout = num({0, 1e6}); // 0: wait forever
     else if (o == "--recv-lookahead")
       lookahead = int(integer(0, 1 << 20));
+    else if (o == "--memory-report")
+      memReport = true;
     else if (o == "--quiet")
       quiet = true;
     else if (o == "--no-fuse")
@@ -427,6 +429,15 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     };
     if (Status s = (*trainer)->run(before, after); !s)
       return fail(s.message());
+    if (memReport) { // measured activation memory per rank (collective)
+      auto rep = (*trainer)->executor().memoryReport();
+      if (!rep)
+        return fail(rep.message());
+      if (root) {
+        std::printf("%s", rep->c_str());
+        std::fflush(stdout);
+      }
+    }
     if (Status s = (*trainer)->finish(); !s)
       return fail(s.message());
     return 0;

@@ -39,6 +39,7 @@
 #include "pipeforge/rt/Program.h"
 #include "pipeforge/rt/Transport.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -183,6 +184,16 @@ public:
   /// All logical parameters (copy 0 names), on world rank 0; empty
   /// elsewhere (collective).
   Expected<NamedTensors> gatherWeights();
+
+  /// Measured activation memory (docs/runtime.md, "Measured memory"): the
+  /// largest number of bytes this rank has held in stashes (F's for B and
+  /// W, B's for W) between two actions, over the run; and for each of its
+  /// stages (copy, stage), the stash bytes of one microbatch (F's plus B's).
+  int64_t peakStashBytes() const;
+  std::map<std::pair<int, int>, int64_t> microbatchStashBytes() const;
+  /// One line per world rank on world rank 0 (collective): "rank R: peak
+  /// stash N bytes = X microbatches (one microbatch: stage S N bytes ...)".
+  Expected<std::string> memoryReport();
   /// This rank's parameters by global index, and access for checkpoints.
   std::vector<int32_t> localParams() const;
   /// The part of parameter `index` this rank holds: the whole tensor, or
