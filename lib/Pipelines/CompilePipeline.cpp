@@ -114,6 +114,8 @@ void buildCompilePipeline(OpPassManager &pm, const CompileOptions &o) {
   part.ranks = o.ranks;
   pm.addPass(pp::createPPPartition(part));
   pm.addPass(pp::createPPSplitBackward());
+  if (o.recompute)
+    pm.addPass(pp::createPPRecompute());
   if (o.fuseOverlap)
     pm.addPass(pp::createPPSplitComponents());
   pp::PPScheduleOptions sch;
@@ -171,6 +173,10 @@ struct CompilePipelineOptions
   Option<int> tp{*this, "tp",
                  llvm::cl::desc("Tensor-parallel group size (nn-shard-tensor)"),
                  llvm::cl::init(1)};
+  Option<bool> recompute{
+      *this, "recompute",
+      llvm::cl::desc("Full activation recomputation (pp-recompute)"),
+      llvm::cl::init(false)};
   Option<bool> sequenceParallel{
       *this, "sequence-parallel",
       llvm::cl::desc("With tp > 1: sequence parallelism"),
@@ -199,6 +205,7 @@ void registerCompilePipeline() {
         o.fuseOverlap = po.fuseOverlap;
         o.tp = po.tp;
         o.sequenceParallel = po.sequenceParallel;
+        o.recompute = po.recompute;
         if (sched::Status s = resolveCompileOptions(o); !s)
           return errorHandler("pp-compile: " + s.message());
         buildCompilePipeline(pm, o);

@@ -101,7 +101,7 @@ void Executor::Impl::noteStash() {
 
 Status Executor::Impl::finishF(const Work &w, std::vector<BufP> &st_out,
                                BufP act) {
-  mbStash[{w.copy, w.stage}] = bytesOf(st_out);
+  mbFStash[{w.copy, w.stage}] = bytesOf(st_out);
   stash[{w.copy, w.stage, w.mb}] = std::move(st_out);
   noteStash();
   if (w.stage + 1 < numStages) {
@@ -144,9 +144,8 @@ Status Executor::Impl::finishB(const Work &w, bool fused, std::vector<BufP> &ws,
   const Stage &st = stageOf(w.copy, w.stage);
   Key key{w.copy, w.stage, w.mb};
   bool useFusedFn = fused && !st.backward.empty();
-  auto [cs, fresh] = wstashCounted.insert({w.copy, w.stage});
-  if (fresh)
-    mbStash[{w.copy, w.stage}] += bytesOf(ws);
+  int64_t &wmax = mbWStash[{w.copy, w.stage}];
+  wmax = std::max(wmax, bytesOf(ws));
   wstash[key] = std::move(ws);
   if (!fused) {
     // B is done with F's stash: keep only the slots W reads (the memory
@@ -447,15 +446,18 @@ int64_t Executor::stepsDone() const { return impl->stepNo; }
 int64_t Executor::peakStashBytes() const { return impl->stashPeak; }
 std::map<std::pair<int, int>, int64_t>
 Executor::microbatchStashBytes() const {
-  return impl->mbStash;
+  return impl->microbatchStash();
 }
 
 Expected<std::string> Executor::memoryReport() {
   // "peak P mb_bytes..." per rank, gathered in world rank order.
   std::string mine = std::to_string(impl->stashPeak);
-  for (auto &[cs, bytes] : impl->mbStash)
+  for (auto &[cs, bytes] : impl->mbFStash) {
+    auto w = impl->mbWStash.find(cs);
     mine += " " + std::to_string(cs.first) + ":" + std::to_string(cs.second) +
-            ":" + std::to_string(bytes);
+            ":" + std::to_string(bytes) + ":" +
+            std::to_string(w == impl->mbWStash.end() ? 0 : w->second);
+  }
   auto all = impl->tr.gatherStrings(mine);
   if (!all)
     return all.status();
@@ -465,21 +467,23 @@ Expected<std::string> Executor::memoryReport() {
     long long peak = 0;
     in >> peak;
     std::string item, stages;
-    long long unit = 0; // one microbatch of the rank's largest stage
+    long long unit = 0; // F's stash of the rank's largest stage: M_B
     while (in >> item) {
       int copy = 0, stage = 0;
-      long long bytes = 0;
-      if (std::sscanf(item.c_str(), "%d:%d:%lld", &copy, &stage, &bytes) != 3)
+      long long bytes = 0, wbytes = 0;
+      if (std::sscanf(item.c_str(), "%d:%d:%lld:%lld", &copy, &stage, &bytes,
+                      &wbytes) != 4)
         continue;
       stages += (stages.empty() ? "" : ", ") + std::string("stage ") +
                 std::to_string(stage) +
                 (copy ? " (copy " + std::to_string(copy) + ")" : "") + " " +
-                std::to_string(bytes) + " bytes";
+                std::to_string(bytes) + " bytes" +
+                (wbytes ? " + W-stash " + std::to_string(wbytes) : "");
       unit = std::max(unit, bytes);
     }
     char ratio[64] = "";
     if (unit > 0)
-      std::snprintf(ratio, sizeof ratio, " = %.2f microbatches",
+      std::snprintf(ratio, sizeof ratio, " = %.2f M_B",
                     double(peak) / double(unit));
     out += "rank " + std::to_string(r) + ": peak stash " +
            std::to_string(peak) + " bytes" + ratio +

@@ -134,10 +134,17 @@ struct Executor::Impl {
   // Per-step state.
   std::map<Key, std::vector<BufP>> stash, wstash;
   /// Measured memory: the peak of the stash bytes held between actions, and
-  /// one microbatch's stash bytes per (copy, stage) (F's plus B's).
+  /// one microbatch's stash bytes per (copy, stage): F's, and B's W-stash.
   int64_t stashPeak = 0;
-  std::map<std::pair<int, int>, int64_t> mbStash;
-  std::set<std::pair<int, int>> wstashCounted;
+  std::map<std::pair<int, int>, int64_t> mbFStash, mbWStash;
+  /// One microbatch's stash bytes per (copy, stage): F's plus the largest
+  /// W-stash of a separate B.
+  std::map<std::pair<int, int>, int64_t> microbatchStash() const {
+    std::map<std::pair<int, int>, int64_t> m = mbFStash;
+    for (auto &[cs, w] : mbWStash)
+      m[cs] += w;
+    return m;
+  }
   /// Per stage: which of F's stash slots its W function reads.
   std::map<const Stage *, std::vector<bool>> wReads;
   const std::vector<bool> &stashForW(const Stage &st) {

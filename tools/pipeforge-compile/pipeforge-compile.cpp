@@ -71,6 +71,11 @@ static cl::opt<bool> sequenceParallel(
     cl::desc("With --tp: split the activations between the sharded layers "
              "along the sequence"),
     cl::cat(cat));
+static cl::opt<bool> recompute(
+    "recompute",
+    cl::desc("Full activation recomputation: each stage stashes its inputs "
+             "only and B recomputes the rest (--pp-recompute)"),
+    cl::cat(cat));
 static cl::opt<int> microbatches(
     "microbatches",
     cl::desc("Microbatches per step, over both copies for DualPipe "
@@ -171,6 +176,7 @@ int main(int argc, char **argv) {
   co.fuseOverlap = fuseOverlap;
   co.tp = tp;
   co.sequenceParallel = sequenceParallel;
+  co.recompute = recompute;
   if (sched::Status s = pipelines::resolveCompileOptions(co); !s)
     return fail(s.message());
   if (dp < 1)

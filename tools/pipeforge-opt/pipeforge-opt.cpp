@@ -29,13 +29,11 @@
 // their options, --help-hidden everything (LLVM's own options too).
 // test/Docs/help.test checks this list against --list-passes.
 static const char *const helpPasses[] = {
-    "nn-shard-tensor",     "pp-partition",
-    "pp-schedule",         "pp-insert-comm",
-    "pp-verify-schedule",  "pp-simulate",
-    "pp-split-backward",   "pp-split-components",
-    "pp-fuse-overlap",     "pp-assign-buffers",
-    "pp-component-ranges", "nn-cost-report",
-    "canonicalize",        "cse",
+    "nn-shard-tensor",   "pp-partition",       "pp-schedule",
+    "pp-insert-comm",    "pp-verify-schedule", "pp-simulate",
+    "pp-split-backward", "pp-recompute",       "pp-split-components",
+    "pp-fuse-overlap",   "pp-assign-buffers",  "pp-component-ranges",
+    "nn-cost-report",    "canonicalize",       "cse",
     "symbol-dce"};
 static const char *const helpPipelines[] = {"pp-compile"};
 

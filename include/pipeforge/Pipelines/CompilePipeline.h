@@ -52,6 +52,8 @@ struct CompileOptions {
   /// sequence parallelism.
   int tp = 1;
   bool sequenceParallel = false;
+  /// pp-recompute: full activation recomputation (stash stage inputs only).
+  bool recompute = false;
 };
 
 /// Fills the defaults and checks the options against each other (an unknown

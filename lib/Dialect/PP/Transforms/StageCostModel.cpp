@@ -62,6 +62,24 @@ pp::collectStageCosts(PipelineOp p, unsigned bytesPerElement) {
     c.bwdWeightFlops[s] = sum.backwardWeight;
     c.stashBytes[s] = double(sum.stash);
     c.weightStashBytes[s] = double(sum.weightStash);
+    if (stage->hasAttr("pp.recompute")) {
+      // --pp-recompute: B (and BW) run the forward again; F stashes its
+      // inputs only (W still needs what it needed, now from B).
+      c.bwdInputFlops[s] += sum.forward;
+      double inputs = 0;
+      for (unsigned r = 0; r < fwd.getNumResults(); ++r) {
+        if (pp::getResultRole(fwd, r) != pp::Role::stash)
+          continue;
+        auto t = dyn_cast<RankedTensorType>(fwd.getResultTypes()[r]);
+        if (!t || !t.hasStaticShape())
+          continue;
+        unsigned bytes = isa<FloatType>(t.getElementType())
+                             ? bytesPerElement
+                             : std::max(1u, t.getElementTypeBitWidth() / 8);
+        inputs += double(t.getNumElements()) * bytes;
+      }
+      c.stashBytes[s] = inputs;
+    }
   }
   if (withBody == 0)
     return std::optional<StageCosts>();

@@ -188,11 +188,14 @@ public:
   /// Measured activation memory (docs/runtime.md, "Measured memory"): the
   /// largest number of bytes this rank has held in stashes (F's for B and
   /// W, B's for W) between two actions, over the run; and for each of its
-  /// stages (copy, stage), the stash bytes of one microbatch (F's plus B's).
+  /// stages (copy, stage), the stash bytes of one microbatch: F's, plus the
+  /// largest W-stash a separate B kept for W.
   int64_t peakStashBytes() const;
   std::map<std::pair<int, int>, int64_t> microbatchStashBytes() const;
   /// One line per world rank on world rank 0 (collective): "rank R: peak
-  /// stash N bytes = X microbatches (one microbatch: stage S N bytes ...)".
+  /// stash N bytes = X M_B (one microbatch: stage S N bytes [+ W-stash
+  /// N], ...)", M_B being F's stash of one microbatch of the rank's largest
+  /// stage.
   Expected<std::string> memoryReport();
   /// This rank's parameters by global index, and access for checkpoints.
   std::vector<int32_t> localParams() const;

@@ -68,6 +68,22 @@ def PPSplitBackward : Pass<"pp-split-backward", "::mlir::ModuleOp"> {
                            "::mlir::arith::ArithDialect"];
 }
 
+def PPRecompute : Pass<"pp-recompute", "::mlir::ModuleOp"> {
+  let summary = "Full activation recomputation: stash a stage's inputs only";
+  let description = [{
+    After `--pp-split-backward`: `@forward` stashes only its non-parameter
+    inputs (the received activations, tokens, targets); `@backward_input`
+    and `@backward` recompute the forward values they read from them (the
+    forward ops those values depend on are cloned at the top); the values
+    `@backward_weight` reads become W-stash results of `@backward_input`, so
+    W computes nothing twice. The stage gets `pp.recompute`: the stage cost
+    model charges B (and BW) one more forward and counts the inputs' bytes
+    as the stash. The recomputed values are the stashed ones bit for bit;
+    training is unchanged (docs/split-backward.md, "Recomputation").
+  }];
+  let dependentDialects = ["::pipeforge::nn::NNDialect"];
+}
+
 /// The cost model options shared by the passes that replay a schedule.
 /// Memory is in units of M_B: one microbatch's activations on a rank's share
 /// of a p-way split (a stage of an S-stage model copy is p/S of it).
