@@ -98,10 +98,12 @@ std::string exportJson(const Schedule &s, const SimResult *sim,
     sum["makespan"] = sim->makespan;
     sum["bubble_rate"] = sim->bubbleRate;
     sum["zb_bubble_rate"] = sim->zbBubbleRate;
-    double unit = cost.memB > 0 ? cost.memB : 1;
+    // The simulator's own unit, as the text output prints it: M_B, the
+    // activations of one microbatch on a rank's 1/p share of the model (a
+    // stage of an S-stage copy allocates p/S of it).
     Json peak = Json::array(), busy = Json::array(), exposed = Json::array();
     for (const RankStats &st : sim->ranks) {
-      peak.push_back(st.peakMemory / unit);
+      peak.push_back(st.peakMemory);
       busy.push_back(st.busy);
       exposed.push_back(st.exposedComm);
     }

@@ -115,8 +115,11 @@ TEST(ExportTest, JsonFieldsAndSummary) {
   EXPECT_DOUBLE_EQ(sum["bubble_rate"].get<double>(), r.bubbleRate);
   EXPECT_DOUBLE_EQ(sum["zb_bubble_rate"].get<double>(), r.zbBubbleRate);
   ASSERT_EQ(sum["peak_activation"].size(), 2u);
-  // In memB units: rank 0 peaks at 4 M_B.
-  EXPECT_DOUBLE_EQ(sum["peak_activation"][0].get<double>(), 4);
+  // In the simulator's unit, as the text output prints it: rank 0 holds 4
+  // microbatches of memB = 2.
+  EXPECT_DOUBLE_EQ(sum["peak_activation"][0].get<double>(), 8);
+  EXPECT_DOUBLE_EQ(sum["peak_activation"][0].get<double>(),
+                   r.ranks[0].peakMemory);
   EXPECT_FALSE(Json::parse(exportJson(s)).contains("summary"));
 }
 
