@@ -131,10 +131,6 @@ void parseSimple(const std::string &text, size_t row, size_t col,
     }
   }
   if (kind.empty()) {
-    std::string rest = text.substr(pos);
-    if (rest.rfind("UNSHARD", 0) == 0 || rest.rfind("RESHARD", 0) == 0 ||
-        rest.rfind("REDUCE_GRAD", 0) == 0)
-      fail(row, col, text, "FSDP actions are not supported");
     fail(row, col, text,
          "unknown kind (expected F, I, W, B, SEND_F, RECV_F, SEND_B or "
          "RECV_B)");
@@ -144,6 +140,18 @@ void parseSimple(const std::string &text, size_t row, size_t col,
     fail(row, col, text, "missing microbatch index after " + kind);
   if (pos != text.size())
     fail(row, col, text, "trailing characters");
+}
+
+/// PyTorch's FSDP actions in a `compute_comms` dump: <stage>UNSHARD,
+/// <stage>RESHARD, <stage>REDUCE_GRAD (no microbatch).
+bool isFsdpCell(const std::string &text) {
+  size_t pos = 0;
+  while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos])))
+    ++pos;
+  if (pos == 0)
+    return false;
+  std::string rest = text.substr(pos);
+  return rest == "UNSHARD" || rest == "RESHARD" || rest == "REDUCE_GRAD";
 }
 
 RawCell parseCell(const std::string &text, size_t row, size_t col) {
@@ -239,8 +247,12 @@ Expected<Schedule> importCsv(const std::string &text,
         size_t comma = line.find(',', cs);
         std::string c = trim(line.substr(
             cs, comma == std::string::npos ? std::string::npos : comma - cs));
-        if (!c.empty())
+        if (!c.empty() && isFsdpCell(c)) {
+          if (opts.ignoredFsdpActions)
+            ++*opts.ignoredFsdpActions;
+        } else if (!c.empty()) {
           rows[row].push_back(parseCell(c, row, col));
+        }
         ++col;
         if (comma == std::string::npos)
           break;

@@ -79,12 +79,14 @@ Status checkJob(const ScheduleJob &j) {
 }
 
 Expected<Schedule> obtainSchedule(const ScheduleJob &j,
-                                  std::optional<AutoResult> &autoResult) {
+                                  std::optional<AutoResult> &autoResult,
+                                  int64_t &ignoredFsdp) {
   if (j.csvText) {
     if (!j.schedule.empty())
       return Status::error("give either --schedule or --import-csv, not both");
     CsvImportOptions io;
     io.name = "csv";
+    io.ignoredFsdpActions = &ignoredFsdp;
     return importCsv(*j.csvText, io);
   }
   if (j.schedule.empty())
@@ -199,7 +201,7 @@ Expected<ScheduleJobResult> runScheduleJob(const ScheduleJob &jobIn) {
     j.memW = memWRatio(j.hidden, j.heads, j.seq);
 
   ScheduleJobResult r;
-  auto s = obtainSchedule(j, r.autoResult);
+  auto s = obtainSchedule(j, r.autoResult, r.ignoredFsdpActions);
   if (!s)
     return s.status();
   r.schedule = s.take();

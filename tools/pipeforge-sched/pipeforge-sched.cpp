@@ -221,6 +221,11 @@ int main(int argc, char **argv) {
   auto r = runScheduleJob(o.job);
   if (!r)
     fail((o.importCsv.empty() ? "" : o.importCsv + ": ") + r.message());
+  if (r->ignoredFsdpActions)
+    std::cerr << "pipeforge-sched: note: " << o.importCsv << ": skipped "
+              << r->ignoredFsdpActions
+              << " FSDP action(s) (UNSHARD, RESHARD, REDUCE_GRAD): a "
+                 "pipeline schedule has no equivalent\n";
   std::string out = renderScheduleJob(*r, o.format);
   if (o.output.empty()) {
     std::cout << out << std::flush;

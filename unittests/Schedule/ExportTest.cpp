@@ -264,7 +264,17 @@ TEST(ExportTest, CsvImportErrorsNameRowAndColumn) {
       "column 1: \"(0F1;0F2)OVERLAP_F_B\": an overlapped pair must be an F "
       "then a B or I");
   has(errOf("0F0,(0F1,0B0)OVERLAP\n"), "row 0, column 1");
-  has(errOf("0F0,0UNSHARD\n"), "FSDP actions are not supported");
+  // FSDP actions are skipped (counted), not errors; a malformed one is.
+  {
+    int64_t skipped = 0;
+    CsvImportOptions o;
+    o.ignoredFsdpActions = &skipped;
+    auto s = importCsv("0UNSHARD,0F0,0B0,0RESHARD,0REDUCE_GRAD\n", o);
+    ASSERT_TRUE(s) << s.message();
+    EXPECT_EQ(skipped, 3);
+    EXPECT_EQ(s->programs[0].size(), 2u);
+  }
+  has(errOf("0F0,0UNSHARD1x\n"), "column 1: \"0UNSHARD1x\": unknown kind");
   has(errOf("0F0,GRADREDUCE_rx\n"), "expected GRADREDUCE_r<peer rank>");
   has(errOf("0F0,1F0\n1F1\n"),
       "csv row 1, column 0: \"1\": stage 1 is also computed on row 0");

@@ -70,6 +70,10 @@ struct CsvImportOptions {
   /// row where it is computed, stages = max stage + 1.
   std::optional<Placement> placement;
   std::string name = "csv";
+  /// Where to count the FSDP actions of a PyTorch `compute_comms` dump
+  /// (UNSHARD, RESHARD, REDUCE_GRAD): they have no PipeForge equivalent in
+  /// a pipeline schedule and are skipped. Null: not counted.
+  int64_t *ignoredFsdpActions = nullptr;
 };
 
 /// Parses a PyTorch schedule CSV into a Schedule. Malformed cells give an

@@ -54,6 +54,8 @@ struct ScheduleJobResult {
   CostModel cost;
   SimResult sim;
   std::optional<AutoResult> autoResult;
+  /// --import-csv: FSDP actions of a PyTorch compute_comms dump skipped.
+  int64_t ignoredFsdpActions = 0;
 };
 
 /// Checks the job's numbers (a message naming the option on error), then
