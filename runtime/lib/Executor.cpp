@@ -467,7 +467,8 @@ Expected<std::string> Executor::memoryReport() {
     long long peak = 0;
     in >> peak;
     std::string item, stages;
-    long long unit = 0; // F's stash of the rank's largest stage: M_B
+    long long unit = 0;  // F's stash of the rank's largest stage: M_B
+    long long wmax = 0;  // its largest W-stash
     while (in >> item) {
       int copy = 0, stage = 0;
       long long bytes = 0, wbytes = 0;
@@ -480,9 +481,12 @@ Expected<std::string> Executor::memoryReport() {
                 std::to_string(bytes) + " bytes" +
                 (wbytes ? " + W-stash " + std::to_string(wbytes) : "");
       unit = std::max(unit, bytes);
+      wmax = std::max(wmax, wbytes);
     }
+    // In M_B only where F's stash is what the rank holds (not when a
+    // recomputing stage keeps its inputs and B's W-stash dwarfs them).
     char ratio[64] = "";
-    if (unit > 0)
+    if (unit > 0 && unit >= wmax)
       std::snprintf(ratio, sizeof ratio, " = %.2f M_B",
                     double(peak) / double(unit));
     out += "rank " + std::to_string(r) + ": peak stash " +
