@@ -18,6 +18,7 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -284,6 +285,9 @@ struct Executor::Impl {
   /// Tensor parallelism: the gradients of the tp_reduce_grad parameters
   /// summed over the group (each rank's covers its share of the tokens).
   Status sumTensorParallelGrads();
+  Status sumSliceSquares(Group g, const std::function<bool(int32_t)> &sliced,
+                         std::vector<float> &paramSq, double &allSq,
+                         double &sq);
 };
 
 /// "stage S (copy C): message" (ExecutorInit.cpp).

@@ -71,6 +71,30 @@ Status Executor::Impl::sumTensorParallelGrads() {
   return Status::ok();
 }
 
+/// The squares of the parameters a group splits (`sliced`) summed over the
+/// group, with the squares of the other local gradients (`allSq`, the
+/// finite flag); `sq` recomputed over the copy-0 parameters.
+Status Executor::Impl::sumSliceSquares(
+    Group g, const std::function<bool(int32_t)> &sliced,
+    std::vector<float> &paramSq, double &allSq, double &sq) {
+  std::vector<float> part(paramSq.size() + 1, 0.0f);
+  for (auto &[i, ps] : params)
+    if (sliced(i))
+      part[size_t(i)] = paramSq[size_t(i)];
+  part.back() = float(allSq);
+  if (Status s = tr.allreduce(part.data(), int64_t(part.size()), g); !s)
+    return s;
+  for (auto &[i, ps] : params)
+    if (sliced(i))
+      paramSq[size_t(i)] = part[size_t(i)];
+  allSq = part.back();
+  sq = 0;
+  for (auto &[i, ps] : params)
+    if (prog.params[size_t(i)].copy == 0)
+      sq += paramSq[size_t(i)];
+  return Status::ok();
+}
+
 Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
   // Tensor parallel: the replicated parameters whose gradients are partial
   // (sequence parallelism) summed over the group.
@@ -125,42 +149,23 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
     // optimistic step and the same validate() decision: the replicated
     // (non-expert) parameters stay bitwise equal across the group (a
     // rollback is exact only up to rounding).
-    std::vector<float> ex(paramSq.size() + 1, 0.0f);
-    for (int32_t i : expertParams)
-      ex[size_t(i)] = paramSq[size_t(i)];
-    ex.back() = float(allSq);
-    if (Status s = tr.allreduce(ex.data(), int64_t(ex.size()), Group::Expert);
+    if (Status s = sumSliceSquares(
+            Group::Expert, [&](int32_t i) { return expertParams.count(i) > 0; },
+            paramSq, allSq, sq);
         !s)
       return s;
-    for (int32_t i : expertParams)
-      paramSq[size_t(i)] = ex[size_t(i)];
-    allSq = ex.back();
-    sq = 0;
-    for (auto &[i, ps] : params)
-      if (prog.params[size_t(i)].copy == 0)
-        sq += paramSq[size_t(i)];
   }
   if (T > 1) {
     // A split param's squares: the sum of its shards over the TP group (the
     // replicated ones are equal on every rank of the group: counted once).
     // Reduced before the optimistic step, with the finite flag, as for
     // expert parallelism.
-    std::vector<float> sh(paramSq.size() + 1, 0.0f);
-    for (auto &[i, ps] : params)
-      if (prog.params[size_t(i)].tpDim >= 0)
-        sh[size_t(i)] = paramSq[size_t(i)];
-    sh.back() = float(allSq);
-    if (Status s = tr.allreduce(sh.data(), int64_t(sh.size()), Group::Tensor);
+    if (Status s = sumSliceSquares(
+            Group::Tensor,
+            [&](int32_t i) { return prog.params[size_t(i)].tpDim >= 0; },
+            paramSq, allSq, sq);
         !s)
       return s;
-    for (auto &[i, ps] : params)
-      if (prog.params[size_t(i)].tpDim >= 0)
-        paramSq[size_t(i)] = sh[size_t(i)];
-    allSq = sh.back();
-    sq = 0;
-    for (auto &[i, ps] : params)
-      if (prog.params[size_t(i)].copy == 0)
-        sq += paramSq[size_t(i)];
   }
   // Post-validation: step at once with this rank's partial statistics; the
   // global ones are reduced right after and validate() checks the step.

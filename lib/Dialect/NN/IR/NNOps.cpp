@@ -221,22 +221,18 @@ LogicalResult LayerNormOp::verify() {
   return checkSameElementType(*this, {getInput(), getGamma(), getBeta()});
 }
 
-LogicalResult CrossEntropyOp::verify() {
-  if (failed(inferShared(*this)))
+/// The losses (nn.cross_entropy, nn.vocab_parallel_cross_entropy).
+template <typename LossOp> static LogicalResult verifyLoss(LossOp op) {
+  if (failed(inferShared(op)))
     return failure();
-  if (getLoss().getType().getElementType() !=
-      getLogits().getType().getElementType())
-    return emitOpError("expects the loss element type to match the logits");
+  if (op.getLoss().getType().getElementType() !=
+      op.getLogits().getType().getElementType())
+    return op.emitOpError("expects the loss element type to match the logits");
   return success();
 }
-
+LogicalResult CrossEntropyOp::verify() { return verifyLoss(*this); }
 LogicalResult VocabParallelCrossEntropyOp::verify() {
-  if (failed(inferShared(*this)))
-    return failure();
-  if (getLoss().getType().getElementType() !=
-      getLogits().getType().getElementType())
-    return emitOpError("expects the loss element type to match the logits");
-  return success();
+  return verifyLoss(*this);
 }
 
 LogicalResult RMSNormOp::verify() {

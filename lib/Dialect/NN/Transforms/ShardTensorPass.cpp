@@ -116,6 +116,7 @@ private:
   LogicalResult shard(AttentionOp op);
   LogicalResult shard(CrossEntropyOp op);
   LogicalResult shardNorm(Operation *op);
+  LogicalResult shardWhole(Operation *op);
   LogicalResult shardElementwise(Operation *op);
   LogicalResult shardMoE(MoEOp op);
   LogicalResult shardOther(Operation *op);
@@ -337,7 +338,12 @@ LogicalResult Sharder::shard(CrossEntropyOp op) {
 /// Norms run on whole (or, sequence-parallel, sequence-split) activations;
 /// on a sequence split each rank's parameter gradient covers its tokens
 /// only, so they are summed over the group.
-LogicalResult Sharder::shardNorm(Operation *op) {
+LogicalResult Sharder::shardNorm(Operation *op) { return shardWhole(op); }
+
+/// An op that runs whole on every rank (its first operand the activation,
+/// the rest parameters): on a sequence split, its parameters' gradients
+/// are partial.
+LogicalResult Sharder::shardWhole(Operation *op) {
   Layout in = layoutOf(op->getOperand(0));
   if (in != Layout::Replicated && in != Layout::Sequence)
     return op->emitOpError("expects a whole activation, got a ")
@@ -368,18 +374,7 @@ LogicalResult Sharder::shardElementwise(Operation *op) {
 /// Experts stay under expert parallelism: the MoE layer runs on every rank
 /// of the group, on whole activations (sequence-parallel: on its tokens,
 /// with its parameter gradients summed over the group).
-LogicalResult Sharder::shardMoE(MoEOp op) {
-  Layout in = layoutOf(op.getInput());
-  if (in != Layout::Replicated && in != Layout::Sequence)
-    return op->emitOpError("expects a whole activation, got a ")
-           << layoutName(in) << " one";
-  if (in == Layout::Sequence)
-    for (Value p : op->getOperands().drop_front())
-      markReduceGrad(p);
-  op.getResult().setType(op.getInput().getType());
-  layout[op.getResult()] = in;
-  return success();
-}
+LogicalResult Sharder::shardMoE(MoEOp op) { return shardWhole(op); }
 
 /// Any other op (func.return, ...) must see whole values only.
 LogicalResult Sharder::shardOther(Operation *op) {

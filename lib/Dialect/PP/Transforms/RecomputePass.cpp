@@ -84,6 +84,17 @@ private:
   FailureOr<DenseMap<int64_t, Value>> rebuild(func::FuncOp f);
   Value paramIn(func::FuncOp f, BlockArgument fwdParam);
   LogicalResult rewriteForward();
+  /// Makes `f` return `results` with result attributes `attrs`.
+  void setResults(func::FuncOp f, ArrayRef<Value> results,
+                  ArrayRef<Attribute> attrs) {
+    Operation *ret = f.front().getTerminator();
+    b.setInsertionPoint(ret);
+    func::ReturnOp::create(b, ret->getLoc(), results);
+    ret->erase();
+    f.setType(b.getFunctionType(f.getArgumentTypes(),
+                                ValueRange(results).getTypes()));
+    f.setAllResultAttrs(attrs);
+  }
   LogicalResult rewriteWeight(const DenseMap<int64_t, Value> &inB);
 };
 
@@ -265,12 +276,7 @@ StageRecompute::rewriteWeight(const DenseMap<int64_t, Value> &inB) {
     results.push_back(v);
     resAttrs.push_back(a);
   }
-  b.setInsertionPoint(ret);
-  func::ReturnOp::create(b, ret->getLoc(), results);
-  ret->erase();
-  bIn.setType(b.getFunctionType(bIn.getArgumentTypes(),
-                                ValueRange(results).getTypes()));
-  bIn.setAllResultAttrs(resAttrs);
+  setResults(bIn, results, resAttrs);
   return success();
 }
 
@@ -292,12 +298,7 @@ LogicalResult StageRecompute::rewriteForward() {
                         pp::getRoleAttr(b.getContext(), pp::Role::stash)),
          b.getNamedAttr(attrs::kPPStash, b.getI64IntegerAttr(int64_t(k)))}));
   }
-  b.setInsertionPoint(ret);
-  func::ReturnOp::create(b, ret->getLoc(), results);
-  ret->erase();
-  fwd.setType(b.getFunctionType(fwd.getArgumentTypes(),
-                                ValueRange(results).getTypes()));
-  fwd.setAllResultAttrs(resAttrs);
+  setResults(fwd, results, resAttrs);
   return success();
 }
 
