@@ -48,6 +48,11 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
 
     std::optional<StageCosts> costs;
     if (pipeline) {
+      if (tpBytesPerTime < 0 || (tpBytesPerTime > 0 && flopsPerTime <= 0)) {
+        emitError(loc) << "tp-bytes-per-time must be >= 0 and needs "
+                          "flops-per-time > 0 (both in one time unit)";
+        return failure();
+      }
       if (bytesPerElement < 1) {
         emitError(loc) << "bytes-per-element must be >= 1";
         return failure();
@@ -61,7 +66,7 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
     }
     if (costs)
       o.cost = stageCostModel(*costs, flopsPerTime, tf, tb, tw, tcomm,
-                              o.cost.memB, o.cost.memW);
+                              o.cost.memB, o.cost.memW, tpBytesPerTime);
 
     std::optional<sched::MemoryLimit> limit;
     if (!memLimit.empty()) {

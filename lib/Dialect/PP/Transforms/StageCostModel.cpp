@@ -39,6 +39,8 @@ pp::collectStageCosts(PipelineOp p, unsigned bytesPerElement) {
   c.bwdWeightFlops.assign(n, 0);
   c.stashBytes.assign(n, 0);
   c.weightStashBytes.assign(n, 0);
+  c.fwdCommBytes.assign(n, 0);
+  c.bwdCommBytes.assign(n, 0);
   int withBody = 0, without = 0;
   int64_t firstWithout = -1;
   for (StageOp stage : p.getBody().getOps<StageOp>()) {
@@ -62,6 +64,8 @@ pp::collectStageCosts(PipelineOp p, unsigned bytesPerElement) {
     c.bwdWeightFlops[s] = sum.backwardWeight;
     c.stashBytes[s] = double(sum.stash);
     c.weightStashBytes[s] = double(sum.weightStash);
+    c.fwdCommBytes[s] = double(sum.forwardComm);
+    c.bwdCommBytes[s] = double(sum.backwardComm);
     if (stage->hasAttr("pp.recompute")) {
       // --pp-recompute: B (and BW) run the forward again; F stashes its
       // inputs only (W still needs what it needed, now from B).
@@ -94,7 +98,8 @@ pp::collectStageCosts(PipelineOp p, unsigned bytesPerElement) {
 
 sched::CostModel pp::stageCostModel(const StageCosts &c, double flopsPerTime,
                                     double tf, double tb, double tw,
-                                    double tcomm, double memB, double memW) {
+                                    double tcomm, double memB, double memW,
+                                    double tpBytesPerTime) {
   sched::CostModel cost;
   cost.tf = tf;
   cost.tb = tb;
@@ -111,6 +116,11 @@ sched::CostModel pp::stageCostModel(const StageCosts &c, double flopsPerTime,
       cost.tfStage.push_back(c.fwdFlops[s] / scale);
       cost.tbStage.push_back(c.bwdInputFlops[s] / scale);
       cost.twStage.push_back(c.bwdWeightFlops[s] / scale);
+      if (tpBytesPerTime > 0 && flopsPerTime > 0 &&
+          s < int(c.fwdCommBytes.size()) && s < int(c.bwdCommBytes.size())) {
+        cost.tfStage.back() += c.fwdCommBytes[s] / tpBytesPerTime;
+        cost.tbStage.back() += c.bwdCommBytes[s] / tpBytesPerTime;
+      }
     }
   }
   double unit = c.bytesPerMB();

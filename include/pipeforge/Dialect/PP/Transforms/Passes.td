@@ -124,7 +124,8 @@ def PPSchedule : Pass<"pp-schedule", "::mlir::ModuleOp"> {
     per-stage M_B = the stash bytes of the stage's forward ops
     (`bytes-per-element`), M_W their weight-stash bytes, and per-stage F/B/W
     times = FLOPs / `flops-per-time` (0: normalised so the mean stage's F
-    takes 1); M_B as a unit is then one microbatch's stash over all stages
+    takes 1), plus, with `tp-bytes-per-time`, each stage's tensor-parallel
+    collective bytes in F and B over that bandwidth; M_B as a unit is then one microbatch's stash over all stages
     divided by the ranks (linear: the mean stage's). Without bodies the
     costs are uniform and a byte limit is an error.
   }];
@@ -151,6 +152,9 @@ def PPSchedule : Pass<"pp-schedule", "::mlir::ModuleOp"> {
     Option<"flopsPerTime", "flops-per-time", "double", /*default=*/"0.0",
            "kind=auto with stage bodies: FLOPs per time unit (0 = the mean "
            "stage's F takes 1)">,
+    Option<"tpBytesPerTime", "tp-bytes-per-time", "double", /*default=*/"0.0",
+           "kind=auto with stage bodies: tensor-parallel bytes per time unit "
+           "(needs flops-per-time; 0 = collectives are free)">,
     Option<"autoPlacement", "placement", "std::string", /*default=*/"\"linear\"",
            "kind=auto without a pp.pipeline: linear or v">,
     Option<"timeLimit", "time-limit", "double", /*default=*/"10.0",

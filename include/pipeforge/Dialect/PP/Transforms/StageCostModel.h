@@ -28,6 +28,9 @@ struct StageCosts {
   /// Stash bytes of one microbatch (sum over the forward ops), and of them
   /// the bytes W needs after B.
   std::vector<double> stashBytes, weightStashBytes;
+  /// Tensor-parallel collectives (CommOpInterface): bytes one rank sends in
+  /// the stage's F and in its B.
+  std::vector<double> fwdCommBytes, bwdCommBytes;
   unsigned bytesPerElement = 2;
 
   int numStages() const { return static_cast<int>(stashBytes.size()); }
@@ -50,9 +53,14 @@ collectStageCosts(PipelineOp p, unsigned bytesPerElement);
 /// FLOPs / (mean stage F FLOPs), so that the mean stage's F takes 1. When
 /// the stages have no FLOPs the uniform times `tf`, `tb`, `tw` stay; when
 /// nothing stashes, the uniform memory `memB` / `memW` stays.
+/// Per-stage times from FLOPs (`flopsPerTime`; 0: the mean stage's F takes
+/// 1) plus, with `tpBytesPerTime` > 0 (bytes per the same time unit; needs
+/// `flopsPerTime` > 0), the tensor-parallel collectives: they block the
+/// stage, so their time adds to F and B.
 sched::CostModel stageCostModel(const StageCosts &c, double flopsPerTime,
                                 double tf, double tb, double tw, double tcomm,
-                                double memB, double memW);
+                                double memB, double memW,
+                                double tpBytesPerTime = 0);
 
 } // namespace pipeforge::pp
 
