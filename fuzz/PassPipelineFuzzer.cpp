@@ -35,6 +35,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 
+#include <string>
 #include <memory>
 
 using namespace pipeforge;
@@ -102,7 +103,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   mlir::MLIRContext &ctx = context();
   mlir::ScopedDiagnosticHandler quiet(
       &ctx, [](mlir::Diagnostic &) { return mlir::success(); });
-  llvm::StringRef text(reinterpret_cast<const char *>(data), size);
+  // MLIR's lexer reads the byte after the text (a source file's buffer is
+  // null-terminated, as pipeforge-opt's and pipeforge-translate's are): a
+  // copy with its terminator, never the fuzzer's bare bytes.
+  std::string owned(reinterpret_cast<const char *>(data), size);
+  llvm::StringRef text(owned);
   mlir::ParserConfig config(&ctx);
   auto module = mlir::parseSourceString<mlir::ModuleOp>(text, config);
   if (!module)
