@@ -19,6 +19,7 @@
 
 #include "ExecutorImpl.h"
 
+#include "KernelOperands.h"
 #include "cpu/Kernels.h"
 
 #include <cstring>
@@ -33,13 +34,6 @@ bool isTensorParallelOp(const std::string &op) {
 
 Program specializeForTensorRank(const Program &prog, int tpIndex) {
   Program p = prog;
-  auto attrInt = [](const Kernel &k, const char *name, int64_t dflt) {
-    auto it = k.attrs.find(name);
-    if (it == k.attrs.end())
-      return dflt;
-    const int64_t *v = std::get_if<int64_t>(&it->second);
-    return v ? *v : dflt;
-  };
   for (Stage &st : p.stages)
     for (FunctionKind fk :
          {FunctionKind::Forward, FunctionKind::BackwardInput,
@@ -58,14 +52,15 @@ Program specializeForTensorRank(const Program &prog, int tpIndex) {
         return fn.values[size_t(value)].shape.back();
       };
       for (Kernel &k : fn.kernels) {
-        if (k.op == "embedding" && attrInt(k, "vocab_shards", 1) > 1) {
+        if (k.op == "embedding" && ops::attrInt(k, "vocab_shards", 1) > 1) {
           k.attrs["vocab_start"] =
               int64_t(tpIndex) * rows(k.inputs.size() > 1 ? k.inputs[1] : -1);
           if (tpIndex != 0 && k.inputs.size() > 2)
             k.inputs[2] = -1; // positions: counted once, by rank 0
         } else if (k.op == "embedding_bwd_weight" &&
-                   attrInt(k, "vocab_shards", 1) > 1) {
-          k.attrs["vocab_start"] = int64_t(tpIndex) * attrInt(k, "vocab", 0);
+                   ops::attrInt(k, "vocab_shards", 1) > 1) {
+          k.attrs["vocab_start"] =
+              int64_t(tpIndex) * ops::attrInt(k, "vocab", 0);
         } else if (k.op == "linear" && k.attrs.count("partial") &&
                    tpIndex != 0 && k.inputs.size() > 2) {
           k.inputs[2] = -1; // bias: counted once, by rank 0
@@ -98,14 +93,6 @@ void sliceTensorParallel(const Param &p, int T, int tpIndex, const float *whole,
 namespace {
 
 int64_t numel(const TensorType *t) { return t ? t->numElements() : 0; }
-
-int64_t attrOf(const Kernel &k, const char *name, int64_t dflt) {
-  auto it = k.attrs.find(name);
-  if (it == k.attrs.end())
-    return dflt;
-  const int64_t *v = std::get_if<int64_t>(&it->second);
-  return v ? *v : dflt;
-}
 
 /// The extents of `t` before, at and after dimension `dim`.
 struct Blocks {
@@ -152,7 +139,7 @@ Status runTensorParallelKernel(const KernelCall &c, Transport &tr) {
 
   if (k.op == "tp_all_gather" || k.op == "tp_reduce_scatter") {
     bool gather = k.op == "tp_all_gather";
-    int64_t dim = attrOf(k, "dim", 0);
+    int64_t dim = ops::attrInt(k, "dim", 0);
     // Blocks of the whole tensor (the gather's result, the scatter's input).
     Blocks w = blocksOf(gather ? *c.outTypes[0] : *c.inTypes[0], dim);
     int64_t shard = w.extent / T * w.inner; // one rank's part of one row
@@ -199,7 +186,7 @@ Status runTensorParallelKernel(const KernelCall &c, Transport &tr) {
     if (c.in.size() < 2 || !c.in[1] || numel(c.inTypes[1]) != tokens)
       return err("targets do not match the logits' leading shape");
     const int32_t *targets = static_cast<const int32_t *>(c.in[1]);
-    int64_t start = attrOf(k, "vocab_start", 0);
+    int64_t start = ops::attrInt(k, "vocab_start", 0);
     int64_t whole = V * T;
     for (int64_t i = 0; i < tokens; ++i)
       if (targets[i] < 0 || targets[i] >= whole)
