@@ -450,8 +450,21 @@ Executor::microbatchStashBytes() const {
 }
 
 Expected<std::string> Executor::memoryReport() {
-  // "peak P mb_bytes..." per rank, gathered in world rank order.
-  std::string mine = std::to_string(impl->stashPeak);
+  // "peak params grads optimizer mb_bytes..." per rank, gathered in world
+  // rank order.
+  int64_t paramBytes = 0, gradBytes = 0;
+  for (auto &[i, ps] : impl->params) {
+    paramBytes += ps.value->bytes;
+    gradBytes += ps.grad->bytes;
+  }
+  std::string mine = std::to_string(impl->stashPeak) + " " +
+                     std::to_string(paramBytes) + " " +
+                     std::to_string(gradBytes) + " " +
+                     std::to_string(impl->opt.stateBytes()) + " " +
+                     std::to_string(impl->stateOwner.empty()
+                                        ? -1
+                                        : int64_t(optimizerParams().size())) +
+                     " " + std::to_string(impl->params.size());
   for (auto &[cs, bytes] : impl->mbFStash) {
     auto w = impl->mbWStash.find(cs);
     mine += " " + std::to_string(cs.first) + ":" + std::to_string(cs.second) +
@@ -464,8 +477,8 @@ Expected<std::string> Executor::memoryReport() {
   std::string out;
   for (size_t r = 0; r < all->size(); ++r) {
     std::istringstream in((*all)[r]);
-    long long peak = 0;
-    in >> peak;
+    long long peak = 0, pb = 0, gb = 0, ob = 0, owned = -1, held = 0;
+    in >> peak >> pb >> gb >> ob >> owned >> held;
     std::string item, stages;
     long long unit = 0;  // F's stash of the rank's largest stage: M_B
     long long wmax = 0;  // its largest W-stash
@@ -489,6 +502,13 @@ Expected<std::string> Executor::memoryReport() {
     if (unit > 0 && unit >= wmax)
       std::snprintf(ratio, sizeof ratio, " = %.2f M_B",
                     double(peak) / double(unit));
+    out += "rank " + std::to_string(r) + ": parameters " + std::to_string(pb) +
+           " bytes, gradients " + std::to_string(gb) +
+           " bytes, optimizer state " + std::to_string(ob) + " bytes" +
+           (owned >= 0 ? " (ZeRO-1: " + std::to_string(owned) + " of " +
+                             std::to_string(held) + " tensors)"
+                       : "") +
+           "\n";
     out += "rank " + std::to_string(r) + ": peak stash " +
            std::to_string(peak) + " bytes" + ratio +
            (stages.empty() ? "" : " (one microbatch: " + stages + ")") + "\n";
@@ -501,6 +521,13 @@ std::vector<int32_t> Executor::localParams() const {
   std::vector<int32_t> r;
   for (auto &[i, ps] : impl->params)
     r.push_back(i);
+  return r;
+}
+std::vector<int32_t> Executor::optimizerParams() const {
+  std::vector<int32_t> r;
+  for (auto &[i, ps] : impl->params)
+    if (impl->ownsState(i))
+      r.push_back(i);
   return r;
 }
 std::vector<int64_t> Executor::paramShape(int32_t i) const {

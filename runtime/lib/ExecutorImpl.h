@@ -125,6 +125,15 @@ struct Executor::Impl {
     return expertParams.count(i) ? n / E : n;
   }
   std::map<int32_t, ParamState> params; ///< local params by global index
+  /// ZeRO-1 (ExecutorOptions::zeroStage): the data-parallel index that holds
+  /// each local parameter's optimizer state and updates it; empty without
+  /// sharding (every rank updates every local parameter).
+  std::map<int32_t, int> stateOwner;
+  bool ownsState(int32_t i) const {
+    auto it = stateOwner.find(i);
+    return it == stateOwner.end() || it->second == tr.dpIndex();
+  }
+  void assignStateOwners();
   Status checkReplicas();
   std::map<std::pair<int, int>, std::array<FnPlan, 4>> plans;
   /// Bytes of the activation bundle F(copy, stage) sends, and each
@@ -285,6 +294,12 @@ struct Executor::Impl {
   /// Tensor parallelism: the gradients of the tp_reduce_grad parameters
   /// summed over the group (each rank's covers its share of the tokens).
   Status sumTensorParallelGrads();
+  /// ZeRO-1: each gradient summed over the data-parallel group into the
+  /// rank that owns its optimizer state, and divided by dp there (the other
+  /// ranks' copies are left as they are and not read).
+  Status reduceGradsToOwners();
+  /// ZeRO-1: every owner's updated parameters sent to its replicas.
+  Status gatherOwnedParams();
   Status sumSliceSquares(Group g, const std::function<bool(int32_t)> &sliced,
                          std::vector<float> &paramSq, double &allSq,
                          double &sq);

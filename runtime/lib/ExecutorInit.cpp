@@ -148,6 +148,11 @@ Status Executor::Impl::init() {
     }
     params[int32_t(i)] = ps;
   }
+  if (opts.zeroStage != 0 && opts.zeroStage != 1)
+    return Status::error("ZeRO stage must be 0 or 1 (got " +
+                         std::to_string(opts.zeroStage) + ")");
+  if (opts.zeroStage == 1)
+    assignStateOwners();
   // Buffer plans: per-value when the assignment is missing or lets a kernel
   // write a buffer it also reads.
   for (const Stage &st : prog.stages) {
@@ -183,6 +188,28 @@ Status Executor::Impl::init() {
   be.copyFromHost(seed->p, &sv, 4);
   epoch = nowS();
   return Status::ok();
+}
+
+void Executor::Impl::assignStateOwners() {
+  // Whole tensors, largest first onto the least-loaded replica (ties: the
+  // lower index), as torch's ZeroRedundancyOptimizer does. Whole tensors
+  // keep each parameter's gradient norm and update the same computation as
+  // without sharding, so ZeRO-1 changes no bit of the run. Every replica
+  // of this pipeline rank holds the same parameters with the same sizes,
+  // so all compute the same assignment.
+  int D = tr.dpSize();
+  if (D <= 1)
+    return;
+  std::vector<std::pair<int64_t, int32_t>> bySize;
+  for (auto &[i, ps] : params)
+    bySize.push_back({-localElems(i), i});
+  std::sort(bySize.begin(), bySize.end());
+  std::vector<int64_t> load(size_t(D), 0);
+  for (auto &[neg, i] : bySize) {
+    int best = int(std::min_element(load.begin(), load.end()) - load.begin());
+    stateOwner[i] = best;
+    load[size_t(best)] -= neg;
+  }
 }
 
 } // namespace pipeforge::rt

@@ -6,12 +6,15 @@
 // gradients summed over the group, every gradient divided by E. Then the
 // global gradient norm (each
 // logical parameter counted once, in global parameter order), the loss, the
-// bubble, and the optimizer step (sync, or post-validation).
+// bubble, and the optimizer step (sync, or post-validation). ZeRO-1: the
+// data-parallel sum goes to the rank that owns each parameter's optimizer
+// state, which alone updates it; the updated values are then gathered.
 //
 //===----------------------------------------------------------------------===//
 
 #include "ExecutorImpl.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace pipeforge::rt {
@@ -42,6 +45,71 @@ Status Executor::Impl::averageGrads(Group g, int size, bool expertsToo) {
       off += ps.grad->bytes / 4;
     }
     be.scale(ps.grad->f(), inv, ps.grad->bytes / 4);
+  }
+  return Status::ok();
+}
+
+Status Executor::Impl::reduceGradsToOwners() {
+  // send[k]: this rank's gradients of the parameters replica k owns, in
+  // parameter order; recv[k]: replica k's gradients of the ones owned here.
+  // The sum runs in replica order from replica 0, as the transport's
+  // allreduce does: the same bits as averageGrads.
+  int D = tr.dpSize();
+  std::vector<std::vector<float>> send(static_cast<size_t>(D)), recv;
+  for (auto &[i, ps] : params) {
+    std::vector<float> &v = send[size_t(stateOwner.at(i))];
+    size_t at = v.size();
+    v.resize(at + size_t(localElems(i)));
+    be.copyToHost(v.data() + at, ps.grad->p, ps.grad->bytes);
+  }
+  int64_t mine = int64_t(send[size_t(tr.dpIndex())].size());
+  if (Status s = tr.allToAll(send, recv, Group::DataParallel); !s)
+    return s;
+  for (size_t k = 0; k < recv.size(); ++k)
+    if (int64_t(recv[k].size()) != mine)
+      return Status::error("ZeRO-1 gradient reduction: replica " +
+                           std::to_string(k) + " sent " +
+                           std::to_string(recv[k].size()) +
+                           " gradient elements, this rank owns " +
+                           std::to_string(mine));
+  std::vector<float> &sum = recv[0];
+  for (size_t k = 1; k < recv.size(); ++k)
+    for (size_t e = 0; e < sum.size(); ++e)
+      sum[e] = sum[e] + recv[k][e];
+  int64_t off = 0;
+  float inv = 1.0f / float(D);
+  for (auto &[i, ps] : params)
+    if (ownsState(i)) {
+      be.copyFromHost(ps.grad->p, sum.data() + off, ps.grad->bytes);
+      be.scale(ps.grad->f(), inv, ps.grad->bytes / 4);
+      off += ps.grad->bytes / 4;
+    }
+  return Status::ok();
+}
+
+Status Executor::Impl::gatherOwnedParams() {
+  // Every replica sends its updated parameters (in parameter order) to all;
+  // each parameter is then taken from its owner's message.
+  int D = tr.dpSize();
+  std::vector<float> owned;
+  for (auto &[i, ps] : params)
+    if (ownsState(i)) {
+      const float *v = hostValue(ps);
+      owned.insert(owned.end(), v, v + localElems(i));
+    }
+  std::vector<std::vector<float>> send(static_cast<size_t>(D), owned), recv;
+  if (Status s = tr.allToAll(send, recv, Group::DataParallel); !s)
+    return s;
+  std::vector<size_t> at(recv.size(), 0);
+  for (auto &[i, ps] : params) {
+    size_t k = size_t(stateOwner.at(i)), n = size_t(localElems(i));
+    if (k >= recv.size() || at[k] + n > recv[k].size())
+      return Status::error("ZeRO-1 parameter gather: replica " +
+                           std::to_string(k) + " sent too few values for '" +
+                           prog.params[size_t(i)].name + "'");
+    if (k != size_t(tr.dpIndex()))
+      std::copy_n(recv[k].data() + at[k], n, hostValue(ps));
+    at[k] += n;
   }
   return Status::ok();
 }
@@ -102,9 +170,13 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
     if (Status s = sumTensorParallelGrads(); !s)
       return s;
   // Data parallel: every gradient summed over the replicas, divided by dp.
+  // ZeRO-1: only into the rank that owns each parameter's optimizer state.
   int D = tr.dpSize();
+  const bool zero = !stateOwner.empty();
   if (D > 1)
-    if (Status s = averageGrads(Group::DataParallel, D, true); !s)
+    if (Status s = zero ? reduceGradsToOwners()
+                        : averageGrads(Group::DataParallel, D, true);
+        !s)
       return s;
   // Expert parallel: the replicated (non-expert) grads are summed over the
   // EP group; every grad is divided by E: each EP rank seeded its loss with
@@ -122,6 +194,8 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
   double sq = 0, allSq = 0;
   std::vector<ParamSlot> slots;
   for (auto &[i, ps] : params) {
+    if (!ownsState(i))
+      continue; // ZeRO-1: its owner's sum; it counts 0 here
     const Param &p = prog.params[size_t(i)];
     int64_t n = localElems(i);
     if (!be.hostVisible())
@@ -167,6 +241,15 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
         !s)
       return s;
   }
+  if (zero) {
+    // ZeRO-1: each parameter's squares come from its owner (exact: the
+    // others add zeros), so the statistics equal those without sharding.
+    if (Status s = sumSliceSquares(
+            Group::DataParallel, [](int32_t) { return true; }, paramSq, allSq,
+            sq);
+        !s)
+      return s;
+  }
   // Post-validation: step at once with this rank's partial statistics; the
   // global ones are reduced right after and validate() checks the step.
   if (pv) {
@@ -209,6 +292,11 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
   } else if (Status s = opt.update(slots, gradNorm, stepNo); !s) {
     return s;
   }
+  // ZeRO-1: the owners' new values to every replica (after a rollback or a
+  // skip too: then they are the old ones).
+  if (zero)
+    if (Status s = gatherOwnedParams(); !s)
+      return s;
   StepStats st;
   st.step = stepNo;
   st.loss = double(lossAll) / double(totalMb) / double(D) / double(E);

@@ -68,14 +68,15 @@ private:
 class AdamWAdapter final : public StepOptimizer {
 public:
   AdamWAdapter(AdamWConfig c, bool decayAll) : opt(c), decayAll(decayAll) {}
-  /// Registers the executor's local parameters (in localParams() order,
-  /// the order of the slots the executor passes), before a resume. Sized
-  /// by what this rank holds: an expert-parallel parameter is a 1/E slice
-  /// of the program's tensor.
+  /// Registers the parameters whose state this rank holds (in
+  /// optimizerParams() order, the order of the slots the executor passes:
+  /// all local ones, or under ZeRO-1 this replica's share), before a
+  /// resume. Sized by what this rank holds: an expert-parallel parameter is
+  /// a 1/E slice of the program's tensor.
   Status registerParams(Executor &ex, const Program &p) {
     if (registered)
       return Status::ok();
-    for (int32_t i : ex.localParams())
+    for (int32_t i : ex.optimizerParams())
       if (Status s = opt.addParam(p.params[size_t(i)].name, ex.paramData(i),
                                   ex.gradData(i), size_t(ex.paramElems(i)),
                                   decays(ex.paramShape(i)));
@@ -104,6 +105,13 @@ public:
     return opt.validate(global);
   }
   AdamW &get() { return opt; }
+  int64_t stateBytes() const override {
+    int64_t n = 0;
+    for (size_t i = 0; i < opt.numParams(); ++i)
+      n += int64_t(opt.moment1(i).size() + opt.moment2(i).size()) *
+           int64_t(sizeof(float));
+    return n;
+  }
 
 private:
   Status ensure(const std::vector<ParamSlot> &ps) {
@@ -186,6 +194,9 @@ Status Trainer::Impl::initOptimizer() {
     if (!o.lrSchedule.isConstant() || o.weightDecay != 0)
       return Status::error("a learning-rate schedule and weight decay need "
                            "--optimizer adamw");
+    if (o.executor.zeroStage != 0)
+      return Status::error("--zero 1 shards optimizer state; SGD has none "
+                           "(use --optimizer adamw)");
     opt = createSgd(float(o.lr));
     return Status::ok();
   }
@@ -250,12 +261,13 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Program &prog,
     char recipe[256];
     std::snprintf(recipe, sizeof recipe,
                   "%016llx lr %.17g %s warmup %lld decay %lld min %.17g "
-                  "wd %.17g%s",
+                  "wd %.17g%s%s",
                   (unsigned long long)programChecksum(serializeProgram(prog)),
                   o.lr, toString(ls.kind), (long long)ls.warmupSteps,
                   decays ? (long long)ls.decaySteps : 0LL,
                   decays ? ls.minLr : 0.0, o.weightDecay,
-                  o.decayAll ? " all" : "");
+                  o.decayAll ? " all" : "",
+                  o.executor.zeroStage ? " zero1" : "");
     impl->progFp = fnv1a64(recipe, std::strlen(recipe));
   }
   for (int32_t i : impl->ex->localParams())
@@ -293,8 +305,8 @@ Expected<int64_t> Trainer::resume() {
                std::to_string(m.progFp) +
                "): same model, schedule, ranks and microbatches, and the "
                "same --lr, --lr-schedule, --warmup-steps, --decay-steps "
-               "(default: --steps), --min-lr, --weight-decay and "
-               "--decay-all needed");
+               "(default: --steps), --min-lr, --weight-decay, "
+               "--decay-all and --zero needed");
   if (ck->data.fingerprint != m.dataFp)
     return bad("was written with different training data");
   if (ck->data.nextStep != ck->step)

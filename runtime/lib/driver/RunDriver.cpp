@@ -66,7 +66,7 @@ namespace {
   std::fprintf(
       msg ? stderr : stdout,
       "usage: [mpirun -np N] pipeforge-run PROGRAM.pfp [--steps K] [--lr X]\n"
-      "         [--optimizer adamw|sgd] [--max-grad-norm X]\n"
+      "         [--optimizer adamw|sgd] [--max-grad-norm X] [--zero 0|1]\n"
       "         [--weight-decay X [--decay-all]]\n"
       "         [--lr-schedule constant|linear|cosine] [--warmup-steps N]\n"
       "         [--decay-steps N] [--min-lr X]\n"
@@ -158,6 +158,7 @@ int pipeforge::rt::runDriver(int argc, char **argv,
   int64_t warmupSteps = 0, decaySteps = -1; // -1: --steps
   int lookahead = 8;
   bool quiet = false, resume = false, noFuse = false, memReport = false;
+  int zeroStage = 0;
   std::string ckDir, syncMode = "sync";
   int64_t saveEvery = 0, skipStep = 0, nanStep = 0, nanMb = 0;
   auto parseNan = [&](const char *v) {
@@ -236,6 +237,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
       lookahead = int(integer(0, 1 << 20));
     else if (o == "--memory-report")
       memReport = true;
+    else if (o == "--zero")
+      zeroStage = int(integer(0, 1));
     else if (o == "--quiet")
       quiet = true;
     else if (o == "--no-fuse")
@@ -287,6 +290,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
               .c_str());
   if (syncMode != "sync" && syncMode != "post-validation")
     usage("--optimizer-sync must be sync or post-validation");
+  if (zeroStage != 0 && optName != "adamw")
+    usage("--zero 1 shards optimizer state: it needs --optimizer adamw");
   if (syncMode == "post-validation" && optName != "adamw")
     usage("--optimizer-sync post-validation needs --optimizer adamw");
   if ((saveEvery != 0 || resume) && ckDir.empty())
@@ -388,6 +393,7 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     eo.injectNanStep = nanStep;
     eo.injectNanMb = nanMb;
     eo.fuseOverlap = !noFuse;
+    eo.zeroStage = zeroStage;
     eo.syncDeviceCompute = !asyncCompute;
     auto trainer = Trainer::create(p, *be, *tr, to);
     if (!trainer)

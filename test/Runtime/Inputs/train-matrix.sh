@@ -19,6 +19,9 @@
 # --dump-weights also checks that every data- and expert-parallel replica of
 # a parameter holds the same bits.
 #
+# PF_RUN_ARGS: options added to every pipelined run (not the reference),
+# e.g. "--zero 1".
+#
 # Tolerances (PF_LOSS_TOL, PF_RTOL, PF_ATOL override): the pipelined run
 # adds the same numbers in another order where microbatches are summed
 # across ranks (dp, ep, DualPipe's two copies), and AdamW divides by
@@ -49,7 +52,9 @@ n=$((P * D * E))
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 common=(--seq-len 8 --microbatch-size 2)
-opt=(--steps $steps --clip $clip)
+refopt=(--steps $steps --clip $clip)
+read -r -a extra <<< "${PF_RUN_ARGS:-}"
+opt=("${refopt[@]}" "${extra[@]}")
 
 fail() { echo "FAIL $mode $sched: $*"; exit 1; }
 losses() { grep -o '^step [0-9]* loss [0-9.e+-]*' "$1" || true; }
@@ -75,7 +80,7 @@ ref=$out/ref-$((D * E * M))
 if [ ! -f "$ref.w" ]; then
   "$tools/pipeforge-compile" "$src/examples/moe-tiny.json" --schedule none --ranks 1 \
     --microbatches $((D * E * M)) "${common[@]}" -o "$ref.pfp"
-  "$tools/pipeforge-run" "$ref.pfp" "${opt[@]}" --dump-weights "$ref.w" > "$ref.log"
+  "$tools/pipeforge-run" "$ref.pfp" "${refopt[@]}" --dump-weights "$ref.w" > "$ref.log"
 fi
 
 run=$out/$mode-$sched

@@ -98,6 +98,8 @@ public:
     (void)global;
     return Status::error("this optimizer has no post-validation mode");
   }
+  /// Bytes of optimizer state this rank holds (memory report).
+  virtual int64_t stateBytes() const { return 0; }
 };
 
 /// Plain SGD: w -= lr * g.
@@ -153,6 +155,12 @@ struct ExecutorOptions {
   /// (tokens/s stays exact: a step ends with a host copy), and the host
   /// runs ahead of the device.
   bool syncDeviceCompute = true;
+  /// 1: ZeRO stage 1 (pipeforge-run --zero 1, docs/optimizer.md): the
+  /// optimizer state and the update of each parameter live on one rank of
+  /// its data-parallel group (whole tensors, balanced by size); gradients
+  /// are reduced to that rank and the updated values gathered from it.
+  /// 0: every data-parallel replica holds all of it.
+  int zeroStage = 0;
 };
 
 struct StepStats {
@@ -192,13 +200,18 @@ public:
   /// largest W-stash a separate B kept for W.
   int64_t peakStashBytes() const;
   std::map<std::pair<int, int>, int64_t> microbatchStashBytes() const;
-  /// One line per world rank on world rank 0 (collective): "rank R: peak
-  /// stash N bytes = X M_B (one microbatch: stage S N bytes [+ W-stash
-  /// N], ...)", M_B being F's stash of one microbatch of the rank's largest
-  /// stage.
+  /// Two lines per world rank on world rank 0 (collective): "rank R:
+  /// parameters N bytes, gradients N bytes, optimizer state N bytes" (the
+  /// backend's parameter and gradient buffers; StepOptimizer::stateBytes)
+  /// and "rank R: peak stash N bytes = X M_B (one microbatch: stage S N
+  /// bytes [+ W-stash N], ...)", M_B being F's stash of one microbatch of
+  /// the rank's largest stage.
   Expected<std::string> memoryReport();
   /// This rank's parameters by global index, and access for checkpoints.
   std::vector<int32_t> localParams() const;
+  /// The local parameters whose optimizer state this rank holds and
+  /// updates: localParams(), or under ZeRO-1 its share of them.
+  std::vector<int32_t> optimizerParams() const;
   /// The part of parameter `index` this rank holds: the whole tensor, or
   /// for an expert-parallel parameter its slice of shape[0] / E experts.
   /// Optimizer state, gradients and checkpoints are sized by these, never
