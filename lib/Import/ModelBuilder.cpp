@@ -38,11 +38,13 @@ private:
     return entry->addArgument(type, loc);
   }
   Value param(const std::string &name, ArrayRef<int64_t> shape,
-              const std::string &init) {
+              const std::string &init, const std::string &tiedTo = "") {
     NamedAttrList attrs;
     attrs.append("nn.role", b.getStringAttr("param"));
     attrs.append("nn.name", b.getStringAttr(name));
     attrs.append("nn.init", b.getStringAttr(init));
+    if (!tiedTo.empty())
+      attrs.append(pipeforge::attrs::kNNTied, b.getStringAttr(tiedTo));
     return argument(tensor(shape), attrs);
   }
   static std::string normal(double std) {
@@ -58,8 +60,9 @@ private:
   }
 
   Value linear(Value x, const std::string &name, int64_t in, int64_t out,
-               bool bias, const std::string &init) {
-    Value w = param(name + ".weight", {out, in}, init);
+               bool bias, const std::string &init,
+               const std::string &tiedTo = "") {
+    Value w = param(name + ".weight", {out, in}, init, tiedTo);
     Value bv = bias ? param(name + ".bias", {out}, "zeros") : Value();
     auto outType =
         cast<RankedTensorType>(x.getType()).clone({c.batch, c.seqLen, out});
@@ -193,7 +196,8 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
 
   // Layer 0: embeddings.
   layer = 0;
-  Value table = param(gpt ? "wte" : "embed_tokens", {c.vocab, c.hidden}, init);
+  const std::string tableName = gpt ? "wte" : "embed_tokens";
+  Value table = param(tableName, {c.vocab, c.hidden}, init);
   Value positions =
       gpt ? param("wpe", {c.maxPositions, c.hidden}, init) : Value();
   Value x = tag(nn::EmbeddingOp::create(b, loc, act(c.hidden), tokens, table,
@@ -206,10 +210,13 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
     x = gpt ? gptBlock(x, i) : llamaBlock(x, i);
   }
 
-  // Layer L + 1: final norm, LM head (untied), loss.
+  // Layer L + 1: final norm, LM head, loss. Tied embeddings: the head's
+  // weight ([vocab, hidden], as the table) is tied to the table: one logical
+  // tensor, kept by the head's stage as a copy (nn.tied).
   layer = c.numLayers + 1;
   x = gpt ? layerNorm(x, "ln_f") : rmsNorm(x, "norm");
-  Value logits = linear(x, "lm_head", c.hidden, c.vocab, false, init);
+  Value logits = linear(x, "lm_head", c.hidden, c.vocab, false, init,
+                        c.tiedEmbeddings ? tableName : "");
   Value loss =
       tag(nn::CrossEntropyOp::create(b, loc, lossType, logits, targets))
           .getResult();

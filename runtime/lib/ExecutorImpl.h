@@ -134,6 +134,9 @@ struct Executor::Impl {
     return it == stateOwner.end() || it->second == tr.dpIndex();
   }
   void assignStateOwners();
+  /// Tied parameters (Param::tiedTo): (the target, the tied copy) by global
+  /// index, in program order.
+  std::vector<std::pair<int32_t, int32_t>> ties;
   Status checkReplicas();
   std::map<std::pair<int, int>, std::array<FnPlan, 4>> plans;
   /// Bytes of the activation bundle F(copy, stage) sends, and each
@@ -298,6 +301,9 @@ struct Executor::Impl {
   /// rank that owns its optimizer state, and divided by dp there (the other
   /// ranks' copies are left as they are and not read).
   Status reduceGradsToOwners();
+  /// Tied parameters: both gradients of each pair become their sum (a local
+  /// add, or an exchange with the pipeline rank holding the other).
+  Status sumTiedGrads();
   /// ZeRO-1: every owner's updated parameters sent to its replicas.
   Status gatherOwnedParams();
   Status sumSliceSquares(Group g, const std::function<bool(int32_t)> &sliced,

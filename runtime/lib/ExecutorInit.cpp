@@ -112,9 +112,24 @@ Status Executor::Impl::init() {
     return Status::error("the program has tensor_parallel " +
                          std::to_string(T) + " but the transport's group has " +
                          std::to_string(tr.tpSize()) + " ranks");
+  // Tied parameters: the pairs, and each copy initialised as its target.
+  std::map<std::string, int32_t> byName;
+  for (size_t i = 0; i < prog.params.size(); ++i)
+    byName.emplace(prog.params[i].name, int32_t(i));
+  for (size_t i = 0; i < prog.params.size(); ++i)
+    if (!prog.params[i].tiedTo.empty())
+      ties.push_back({byName.at(prog.params[i].tiedTo), int32_t(i)});
   // Local parameters.
   for (size_t i = 0; i < prog.params.size(); ++i) {
     const Param &p = prog.params[i];
+    // The values a parameter starts from: its own, or a tied copy's
+    // target's (its name seeds the generator, its init spec applies).
+    Param src = p;
+    if (!p.tiedTo.empty()) {
+      const Param &t = prog.params[size_t(byName.at(p.tiedTo))];
+      src.name = t.name;
+      src.init = t.init;
+    }
     if (p.copy >= sc.placement.numCopies || p.stage >= numStages)
       return Status::error("parameter '" + p.name + "' has no stage");
     if (rankOf(p.copy, p.stage) != prank)
@@ -129,13 +144,14 @@ Status Executor::Impl::init() {
     if (p.tpDim >= 0 && T > 1) {
       // A split param: the whole tensor's values (as the reference), then
       // this rank's slice.
-      Param whole = p;
+      Param whole = src;
       whole.type.shape[size_t(p.tpDim)] *= T;
       std::vector<float> all(static_cast<size_t>(whole.type.numElements()));
       if (Status s = initParamValues(whole, prog.training.seed, all.data()); !s)
         return s;
       sliceTensorParallel(p, T, tpi, all.data(), host.data());
-    } else if (Status s = initParamValues(p, prog.training.seed, host.data());
+    } else if (Status s =
+                   initParamValues(src, prog.training.seed, host.data());
                !s) {
       return s;
     }

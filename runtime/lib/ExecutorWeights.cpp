@@ -246,6 +246,18 @@ Expected<NamedTensors> Executor::gatherWeights() {
   }
   std::sort(out.begin(), out.end(),
             [&](auto &a, auto &b) { return pos[a.first] < pos[b.first]; });
+  // Tied parameters: the two copies must hold the same bits (world rank 0,
+  // which alone has the gathered tensors).
+  std::map<std::string, const std::vector<float> *> byName;
+  for (auto &[name, v] : out)
+    byName[name] = &v;
+  for (auto &[name, v] : out) {
+    const std::string &to = impl->prog.params[pos[name]].tiedTo;
+    auto it = byName.find(to);
+    if (!to.empty() && it != byName.end() && *it->second != v)
+      return Status::error("tied parameters '" + name + "' and '" + to +
+                           "' hold different values");
+  }
   return out;
 }
 

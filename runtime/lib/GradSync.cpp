@@ -114,6 +114,43 @@ Status Executor::Impl::gatherOwnedParams() {
   return Status::ok();
 }
 
+Status Executor::Impl::sumTiedGrads() {
+  // Program order on every rank, one blocking exchange per pair that spans
+  // two pipeline ranks: the same order everywhere, so no cycle can form.
+  // a + b == b + a bitwise, so both copies get the same bits, also when one
+  // rank holds both.
+  for (auto [target, copy] : ties) {
+    auto t = params.find(target), c = params.find(copy);
+    if (t == params.end() && c == params.end())
+      continue;
+    int64_t n = localElems(t != params.end() ? target : copy);
+    std::vector<float> mine(static_cast<size_t>(n));
+    if (t != params.end() && c != params.end()) {
+      std::vector<float> other(static_cast<size_t>(n));
+      be.copyToHost(mine.data(), t->second.grad->p, n * 4);
+      be.copyToHost(other.data(), c->second.grad->p, n * 4);
+      for (int64_t k = 0; k < n; ++k)
+        mine[size_t(k)] = mine[size_t(k)] + other[size_t(k)];
+      be.copyFromHost(t->second.grad->p, mine.data(), n * 4);
+      be.copyFromHost(c->second.grad->p, mine.data(), n * 4);
+      continue;
+    }
+    const bool holdsTarget = t != params.end();
+    const Param &other = prog.params[size_t(holdsTarget ? copy : target)];
+    ParamState &ps = holdsTarget ? t->second : c->second;
+    be.copyToHost(mine.data(), ps.grad->p, n * 4);
+    if (Status s =
+            tr.pairwiseSum(rankOf(other.copy, other.stage), mine.data(), n);
+        !s)
+      return Status::error("tied parameters '" +
+                           prog.params[size_t(copy)].name + "' and '" +
+                           prog.params[size_t(target)].name +
+                           "': " + s.message());
+    be.copyFromHost(ps.grad->p, mine.data(), n * 4);
+  }
+  return Status::ok();
+}
+
 Status Executor::Impl::sumTensorParallelGrads() {
   int64_t n = 0;
   for (auto &[i, ps] : params)
@@ -169,6 +206,10 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
   if (T > 1)
     if (Status s = sumTensorParallelGrads(); !s)
       return s;
+  // Tied parameters: both copies' gradients become their sum.
+  if (!ties.empty())
+    if (Status s = sumTiedGrads(); !s)
+      return s;
   // Data parallel: every gradient summed over the replicas, divided by dp.
   // ZeRO-1: only into the rank that owns each parameter's optimizer state.
   int D = tr.dpSize();
@@ -201,7 +242,7 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
     if (!be.hostVisible())
       be.copyToHost(ps.hostGrad.data(), ps.grad->p, n * 4);
     const float *g = hostGrad(ps);
-    if (p.copy == 0) {
+    if (p.copy == 0 && p.tiedTo.empty()) { // a tied copy: counted as its target
       double psq = 0;
       for (int64_t k = 0; k < n; ++k)
         psq += double(g[k]) * g[k];

@@ -243,6 +243,8 @@ std::string serializeProgram(const Program &p) {
       params.back()["tp_dim"] = pr.tpDim;
     if (pr.tpReduceGrad)
       params.back()["tp_reduce_grad"] = true;
+    if (!pr.tiedTo.empty())
+      params.back()["tied_to"] = pr.tiedTo;
   }
   j["params"] = std::move(params);
   Json stages = Json::array();
@@ -535,6 +537,8 @@ Program parseBody(const Json &j) {
         fail(path + ".tp_reduce_grad", "expected true or false");
       pr.tpReduceGrad = e.get<bool>();
     }
+    if (params[i].contains("tied_to"))
+      pr.tiedTo = strField(params[i], "tied_to", path);
     p.params.push_back(std::move(pr));
   }
   const Json &stages = arrField(j, "stages", "");

@@ -125,7 +125,8 @@ std::string dumpProgram(const Program &p) {
        << pr.init << " -> stage " << pr.stage << " (copy " << pr.copy << ")"
        << (pr.expertSharded ? ", expert-sharded" : "")
        << (pr.tpDim >= 0 ? ", tp-split dim " + std::to_string(pr.tpDim) : "")
-       << (pr.tpReduceGrad ? ", tp-reduce-grad" : "") << "\n";
+       << (pr.tpReduceGrad ? ", tp-reduce-grad" : "")
+       << (pr.tiedTo.empty() ? "" : ", tied to " + pr.tiedTo) << "\n";
   }
   os << "stages: " << p.stages.size() << "\n";
   for (const Stage &s : p.stages) {

@@ -233,6 +233,26 @@ Status Validator::params() {
       return Status::error(w + ": both expert-sharded and split over the "
                                "tensor-parallel group");
   }
+  // Ties: to an untied parameter of the same copy, shape and split.
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const Param &pr = p.params[i];
+    if (pr.tiedTo.empty())
+      continue;
+    std::string w = "param " + std::to_string(i) + " '" + pr.name + "'";
+    auto it = seen.find(pr.tiedTo);
+    if (it == seen.end())
+      return Status::error(w + ": tied_to '" + pr.tiedTo +
+                           "' is not a parameter");
+    const Param &t = p.params[it->second];
+    if (&t == &pr || !t.tiedTo.empty())
+      return Status::error(w + ": tied_to '" + pr.tiedTo +
+                           "' is itself tied (ties are one level deep)");
+    if (t.copy != pr.copy || t.type.shape != pr.type.shape ||
+        t.tpDim != pr.tpDim || t.expertSharded || pr.expertSharded)
+      return Status::error(w + ": tied_to '" + pr.tiedTo +
+                           "' differs in model copy, shape or split (" +
+                           str(t.type) + " vs " + str(pr.type) + ")");
+  }
   return Status::ok();
 }
 

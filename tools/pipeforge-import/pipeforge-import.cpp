@@ -64,11 +64,6 @@ int main(int argc, char **argv) {
     return fail(toString(config.takeError()));
   config->name = inputPath == "-" ? "model" : sys::path::stem(inputPath).str();
 
-  if (config->tiedEmbeddings)
-    WithColor::warning(errs(), "pipeforge-import")
-        << inputPath << ": 'tie_word_embeddings': untied; the LM head gets "
-        << "its own weight (lm_head.weight), initialised like the embedding\n";
-
   mlir::MLIRContext ctx;
   ctx.loadDialect<pipeforge::nn::NNDialect, mlir::func::FuncDialect>();
   auto loc = mlir::FileLineColLoc::get(&ctx, inputPath, 1, 1);

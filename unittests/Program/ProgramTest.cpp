@@ -337,6 +337,42 @@ TEST(Program, ExpertShardedRoundTrip) {
   EXPECT_CONTAINS(dumpProgram(*q), "(copy 0), expert-sharded\n");
 }
 
+TEST(Program, TiedRoundTrip) {
+  EXPECT_EQ(bodyOf(serializeProgram(makeProgram())).find("tied_to"),
+            std::string::npos);
+  Program p = makeProgram();
+  p.params[1].tiedTo = "wte"; // head [8x3] is a copy of wte [8x3]
+  ASSERT_TRUE(validateProgram(p).isOk()) << validateProgram(p).message();
+  std::string bytes = serializeProgram(p);
+  EXPECT_CONTAINS(bodyOf(bytes), "\"tied_to\": \"wte\"");
+  auto q = parseProgram(bytes);
+  ASSERT_TRUE(q.isOk()) << q.message();
+  EXPECT_EQ(q->params[0].tiedTo, "");
+  EXPECT_EQ(q->params[1].tiedTo, "wte");
+  EXPECT_EQ(serializeProgram(*q), bytes);
+  EXPECT_CONTAINS(dumpProgram(*q), "(copy 0), tied to wte\n");
+}
+
+TEST(ProgramValidate, Tied) {
+  Program p = makeProgram();
+  p.params[1].tiedTo = "nope";
+  EXPECT_EQ(semanticError(p),
+            "param 1 'head': tied_to 'nope' is not a parameter");
+  p.params[1].tiedTo = "head";
+  EXPECT_EQ(semanticError(p), "param 1 'head': tied_to 'head' is itself "
+                              "tied (ties are one level deep)");
+  p.params[1].tiedTo = "wte";
+  p.params[0].tiedTo = "head";
+  EXPECT_EQ(semanticError(p), "param 0 'wte': tied_to 'head' is itself "
+                              "tied (ties are one level deep)");
+  p = makeProgram();
+  p.params[1].tiedTo = "wte";
+  p.params[1].type = f32({3, 8});
+  EXPECT_EQ(semanticError(p), "param 1 'head': tied_to 'wte' differs in "
+                              "model copy, shape or split (f32[8x3] vs "
+                              "f32[3x8])");
+}
+
 TEST(ProgramValidate, ExpertSharded) {
   Program p = makeProgram();
   p.params[1].expertSharded = true;

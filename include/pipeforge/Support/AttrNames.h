@@ -28,6 +28,11 @@ inline constexpr llvm::StringLiteral kNNRole = "nn.role"; ///< tokens|targets|pa
 inline constexpr llvm::StringLiteral kNNName = "nn.name"; ///< parameter name
 inline constexpr llvm::StringLiteral kNNInit = "nn.init"; ///< initialiser spec
 inline constexpr llvm::StringLiteral kNNLayer = "nn.layer"; ///< layer index
+/// On a parameter argument: the nn.name of the parameter it is tied to (the
+/// LM head of a model with tied embeddings names the token embedding): one
+/// logical tensor kept as two copies with the same shape, the same initial
+/// values and the sum of both gradients (docs/model-ir.md).
+inline constexpr llvm::StringLiteral kNNTied = "nn.tied";
 
 //===--- Tensor parallelism (--nn-shard-tensor, docs/tensor-parallel.md) --===//
 /// On the model function: the tensor-parallel group size (i64), and a unit

@@ -117,7 +117,48 @@ private:
   bool components = false;
   rt::Program prog;
   llvm::StringMap<int32_t> paramIndex;
+  /// Parameters with nn.tied: (the forward function, its argument).
+  struct TiedArg {
+    func::FuncOp fn;
+    unsigned arg;
+    int32_t param;
+  };
+  std::vector<TiedArg> tiedArgs;
+  LogicalResult checkTies();
 };
+
+/// Each tied parameter names a parameter of its model copy with the same
+/// (shard) type that is not tied itself, is split the same way over the
+/// tensor-parallel group and not over the expert group.
+LogicalResult Lowering::checkTies() {
+  auto shapeStr = [](const std::vector<int64_t> &shape) {
+    std::string r;
+    for (int64_t d : shape)
+      r += (r.empty() ? "" : "x") + std::to_string(d);
+    return r;
+  };
+  for (TiedArg &ta : tiedArgs) {
+    const rt::Param &p = prog.params[size_t(ta.param)];
+    auto err = [&]() {
+      return ta.fn.emitError()
+             << "parameter '" << p.name << "' (argument " << ta.arg
+             << ") is tied to '" << p.tiedTo << "', ";
+    };
+    auto it = paramIndex.find(p.tiedTo);
+    if (it == paramIndex.end())
+      return err() << "which is not a parameter of the model";
+    const rt::Param &t = prog.params[size_t(it->second)];
+    if (!t.tiedTo.empty())
+      return err() << "which is itself tied to '" << t.tiedTo << "'";
+    if (t.type.shape != p.type.shape)
+      return err() << "whose shape " << shapeStr(t.type.shape) << " is not "
+                   << shapeStr(p.type.shape);
+    if (t.tpDim != p.tpDim || t.expertSharded || p.expertSharded)
+      return err() << "which is split differently over the tensor- or "
+                      "expert-parallel group";
+  }
+  return success();
+}
 
 LogicalResult Lowering::collectParams(pp::StageOp st, int copy,
                                       ForwardInfo &fi) {
@@ -159,6 +200,13 @@ LogicalResult Lowering::collectParams(pp::StageOp st, int copy,
     if (auto dim = f.getArgAttrOfType<IntegerAttr>(i, attrs::kTPDim))
       p.tpDim = int32_t(dim.getInt());
     p.tpReduceGrad = static_cast<bool>(f.getArgAttr(i, attrs::kTPReduceGrad));
+    StringRef tied = strAttr(f, i, attrs::kNNTied, false);
+    if (!tied.empty()) {
+      p.tiedTo = tied.str();
+      if (copy > 0)
+        p.tiedTo += "@copy" + std::to_string(copy);
+      tiedArgs.push_back({f, i, int32_t(prog.params.size())});
+    }
     prog.params.push_back(std::move(p));
     fi.paramOfArg[i] = it->second;
   }
@@ -537,6 +585,8 @@ FailureOr<rt::Program> Lowering::run() {
   }
   if (opts.training.expertParallel > 1)
     markExpertShards(pipeline);
+  if (failed(checkTies()))
+    return failure();
   for (size_t i = 0; i < stages.size(); ++i) {
     pp::StageOp st = stages[i];
     rt::Stage s;

@@ -10,6 +10,7 @@
 #include "pipeforge/Dialect/NN/IR/NNOps.h"
 #include "pipeforge/Dialect/NN/Transforms/Passes.h"
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
+#include "pipeforge/Support/AttrNames.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/MapVector.h"
@@ -78,6 +79,23 @@ struct CostReportPass : public nn::impl::NNCostReportBase<CostReportPass> {
       total.add(untagged);
     }
     printRow(os, "total", total, comm);
+    // The model's parameter count: elements of its parameter arguments, a
+    // tied copy (nn.tied: the LM head of tied embeddings) counted once.
+    int64_t count = 0, tied = 0;
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      auto role = func.getArgAttrOfType<StringAttr>(i, attrs::kNNRole);
+      auto ty = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
+      if (!role || role.getValue() != "param" || !ty || !ty.hasStaticShape())
+        continue;
+      (func.getArgAttr(i, attrs::kNNTied) ? tied : count) +=
+          ty.getNumElements();
+    }
+    if (count + tied > 0) {
+      os << "  parameters " << count;
+      if (tied)
+        os << " (tied copies, counted once: " << tied << ")";
+      os << "\n";
+    }
   }
 
   void reportPipeline(raw_ostream &os, pp::PipelineOp pipeline) {

@@ -168,6 +168,13 @@ struct Param {
   /// share of the tokens (sequence parallelism): summed over the group
   /// before the step. In the file: "tp_reduce_grad": true, absent when false.
   bool tpReduceGrad = false;
+  /// Tied parameters (docs/model-ir.md): the name of the parameter of the
+  /// same model copy this one is a copy of (the LM head's weight names the
+  /// token embedding). Both start from the target's values, and before each
+  /// step both gradients become their sum, so the copies stay bitwise
+  /// equal; the gradient norm counts the tensor once. In the file:
+  /// "tied_to", absent when empty.
+  std::string tiedTo;
 };
 
 struct ModelInfo {
