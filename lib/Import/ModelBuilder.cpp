@@ -83,23 +83,30 @@ private:
                                      b.getF32FloatAttr(c.normEpsilon)))
         .getResult();
   }
-  /// The residual add; `nn.dropout` records the residual dropout it stands
-  /// for (cost model only).
+  /// nn.dropout at `rate` (none at 0), with the next site number.
+  Value dropout(Value x, double rate) {
+    if (rate <= 0.0)
+      return x;
+    return tag(nn::DropoutOp::create(b, loc, x, b.getF32FloatAttr(rate),
+                                     b.getI64IntegerAttr(nextSite++)))
+        .getResult();
+  }
+  /// The residual add, after the branch's dropout (resid_pdrop).
   Value residual(Value x, Value y) {
-    auto add = tag(nn::AddOp::create(b, loc, x, y));
-    if (c.residDropout > 0.0)
-      add->setAttr("nn.dropout", b.getF32FloatAttr(c.residDropout));
-    return add.getResult();
+    return tag(nn::AddOp::create(b, loc, x, dropout(y, c.residDropout)))
+        .getResult();
   }
   Value attention(Value q, Value k, Value v, bool rotary) {
     FloatAttr dropout =
         c.attnDropout > 0.0 ? b.getF32FloatAttr(c.attnDropout) : FloatAttr();
+    IntegerAttr site =
+        c.attnDropout > 0.0 ? b.getI64IntegerAttr(nextSite++) : IntegerAttr();
     FloatAttr theta = rotary ? b.getF32FloatAttr(c.ropeTheta) : FloatAttr();
     return tag(nn::AttentionOp::create(b, loc, q.getType(), q, k, v,
                                        b.getI64IntegerAttr(c.numHeads),
                                        b.getI64IntegerAttr(c.numKvHeads),
                                        rotary ? b.getUnitAttr() : UnitAttr(),
-                                       theta, dropout))
+                                       theta, dropout, site))
         .getResult();
   }
 
@@ -113,6 +120,7 @@ private:
   Block *entry = nullptr;
   SmallVector<DictionaryAttr> argAttrs;
   int64_t layer = 0;
+  int64_t nextSite = 0; ///< dropout sites, numbered in model order
 };
 } // namespace
 
@@ -203,6 +211,7 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
   Value x = tag(nn::EmbeddingOp::create(b, loc, act(c.hidden), tokens, table,
                                         positions, /*vocab_shards=*/nullptr))
                 .getResult();
+  x = dropout(x, c.embdDropout);
 
   // Layers 1 .. L: the blocks.
   for (int64_t i = 0; i < c.numLayers; ++i) {

@@ -215,6 +215,7 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
     // GPT2Config's defaults.
     c.attnDropout = r.rate({"attn_pdrop"}, 0.1);
     c.residDropout = r.rate({"resid_pdrop"}, 0.1);
+    c.embdDropout = r.rate({"embd_pdrop"}, 0.1);
     c.tiedEmbeddings = r.boolean("tie_word_embeddings", true);
   } else {
     c.numKvHeads =
@@ -224,6 +225,7 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
     c.ropeTheta = r.positiveNumber({"rope_theta"}, 10000.0, kMaxRopeTheta);
     c.attnDropout = r.rate({"attention_dropout", "attn_pdrop"}, 0.0);
     c.residDropout = r.rate({"resid_pdrop"}, 0.0);
+    c.embdDropout = r.rate({"embd_pdrop"}, 0.0);
     c.tiedEmbeddings = r.boolean("tie_word_embeddings", false);
     if (c.kind == ModelKind::Mixtral) {
       c.numExperts = r.positiveInt({"num_local_experts"}, -1, kMaxExperts);

@@ -1,6 +1,7 @@
 //===- KernelOperands.cpp - Reading a KernelCall's operands and shapes --===//
 
 #include "KernelOperands.h"
+#include "cpu/DropoutRng.h"
 
 namespace pipeforge::rt::ops {
 
@@ -129,6 +130,21 @@ CrossEntropyShape crossEntropyShape(const Operands &o) {
   return sh;
 }
 
+Status dropoutShape(const Kernel &k, const Operands &o, DropoutShape &s) {
+  const TensorType *x = o.t(0);
+  if (!x || x->shape.size() != 3)
+    return opError(k, "input must be [batch, seq, features]");
+  s.batch = x->shape[0];
+  s.seq = x->shape[1];
+  s.features = x->shape[2];
+  s.seqStart = attrInt(k, "seq_start", 0);
+  s.rate = attrFloat(k, "rate", 0.0);
+  if (!(s.rate >= 0.0 && s.rate < 1.0))
+    return opError(k, "rate must be in [0, 1)");
+  s.key = dropout::siteKey(o.c.rngKey, attrInt(k, "site", 0));
+  return Status::ok();
+}
+
 Status attentionShape(const Kernel &k, const Operands &o, AttentionShape &s) {
   const TensorType *q = o.t(0), *kk = o.t(1);
   if (!q || q->shape.size() < 3)
@@ -142,6 +158,11 @@ Status attentionShape(const Kernel &k, const Operands &o, AttentionShape &s) {
   s.headDim = q->shape.back() / s.heads;
   s.rotary = attrBool(k, "rotary");
   s.ropeTheta = attrFloat(k, "rope_theta", 10000.0);
+  s.dropout = attrFloat(k, "dropout", 0.0);
+  if (!(s.dropout >= 0.0 && s.dropout < 1.0))
+    return opError(k, "dropout must be in [0, 1)");
+  s.dropoutKey = dropout::siteKey(o.c.rngKey, attrInt(k, "dropout_site", 0));
+  s.headStart = attrInt(k, "head_start", 0);
   if (!isValid(s) || lastDim(kk) != s.kvHeads * s.headDim)
     return opError(k, "invalid attention shape");
   return Status::ok();

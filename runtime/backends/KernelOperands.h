@@ -72,6 +72,12 @@ cpu::LinearShape linearBwdWeightShape(const Operands &o);
 cpu::NormShape normShape(const Kernel &k, const Operands &o);
 /// embedding (tokens, table, [pos]).
 cpu::EmbeddingShape embeddingShape(const Kernel &k, const Operands &o);
+/// dropout (x): rate, site (keyed with the call's rngKey) and, from the
+/// attribute `seq_start`, the first sequence position of x (sequence
+/// parallelism). Errors: x not [batch, seq, features], a rate outside
+/// [0, 1).
+Status dropoutShape(const Kernel &k, const Operands &o,
+                    cpu::DropoutShape &s);
 /// embedding_bwd_weight (tokens, dy) -> dtable [, dpos].
 cpu::EmbeddingShape embeddingBwdShape(const Kernel &k, const Operands &o);
 /// cross_entropy and cross_entropy_bwd: logits are operand 0.

@@ -211,6 +211,13 @@ struct Executor::Impl {
     return *prog.findStage(c, s); // validated in init()
   }
   int rankOf(int c, int s) const { return prog.schedule.placement.rank(c, s); }
+  /// The microbatch's index among all of a step's microbatches, as the
+  /// single-process run numbers them (the data position, the dropout key):
+  /// replica d, EP rank e of E, copy c, microbatch mb.
+  int64_t globalMicrobatch(int c, int mb) const {
+    return (int64_t(tr.dpIndex()) * E + epi) * totalMb +
+           int64_t(c) * mPerCopy + mb;
+  }
 
   /// One invocation of a stage function, run kernel by kernel (a moe
   /// kernel under expert parallelism phase by phase) so that an Overlap

@@ -246,8 +246,10 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
       double psq = 0;
       for (int64_t k = 0; k < n; ++k)
         psq += double(g[k]) * g[k];
+      // As the float the global sum adds (and sumSliceSquares re-sums):
+      // the partial statistics do not depend on how the squares arrived.
       paramSq[size_t(i)] = float(psq);
-      sq += psq;
+      sq += double(paramSq[size_t(i)]);
     } else if (opts.optimizerSync == OptimizerSync::PostValidation)
       for (int64_t k = 0; k < n; ++k)
         allSq += double(g[k]) * g[k];

@@ -14,6 +14,7 @@
 #include "pipeforge/rt/OpShapes.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 
 namespace pipeforge::rt {
@@ -328,6 +329,32 @@ R inferRMSNormBwdWeight(const OpShapeInput &in) {
 
 R inferUnary(const OpShapeInput &in) { return done({*opd(in, 0)}); }
 
+/// A dropout rate attribute (`name`, default 0): in [0, 1).
+R checkDropoutRate(Attrs &a, const char *name) {
+  auto rate = a.real(name, 0.0);
+  if (!rate)
+    return fail(-1, a.error);
+  if (!(*rate >= 0.0 && *rate < 1.0)) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", *rate);
+    return fail(-1, std::string("expects ") + name + " in [0, 1), got " + got);
+  }
+  return R{};
+}
+
+/// nn.dropout: rate in [0, 1), site >= 0; the result has the input's shape.
+R inferDropout(const OpShapeInput &in) {
+  Attrs a{in.attrs, {}};
+  auto site = a.integer("site", true);
+  if (!site)
+    return fail(-1, a.error);
+  if (*site < 0)
+    return fail(-1, "expects site >= 0, got " + std::to_string(*site));
+  if (R r = checkDropoutRate(a, "rate"); !r)
+    return r;
+  return inferUnary(in);
+}
+
 /// (a, b) -> a: b must have a's shape; `names` as in the ODS.
 R inferBinary(const OpShapeInput &in, const char *first, const char *second) {
   const TensorType &x = *opd(in, 0);
@@ -457,6 +484,8 @@ R checkAttention(const OpShapeInput &in, int64_t &numHeads) {
   if (*rotary && d % 2 != 0)
     return fail(0, "rotary embedding needs an even head dimension, got " +
                        std::to_string(d));
+  if (R r = checkDropoutRate(a, "dropout"); !r)
+    return r;
   numHeads = *heads;
   Shape kvShape{q.shape[0], q.shape[1], *kv * d};
   for (int i = 1; i < 3; ++i)
@@ -718,6 +747,7 @@ std::vector<OpSpec> buildTable() {
       {"rmsnorm", {{"input", F}, {"gamma", F}}, {{"result", F}}, inferRMSNorm},
       {"gelu", {{"input", F}}, {{"result", F}}, inferUnary},
       {"silu", {{"input", F}}, {{"result", F}}, inferUnary},
+      {"dropout", {{"input", F}}, {{"result", F}}, inferDropout},
       {"add", {{"lhs", F}, {"rhs", F}}, {{"result", F}}, inferAddMul},
       {"mul", {{"lhs", F}, {"rhs", F}}, {{"result", F}}, inferAddMul},
       {"embedding",

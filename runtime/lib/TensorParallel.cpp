@@ -10,7 +10,10 @@
 //   - kernels (specializeForTensorRank): the vocabulary-parallel embedding
 //     and loss learn their first vocabulary entry (`vocab_start`); the
 //     terms a partial sum must count once (a row-parallel linear's bias,
-//     the learned positions) are dropped on every rank but rank 0;
+//     the learned positions) are dropped on every rank but rank 0; the
+//     dropout masks learn where the shard lies in the whole tensor (the
+//     attention's first head, a sequence shard's first position), so every
+//     rank draws the single-process run's mask;
 //   - the collectives (nn.tp_*) and the vocabulary-parallel loss run here,
 //     on host memory, over the transport's Group::Tensor: an all-reduce
 //     gives every rank the same bits (the transports sum in rank order).
@@ -68,6 +71,19 @@ Program specializeForTensorRank(const Program &prog, int tpIndex) {
                    k.op == "vocab_parallel_cross_entropy_bwd") {
           k.attrs["vocab_start"] =
               int64_t(tpIndex) * lastDim(k.inputs.empty() ? -1 : k.inputs[0]);
+        } else if (k.op == "attention" || k.op == "attention_bwd") {
+          // Heads are split: the dropout draws the whole model's head.
+          k.attrs["head_start"] =
+              int64_t(tpIndex) * ops::attrInt(k, "num_heads", 0);
+        } else if (k.op == "dropout" && !k.inputs.empty()) {
+          // On a sequence shard (sequence parallelism): its first position.
+          int32_t in = k.inputs[0];
+          if (in >= 0 && size_t(in) < fn.values.size() &&
+              fn.values[size_t(in)].shape.size() == 3) {
+            int64_t seq = fn.values[size_t(in)].shape[1];
+            if (seq < prog.model.seqLen)
+              k.attrs["seq_start"] = int64_t(tpIndex) * seq;
+          }
         }
       }
     }

@@ -139,6 +139,12 @@ struct HostAttentionExec {
     }
     return Status::ok();
   }
+  Status scoreDropout(const ScoreDropout &d, const float *in, float *out,
+                      long long n) {
+    for (long long i = 0; i < n; ++i)
+      scoreDropoutElement(d, i, in, out);
+    return Status::ok();
+  }
   Status causalSoftmaxGrad(const float *probs, float *ds, long long rows,
                            long long seq) {
     for (long long r = 0; r < rows; ++r) {
@@ -159,12 +165,16 @@ struct AttentionCase {
   cpu::Index batch, seq, heads, kvHeads, headDim;
   bool rotary;
   double ropeTheta;
+  double dropout = 0.0;       ///< probabilities' dropout rate
+  cpu::Index headStart = 0;   ///< a tensor-parallel rank's first head
 };
 
 void PrintTo(const AttentionCase &c, std::ostream *os) {
   *os << "batch " << c.batch << " seq " << c.seq << " heads " << c.heads
       << " kvHeads " << c.kvHeads << " headDim " << c.headDim
       << (c.rotary ? " rotary" : "");
+  if (c.dropout > 0)
+    *os << " dropout " << c.dropout << " headStart " << c.headStart;
 }
 
 class AttentionPlanTest : public ::testing::TestWithParam<AttentionCase> {};
@@ -180,6 +190,9 @@ TEST_P(AttentionPlanTest, MatchesCpuReference) {
   s.headDim = c.headDim;
   s.rotary = c.rotary;
   s.ropeTheta = c.ropeTheta;
+  s.dropout = c.dropout;
+  s.dropoutKey = dropout::siteKey(dropout::stepKey(5, 2, 3), 1);
+  s.headStart = c.headStart;
   ASSERT_TRUE(cpu::isValid(s));
   const size_t tokens = size_t(s.batch * s.seq);
   const size_t nq = tokens * size_t(s.heads * s.headDim);
@@ -230,8 +243,10 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{2, 5, 4, 2, 8, true, 10000.0},   // GQA group 2, rotary
         AttentionCase{1, 7, 3, 3, 4, false, 10000.0},  // MHA, odd seq
         AttentionCase{2, 40, 4, 1, 6, true, 500.0},    // seq > warp, MQA
-        AttentionCase{3, 33, 8, 2, 16, false, 10000.0} // group 4, seq 33
-        ));
+        AttentionCase{3, 33, 8, 2, 16, false, 10000.0}, // group 4, seq 33
+        // Dropout of the probabilities: the same mask as the CPU kernel.
+        AttentionCase{2, 5, 4, 2, 8, true, 10000.0, 0.2, 0},
+        AttentionCase{2, 40, 4, 1, 6, true, 500.0, 0.1, 4}));
 
 /// rotaryPair un-rotates what it rotated.
 TEST(AttentionMath, RotaryPairTransposeInverts) {

@@ -90,6 +90,7 @@ std::vector<Instance> goodInstances() {
        {logits},
        tp,
        {}},
+      {"dropout", {X}, {X}, {{"rate", 0.1}, {"site", int64_t(3)}}, {}},
   };
 }
 

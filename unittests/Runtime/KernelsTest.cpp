@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/DropoutRng.h"
 #include "cpu/Kernels.h"
 #include "cpu/ElementwiseMath.h"
 
@@ -669,6 +670,128 @@ TEST(Attention, CausalAndFirstTokenCopiesV) {
     }
     EXPECT_NEAR(sum, 1, 1e-14);
   }
+}
+
+namespace dropout = pipeforge::rt::dropout;
+
+TEST(Attention, DropoutGradCheckAndHeadShards) {
+  AttentionShape s = attn(2, 6, 4, 2, 4, true);
+  s.dropout = 0.25;
+  s.dropoutKey = dropout::siteKey(dropout::stepKey(7, 3, 5), 2);
+  const Index T = s.batch * s.seq, HD = s.headDim;
+  Rng r(83);
+  Vec q = r.vec(T * s.heads * HD, -1.5, 1.5),
+      k = r.vec(T * s.kvHeads * HD, -1.5, 1.5), v = r.vec(T * s.kvHeads * HD),
+      R = r.vec(q.size());
+  auto loss = [&] {
+    Vec out(q.size());
+    AttentionSaved<D> sv;
+    attentionF<D>(s, q.data(), k.data(), v.data(), out.data(), sv);
+    return dot(R, out.data());
+  };
+  Vec out(q.size());
+  AttentionSaved<D> sv;
+  attentionF<D>(s, q.data(), k.data(), v.data(), out.data(), sv);
+  // Some probabilities dropped, the kept ones scaled by 1 / (1 - rate).
+  int dropped = 0, kept = 0;
+  for (size_t i = 0; i < sv.probs.size(); ++i) {
+    if (sv.probs[i] == 0)
+      continue;
+    if (sv.dropped[i] == 0)
+      ++dropped;
+    else {
+      ++kept;
+      EXPECT_NEAR(sv.dropped[i], sv.probs[i] / 0.75, 1e-15);
+    }
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_GT(kept, dropped);
+  Vec dq(q.size()), dk(k.size()), dv(v.size());
+  Workspace<D> ws;
+  attentionB<D>(s, sv, R.data(), dq.data(), dk.data(), dv.data(), ws);
+  expectGrad("attention dropout B dq", loss, q, dq);
+  expectGrad("attention dropout B dk", loss, k, dk);
+  expectGrad("attention dropout B dv", loss, v, dv);
+  // Tensor parallelism: heads 2..3 (kv head 1) on their own, with
+  // headStart = 2, give the whole computation's heads 2..3.
+  AttentionShape half = s;
+  half.heads = 2;
+  half.kvHeads = 1;
+  half.headStart = 2;
+  Vec q2(T * 2 * HD), k2(T * HD), v2(T * HD), out2(q2.size());
+  for (Index t = 0; t < T; ++t) {
+    for (Index c = 0; c < 2 * HD; ++c)
+      q2[t * 2 * HD + c] = q[t * 4 * HD + 2 * HD + c];
+    for (Index c = 0; c < HD; ++c) {
+      k2[t * HD + c] = k[t * 2 * HD + HD + c];
+      v2[t * HD + c] = v[t * 2 * HD + HD + c];
+    }
+  }
+  AttentionSaved<D> sv2;
+  attentionF<D>(half, q2.data(), k2.data(), v2.data(), out2.data(), sv2);
+  for (Index t = 0; t < T; ++t)
+    for (Index c = 0; c < 2 * HD; ++c)
+      EXPECT_NEAR(out2[t * 2 * HD + c], out[t * 4 * HD + 2 * HD + c], 1e-14);
+}
+
+TEST(Dropout, RateScaleAdjointAndSequenceShards) {
+  // The rate: 4M draws of rate 0.1 drop within 1% of it (the binomial's
+  // standard deviation is 0.15% of it); kept elements are scaled.
+  DropoutShape big{4, 1024, 1024, 0, 0.1, dropout::siteKey(1, 0)};
+  const Index n = big.batch * big.seq * big.features;
+  std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+  std::vector<float> y(static_cast<size_t>(n));
+  dropoutF<float>(big, ones.data(), y.data());
+  int64_t zeros = 0;
+  for (float e : y) {
+    if (e == 0.0f)
+      ++zeros;
+    else
+      ASSERT_EQ(e, float(1.0 / 0.9));
+  }
+  double rate = double(zeros) / double(n);
+  EXPECT_NEAR(rate, 0.1, 0.001) << rate;
+  // Its own derivative: d<R, dropout(x)>/dx = dropout(R).
+  DropoutShape s{2, 8, 5, 0, 0.3, dropout::siteKey(dropout::stepKey(3, 1, 2), 4)};
+  const Index m = s.batch * s.seq * s.features;
+  Rng r(97);
+  Vec x = r.vec(m), R = r.vec(m);
+  Vec dx(static_cast<size_t>(m));
+  auto loss = [&] {
+    Vec out(static_cast<size_t>(m));
+    dropoutF<D>(s, x.data(), out.data());
+    return dot(R, out.data());
+  };
+  dropoutF<D>(s, R.data(), dx.data());
+  expectGrad("dropout B", loss, x, dx);
+  // Sequence parallelism: two shards of 4 positions with their seqStart
+  // draw the whole tensor's mask.
+  Vec whole(static_cast<size_t>(m));
+  dropoutF<D>(s, x.data(), whole.data());
+  DropoutShape shard = s;
+  shard.seq = 4;
+  for (Index part = 0; part < 2; ++part) {
+    shard.seqStart = part * 4;
+    Vec in(static_cast<size_t>(s.batch * 4 * s.features));
+    Vec out(in.size());
+    for (Index b = 0; b < s.batch; ++b)
+      for (Index i = 0; i < 4 * s.features; ++i)
+        in[size_t(b * 4 * s.features + i)] =
+            x[size_t((b * s.seq + part * 4) * s.features + i)];
+    dropoutF<D>(shard, in.data(), out.data());
+    for (Index b = 0; b < s.batch; ++b)
+      for (Index i = 0; i < 4 * s.features; ++i)
+        EXPECT_EQ(out[size_t(b * 4 * s.features + i)],
+                  whole[size_t((b * s.seq + part * 4) * s.features + i)]);
+  }
+  // Another step or microbatch draws another mask; the same key the same.
+  DropoutShape other = s;
+  other.key = dropout::siteKey(dropout::stepKey(3, 2, 2), 4);
+  Vec y1(static_cast<size_t>(m)), y2(static_cast<size_t>(m));
+  dropoutF<D>(other, x.data(), y1.data());
+  dropoutF<D>(s, x.data(), y2.data());
+  EXPECT_NE(y1, y2);
+  EXPECT_EQ(y2, whole);
 }
 
 TEST(Attention, ShapeValidation) {

@@ -212,6 +212,16 @@ CpuBackend::CpuBackend() {
     addF(numel(o.t(0)), o.f(0), o.f(1), o.o(0));
     return Status::ok();
   };
+  table["dropout"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 1, 1); !s)
+      return s;
+    DropoutShape sh;
+    if (Status s = dropoutShape(k, o, sh); !s)
+      return s;
+    assertElems(o.ot(0), numel(o.t(0)));
+    dropoutF(sh, o.f(0), o.o(0));
+    return Status::ok();
+  };
   table["mul"] = [this](const Kernel &k, const Ops &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s;

@@ -230,6 +230,19 @@ void siluB(Index n, const ActivationSaved<T> &saved, const T *dy, T *dx);
 template <typename T> void addF(Index n, const T *a, const T *b, T *y);
 template <typename T> void addB(Index n, const T *dy, T *da, T *db);
 
+/// Inverted dropout (nn.dropout; its backward is the same op on dy):
+/// x [batch, seq, features] is rows [seqStart, seqStart + seq) of a
+/// [batch, seq_whole, features] tensor (sequence parallelism); element (b,
+/// s, j) is kept when dropout::keep(rowKey(key, b, seqStart + s), j) and then
+/// scaled by 1 / (1 - rate). `key` is the site's (dropout::siteKey).
+struct DropoutShape {
+  Index batch = 0, seq = 0, features = 0, seqStart = 0;
+  double rate = 0.0;
+  uint64_t key = 0;
+};
+template <typename T>
+void dropoutF(const DropoutShape &s, const T *x, T *y);
+
 /// y = a * b (SwiGLU's gate). B: da = dy * b, db = dy * a.
 template <typename T> struct MulSaved : SavedBase {
   const T *a = nullptr;
@@ -312,6 +325,13 @@ struct AttentionShape {
   Index batch = 0, seq = 0, heads = 0, kvHeads = 0, headDim = 0;
   bool rotary = false;
   double ropeTheta = 10000.0;
+  /// Dropout of the probabilities (DropoutShape's scheme): row (sequence b,
+  /// head headStart + h, query i) of the whole model's heads, element key j;
+  /// `dropoutKey` is the site's key. headStart: this tensor-parallel rank's
+  /// first head.
+  double dropout = 0.0;
+  uint64_t dropoutKey = 0;
+  Index headStart = 0;
 };
 /// B needs (rotated) q and k, v and the probabilities.
 template <typename T> struct AttentionSaved : SavedBase {
@@ -320,6 +340,8 @@ template <typename T> struct AttentionSaved : SavedBase {
   const T *k = nullptr;      ///< rotated copy when rotary, else the input
   std::vector<T> qRot, kRot; ///< owned storage when rotary
   std::vector<T> probs;      ///< [batch, heads, seq, seq], 0 above diagonal
+  /// With dropout: the probabilities after it (what multiplies V).
+  std::vector<T> dropped;
 };
 
 /// Checks heads % kvHeads == 0, headDim even when rotary, sizes >= 0.

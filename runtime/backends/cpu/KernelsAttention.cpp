@@ -1,14 +1,17 @@
 //===- KernelsAttention.cpp - Causal GQA attention core F/B ---------------===//
 //
-// Per (sequence, head): S = scale Q K^T, P = causal softmax(S), O = P V, with
-// GEMMs on strided head slices (no transposes materialised). The
-// probabilities are saved; B does not recompute them.
+// Per (sequence, head): S = scale Q K^T, P = causal softmax(S), O = D(P) V,
+// with GEMMs on strided head slices (no transposes materialised); D is the
+// probabilities' dropout (identity at rate 0; its mask drawn from the
+// counter-based key, DropoutRng.h). The probabilities (and D(P)) are saved
+// for B; B does not recompute them.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Blas.h"
 #include "ElementwiseMath.h"
 #include "Kernels.h"
+#include "DropoutRng.h"
 
 #include <vector>
 
@@ -61,6 +64,23 @@ static void applyRotary(const AttentionShape &s, Index nHeads, T *x,
     }
 }
 
+/// The dropout of one (sequence b, local head h) [S, S] block: out = P *
+/// mask / (1 - rate); `out` may be `P` (in place: B drops dP the same way).
+template <typename T>
+static void dropRows(const AttentionShape &s, Index b, Index h, const T *P,
+                     T *out) {
+  const Index S = s.seq;
+  const uint32_t thr = dropout::threshold(s.dropout);
+  const T scale = T(1.0 / (1.0 - s.dropout));
+  const uint64_t bh = (uint64_t(b) << 32) | uint64_t(s.headStart + h);
+  for (Index i = 0; i < S; ++i) {
+    uint64_t row = dropout::rowKey(s.dropoutKey, bh, uint64_t(i));
+    for (Index j = 0; j < S; ++j)
+      out[i * S + j] =
+          dropout::keep(row, uint64_t(j), thr) ? P[i * S + j] * scale : T(0);
+  }
+}
+
 template <typename T>
 void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
                 T *out, AttentionSaved<T> &saved) {
@@ -82,6 +102,11 @@ void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
     saved.k = k;
   }
   saved.probs.assign(s.batch * A * S * S, T(0));
+  const bool drop = s.dropout > 0.0;
+  if (drop)
+    saved.dropped.assign(s.batch * A * S * S, T(0));
+  else
+    saved.dropped.clear();
   const T scale = T(1) / math::pfSqrt(T(D));
   for (Index b = 0; b < s.batch; ++b)
     for (Index h = 0; h < A; ++h) {
@@ -107,7 +132,13 @@ void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
         for (Index j = i + 1; j < S; ++j)
           row[j] = T(0);
       }
-      gemm(false, false, S, D, S, T(1), P, S, V, ldk, T(0),
+      const T *PV = P;
+      if (drop) {
+        T *PD = saved.dropped.data() + (b * A + h) * S * S;
+        dropRows(s, b, h, P, PD);
+        PV = PD;
+      }
+      gemm(false, false, S, D, S, T(1), PV, S, V, ldk, T(0),
            out + b * S * ldq + h * D, ldq);
     }
 }
@@ -123,15 +154,19 @@ void attentionB(const AttentionShape &s, const AttentionSaved<T> &saved,
     dv[i] = T(0);
   }
   T *dS = ws.get(size_t(S * S));
+  const bool drop = s.dropout > 0.0;
   const T scale = T(1) / math::pfSqrt(T(D));
   for (Index b = 0; b < s.batch; ++b)
     for (Index h = 0; h < A; ++h) {
       const Index g = h / group;
       const Index qOff = b * S * ldq + h * D, kOff = b * S * ldk + g * D;
       const T *P = saved.probs.data() + (b * A + h) * S * S;
-      // dP = dO V^T
+      const T *PV = drop ? saved.dropped.data() + (b * A + h) * S * S : P;
+      // dP = D'(dO V^T): the gradient of D(P) is dropped with the same mask.
       gemm(false, true, S, S, D, T(1), dout + qOff, ldq, saved.v + kOff, ldk,
            T(0), dS, S);
+      if (drop)
+        dropRows(s, b, h, dS, dS);
       // dS = P (dP - rowdot(P, dP)), causal part only.
       for (Index i = 0; i < S; ++i) {
         const T *p = P + i * S;
@@ -149,8 +184,8 @@ void attentionB(const AttentionShape &s, const AttentionSaved<T> &saved,
            dq + qOff, ldq);
       gemm(true, false, S, D, S, scale, dS, S, saved.q + qOff, ldq, T(1),
            dk + kOff, ldk);
-      gemm(true, false, S, D, S, T(1), P, S, dout + qOff, ldq, T(1), dv + kOff,
-           ldk);
+      gemm(true, false, S, D, S, T(1), PV, S, dout + qOff, ldq, T(1),
+           dv + kOff, ldk);
     }
   if (s.rotary) {
     applyRotary(s, A, dq, true);

@@ -2,6 +2,7 @@
 
 #include "ElementwiseMath.h"
 #include "Kernels.h"
+#include "DropoutRng.h"
 
 namespace pipeforge {
 namespace rt {
@@ -61,6 +62,20 @@ template <typename T> void addB(Index n, const T *dy, T *da, T *db) {
 }
 
 template <typename T>
+void dropoutF(const DropoutShape &s, const T *x, T *y) {
+  const uint32_t thr = dropout::threshold(s.rate);
+  const T scale = T(1.0 / (1.0 - s.rate));
+  for (Index b = 0; b < s.batch; ++b)
+    for (Index i = 0; i < s.seq; ++i) {
+      uint64_t row = dropout::rowKey(s.key, uint64_t(b), uint64_t(s.seqStart + i));
+      const Index off = (b * s.seq + i) * s.features;
+      for (Index j = 0; j < s.features; ++j)
+        y[off + j] =
+            dropout::keep(row, uint64_t(j), thr) ? x[off + j] * scale : T(0);
+    }
+}
+
+template <typename T>
 void mulF(Index n, const T *a, const T *b, T *y, MulSaved<T> &saved) {
   for (Index i = 0; i < n; ++i)
     y[i] = a[i] * b[i];
@@ -88,6 +103,7 @@ void mulB(Index n, const MulSaved<T> &saved, const T *dy, T *da, T *db) {
   template void siluB<T>(Index, const ActivationSaved<T> &, const T *, T *);   \
   template void addF<T>(Index, const T *, const T *, T *);                     \
   template void addB<T>(Index, const T *, T *, T *);                           \
+  template void dropoutF<T>(const DropoutShape &, const T *, T *);             \
   template void mulF<T>(Index, const T *, const T *, T *, MulSaved<T> &);      \
   template void mulB<T>(Index, const MulSaved<T> &, const T *, T *, T *);
 PF_INSTANTIATE(float)

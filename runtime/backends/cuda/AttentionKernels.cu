@@ -62,6 +62,13 @@ __global__ void causalSoftmaxGradKernel(const float *probs, float *ds,
   }
 }
 
+__global__ void scoreDropoutKernel(ScoreDropout d, long long n,
+                                   const float *in, float *out) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    scoreDropoutElement(d, i, in, out);
+}
+
 /// AttentionPlan.h's executor: everything queued on ctx.stream.
 struct CudaExec : GemmExec {
   Status toHeads(const HeadLayout &l, const float *src, float *dst) {
@@ -78,6 +85,12 @@ struct CudaExec : GemmExec {
     causalSoftmaxKernel<<<blocksFor(rows * kWarp), kThreads, 0, ctx.stream>>>(
         probs, rows, seq);
     return launchStatus("attention causalSoftmax");
+  }
+  Status scoreDropout(const ScoreDropout &d, const float *in, float *out,
+                      long long n) {
+    scoreDropoutKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(d, n, in,
+                                                                  out);
+    return launchStatus("attention scoreDropout");
   }
   Status causalSoftmaxGrad(const float *probs, float *ds, long long rows,
                            long long seq) {

@@ -23,6 +23,7 @@
 #ifndef PIPEFORGE_RUNTIME_CUDA_ATTENTIONMATH_H
 #define PIPEFORGE_RUNTIME_CUDA_ATTENTIONMATH_H
 
+#include "cpu/DropoutRng.h"
 #include "cpu/ElementwiseMath.h"
 
 #include <math.h>
@@ -30,6 +31,29 @@
 namespace pipeforge {
 namespace rt {
 namespace cuda {
+
+/// The dropout of the probabilities (cpu::AttentionShape's scheme, so both
+/// backends draw the same mask): scores [B, heads, S, S], row (b, h, i) is
+/// the whole model's row (b, headStart + h, i).
+struct ScoreDropout {
+  uint64_t key;
+  uint32_t threshold;
+  float scale; ///< 1 / (1 - rate), rounded to float as the CPU kernel does
+  long long heads, headStart, seq;
+};
+
+/// Element `idx` of the scores: out = in * mask * scale (out may be in).
+PF_HOST_DEVICE inline void scoreDropoutElement(const ScoreDropout &d,
+                                               long long idx, const float *in,
+                                               float *out) {
+  const long long j = idx % d.seq, r = idx / d.seq;
+  const long long i = r % d.seq, bh = r / d.seq;
+  const long long h = bh % d.heads, b = bh / d.heads;
+  uint64_t row = dropout::rowKey(
+      d.key, (uint64_t(b) << 32) | uint64_t(d.headStart + h), uint64_t(i));
+  out[idx] = dropout::keep(row, uint64_t(j), d.threshold) ? in[idx] * d.scale
+                                                          : 0.f;
+}
 
 /// Sizes of a token <-> head layout conversion.
 struct HeadLayout {

@@ -9,9 +9,11 @@
 // rotary). The heads of one kv group are then adjacent, so group (b, g) is a
 // [group*seq, d] block of Q against the [seq, d] K and V of its kv head and
 // every product is ONE strided-batched GEMM over batch*kvHeads groups:
-//   forward   S = scale Q K^T, P = causal softmax(S), O = P V
-//   backward  dP = dO V^T, dS = P (dP - rowdot(P, dP)),
-//             dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO
+//   forward   S = scale Q K^T, P = causal softmax(S), O = D(P) V
+//   backward  dP = D(dO V^T), dS = P (dP - rowdot(P, dP)),
+//             dQ = scale dS K, dK = scale dS^T Q, dV = D(P)^T dO
+// D is the probabilities' dropout (the identity at rate 0; with a rate, D(P)
+// lives in its own buffer).
 // The transposed products contract over the whole group, so dK and dV come
 // out summed over the heads of a group. Gradients go back to token layout
 // (un-rotated when rotary). The backward recomputes P.
@@ -21,6 +23,7 @@
 //        batch, strideA, strideB, strideC)        row-major, as cuda::gemm
 //   toHeads(HeadLayout, src, dst), fromHeads(HeadLayout, src, dst)
 //   causalSoftmax(probs, rows, seq), causalSoftmaxGrad(probs, ds, rows, seq)
+//   scoreDropout(ScoreDropout, in, out, n)            out may be in
 //
 // Header-only, host-includable without nvcc.
 //
@@ -43,6 +46,7 @@ struct AttentionBuffers {
   float *oh;           ///< forward: O; backward: dO (both [b, heads, s, d])
   float *probs, *ds;   ///< [b, heads, s, s]
   float *dqh, *dkh, *dvh;
+  float *pd; ///< D(P) [b, heads, s, s]; only with dropout (else null)
 };
 
 /// Lays the buffers out from `base` (null: sizing only); returns the bytes.
@@ -67,7 +71,26 @@ inline size_t carveAttention(const cpu::AttentionShape &s, void *base,
   b.dqh = take(q);
   b.dkh = take(kv);
   b.dvh = take(kv);
+  b.pd = s.dropout > 0.0 ? take(scores) : nullptr;
   return off;
+}
+
+inline ScoreDropout scoreDropout(const cpu::AttentionShape &s) {
+  return ScoreDropout{s.dropoutKey, dropout::threshold(s.dropout),
+                      float(1.0 / (1.0 - s.dropout)), s.heads, s.headStart,
+                      s.seq};
+}
+
+/// D(P) into b.pd when the shape has dropout; the buffer V multiplies.
+template <class Exec>
+Status droppedProbabilities(Exec &x, const cpu::AttentionShape &s,
+                            const AttentionBuffers &b, const float *&pv) {
+  pv = b.probs;
+  if (!(s.dropout > 0.0))
+    return Status::ok();
+  pv = b.pd;
+  return x.scoreDropout(scoreDropout(s), b.probs, b.pd,
+                        s.batch * s.heads * s.seq * s.seq);
 }
 
 inline HeadLayout headLayout(const cpu::AttentionShape &s, long long heads,
@@ -108,8 +131,11 @@ Status attentionForwardPlan(Exec &x, const cpu::AttentionShape &s,
   const int groups = int(s.batch * s.kvHeads);
   if (Status st = attentionProbabilities(x, s, q, k, v, b); !st)
     return st;
-  // Per group: O [G*S, D] = P [G*S, S] V [S, D].
-  if (Status st = x.gemm(false, false, G * S, D, S, 1.f, b.probs, S, b.vh, D,
+  const float *pv = nullptr;
+  if (Status st = droppedProbabilities(x, s, b, pv); !st)
+    return st;
+  // Per group: O [G*S, D] = D(P) [G*S, S] V [S, D].
+  if (Status st = x.gemm(false, false, G * S, D, S, 1.f, pv, S, b.vh, D,
                          0.f, b.oh, D, groups, G * S * S, S * D, G * S * D);
       !st)
     return st;
@@ -130,11 +156,19 @@ Status attentionBackwardPlan(Exec &x, const cpu::AttentionShape &s,
   float *doh = b.oh;
   if (Status st = x.toHeads(headLayout(s, s.heads, false), dy, doh); !st)
     return st;
-  // dP [G*S, S] = dO [G*S, D] V^T.
+  // dP [G*S, S] = D(dO [G*S, D] V^T): the same mask as the forward's.
   if (Status st = x.gemm(false, true, G * S, S, D, 1.f, doh, D, b.vh, D, 0.f,
                          b.ds, S, groups, G * S * D, S * D, G * S * S);
       !st)
     return st;
+  const float *pv = nullptr;
+  if (Status st = droppedProbabilities(x, s, b, pv); !st)
+    return st;
+  if (s.dropout > 0.0)
+    if (Status st = x.scoreDropout(scoreDropout(s), b.ds, b.ds,
+                                   s.batch * s.heads * S * S);
+        !st)
+      return st;
   if (Status st = x.causalSoftmaxGrad(b.probs, b.ds, s.batch * s.heads * S, S);
       !st)
     return st;
@@ -148,8 +182,8 @@ Status attentionBackwardPlan(Exec &x, const cpu::AttentionShape &s,
                          b.dkh, D, groups, G * S * S, G * S * D, S * D);
       !st)
     return st;
-  // dV [S, D] = P^T [S, G*S] dO [G*S, D]: summed over the group.
-  if (Status st = x.gemm(true, false, S, D, G * S, 1.f, b.probs, S, doh, D, 0.f,
+  // dV [S, D] = D(P)^T [S, G*S] dO [G*S, D]: summed over the group.
+  if (Status st = x.gemm(true, false, S, D, G * S, 1.f, pv, S, doh, D, 0.f,
                          b.dvh, D, groups, G * S * S, G * S * D, S * D);
       !st)
     return st;

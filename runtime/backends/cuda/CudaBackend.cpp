@@ -387,6 +387,14 @@ void CudaBackend::addForwardOps() {
       return s;
     return cuda::addForward(ctx, numel(o.t(0)), o.f(0), o.f(1), o.o(0));
   };
+  table["dropout"] = [this](const Kernel &k, const Operands &o) -> Status {
+    if (Status s = need(k, o, 1, 1); !s)
+      return s;
+    DropoutShape sh;
+    if (Status s = dropoutShape(k, o, sh); !s)
+      return s;
+    return cuda::dropoutForward(ctx, sh, o.f(0), o.o(0));
+  };
   table["mul"] = [this](const Kernel &k, const Operands &o) -> Status {
     if (Status s = need(k, o, 2, 1); !s)
       return s;

@@ -21,6 +21,7 @@
 
 #include "cuda/Launch.cuh"
 #include "cuda/RowKernels.h"
+#include "cpu/DropoutRng.h"
 
 #include <algorithm>
 #include <utility>
@@ -207,6 +208,18 @@ __global__ void addKernel(long long n, const float *a, const float *b,
                           float *y) {
   PF_GRID_LOOP(i, n)
   y[i] = a[i] + b[i];
+}
+
+/// One thread per element of x [batch, seq, features].
+__global__ void dropoutKernel(long long n, long long seq, long long features,
+                              long long seqStart, uint64_t key, uint32_t thr,
+                              float scale, const float *x, float *y) {
+  PF_GRID_LOOP(idx, n) {
+    const long long j = idx % features, r = idx / features;
+    const long long i = r % seq, b = r / seq;
+    uint64_t row = dropout::rowKey(key, uint64_t(b), uint64_t(seqStart + i));
+    y[idx] = dropout::keep(row, uint64_t(j), thr) ? x[idx] * scale : 0.f;
+  }
 }
 
 __global__ void mulKernel(long long n, const float *a, const float *b,
@@ -483,6 +496,17 @@ Status addForward(GemmCtx &ctx, long long n, const float *a, const float *b,
     return Status::ok();
   addKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(n, a, b, y);
   return launchStatus("addForward");
+}
+
+Status dropoutForward(GemmCtx &ctx, const cpu::DropoutShape &s, const float *x,
+                      float *y) {
+  const long long n = s.batch * s.seq * s.features;
+  if (n <= 0)
+    return Status::ok();
+  dropoutKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(
+      n, s.seq, s.features, s.seqStart, s.key, dropout::threshold(s.rate),
+      float(1.0 / (1.0 - s.rate)), x, y);
+  return launchStatus("dropoutForward");
 }
 
 Status mulForward(GemmCtx &ctx, long long n, const float *a, const float *b,

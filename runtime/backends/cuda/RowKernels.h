@@ -50,6 +50,9 @@ Status activationBackward(GemmCtx &ctx, cpu::Activation act, long long n,
 /// y = a + b.
 Status addForward(GemmCtx &ctx, long long n, const float *a, const float *b,
                   float *y);
+/// nn.dropout (cpu::dropoutF's mask, bit for bit): y = x * mask / (1 - rate).
+Status dropoutForward(GemmCtx &ctx, const cpu::DropoutShape &s, const float *x,
+                      float *y);
 /// y = a * b.
 Status mulForward(GemmCtx &ctx, long long n, const float *a, const float *b,
                   float *y);

@@ -9,7 +9,7 @@
 //   gelu       stash 128 el = 256 B
 //   linear 2   F = B = W = 2048; stash 128 el = 256 B; W stash 192 el = 384 B;
 //              params 136 el = 272 B
-//   add        residual dropout mask 64 x 1 B = 64 B
+//   dropout    its mask 64 x 1 B = 64 B (a stored-mask implementation's)
 // Layer 2: the head, 2*8*8*10 = 1280 FLOPs each; logits stashed by the loss.
 
 // CHECK: nn cost report (2 bytes per element, dropout masks 1 byte)
@@ -41,7 +41,8 @@ func.func @model(%x: tensor<2x4x8xf32>, %t: tensor<2x4xi32>,
   %a = nn.gelu %h {nn.layer = 1 : i64} : tensor<2x4x16xf32>
   %o = nn.linear %a, %w2, %b2 {nn.layer = 1 : i64}
       : (tensor<2x4x16xf32>, tensor<8x16xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
-  %r = nn.add %x, %o {nn.layer = 1 : i64, nn.dropout = 0.1 : f32} : tensor<2x4x8xf32>
+  %od = nn.dropout %o {nn.layer = 1 : i64, rate = 0.1 : f32, site = 0 : i64} : tensor<2x4x8xf32>
+  %r = nn.add %x, %od {nn.layer = 1 : i64} : tensor<2x4x8xf32>
   %l = nn.linear %r, %head {nn.layer = 2 : i64}
       : (tensor<2x4x8xf32>, tensor<10x8xf32>) -> tensor<2x4x10xf32>
   %loss = nn.cross_entropy %l, %t {nn.layer = 2 : i64}
@@ -61,7 +62,8 @@ pp.pipeline @p stages 2 ranks 2 placement linear {
       %a = nn.gelu %h : tensor<2x4x16xf32>
       %o = nn.linear %a, %w2, %b2
           : (tensor<2x4x16xf32>, tensor<8x16xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
-      %r = nn.add %x, %o {nn.dropout = 0.1 : f32} : tensor<2x4x8xf32>
+      %od = nn.dropout %o {rate = 0.1 : f32, site = 0 : i64} : tensor<2x4x8xf32>
+      %r = nn.add %x, %od : tensor<2x4x8xf32>
       return %r : tensor<2x4x8xf32>
     }
   }

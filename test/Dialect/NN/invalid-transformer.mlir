@@ -261,3 +261,27 @@ func.func @f(%x: tensor<6x8xf32>, %r: tensor<4x8xf16>, %w1: tensor<4x16x8xf32>, 
   %0 = nn.moe %x, %r, %w1, %w2 {top_k = 2 : i64} : (tensor<6x8xf32>, tensor<4x8xf16>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) -> tensor<6x8xf32>
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{'nn.dropout' op expects rate in [0, 1), got 1.5}}
+  %0 = nn.dropout %x {rate = 1.5 : f32, site = 0 : i64} : tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{'nn.dropout' op attribute 'site' failed to satisfy constraint}}
+  %0 = nn.dropout %x {rate = 0.1 : f32, site = -1 : i64} : tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{'nn.dropout' op requires attribute 'site'}}
+  %0 = nn.dropout %x {rate = 0.1 : f32} : tensor<2x4x8xf32>
+  return
+}

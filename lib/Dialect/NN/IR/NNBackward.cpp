@@ -134,6 +134,7 @@ LogicalResult RMSNormOp::buildBackwardWeight(OpBuilder &b, FwdMap fwd,
 NN_NO_PARAMS(GeluOp)
 NN_NO_PARAMS(SiluOp)
 NN_NO_PARAMS(AddOp)
+NN_NO_PARAMS(DropoutOp)
 NN_NO_PARAMS(MulOp)
 NN_NO_PARAMS(AttentionOp)
 NN_NO_PARAMS(CrossEntropyOp)
@@ -173,6 +174,18 @@ LogicalResult AddOp::buildBackwardInput(OpBuilder &, FwdMap,
   return success();
 }
 
+/// Dropout is its own derivative: dx = dy * m / (1 - rate) with the same
+/// mask, which the same rate and site draw again.
+LogicalResult DropoutOp::buildBackwardInput(OpBuilder &b, FwdMap,
+                                            ValueRange resultGrads,
+                                            SmallVectorImpl<Value> &grads) {
+  unsigned base = appendNullGrads(*this, grads);
+  if (Value dy = resultGrads[0])
+    grads[base] = DropoutOp::create(b, getLoc(), dy, getRateAttr(),
+                                    getSiteAttr());
+  return success();
+}
+
 /// d(a * b) = (dy * b, dy * a).
 LogicalResult MulOp::buildBackwardInput(OpBuilder &b, FwdMap fwd,
                                         ValueRange resultGrads,
@@ -195,7 +208,8 @@ LogicalResult AttentionOp::buildBackwardInput(OpBuilder &b, FwdMap fwd,
   auto op = AttentionBwdOp::create(
       b, getLoc(), getQ().getType(), getK().getType(), getV().getType(),
       fwd(getQ()), fwd(getK()), fwd(getV()), dy, getNumHeadsAttr(),
-      getNumKvHeadsAttr(), getRotaryAttr(), getRopeThetaAttr());
+      getNumKvHeadsAttr(), getRotaryAttr(), getRopeThetaAttr(),
+      getDropoutAttr(), getDropoutSiteAttr());
   grads[base] = op.getQGrad();
   grads[base + 1] = op.getKGrad();
   grads[base + 2] = op.getVGrad();

@@ -101,14 +101,6 @@ static int64_t ownedStashElements(Operation *op) {
   return total;
 }
 
-/// Rate of the dropout a residual nn.add stands for (`nn.dropout`, set by
-/// pipeforge-import from resid_pdrop); 0 when absent.
-static double residualDropout(Operation *op) {
-  if (auto rate = op->getAttrOfType<FloatAttr>("nn.dropout"))
-    return rate.getValueAsDouble();
-  return 0.0;
-}
-
 //===----------------------------------------------------------------------===//
 // Per-op costs
 //===----------------------------------------------------------------------===//
@@ -157,11 +149,16 @@ static OpCost computeCost(MulOp op) {
   return c;
 }
 
-/// The residual add stashes nothing, but stands for the residual dropout
-/// before it when `nn.dropout` > 0: its 1-byte mask.
-static OpCost computeCost(AddOp op) {
+/// The residual add stashes nothing.
+static OpCost computeCost(AddOp op) { return OpCost(); }
+
+/// Dropout: the 1-byte mask a stored-mask implementation keeps for B
+/// (Korthikanti et al.'s accounting). PipeForge's runtime draws the mask
+/// again from its counter-based key instead, so it holds none: the model
+/// stays an upper bound (docs/cost-model.md).
+static OpCost computeCost(DropoutOp op) {
   OpCost c;
-  if (residualDropout(op) > 0.0)
+  if (op.getRate().convertToDouble() > 0.0)
     c.stashMaskBytes = numElements(op.getResult());
   return c;
 }
@@ -275,6 +272,7 @@ NN_DEFINE_COST_METHODS(GeluOp)
 NN_DEFINE_COST_METHODS(SiluOp)
 NN_DEFINE_COST_METHODS(MulOp)
 NN_DEFINE_COST_METHODS(AddOp)
+NN_DEFINE_COST_METHODS(DropoutOp)
 NN_DEFINE_COST_METHODS(CrossEntropyOp)
 NN_DEFINE_COST_METHODS(EmbeddingOp)
 NN_DEFINE_COST_METHODS(AttentionOp)

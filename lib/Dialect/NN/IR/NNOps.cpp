@@ -230,6 +230,10 @@ template <typename LossOp> static LogicalResult verifyLoss(LossOp op) {
     return op.emitOpError("expects the loss element type to match the logits");
   return success();
 }
+/// The shared rule: rate in [0, 1), site >= 0 (the shape is the input's,
+/// SameOperandsAndResultType).
+LogicalResult DropoutOp::verify() { return inferShared(*this); }
+
 LogicalResult CrossEntropyOp::verify() { return verifyLoss(*this); }
 LogicalResult VocabParallelCrossEntropyOp::verify() {
   return verifyLoss(*this);
@@ -272,10 +276,6 @@ LogicalResult AttentionOp::verify() {
   if (!shapesAgree(y.getShape(), sharedResultShape(*r, 0)) ||
       y.getElementType() != q.getElementType())
     return emitOpError("expects the result type to equal the type of q");
-  // Cost model only (PipeForge trains without dropout): not a kernel rule.
-  float p = getDropout().convertToFloat();
-  if (!(p >= 0.0f && p < 1.0f))
-    return emitOpError("expects dropout in [0, 1), got ") << p;
   return checkSameElementType(*this, {getQ(), getK(), getV()});
 }
 

@@ -408,7 +408,7 @@ LogicalResult Sharder::run() {
             .Case([&](MoEOp o) { return shardMoE(o); })
             .Case<LayerNormOp, RMSNormOp>(
                 [&](Operation *o) { return shardNorm(o); })
-            .Case<AddOp, MulOp, GeluOp, SiluOp>(
+            .Case<AddOp, MulOp, GeluOp, SiluOp, DropoutOp>(
                 [&](Operation *o) { return shardElementwise(o); })
             .Default([&](Operation *o) -> LogicalResult {
               return o->getNumOperands() &&

@@ -29,6 +29,10 @@ struct KernelCall {
   std::vector<const TensorType *> inTypes;
   std::vector<void *> out;
   std::vector<const TensorType *> outTypes;
+  /// The dropout key of the microbatch this call belongs to
+  /// (dropout::stepKey of the seed, the step and the global microbatch,
+  /// DropoutRng.h); kernels with dropout mix in their site.
+  uint64_t rngKey = 0;
 };
 
 class Backend {

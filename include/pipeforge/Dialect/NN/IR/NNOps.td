@@ -79,6 +79,32 @@ def NN_AddOp : NN_Op<"add", !listconcat(NN_ModelTraits,
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
+def NN_DropoutOp : NN_Op<"dropout", !listconcat(NN_ModelTraits,
+                                                [SameOperandsAndResultType])> {
+  let summary = "Inverted dropout with a counter-based mask";
+  let description = [{
+    `y = x * m / (1 - rate)`, where each element's keep bit `m` is drawn
+    with probability `1 - rate` from a counter-based generator keyed by the
+    run's seed, the step, the global microbatch, `site` and the element's
+    position in the whole (unsharded) tensor. The mask is a pure function of
+    that key: it is never stored, the backward (`nn.dropout` on the result
+    gradient, with the same rate and site: the op is its own derivative)
+    and a recomputing backward draw it again, and every schedule, rank
+    layout and the single-process run draw the same bits. `site` names the
+    dropout within the model (pipeforge-import numbers them; unique per
+    model).
+
+    ```mlir
+    %y = nn.dropout %x {rate = 1.000000e-01 : f32, site = 3 : i64} : tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input, F32Attr:$rate,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$site);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def NN_CrossEntropyOp : NN_Op<"cross_entropy", NN_ModelTraits> {
   let summary = "Mean cross-entropy of logits against integer targets";
   let description = [{
@@ -164,8 +190,10 @@ def NN_AttentionOp : NN_Op<"attention", NN_ModelTraits> {
     attention: query head i reads kv head `i / (heads / kv_heads)`). With
     `rotary`, q and k are rotated (RoPE, base `rope_theta`) first. Scores are
     scaled by `1/sqrt(d)` and causally masked within each sequence;
-    `dropout` is the attention-probability dropout rate (cost model only:
-    PipeForge trains without dropout). The result is `[batch, seq, heads * d]`.
+    `dropout` is the attention-probability dropout rate, applied as
+    nn.dropout does (site `dropout_site`, each probability's position being
+    (sequence, head, query, key) of the whole model). The result is
+    `[batch, seq, heads * d]`.
 
     ```mlir
     %o = nn.attention %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, rotary}
@@ -177,7 +205,8 @@ def NN_AttentionOp : NN_Op<"attention", NN_ModelTraits> {
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
                        UnitAttr:$rotary,
                        DefaultValuedAttr<F32Attr, "10000.0">:$rope_theta,
-                       DefaultValuedAttr<F32Attr, "0.0">:$dropout);
+                       DefaultValuedAttr<F32Attr, "0.0">:$dropout,
+                       DefaultValuedAttr<I64Attr, "0">:$dropout_site);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
     $q `,` $k `,` $v attr-dict `:` functional-type(operands, results)
@@ -428,7 +457,9 @@ def NN_AttentionBwdOp : NN_GradOp<"attention_bwd"> {
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
                        UnitAttr:$rotary,
-                       DefaultValuedAttr<F32Attr, "10000.0">:$rope_theta);
+                       DefaultValuedAttr<F32Attr, "10000.0">:$rope_theta,
+                       DefaultValuedAttr<F32Attr, "0.0">:$dropout,
+                       DefaultValuedAttr<I64Attr, "0">:$dropout_site);
   let results = (outs NN_FloatTensor:$q_grad, NN_FloatTensor:$k_grad,
                       NN_FloatTensor:$v_grad);
 }
