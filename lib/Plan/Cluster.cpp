@@ -2,7 +2,8 @@
 //
 // Schema (docs/planner.md): gpus, gpus_per_node, memory_gb, peak_tflops,
 // intra_node_gb_per_s, inter_node_gb_per_s (needed with more than one node),
-// and the optional name, reserved_memory_gb, efficiency, description.
+// and the optional name, reserved_memory_gb, efficiency,
+// memory_bandwidth_gb_per_s (default by the GPU class), description.
 // Unknown keys are errors, so a misspelt key is not silently ignored.
 //
 //===----------------------------------------------------------------------===//
@@ -70,14 +71,14 @@ Expected<Cluster> plan::parseCluster(const std::string &text) {
       "name",        "description",         "gpus",
       "gpus_per_node", "memory_gb",         "reserved_memory_gb",
       "peak_tflops", "efficiency",          "intra_node_gb_per_s",
-      "inter_node_gb_per_s"};
+      "inter_node_gb_per_s", "memory_bandwidth_gb_per_s"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!known.count(it.key()))
       return Status::error("cluster: unknown key '" + it.key() +
                            "' (known: gpus gpus_per_node memory_gb "
                            "reserved_memory_gb peak_tflops efficiency "
-                           "intra_node_gb_per_s inter_node_gb_per_s name "
-                           "description)");
+                           "intra_node_gb_per_s inter_node_gb_per_s "
+                           "memory_bandwidth_gb_per_s name description)");
 
   Cluster c;
   if (auto it = j.find("name"); it != j.end()) {
@@ -117,6 +118,14 @@ Expected<Cluster> plan::parseCluster(const std::string &text) {
                            multiNode, true);
       !s)
     return s;
+  // HBM bandwidth for the roofline: when absent, the GPU class's (resolved
+  // here so that reports show the value used).
+  if (Status s = getNumber(j, "memory_bandwidth_gb_per_s",
+                           c.memoryBandwidthGBps, false, true);
+      !s)
+    return s;
+  if (c.memoryBandwidthGBps <= 0)
+    c.memoryBandwidthGBps = c.defaultMemoryBandwidthGBps();
   if (c.name.empty())
     c.name = std::to_string(c.gpus) + " GPUs";
   return c;

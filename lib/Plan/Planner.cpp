@@ -1,12 +1,13 @@
 //===- Planner.cpp - The sweep over parallel setups
 //------------------------===//
 //
-// Per setup: cut the layers into stages (optimal partition of F+B+W FLOPs),
-// turn stage FLOPs into times (FLOPs / (peak x efficiency)), generate the
-// schedule, simulate it (T_comm = boundary activation / link bandwidth on
-// every cross-rank edge), add the data-parallel ring all-reduce of the
-// gradients, and size memory per rank (model state + simulated peak
-// activation). See docs/planner.md.
+// Per setup: time each layer on one tensor-parallel rank (a roofline of its
+// FLOPs / t and the bytes it moves, plus its tensor-parallel all-reduces and
+// recomputation), cut the layers into stages (optimal partition of those
+// times), generate the schedule, simulate it (T_comm = boundary activation /
+// link bandwidth on every cross-rank edge), add the data-parallel ring
+// all-reduce of the gradients, and size memory per rank (model state, ZeRO-1
+// sharded or not, + simulated peak activation). See docs/planner.md.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <set>
 #include <tuple>
 
@@ -68,22 +70,192 @@ int stagesFor(ScheduleKind kind, int p, int chunks) {
 }
 
 double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+
+/// " tp=2 recompute=full zero=1" for what differs from the plain setup.
+std::string setupSuffix(const Candidate &c) {
+  std::string out;
+  if (c.tp > 1)
+    out += " tp=" + fmtInt(c.tp);
+  if (c.recompute != Recompute::None)
+    out += std::string(" recompute=") + recomputeName(c.recompute);
+  if (c.zero)
+    out += " zero=" + fmtInt(c.zero);
+  return out;
+}
 } // namespace
 
-Expected<Candidate> plan::evaluate(const ModelCosts &model,
-                                   const Cluster &cluster,
-                                   const PlanOptions &opts, ScheduleKind kind,
-                                   int pp, int b, Layout layout) {
+const char *plan::recomputeName(Recompute r) {
+  switch (r) {
+  case Recompute::None:
+    return "none";
+  case Recompute::Selective:
+    return "selective";
+  case Recompute::Full:
+    return "full";
+  }
+  return "?";
+}
+
+bool plan::parseRecompute(const std::string &text, Recompute &out) {
+  for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
+    if (text == recomputeName(r)) {
+      out = r;
+      return true;
+    }
+  return false;
+}
+
+Status plan::checkTensorDegree(const ModelCosts &model, const Cluster &cluster,
+                               int t) {
+  const std::string tp = "tp=" + fmtInt(t);
+  if (t < 1)
+    return Status::error(tp + ": the tensor-parallel degree must be >= 1");
+  if (t == 1)
+    return Status::ok();
+  if (cluster.gpusPerNode % t != 0)
+    return Status::error(tp + ": does not divide the " +
+                         fmtInt(cluster.gpusPerNode) +
+                         " GPUs per node (tensor-parallel groups stay inside "
+                         "a node)");
+  const ModelShape &sh = model.shape;
+  if (sh.heads <= 0)
+    return Status::error(tp + ": the model's attention heads are unknown");
+  // What the Megatron-style split (nn-shard-tensor) divides by t.
+  const std::pair<int64_t, const char *> dims[] = {
+      {sh.heads, "attention heads"},
+      {sh.kvHeads, "KV heads"},
+      {sh.ffn, "MLP width"},
+      {sh.vocab, "vocabulary (split unpadded)"},
+      {model.seqLen, "sequence length (sequence parallelism)"}};
+  for (auto [n, what] : dims)
+    if (n > 0 && n % t != 0)
+      return Status::error(tp + ": does not divide the " + what + " (" +
+                           fmtInt(n) + ")");
+  return Status::ok();
+}
+
+namespace {
+/// One layer as a tensor-parallel rank runs it for a microbatch of b
+/// sequences under a recomputation policy. Times in seconds, memory in
+/// bytes.
+struct LayerRun {
+  double f = 0, b = 0, w = 0; ///< compute (roofline) of F, B, W
+  double tpF = 0, tpB = 0;    ///< tensor-parallel all-reduces in F and B
+  double rc = 0;              ///< forward work recomputed in B
+  double memB = 0;            ///< kept from F until B (M_B)
+  double memBFull = 0;        ///< what F produces for B (without recompute)
+  double memW = 0;            ///< kept from B until W (M_W)
+  double total() const { return f + b + w + tpF + tpB + rc; }
+};
+
+/// Time of the roofline: compute at peak x efficiency, or moving `bytes`
+/// through HBM, whichever is slower.
+double roofline(double flops, double bytes, double rate, double memBw) {
+  return std::max(flops / rate, bytes / memBw);
+}
+
+/// Per-layer times and memory of the whole model on one tensor-parallel rank
+/// (docs/planner.md, "Searching tensor parallelism, recomputation and
+/// ZeRO-1").
+std::vector<LayerRun> layerRuns(const ModelCosts &model, const Cluster &cl,
+                                const PlanOptions &opts, int t, Recompute rc,
+                                int b) {
+  const double rate = cl.flopsPerSecond();
+  const double memBw = cl.memoryBytesPerSecond();
+  const double intraBw = cl.intraNodeGBps * 1e9;
+  // Ring all-reduce of `bytes` over the t ranks of a node.
+  auto allReduce = [&](double bytes) {
+    return t > 1 ? 2.0 * (t - 1) / t * bytes / intraBw : 0.0;
+  };
+  // Korthikanti et al. 2022, per layer and sequence, in units of
+  // seq x hidden bytes: 34 + 5 heads seq / hidden without recomputation, 34
+  // with selective, 2 with full. Used only where the cost model's own split
+  // of the stash is unknown.
+  const ModelShape &sh = model.shape;
+  const double s = double(model.seqLen);
+  const double scoreTerm =
+      sh.heads > 0 && sh.hidden > 0 ? 5.0 * sh.heads * s / sh.hidden : 0;
+
+  std::vector<LayerRun> out;
+  out.reserve(model.layers.size());
+  for (const LayerCost &lc : model.layers) {
+    LayerRun r;
+    // Tensor parallelism divides the FLOPs, the parameters and (roughly:
+    // exactly with sequence parallelism) the activations by t.
+    const double weights = lc.kind == LayerKind::Embedding
+                               ? 0 // a gather reads only the rows it needs
+                               : lc.params * opts.weightBytesPerParam / t;
+    const double acts = b * (lc.stashBytes + lc.outputBytes) / t;
+    r.f = roofline(b * lc.fwdFlops / t, weights + acts, rate, memBw);
+    r.b = roofline(b * lc.bwdInputFlops / t, weights + 2 * acts, rate, memBw);
+    r.w = roofline(b * lc.bwdWeightFlops / t, weights + acts, rate, memBw);
+    const double hidden = allReduce(b * lc.hiddenBytes);
+    switch (lc.kind) {
+    case LayerKind::Block: // after attention and after the MLP
+      r.tpF = r.tpB = 2 * hidden;
+      break;
+    case LayerKind::Embedding: // the partial lookups are summed
+      r.tpF = hidden;
+      break;
+    case LayerKind::Head: // the gradient of the replicated LM head input
+      r.tpB = hidden;
+      break;
+    case LayerKind::Other:
+      break;
+    }
+    r.memBFull = b * lc.stashBytes / t;
+    r.memW = b * std::min(lc.weightStashBytes, lc.stashBytes) / t;
+    double kept = lc.stashBytes;
+    if (lc.kind == LayerKind::Block && rc == Recompute::Selective) {
+      double scores = lc.attnScoreBytes;
+      if (scores <= 0 && scoreTerm > 0)
+        scores = lc.stashBytes * scoreTerm / (34 + scoreTerm);
+      double core = lc.attnCoreFlops;
+      if (core <= 0 && sh.hidden > 0)
+        core = 4.0 * s * s * sh.hidden;
+      kept = lc.stashBytes - std::min(scores, lc.stashBytes);
+      // The core reads Q, K, V and writes the scores again.
+      r.rc = roofline(b * core / t, b * scores / t, rate, memBw);
+    } else if (lc.kind == LayerKind::Block && rc == Recompute::Full) {
+      double input = lc.hiddenBytes;
+      if (input <= 0 && scoreTerm > 0)
+        input = lc.stashBytes * 2 / (34 + scoreTerm);
+      kept = std::min(input, lc.stashBytes);
+      // The whole forward again, its all-reduces included.
+      r.rc = r.f + r.tpF;
+    }
+    r.memB = b * kept / t;
+    out.push_back(r);
+  }
+  return out;
+}
+} // namespace
+
+/// Evaluates one setup for every ZeRO stage in `zeros` (they share the
+/// schedule and its times unless the automatic scheduler's memory limit
+/// depends on the stage: callers pass one stage for Auto). With
+/// `pruneAbove`, the automatic scheduler is not run when a lower bound of
+/// the step time (the busiest stage's m passes plus the data-parallel
+/// all-reduce) exceeds it: the result is then empty.
+static Expected<std::vector<Candidate>>
+evaluateZeros(const ModelCosts &model, const Cluster &cluster,
+              const PlanOptions &opts, ScheduleKind kind, int pp, int b,
+              Layout layout, int t, Recompute recompute,
+              const std::vector<int> &zeros,
+              double pruneAbove = std::numeric_limits<double>::infinity()) {
   const int L = static_cast<int>(model.layers.size());
   const char *name = sched::scheduleKindName(kind);
   if (L == 0)
     return Status::error("the model has no layers");
-  if (pp < 1 || cluster.gpus % pp != 0)
-    return Status::error("pipeline degree " + fmtInt(pp) + " does not divide " +
-                         fmtInt(cluster.gpus) + " GPUs");
+  if (Status st = checkTensorDegree(model, cluster, t); !st)
+    return st;
+  if (pp < 1 || cluster.gpus % (int64_t(pp) * t) != 0)
+    return Status::error("pipeline degree " + fmtInt(pp) +
+                         (t > 1 ? " x tp=" + fmtInt(t) : std::string()) +
+                         " does not divide " + fmtInt(cluster.gpus) + " GPUs");
   if (b < 1)
     return Status::error("microbatch size must be >= 1");
-  const int d = cluster.gpus / pp;
+  const int d = cluster.gpus / (pp * t);
   if (opts.globalBatch < 1 || opts.globalBatch % (int64_t(d) * b) != 0)
     return Status::error(
         "global batch " + fmtInt(opts.globalBatch) +
@@ -103,23 +275,33 @@ Expected<Candidate> plan::evaluate(const ModelCosts &model,
                          " needs at least " +
                          fmtInt(sched::minMicrobatches(kind, pp, chunks)) +
                          " microbatches, got " + fmtInt(m));
+  const double optimizerPerParam =
+      std::max(0.0, opts.stateBytesPerParam - opts.weightBytesPerParam -
+                        opts.gradStateBytesPerParam);
 
-  // The optimal cut of F+B+W FLOPs into S stages.
-  std::vector<double> layerFlops;
-  layerFlops.reserve(L);
-  for (const LayerCost &lc : model.layers)
-    layerFlops.push_back(lc.totalFlops());
-  auto cut = partition::partitionBalanced(layerFlops, S);
+  // Per-layer times on one tensor-parallel rank, and the optimal cut of
+  // their sum into S stages.
+  std::vector<LayerRun> runs = layerRuns(model, cluster, opts, t, recompute, b);
+  std::vector<double> layerTime;
+  layerTime.reserve(L);
+  for (const LayerRun &r : runs)
+    layerTime.push_back(r.total());
+  auto cut = partition::partitionBalanced(layerTime, S);
   if (!cut)
     return cut.status();
 
-  // Links.
+  // Links. Tensor-parallel groups fill nodes first (tensor index fastest in
+  // the GPU numbering), so pipelines and replicas see nodes of
+  // GPUs-per-node / t.
   const bool multiNode = cluster.gpus > cluster.gpusPerNode;
+  const int nodeSize = std::max(1, cluster.gpusPerNode / t);
   Candidate c;
   c.kind = kind;
   c.schedule = name;
   c.pp = pp;
   c.dp = d;
+  c.tp = t;
+  c.recompute = recompute;
   c.microbatchSize = b;
   c.microbatches = m;
   c.stages = S;
@@ -127,10 +309,10 @@ Expected<Candidate> plan::evaluate(const ModelCosts &model,
   c.layerSplit = cut->sizes;
   if (multiNode) {
     if (layout == Layout::PipelineInNode) {
-      c.ppInterNode = pp > cluster.gpusPerNode;
+      c.ppInterNode = pp > nodeSize;
       c.dpInterNode = d > 1;
     } else {
-      c.dpInterNode = d > cluster.gpusPerNode;
+      c.dpInterNode = d > nodeSize;
       c.ppInterNode = pp > 1;
     }
   }
@@ -139,32 +321,42 @@ Expected<Candidate> plan::evaluate(const ModelCosts &model,
   const double dpBw =
       (c.dpInterNode ? cluster.interNodeGBps : cluster.intraNodeGBps) * 1e9;
 
-  // Stage costs (per microbatch of b sequences).
-  const double rate = cluster.flopsPerSecond();
+  // Stage costs (per microbatch of b sequences, per tensor-parallel rank).
   sched::CostModel cost;
   std::vector<double> stageParams(S, 0);
-  double maxBoundary = 0;
+  double maxBoundary = 0, computeSum = 0, tpSum = 0, rcSum = 0;
+  double transient = 0; // largest rematerialisation during one B
   for (int s = 0; s < S; ++s) {
-    double f = 0, bi = 0, w = 0, mb = 0, mw = 0, params = 0;
+    double f = 0, bi = 0, w = 0, mb = 0, mbFull = 0, mw = 0, params = 0;
     int first = cut->firstLayer(s);
     for (int l = first; l < first + cut->sizes[s]; ++l) {
-      const LayerCost &lc = model.layers[l];
-      f += lc.fwdFlops;
-      bi += lc.bwdInputFlops;
-      w += lc.bwdWeightFlops;
-      mb += lc.stashBytes;
-      mw += lc.weightStashBytes;
-      params += lc.params;
+      const LayerRun &r = runs[l];
+      f += r.f + r.tpF;
+      bi += r.b + r.tpB + r.rc;
+      w += r.w;
+      mb += r.memB;
+      mbFull += r.memBFull;
+      mw += r.memW;
+      computeSum += r.f + r.b + r.w;
+      tpSum += r.tpF + r.tpB;
+      rcSum += r.rc;
+      transient = std::max(transient, r.memBFull - r.memB);
+      params += model.layers[l].params / t;
     }
-    cost.tfStage.push_back(b * f / rate);
-    cost.tbStage.push_back(b * bi / rate);
-    cost.twStage.push_back(b * w / rate);
-    cost.memBStage.push_back(b * mb);
-    cost.memWStage.push_back(b * std::min(mw, mb));
+    cost.tfStage.push_back(f);
+    cost.tbStage.push_back(bi);
+    cost.twStage.push_back(w);
+    cost.memBStage.push_back(mb);
+    // W keeps M_W; with recomputation B rebuilds it (B then allocates
+    // M_W - M_B when that is positive).
+    cost.memWStage.push_back(std::min(mw, mbFull));
     stageParams[s] = params;
+    // With sequence parallelism each tensor-parallel rank sends its 1/t of
+    // the boundary activation.
     if (s + 1 < S)
-      maxBoundary = std::max(
-          maxBoundary, b * model.layers[first + cut->sizes[s] - 1].outputBytes);
+      maxBoundary =
+          std::max(maxBoundary,
+                   b * model.layers[first + cut->sizes[s] - 1].outputBytes / t);
   }
   cost.tcomm = pp > 1 ? maxBoundary / ppBw : 0;
   c.commTime = cost.tcomm;
@@ -174,11 +366,25 @@ Expected<Candidate> plan::evaluate(const ModelCosts &model,
   if (kind == ScheduleKind::Auto) {
     if (!opts.autoScheduler)
       return Status::error("auto: no automatic scheduler is built in");
+    // No schedule beats the busiest rank's busy time, and a rank runs at
+    // least one stage (and holds at least its parameters).
+    double busiest = 0, maxParams = 0;
+    for (int s = 0; s < S; ++s) {
+      busiest = std::max(busiest,
+                         cost.tfStage[s] + cost.tbStage[s] + cost.twStage[s]);
+      maxParams = std::max(maxParams, stageParams[s]);
+    }
+    double bound = m * busiest;
+    if (d > 1)
+      bound += 2.0 * (d - 1) / d * maxParams * opts.gradBytesPerParam / dpBw;
+    if (bound > pruneAbove)
+      return std::vector<Candidate>{};
     // The activation budget: what memory leaves after the model state of the
     // fullest rank (a linear placement).
-    double maxParams =
-        *std::max_element(stageParams.begin(), stageParams.end());
-    double limit = cluster.usableBytes() - maxParams * opts.stateBytesPerParam;
+    int zero = zeros.empty() ? 0 : zeros.front();
+    double state = opts.weightBytesPerParam + opts.gradStateBytesPerParam +
+                   optimizerPerParam / (zero ? d : 1);
+    double limit = cluster.usableBytes() - maxParams * state - transient;
     if (limit <= 0)
       return Status::error("auto: the model state alone exceeds the memory");
     auto s = opts.autoScheduler(pp, m, cost, limit);
@@ -206,50 +412,106 @@ Expected<Candidate> plan::evaluate(const ModelCosts &model,
     return Status::error(std::string(name) +
                          ": simulation failed: " + sim.message());
 
-  // Memory per rank: model state of every stage it holds + peak activation.
-  const sched::Placement &pl = schedule.placement;
-  std::vector<double> rankParams(pp, 0);
-  for (int copy = 0; copy < pl.numCopies; ++copy)
-    for (int s = 0; s < S; ++s)
-      rankParams[pl.rank(copy, s)] += stageParams[s];
-  double maxRankParams = 0;
-  for (int r = 0; r < pp; ++r) {
-    double state = rankParams[r] * opts.stateBytesPerParam;
-    double act = sim->ranks[r].peakMemory;
-    double total = state + act;
-    maxRankParams = std::max(maxRankParams, rankParams[r]);
-    if (total > c.memoryBytes || r == 0) {
-      c.memoryBytes = total;
-      c.paramBytes = state;
-      c.activationBytes = act;
-    }
-  }
-  c.fits = c.memoryBytes <= cluster.usableBytes();
-
   c.pipelineTime = sim->makespan;
   c.bubbleRate = sim->bubbleRate;
+  const sched::Placement &pl = schedule.placement;
   if (pl.numCopies > 1) {
     // Ranks r and p-1-r swap one copy's stage gradients and sum them.
     double maxStage = *std::max_element(stageParams.begin(), stageParams.end());
     c.dualReduceTime = maxStage * opts.gradBytesPerParam / ppBw;
   }
+
+  // Parameters per rank (every stage it holds).
+  std::vector<double> rankParams(pp, 0);
+  for (int copy = 0; copy < pl.numCopies; ++copy)
+    for (int s = 0; s < S; ++s)
+      rankParams[pl.rank(copy, s)] += stageParams[s];
+  const double maxRankParams =
+      *std::max_element(rankParams.begin(), rankParams.end());
   if (d > 1)
     c.dpTime =
         2.0 * (d - 1) / d * maxRankParams * opts.gradBytesPerParam / dpBw;
   c.stepTime = c.pipelineTime + c.dualReduceTime + c.dpTime;
-  if (c.stepTime > 0)
+  if (c.stepTime > 0) {
     c.tokensPerSecond =
         double(opts.globalBatch) * double(model.seqLen) / c.stepTime;
-  return c;
+    double modelFlops = 0;
+    for (const LayerCost &lc : model.layers)
+      modelFlops += lc.totalFlops();
+    modelFlops *= double(opts.globalBatch);
+    c.mfu = modelFlops /
+            (double(cluster.gpus) * cluster.peakTflops * 1e12 * c.stepTime);
+  }
+
+  // The step split. Every microbatch runs every stage once, so the ranks'
+  // busy time adds up to m x the stage sums; averaged over the p ranks.
+  c.computeTime = m * computeSum / pp;
+  c.tpCommTime = m * tpSum / pp;
+  c.recomputeTime = m * rcSum / pp;
+  const double idle = std::max(0.0, c.pipelineTime - c.computeTime -
+                                        c.tpCommTime - c.recomputeTime);
+  if (cost.tcomm > 0) {
+    sched::CostModel noComm = cost;
+    noComm.tcomm = 0;
+    auto sim0 = sched::simulate(schedule, noComm);
+    if (!sim0)
+      return Status::error(std::string(name) +
+                           ": simulation failed: " + sim0.message());
+    c.ppCommTime = std::clamp(c.pipelineTime - sim0->makespan, 0.0, idle);
+  }
+  c.bubbleTime = idle - c.ppCommTime;
+  c.dpCommTime = c.dpTime + c.dualReduceTime;
+
+  // Memory per rank, per ZeRO stage: model state of every stage it holds +
+  // peak activation (+ the one layer B rematerialises, with recomputation).
+  std::vector<Candidate> out;
+  for (int zero : zeros) {
+    Candidate z = c;
+    z.zero = zero;
+    const double opt = optimizerPerParam / (zero ? d : 1);
+    for (int r = 0; r < pp; ++r) {
+      double state = rankParams[r] * (opts.weightBytesPerParam +
+                                      opts.gradStateBytesPerParam + opt);
+      double act = sim->ranks[r].peakMemory + transient;
+      double total = state + act;
+      if (total > z.memoryBytes || r == 0) {
+        z.memoryBytes = total;
+        z.paramBytes = state;
+        z.activationBytes = act;
+        z.weightBytes = rankParams[r] * opts.weightBytesPerParam;
+        z.gradBytes = rankParams[r] * opts.gradStateBytesPerParam;
+        z.optimizerBytes = rankParams[r] * opt;
+      }
+    }
+    z.fits = z.memoryBytes <= cluster.usableBytes();
+    out.push_back(std::move(z));
+  }
+  return out;
+}
+
+Expected<Candidate> plan::evaluate(const ModelCosts &model,
+                                   const Cluster &cluster,
+                                   const PlanOptions &opts, ScheduleKind kind,
+                                   int pp, int b, Layout layout,
+                                   const SetupOptions &setup) {
+  if (setup.zero != 0 && setup.zero != 1)
+    return Status::error("ZeRO stage " + fmtInt(setup.zero) +
+                         ": only 0 and 1 are modelled");
+  auto r = evaluateZeros(model, cluster, opts, kind, pp, b, layout, setup.tp,
+                         setup.recompute, {setup.zero});
+  if (!r)
+    return r.status();
+  return std::move(r->front());
 }
 
 namespace {
 /// A strict weak order: step time (to the nanosecond), then memory (to the
-/// byte), then simpler setups.
+/// byte), then simpler setups (fewer stages, less tensor parallelism, ...).
 auto rankKey(const Candidate &c) {
-  return std::make_tuple(std::llround(c.stepTime * 1e9),
-                         std::llround(c.memoryBytes), c.pp, c.microbatchSize,
-                         static_cast<int>(c.kind), static_cast<int>(c.layout));
+  return std::make_tuple(
+      std::llround(c.stepTime * 1e9), std::llround(c.memoryBytes), c.pp, c.tp,
+      c.microbatchSize, static_cast<int>(c.kind), static_cast<int>(c.layout),
+      static_cast<int>(c.recompute), c.zero);
 }
 } // namespace
 
@@ -268,14 +530,53 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
     if (b < 1)
       return Status::error("microbatch size " + fmtInt(b) + " must be >= 1");
 
+  if (opts.stateBytesPerParam <
+      opts.weightBytesPerParam + opts.gradStateBytesPerParam)
+    return Status::error("the model state per parameter (" +
+                         std::to_string(opts.stateBytesPerParam) +
+                         " bytes) is less than its weights and gradients");
+
   std::vector<ScheduleKind> kinds =
       opts.schedules.empty() ? defaultSchedules(bool(opts.autoScheduler))
                              : opts.schedules;
-  std::vector<int> degrees = opts.pipelineDegrees;
-  if (degrees.empty())
-    for (int p = 1; p <= cluster.gpus; ++p)
-      if (cluster.gpus % p == 0 && p <= L)
-        degrees.push_back(p);
+  std::set<std::string> skipped;
+  std::vector<int> tps = opts.tensorDegrees;
+  if (tps.empty()) {
+    for (int t = 1; t <= cluster.gpusPerNode; ++t)
+      if (checkTensorDegree(model, cluster, t) && cluster.gpus % t == 0)
+        tps.push_back(t);
+  } else {
+    // Requested degrees the model or the cluster rule out are reported.
+    std::vector<int> ok;
+    for (int t : tps) {
+      if (Status st = checkTensorDegree(model, cluster, t); !st)
+        skipped.insert(st.message());
+      else if (cluster.gpus % t != 0)
+        skipped.insert("tp=" + fmtInt(t) + ": does not divide " +
+                       fmtInt(cluster.gpus) + " GPUs");
+      else
+        ok.push_back(t);
+    }
+    tps = ok;
+  }
+  std::vector<Recompute> policies = opts.recomputePolicies;
+  if (policies.empty()) {
+    // Recomputation applies to transformer blocks; without any, the
+    // policies are all the same setup.
+    bool blocks = std::any_of(
+        model.layers.begin(), model.layers.end(),
+        [](const LayerCost &l) { return l.kind == LayerKind::Block; });
+    policies = {Recompute::None};
+    if (blocks)
+      policies.insert(policies.end(), {Recompute::Selective, Recompute::Full});
+  }
+  std::vector<int> zeroStages = opts.zeroStages;
+  if (zeroStages.empty())
+    zeroStages = {0, 1};
+  for (int z : zeroStages)
+    if (z != 0 && z != 1)
+      return Status::error("ZeRO stage " + fmtInt(z) +
+                           ": only 0 and 1 are modelled");
   std::vector<int> sizes = opts.microbatchSizes;
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
@@ -285,41 +586,109 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
     layouts.push_back(Layout::DataInNode);
 
   PlanResult r;
-  std::set<std::string> skipped;
   std::vector<Candidate> all;
-  for (int p : degrees) {
-    int d = cluster.gpus / p;
-    for (int b : sizes) {
-      if (opts.globalBatch % (int64_t(d) * b) != 0) {
-        skipped.insert(
-            "pp=" + fmtInt(p) + " b=" + fmtInt(b) + ": global batch " +
-            fmtInt(opts.globalBatch) +
-            " is not a multiple of dp x b = " + fmtInt(int64_t(d) * b));
-        continue;
-      }
-      // On one rank there is no pipeline: every linear schedule is plain
-      // data parallelism, so only the first one listed is evaluated.
-      bool pureDpDone = false;
-      for (ScheduleKind k : kinds) {
-        if (p == 1) {
-          bool linear = stagesFor(k, 1, 2) == 1 && k != ScheduleKind::DualPipe;
-          if (!linear || pureDpDone)
-            continue;
-          pureDpDone = true;
+  // The automatic scheduler's runs, done after the generators' setups (it
+  // costs far more: it is pruned against their times).
+  struct AutoRun {
+    int p, b, t;
+    Layout lay;
+    Recompute rc;
+    int zero;
+  };
+  std::vector<AutoRun> autoRuns;
+  auto add = [&](Expected<std::vector<Candidate>> c) {
+    if (!c) {
+      skipped.insert(c.message());
+      return;
+    }
+    for (Candidate &cand : *c) {
+      ++r.evaluated;
+      all.push_back(std::move(cand));
+    }
+  };
+  for (int t : tps) {
+    std::vector<int> degrees = opts.pipelineDegrees;
+    if (degrees.empty())
+      for (int p = 1; p <= cluster.gpus / t; ++p)
+        if ((cluster.gpus / t) % p == 0 && p <= L)
+          degrees.push_back(p);
+    for (Recompute rc : policies) {
+      for (int p : degrees) {
+        if ((cluster.gpus / t) % p != 0) {
+          skipped.insert("pp=" + fmtInt(p) + " tp=" + fmtInt(t) +
+                         ": p x t does not divide " + fmtInt(cluster.gpus) +
+                         " GPUs");
+          continue;
         }
-        for (Layout lay : layouts) {
-          // With p = 1 or d = 1 on one node the layouts coincide.
-          if (lay == Layout::DataInNode && (p == 1 || d == 1))
-            continue;
-          auto c = evaluate(model, cluster, opts, k, p, b, lay);
-          if (!c) {
-            skipped.insert(c.message());
+        int d = cluster.gpus / (p * t);
+        // ZeRO-1 shards over the d replicas: with d = 1 it is stage 0.
+        std::vector<int> zeros;
+        for (int z : zeroStages)
+          if (z == 0 || d > 1)
+            zeros.push_back(z);
+        if (zeros.empty())
+          continue;
+        for (int b : sizes) {
+          if (opts.globalBatch % (int64_t(d) * b) != 0) {
+            skipped.insert(
+                "pp=" + fmtInt(p) + " tp=" + fmtInt(t) + " b=" + fmtInt(b) +
+                ": global batch " + fmtInt(opts.globalBatch) +
+                " is not a multiple of dp x b = " + fmtInt(int64_t(d) * b));
             continue;
           }
-          ++r.evaluated;
-          all.push_back(c.take());
+          // On one rank there is no pipeline: every linear schedule is plain
+          // data parallelism, so only the first one listed is evaluated.
+          bool pureDpDone = false;
+          for (ScheduleKind k : kinds) {
+            if (p == 1) {
+              bool linear =
+                  stagesFor(k, 1, 2) == 1 && k != ScheduleKind::DualPipe;
+              if (!linear || pureDpDone)
+                continue;
+              pureDpDone = true;
+            }
+            for (Layout lay : layouts) {
+              // With p = 1 or d = 1 the layouts coincide.
+              if (lay == Layout::DataInNode && (p == 1 || d == 1))
+                continue;
+              // The automatic scheduler's memory budget depends on the ZeRO
+              // stage: one run each. The generators' schedules are shared.
+              if (k == ScheduleKind::Auto) {
+                for (int z : zeros)
+                  autoRuns.push_back({p, b, t, lay, rc, z});
+                continue;
+              }
+              add(evaluateZeros(model, cluster, opts, k, p, b, lay, t, rc,
+                                zeros));
+            }
+          }
         }
       }
+    }
+  }
+  // Auto cannot enter the list (top N, at least the recommendation and the
+  // runner-up) when its lower bound is above the N-th fastest setup that
+  // fits; such runs are counted as pruned.
+  if (!autoRuns.empty()) {
+    std::vector<double> fitTimes;
+    for (const Candidate &c : all)
+      if (c.fits)
+        fitTimes.push_back(c.stepTime);
+    size_t keep = size_t(std::max(2, opts.topN));
+    double threshold = std::numeric_limits<double>::infinity();
+    if (fitTimes.size() >= keep) {
+      std::nth_element(fitTimes.begin(), fitTimes.begin() + (keep - 1),
+                       fitTimes.end());
+      threshold = fitTimes[keep - 1];
+    }
+    for (const AutoRun &a : autoRuns) {
+      auto c = evaluateZeros(model, cluster, opts, ScheduleKind::Auto, a.p, a.b,
+                             a.lay, a.t, a.rc, {a.zero}, threshold);
+      if (c && c->empty()) {
+        ++r.pruned;
+        continue;
+      }
+      add(std::move(c));
     }
   }
   r.skipped.assign(skipped.begin(), skipped.end());
@@ -356,13 +725,13 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
     std::snprintf(
         buf, sizeof buf,
         "infeasible: no setup fits in memory: the smallest need is %.2f GiB "
-        "per GPU (%s, pp=%d dp=%d b=%d: %.2f GiB model state + %.2f GiB "
+        "per GPU (%s, pp=%d dp=%d%s b=%d: %.2f GiB model state + %.2f GiB "
         "activations) but a GPU offers %.2f GiB (memory_gb %.6g - "
         "reserved_memory_gb %.6g); %d setups evaluated",
         gib(best.memoryBytes), best.schedule.c_str(), best.pp, best.dp,
-        best.microbatchSize, gib(best.paramBytes), gib(best.activationBytes),
-        gib(cluster.usableBytes()), cluster.memoryGiB, cluster.reservedGiB,
-        r.evaluated);
+        setupSuffix(best).c_str(), best.microbatchSize, gib(best.paramBytes),
+        gib(best.activationBytes), gib(cluster.usableBytes()),
+        cluster.memoryGiB, cluster.reservedGiB, r.evaluated);
     return Status::error(buf);
   }
   return r;

@@ -23,11 +23,12 @@ std::string fmt(const char *f, ...) {
 
 double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
+/// The model's size: tied copies counted once.
 double totalParams(const ModelCosts &m) {
   double p = 0;
   for (const LayerCost &l : m.layers)
     p += l.params;
-  return p;
+  return p - m.tiedParams;
 }
 
 std::string splitText(const std::vector<int> &s) {
@@ -45,12 +46,30 @@ std::string tokensText(double t) {
   return fmt("%.0f", t);
 }
 
+/// "tp=2, recompute selective, ZeRO-1, " for what differs from the plain
+/// setup (so that setups without them read as before).
+std::string extrasText(const Candidate &c) {
+  std::string out;
+  if (c.tp > 1)
+    out += fmt(" tp=%d", c.tp);
+  if (c.recompute != Recompute::None)
+    out += fmt(", recompute %s", recomputeName(c.recompute));
+  if (c.zero)
+    out += fmt(", ZeRO-%d", c.zero);
+  return out;
+}
+
 std::string setupText(const Candidate &c) {
-  return fmt("%s, pp=%d dp=%d, microbatch %d x %d%s, %s", c.schedule.c_str(),
-             c.pp, c.dp, c.microbatchSize, c.microbatches,
-             c.kind == sched::ScheduleKind::DualPipe ? " (both directions)"
-                                                     : "",
-             layoutName(c.layout));
+  return fmt(
+      "%s, pp=%d dp=%d%s, microbatch %d x %d%s, %s", c.schedule.c_str(), c.pp,
+      c.dp, extrasText(c).c_str(), c.microbatchSize, c.microbatches,
+      c.kind == sched::ScheduleKind::DualPipe ? " (both directions)" : "",
+      layoutName(c.layout));
+}
+
+/// The recompute column: none, sel, full.
+const char *recomputeShort(Recompute r) {
+  return r == Recompute::Selective ? "sel" : recomputeName(r);
 }
 
 json candidateJson(const Candidate &c) {
@@ -58,6 +77,9 @@ json candidateJson(const Candidate &c) {
   j["schedule"] = c.schedule;
   j["pp"] = c.pp;
   j["dp"] = c.dp;
+  j["tp"] = c.tp;
+  j["recompute"] = recomputeName(c.recompute);
+  j["zero"] = c.zero;
   j["microbatch_size"] = c.microbatchSize;
   j["microbatches"] = c.microbatches;
   j["stages"] = c.stages;
@@ -76,6 +98,15 @@ json candidateJson(const Candidate &c) {
   j["activation_bytes"] = c.activationBytes;
   j["fits"] = c.fits;
   j["tokens_per_s"] = c.tokensPerSecond;
+  j["mfu"] = c.mfu;
+  j["time_split_s"] = {
+      {"compute", c.computeTime}, {"recompute", c.recomputeTime},
+      {"tp_comm", c.tpCommTime},  {"bubble", c.bubbleTime},
+      {"pp_comm", c.ppCommTime},  {"dp_comm", c.dpCommTime}};
+  j["memory_split_bytes"] = {{"params", c.weightBytes},
+                             {"grads", c.gradBytes},
+                             {"optimizer", c.optimizerBytes},
+                             {"activations", c.activationBytes}};
   return j;
 }
 } // namespace
@@ -83,47 +114,76 @@ json candidateJson(const Candidate &c) {
 std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
                               const Cluster &cl, const PlanOptions &opts) {
   std::string out;
-  out += fmt("model %s: %zu layers, %.1fM params, seq %lld; global batch %lld "
-             "sequences\n",
+  out += fmt("model %s: %zu layers, %.1fM params%s, seq %lld; global batch "
+             "%lld sequences\n",
              model.name.c_str(), model.layers.size(), totalParams(model) / 1e6,
+             model.tiedParams > 0
+                 ? fmt(" (+ %.1fM in a tied copy)", model.tiedParams / 1e6)
+                       .c_str()
+                 : "",
              (long long)model.seqLen, (long long)opts.globalBatch);
   out += fmt("cluster %s: %d GPUs (%d per node), %.6g GiB per GPU "
-             "(%.6g reserved), %.6g TFLOP/s x %.2f, %.6g GB/s intra-node, %s\n",
+             "(%.6g reserved), %.6g TFLOP/s x %.2f, %.6g GB/s intra-node, %s, "
+             "%.6g GB/s memory\n",
              cl.name.c_str(), cl.gpus, cl.gpusPerNode, cl.memoryGiB,
              cl.reservedGiB, cl.peakTflops, cl.efficiency, cl.intraNodeGBps,
              cl.interNodeGBps > 0
                  ? fmt("%.6g GB/s inter-node", cl.interNodeGBps).c_str()
-                 : "one node");
-  out += fmt("evaluated %d setups: %zu fit, %zu over memory; %zu skipped\n\n",
-             r.evaluated, r.ranked.size(), r.overMemory.size(),
-             r.skipped.size());
-  out += fmt("%3s  %-11s %3s %4s %3s %5s  %-10s %-14s %10s %10s %9s %7s %8s "
-             "%9s\n",
-             "#", "schedule", "pp", "dp", "b", "m", "layout", "layers",
-             "step_ms", "pipe_ms", "dp_ms", "bubble", "mem_GiB", "tokens/s");
+                 : "one node",
+             cl.memoryBytesPerSecond() / 1e9);
+  out +=
+      fmt("evaluated %d setups: %zu fit, %zu over memory; %zu skipped%s\n\n",
+          r.evaluated, r.ranked.size(), r.overMemory.size(), r.skipped.size(),
+          r.pruned ? fmt("; %d auto runs pruned (cannot reach the top %d)",
+                         r.pruned, std::max(2, opts.topN))
+                         .c_str()
+                   : "");
+  out += fmt("%3s  %-11s %3s %4s %3s %-4s %4s %3s %5s  %-10s %-14s %10s "
+             "%10s %9s %7s %8s %9s %6s\n",
+             "#", "schedule", "pp", "dp", "tp", "rc", "zero", "b", "m",
+             "layout", "layers", "step_ms", "pipe_ms", "dp_ms", "bubble",
+             "mem_GiB", "tokens/s", "MFU");
   size_t n = std::min<size_t>(r.ranked.size(), std::max(1, opts.topN));
   for (size_t i = 0; i < n; ++i) {
     const Candidate &c = r.ranked[i];
     std::string split = splitText(c.layerSplit);
     if (split.size() > 14)
       split = split.substr(0, 11) + "...";
-    out += fmt("%3zu  %-11s %3d %4d %3d %5d  %-10s %-14s %10.4g %10.4g %9.4g "
-               "%6.2f%% %8.2f %9s\n",
-               i + 1, c.schedule.c_str(), c.pp, c.dp, c.microbatchSize,
+    out += fmt("%3zu  %-11s %3d %4d %3d %-4s %4d %3d %5d  %-10s %-14s %10.4g "
+               "%10.4g %9.4g %6.2f%% %8.2f %9s %5.1f%%\n",
+               i + 1, c.schedule.c_str(), c.pp, c.dp, c.tp,
+               recomputeShort(c.recompute), c.zero, c.microbatchSize,
                c.microbatches, layoutName(c.layout), split.c_str(),
                c.stepTime * 1e3, c.pipelineTime * 1e3,
                (c.dpTime + c.dualReduceTime) * 1e3, c.bubbleRate * 100,
-               gib(c.memoryBytes), tokensText(c.tokensPerSecond).c_str());
+               gib(c.memoryBytes), tokensText(c.tokensPerSecond).c_str(),
+               c.mfu * 100);
+  }
+  // The same setups' step time and memory split.
+  if (n > 0) {
+    out += fmt("\n%3s  %10s %10s %9s %9s %9s %9s  %9s %9s %9s %9s\n", "#",
+               "compute_ms", "recomp_ms", "tp_ms", "bubble_ms", "pp_ms",
+               "dp_ms", "param_GiB", "grad_GiB", "optim_GiB", "act_GiB");
+    for (size_t i = 0; i < n; ++i) {
+      const Candidate &c = r.ranked[i];
+      out += fmt("%3zu  %10.4g %10.4g %9.4g %9.4g %9.4g %9.4g  %9.2f %9.2f "
+                 "%9.2f %9.2f\n",
+                 i + 1, c.computeTime * 1e3, c.recomputeTime * 1e3,
+                 c.tpCommTime * 1e3, c.bubbleTime * 1e3, c.ppCommTime * 1e3,
+                 c.dpCommTime * 1e3, gib(c.weightBytes), gib(c.gradBytes),
+                 gib(c.optimizerBytes), gib(c.activationBytes));
+    }
   }
   if (r.ranked.empty())
     return out;
   const Candidate &best = r.ranked.front();
   out += "\n";
-  out += fmt("recommended: %s: step %.4g ms, bubble %.2f%%, %.3g GiB per GPU "
-             "(of %.3g usable), %s tokens/s\n",
-             setupText(best).c_str(), best.stepTime * 1e3,
-             best.bubbleRate * 100, gib(best.memoryBytes),
-             gib(cl.usableBytes()), tokensText(best.tokensPerSecond).c_str());
+  out +=
+      fmt("recommended: %s: step %.4g ms, bubble %.2f%%, %.3g GiB per GPU "
+          "(of %.3g usable), %s tokens/s, MFU %.1f%%\n",
+          setupText(best).c_str(), best.stepTime * 1e3, best.bubbleRate * 100,
+          gib(best.memoryBytes), gib(cl.usableBytes()),
+          tokensText(best.tokensPerSecond).c_str(), best.mfu * 100);
   out += fmt("  time: pipeline %.4g ms + data-parallel all-reduce %.4g ms%s; "
              "T_comm %.4g ms per cross-stage edge (%s)\n",
              best.pipelineTime * 1e3, best.dpTime * 1e3,
@@ -134,12 +194,30 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
              best.commTime * 1e3,
              best.pp == 1 ? "no pipeline"
                           : (best.ppInterNode ? "inter-node" : "intra-node"));
-  out += fmt("  memory: %.3g GiB model state + %.3g GiB peak activations\n",
-             gib(best.paramBytes), gib(best.activationBytes));
-  if (r.ranked.size() > 1) {
-    const Candidate &next = r.ranked[1];
+  out += fmt("  split: compute %.4g ms + recompute %.4g ms + TP comm %.4g ms "
+             "+ bubble %.4g ms + PP comm %.4g ms + DP comm %.4g ms\n",
+             best.computeTime * 1e3, best.recomputeTime * 1e3,
+             best.tpCommTime * 1e3, best.bubbleTime * 1e3,
+             best.ppCommTime * 1e3, best.dpCommTime * 1e3);
+  out +=
+      fmt("  memory: %.3g GiB model state + %.3g GiB peak activations "
+          "(params %.3g + grads %.3g + optimizer %.3g GiB)\n",
+          gib(best.paramBytes), gib(best.activationBytes),
+          gib(best.weightBytes), gib(best.gradBytes), gib(best.optimizerBytes));
+  // The runner-up: the next setup that differs in more than the ZeRO stage
+  // (which changes only memory, so it is usually the same setup again).
+  const Candidate *runnerUp = nullptr;
+  for (size_t i = 1; i < r.ranked.size() && !runnerUp; ++i) {
+    const Candidate &c = r.ranked[i];
+    if (c.kind != best.kind || c.pp != best.pp || c.tp != best.tp ||
+        c.microbatchSize != best.microbatchSize || c.layout != best.layout ||
+        c.recompute != best.recompute)
+      runnerUp = &c;
+  }
+  if (runnerUp) {
+    const Candidate &next = *runnerUp;
     out += fmt("  runner-up: %s is %.2f%% slower\n", setupText(next).c_str(),
-               (next.stepTime / best.stepTime - 1) * 100);
+               std::max(0.0, next.stepTime / best.stepTime - 1) * 100);
   }
   // A faster setup that memory rules out, if any.
   const Candidate *faster = nullptr;
@@ -161,21 +239,25 @@ std::string plan::formatJson(const PlanResult &r, const ModelCosts &model,
   j["model"] = {{"name", model.name},
                 {"layers", model.layers.size()},
                 {"params", totalParams(model)},
+                {"tied_params", model.tiedParams},
                 {"seq_len", model.seqLen}};
-  j["cluster"] = {{"name", cl.name},
-                  {"gpus", cl.gpus},
-                  {"gpus_per_node", cl.gpusPerNode},
-                  {"memory_gb", cl.memoryGiB},
-                  {"reserved_memory_gb", cl.reservedGiB},
-                  {"usable_bytes", cl.usableBytes()},
-                  {"peak_tflops", cl.peakTflops},
-                  {"efficiency", cl.efficiency},
-                  {"intra_node_gb_per_s", cl.intraNodeGBps},
-                  {"inter_node_gb_per_s", cl.interNodeGBps}};
+  j["cluster"] = {
+      {"name", cl.name},
+      {"gpus", cl.gpus},
+      {"gpus_per_node", cl.gpusPerNode},
+      {"memory_gb", cl.memoryGiB},
+      {"reserved_memory_gb", cl.reservedGiB},
+      {"usable_bytes", cl.usableBytes()},
+      {"peak_tflops", cl.peakTflops},
+      {"efficiency", cl.efficiency},
+      {"intra_node_gb_per_s", cl.intraNodeGBps},
+      {"inter_node_gb_per_s", cl.interNodeGBps},
+      {"memory_bandwidth_gb_per_s", cl.memoryBytesPerSecond() / 1e9}};
   j["global_batch"] = opts.globalBatch;
   j["evaluated"] = r.evaluated;
   j["fit"] = r.ranked.size();
   j["over_memory"] = r.overMemory.size();
+  j["pruned"] = r.pruned;
   if (!r.ranked.empty())
     j["recommendation"] = candidateJson(r.ranked.front());
   json top = json::array();

@@ -4,7 +4,8 @@
 //   pipeforge-plan examples/gpt2-small.json --cluster
 //   examples/clusters/8xh100.json \
 //       --global-batch 64 [--seq-len 1024] [--microbatch-sizes 1,2,4,8] \
-//       [--schedules 1f1b,zbv] [--top 5] [--format table|json] [-o FILE]
+//       [--schedules 1f1b,zbv] [--tp 1,2] [--recompute none,full] [--zero 0,1]
+//       [--top 5] [--format table|json] [-o FILE]
 //
 // Reads the model (a config.json through the importer, or an nn .mlir with
 // func @model), takes its per-layer costs from the nn cost analysis
@@ -19,7 +20,9 @@
 
 #include "pipeforge/Dialect/NN/Analysis/CostSum.h"
 #include "pipeforge/Dialect/NN/IR/NNDialect.h"
+#include "pipeforge/Dialect/NN/IR/NNOps.h"
 #include "pipeforge/Plan/Planner.h"
+#include "pipeforge/Support/AttrNames.h"
 #include "pipeforge/Support/OutputFile.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -27,6 +30,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -34,6 +38,8 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
+
+#include <map>
 
 using namespace llvm;
 using namespace pipeforge;
@@ -70,6 +76,23 @@ static cl::opt<std::string>
            cl::desc("Pipeline degrees to try (default: every divisor "
                     "of the GPU count up to the layers)"),
            cl::init(""), cl::cat(cat));
+static cl::opt<std::string>
+    tpList("tp",
+           cl::desc("Tensor-parallel degrees to try (default: every divisor "
+                    "of the GPUs per node that divides the heads, KV heads, "
+                    "MLP width, vocabulary and sequence)"),
+           cl::init(""), cl::cat(cat));
+static cl::opt<std::string> recomputeList(
+    "recompute",
+    cl::desc("Recomputation policies to try, comma separated: none, "
+             "selective, full (default: all)"),
+    cl::init(""), cl::cat(cat));
+static cl::opt<std::string>
+    zeroList("zero",
+             cl::desc("ZeRO stages to try, comma separated: 0 (replicated "
+                      "optimizer state), 1 (sharded over the data-parallel "
+                      "replicas) (default: both)"),
+             cl::init(""), cl::cat(cat));
 static cl::opt<int> chunks("chunks",
                            cl::desc("Chunks per rank for interleaved (2)"),
                            cl::init(2), cl::cat(cat));
@@ -101,19 +124,95 @@ static int fail(const Twine &msg) {
   return 1;
 }
 
-static std::optional<std::vector<int>> parseIntList(StringRef text) {
+static std::optional<std::vector<int>> parseIntList(StringRef text,
+                                                    int min = 1) {
   std::vector<int> out;
   SmallVector<StringRef> parts;
   text.split(parts, ',', -1, false);
   for (StringRef p : parts) {
     int v;
-    if (p.trim().getAsInteger(10, v) || v < 1)
+    if (p.trim().getAsInteger(10, v) || v < min)
       return std::nullopt;
     out.push_back(v);
   }
   if (out.empty())
     return std::nullopt;
   return out;
+}
+
+/// What tensor parallelism and recomputation need beyond the cost sums: the
+/// kind of each layer (embedding, transformer block: one with attention,
+/// head: one with the loss), the model's heads, KV heads, hidden size, MLP
+/// width and vocabulary, and per block the part of the stash that selective
+/// recomputation drops and the attention core's FLOPs. An IR that is already
+/// tensor-parallel leaves the shape unknown (the planner then only tries
+/// t = 1).
+static void describeLayers(mlir::func::FuncOp func,
+                           const std::vector<int64_t> &ids,
+                           plan::ModelCosts &model, double perSeq) {
+  std::map<int64_t, size_t> index;
+  for (size_t i = 0; i < ids.size(); ++i)
+    index[ids[i]] = i;
+  plan::ModelShape shape;
+  bool sharded = false;
+  func.walk([&](mlir::Operation *op) {
+    if (isa<nn::TPCopyOp, nn::TPAllReduceOp, nn::TPAllGatherOp,
+            nn::TPReduceScatterOp, nn::VocabParallelCrossEntropyOp>(op))
+      sharded = true;
+    auto layerAttr = op->getAttrOfType<mlir::IntegerAttr>(attrs::kNNLayer);
+    if (!layerAttr)
+      return;
+    auto it = index.find(layerAttr.getInt());
+    if (it == index.end())
+      return;
+    plan::LayerCost &lc = model.layers[it->second];
+    if (auto a = dyn_cast<nn::AttentionOp>(op)) {
+      auto q = cast<mlir::RankedTensorType>(a.getQ().getType());
+      if (!q.hasStaticShape())
+        return;
+      lc.kind = plan::LayerKind::Block;
+      shape.heads = a.getNumHeads();
+      shape.kvHeads = a.getNumKvHeads();
+      shape.hidden = q.getDimSize(2);
+      // The cost model's stash of the op beyond Q, K and V: the scores,
+      // probabilities and dropout masks (NNCost.cpp), what selective
+      // recomputation drops.
+      auto cost = cast<nn::CostOpInterface>(op);
+      double qkv = 0;
+      llvm::SmallPtrSet<void *, 3> seen;
+      for (mlir::Value v : {a.getQ(), a.getK(), a.getV()}) {
+        auto t = cast<mlir::RankedTensorType>(v.getType());
+        if (t.hasStaticShape() && seen.insert(v.getAsOpaquePointer()).second)
+          qkv += double(t.getNumElements());
+      }
+      double bytes = std::max(0.0, double(cost.getStashBytes(bytesPerElement)) -
+                                       qkv * bytesPerElement);
+      lc.attnScoreBytes += bytes * perSeq;
+      lc.attnCoreFlops += cost.getForwardFlops() * perSeq;
+    } else if (auto e = dyn_cast<nn::EmbeddingOp>(op)) {
+      if (lc.kind == plan::LayerKind::Other)
+        lc.kind = plan::LayerKind::Embedding;
+      shape.vocab = e.getTable().getType().getDimSize(0);
+    } else if (isa<nn::CrossEntropyOp, nn::VocabParallelCrossEntropyOp>(op)) {
+      if (lc.kind == plan::LayerKind::Other)
+        lc.kind = plan::LayerKind::Head;
+    } else if (isa<nn::GeluOp, nn::SiluOp>(op)) {
+      auto t = cast<mlir::RankedTensorType>(op->getResult(0).getType());
+      shape.ffn = t.getShape().back();
+    } else if (auto moe = dyn_cast<nn::MoEOp>(op)) {
+      shape.ffn = moe.getW1().getType().getDimSize(1);
+    }
+  });
+  if (sharded)
+    shape = {};
+  model.shape = shape;
+  // The hidden state (seq x hidden) of the embedding's output, a block's
+  // input and the head's input: the tensor-parallel all-reduce size.
+  if (shape.hidden > 0)
+    for (plan::LayerCost &lc : model.layers)
+      if (lc.kind != plan::LayerKind::Other)
+        lc.hiddenBytes = double(model.seqLen) * double(shape.hidden) *
+                         double(bytesPerElement);
 }
 
 /// Per-layer costs of func @model (nn/Analysis/CostSum.h), divided by its
@@ -158,6 +257,13 @@ static Expected<plan::ModelCosts> costsOf(mlir::ModuleOp module,
     lc.outputBytes = layers->crossingBytes[i] * perSeq;
     model.layers.push_back(lc);
   }
+  describeLayers(func, layers->ids, model, perSeq);
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (func.getArgAttr(i, "nn.tied"))
+      if (auto t = dyn_cast<mlir::RankedTensorType>(
+              func.getArgument(i).getType());
+          t && t.hasStaticShape())
+        model.tiedParams += double(t.getNumElements());
   return model;
 }
 
@@ -166,8 +272,8 @@ int main(int argc, char **argv) {
   pipeforge::hideForeignOptions({&cat});
   cl::ParseCommandLineOptions(
       argc, argv,
-      "PipeForge planner: the fastest pipeline x data-parallel setup that "
-      "fits a cluster\n");
+      "PipeForge planner: the fastest pipeline x data x tensor-parallel setup "
+      "(with recomputation and ZeRO-1) that fits a cluster\n");
 
   if (outFormat != "table" && outFormat != "json")
     return fail("--format: expected 'table' or 'json', got '" + outFormat +
@@ -189,6 +295,30 @@ int main(int argc, char **argv) {
                 "commas, got '" +
                 mbSizes + "'");
   opts.microbatchSizes = *sizes;
+  if (!tpList.empty()) {
+    auto tps = parseIntList(tpList);
+    if (!tps)
+      return fail("--tp: expected positive integers separated by commas");
+    opts.tensorDegrees = *tps;
+  }
+  if (!recomputeList.empty()) {
+    SmallVector<StringRef> parts;
+    StringRef(recomputeList).split(parts, ',', -1, false);
+    for (StringRef p : parts) {
+      plan::Recompute r;
+      if (!plan::parseRecompute(p.trim().str(), r))
+        return fail("--recompute: unknown policy '" + p.trim() +
+                    "' (known: none selective full)");
+      opts.recomputePolicies.push_back(r);
+    }
+  }
+  if (!zeroList.empty()) {
+    auto zs = parseIntList(zeroList, /*min=*/0);
+    if (!zs || llvm::any_of(*zs, [](int z) { return z > 1; }))
+      return fail("--zero: expected 0 and/or 1 separated by commas, got '" +
+                  zeroList + "'");
+    opts.zeroStages = *zs;
+  }
   if (!ppList.empty()) {
     auto pps = parseIntList(ppList);
     if (!pps)

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 using namespace pipeforge;
 using namespace pipeforge::plan;
@@ -142,6 +143,7 @@ TEST(Planner, RejectsSetupsOverMemory) {
   ModelCosts m = uniformModel(4, /*params=*/1e9, /*stash=*/1e8);
   PlanOptions o = options(8);
   o.microbatchSizes = {1, 2};
+  o.zeroStages = {0}; // replicated (ZeRO-1: PlannerZero below)
   Cluster cl = cluster(4, 40);
   auto r = plan::plan(m, cl, o);
   ASSERT_TRUE(r.isOk()) << r.message();
@@ -277,4 +279,330 @@ TEST(ClusterJson, ErrorsNameTheKey) {
     EXPECT_NE(r.message().find(c.expected), std::string::npos)
         << r.message() << " vs " << c.expected;
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor parallelism, recomputation, ZeRO-1 and the roofline
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// `layers` transformer blocks (F = B = W = 1e12 FLOPs per sequence: 1 s on
+/// the 1 TFLOP/s test GPU) with a known shape that allows t = 1, 2, 4, 8.
+ModelCosts blockModel(int layers, double params, double stash,
+                      double hiddenBytes) {
+  ModelCosts m = uniformModel(layers, params, stash);
+  for (LayerCost &l : m.layers) {
+    l.kind = LayerKind::Block;
+    l.hiddenBytes = hiddenBytes;
+  }
+  m.shape.hidden = 16;
+  m.shape.heads = m.shape.kvHeads = 8;
+  m.shape.ffn = 64;
+  m.shape.vocab = 64;
+  return m;
+}
+
+SetupOptions setup(int tp, Recompute rc = Recompute::None, int zero = 0) {
+  SetupOptions s;
+  s.tp = tp;
+  s.recompute = rc;
+  s.zero = zero;
+  return s;
+}
+
+/// The parts of the step split add up to the step.
+double splitSum(const Candidate &c) {
+  return c.computeTime + c.recomputeTime + c.tpCommTime + c.bubbleTime +
+         c.ppCommTime + c.dpCommTime;
+}
+} // namespace
+
+TEST(PlannerTensorParallel, DividesComputeAndAddsAllReducesByHand) {
+  // 4 blocks, t = 2, p = 2 (d = 1) on 4 GPUs of one node, 8 microbatches.
+  ModelCosts m = blockModel(4, /*params=*/1e6, /*stash=*/1e9,
+                            /*hiddenBytes=*/1e9);
+  auto c = evaluate(m, cluster(4, 1000, 4), options(8), ScheduleKind::OneFOneB,
+                    2, 1, Layout::PipelineInNode, setup(2));
+  ASSERT_TRUE(c.isOk()) << c.message();
+  EXPECT_EQ(c->tp, 2);
+  EXPECT_EQ(c->dp, 1);
+  // Per layer: F = B = W = 0.5 s; 2 all-reduces of 1 GB in F and in B, each
+  // 2 (t-1)/t x 1e9 / 100 GB/s = 0.01 s. A stage (2 layers): F = B = 1.04,
+  // W = 1. 1F1B: (m + p - 1)(F + B + W).
+  EXPECT_NEAR(c->pipelineTime, 9 * 3.08, 1e-9);
+  EXPECT_NEAR(c->computeTime, 8 * (2 * 2 * 1.5) / 2, 1e-9);
+  EXPECT_NEAR(c->tpCommTime, 8 * (4 * 0.04) / 2, 1e-9);
+  EXPECT_NEAR(c->bubbleTime, 3.08, 1e-9);
+  EXPECT_DOUBLE_EQ(c->recomputeTime, 0);
+  EXPECT_DOUBLE_EQ(c->ppCommTime, 0);
+  EXPECT_NEAR(splitSum(*c), c->stepTime, 1e-9);
+  // Per GPU: 2 layers x 1e6 / 2 parameters; activations 1e9 / 2 per layer,
+  // rank 0 holds p = 2 microbatches of its 2 layers.
+  EXPECT_DOUBLE_EQ(c->weightBytes, 1e6 * 2);
+  EXPECT_DOUBLE_EQ(c->gradBytes, 1e6 * 2);
+  EXPECT_DOUBLE_EQ(c->optimizerBytes, 1e6 * 12);
+  EXPECT_DOUBLE_EQ(c->paramBytes, 16e6);
+  EXPECT_DOUBLE_EQ(c->activationBytes, 2e9);
+  // MFU: 8 sequences x 4 layers x 3e12 FLOPs / (4 GPUs x 1e12 x step).
+  EXPECT_NEAR(c->mfu, 8 * 4 * 3e12 / (4 * 1e12 * 9 * 3.08), 1e-12);
+}
+
+TEST(PlannerTensorParallel, EmbeddingAndHeadCollectives) {
+  // Embedding (one all-reduce in F), block (2 + 2), head (one in B), t = 2
+  // on one pipeline rank: 6 all-reduces of 0.01 s per microbatch.
+  ModelCosts m = blockModel(3, 0, 0, /*hiddenBytes=*/1e9);
+  m.layers[0].kind = LayerKind::Embedding;
+  m.layers[2].kind = LayerKind::Head;
+  auto c = evaluate(m, cluster(2, 1000), options(2), ScheduleKind::OneFOneB, 1,
+                    1, Layout::PipelineInNode, setup(2));
+  ASSERT_TRUE(c.isOk()) << c.message();
+  EXPECT_NEAR(c->tpCommTime, 2 * 6 * 0.01, 1e-12);
+  EXPECT_NEAR(c->pipelineTime, 2 * (3 * 1.5 + 6 * 0.01), 1e-9);
+}
+
+TEST(PlannerTensorParallel, DegreesTheModelAllows) {
+  ModelCosts m = blockModel(4, 1e6, 0, 0);
+  Cluster cl = cluster(16, 80, 8);
+  for (int t : {1, 2, 4, 8})
+    EXPECT_TRUE(checkTensorDegree(m, cl, t).isOk()) << t;
+  auto expectError = [&](const ModelCosts &mm, int t, const char *what) {
+    Status s = checkTensorDegree(mm, cl, t);
+    ASSERT_FALSE(s.isOk()) << what;
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+  };
+  expectError(m, 3, "GPUs per node");
+  expectError(m, 16, "GPUs per node");
+  ModelCosts gqa = m;
+  gqa.shape.kvHeads = 2; // grouped-query attention splits whole KV heads
+  EXPECT_TRUE(checkTensorDegree(gqa, cl, 2).isOk());
+  expectError(gqa, 4, "KV heads (2)");
+  ModelCosts gpt2 = m;
+  gpt2.shape.vocab = 50257; // the vocabulary-parallel split is unpadded
+  expectError(gpt2, 2, "vocabulary");
+  ModelCosts unknown = uniformModel(4);
+  EXPECT_TRUE(checkTensorDegree(unknown, cl, 1).isOk());
+  expectError(unknown, 2, "heads are unknown");
+
+  // The sweep tries exactly the allowed degrees (one of each kind shown).
+  PlanOptions o = options(16, {ScheduleKind::OneFOneB});
+  o.pipelineDegrees = {1};
+  auto r = plan::plan(gqa, cluster(8, 1000, 8), o);
+  ASSERT_TRUE(r.isOk()) << r.message();
+  std::set<int> tps;
+  for (const Candidate &c : r->ranked)
+    tps.insert(c.tp);
+  EXPECT_EQ(tps, (std::set<int>{1, 2}));
+}
+
+TEST(PlannerTensorParallel, LayoutsSeeNodesOfGpusPerNodeOverT) {
+  // 2 nodes of 8; with t = 4 a node holds 2 tensor-parallel groups.
+  ModelCosts m = blockModel(8, 1e6, 1e6, 0);
+  for (LayerCost &l : m.layers)
+    l.outputBytes = 1e9;
+  Cluster cl = cluster(16, 1000, 8);
+  auto two = evaluate(m, cl, options(16), ScheduleKind::OneFOneB, 2, 1,
+                      Layout::PipelineInNode, setup(4));
+  auto four = evaluate(m, cl, options(16), ScheduleKind::OneFOneB, 4, 1,
+                       Layout::PipelineInNode, setup(4));
+  ASSERT_TRUE(two.isOk() && four.isOk());
+  EXPECT_FALSE(two->ppInterNode);
+  EXPECT_TRUE(two->dpInterNode);
+  EXPECT_TRUE(four->ppInterNode);
+  EXPECT_EQ(four->dp, 1);
+  // Each tensor-parallel rank sends its 1/t of the boundary activation.
+  EXPECT_DOUBLE_EQ(two->commTime, 1e9 / 4 / 100e9);
+  EXPECT_DOUBLE_EQ(four->commTime, 1e9 / 4 / 10e9);
+  EXPECT_GT(four->ppCommTime, 0);
+  EXPECT_NEAR(splitSum(*four), four->stepTime, 1e-9);
+  // p x t must divide the GPUs.
+  EXPECT_FALSE(evaluate(m, cl, options(16), ScheduleKind::OneFOneB, 8, 1,
+                        Layout::PipelineInNode, setup(4))
+                   .isOk());
+}
+
+TEST(PlannerRecompute, StashAndBackwardByHand) {
+  // 2 blocks on p = 2, m = 4. Per sequence: stash 1 GB of which 0.4 GB are
+  // attention scores; the core's forward is 2e11 FLOPs (0.2 s); the hidden
+  // state is 0.1 GB.
+  ModelCosts m = blockModel(2, 0, /*stash=*/1e9, /*hiddenBytes=*/1e8);
+  for (LayerCost &l : m.layers) {
+    l.attnScoreBytes = 4e8;
+    l.attnCoreFlops = 2e11;
+  }
+  Cluster cl = cluster(2, 1000);
+  auto run = [&](Recompute rc) {
+    auto c = evaluate(m, cl, options(4), ScheduleKind::OneFOneB, 2, 1,
+                      Layout::PipelineInNode, setup(1, rc));
+    EXPECT_TRUE(c.isOk()) << c.message();
+    return c.take();
+  };
+  // 1F1B: rank 0 holds p = 2 microbatches' stash at its peak; with
+  // recomputation plus the one layer B rematerialises.
+  Candidate none = run(Recompute::None);
+  EXPECT_DOUBLE_EQ(none.activationBytes, 2e9);
+  EXPECT_DOUBLE_EQ(none.pipelineTime, 5 * 3.0);
+  Candidate sel = run(Recompute::Selective);
+  EXPECT_DOUBLE_EQ(sel.activationBytes, 2 * 6e8 + 4e8);
+  EXPECT_NEAR(sel.pipelineTime, 5 * 3.2, 1e-9);
+  EXPECT_NEAR(sel.recomputeTime, 4 * 0.4 / 2, 1e-9);
+  Candidate full = run(Recompute::Full);
+  EXPECT_DOUBLE_EQ(full.activationBytes, 2 * 1e8 + 9e8);
+  EXPECT_NEAR(full.pipelineTime, 5 * 4.0, 1e-9);
+  EXPECT_NEAR(full.recomputeTime, 4 * 2.0 / 2, 1e-9);
+  EXPECT_NEAR(splitSum(full), full.stepTime, 1e-9);
+  // MFU counts the model's FLOPs only, not the recomputed ones.
+  EXPECT_NEAR(full.mfu, 4 * 2 * 3e12 / (2 * 1e12 * 20.0), 1e-12);
+
+  // Without the cost model's split: Korthikanti et al.'s ratios, 34 of
+  // 34 + 5 a s / h kept by selective, 2 by full (a = 8, s = 1000, h = 16).
+  ModelCosts f = blockModel(2, 0, 1e9, 0);
+  const double term = 5.0 * 8 * 1000 / 16;
+  auto fsel = evaluate(f, cl, options(4), ScheduleKind::OneFOneB, 2, 1,
+                       Layout::PipelineInNode, setup(1, Recompute::Selective));
+  auto ffull = evaluate(f, cl, options(4), ScheduleKind::OneFOneB, 2, 1,
+                        Layout::PipelineInNode, setup(1, Recompute::Full));
+  ASSERT_TRUE(fsel.isOk() && ffull.isOk());
+  double kept = 1e9 * 34 / (34 + term), keptFull = 1e9 * 2 / (34 + term);
+  EXPECT_NEAR(fsel->activationBytes, 2 * kept + (1e9 - kept), 1);
+  EXPECT_NEAR(ffull->activationBytes, 2 * keptFull + (1e9 - keptFull), 1);
+}
+
+TEST(PlannerRecompute, ZeroBubbleKeepsTheWeightStash) {
+  // ZB-H1 splits B and W: W needs M_W (half the stash here), which
+  // recomputation rebuilds in B and keeps until W.
+  ModelCosts m = blockModel(2, 0, /*stash=*/1e9, /*hiddenBytes=*/1e8);
+  auto c = evaluate(m, cluster(2, 1000), options(4), ScheduleKind::ZBH1, 2, 1,
+                    Layout::PipelineInNode, setup(1, Recompute::Full));
+  ASSERT_TRUE(c.isOk()) << c.message();
+  // At least p microbatches' inputs plus one W stash on rank 0.
+  EXPECT_GE(c->activationBytes, 2 * 1e8 + 5e8);
+  EXPECT_LT(c->activationBytes, 2e9);
+}
+
+TEST(PlannerZero, OneShardsTheOptimizerStateOverReplicas) {
+  // Pure data parallelism on 4 GPUs: 4e9 parameters per GPU.
+  ModelCosts m = uniformModel(4, /*params=*/1e9);
+  Cluster cl = cluster(4, 1000);
+  auto z0 = evaluate(m, cl, options(8), ScheduleKind::OneFOneB, 1, 1,
+                     Layout::PipelineInNode, setup(1, Recompute::None, 0));
+  auto z1 = evaluate(m, cl, options(8), ScheduleKind::OneFOneB, 1, 1,
+                     Layout::PipelineInNode, setup(1, Recompute::None, 1));
+  ASSERT_TRUE(z0.isOk() && z1.isOk());
+  EXPECT_DOUBLE_EQ(z0->paramBytes, 4e9 * 16);
+  EXPECT_DOUBLE_EQ(z1->paramBytes, 4e9 * (4 + 12.0 / 4));
+  EXPECT_DOUBLE_EQ(z1->optimizerBytes, 4e9 * 3);
+  EXPECT_DOUBLE_EQ(z1->weightBytes, 4e9 * 2);
+  EXPECT_DOUBLE_EQ(z1->gradBytes, 4e9 * 2);
+  // No extra communication: reduce-scatter + all-gather = all-reduce.
+  EXPECT_DOUBLE_EQ(z1->stepTime, z0->stepTime);
+  EXPECT_DOUBLE_EQ(z1->dpTime, z0->dpTime);
+  EXPECT_EQ(z1->zero, 1);
+
+  // In the sweep ZeRO-1 wins the tie on memory; with d = 1 it is not listed.
+  PlanOptions o = options(8, {ScheduleKind::OneFOneB});
+  auto r = plan::plan(m, cl, o);
+  ASSERT_TRUE(r.isOk()) << r.message();
+  EXPECT_EQ(r->ranked.front().zero, 1);
+  for (const Candidate &c : r->ranked) {
+    if (c.dp == 1) {
+      EXPECT_EQ(c.zero, 0);
+    }
+  }
+  // With ZeRO-1 the pure data-parallel setup fits a 40 GiB GPU (28 GB of
+  // state) where it did not without.
+  o.pipelineDegrees = {1};
+  auto small = plan::plan(m, cluster(4, 40), o);
+  ASSERT_TRUE(small.isOk()) << small.message();
+  EXPECT_EQ(small->ranked.size(), 1u);
+  EXPECT_EQ(small->ranked.front().zero, 1);
+}
+
+TEST(PlannerRoofline, MemoryBoundPassesAndTheDefaultBandwidth) {
+  // One layer of 1e9 parameters (2 GB of bf16 weights read per pass) and
+  // 1e9 FLOPs per sequence and pass on a 1 TFLOP/s GPU with 1000 GB/s:
+  // at b = 1 each pass moves 2 GB (2 ms) but computes 1 ms.
+  ModelCosts m = uniformModel(1, /*params=*/1e9);
+  for (LayerCost &l : m.layers)
+    l.fwdFlops = l.bwdInputFlops = l.bwdWeightFlops = 1e9;
+  Cluster cl = cluster(1, 1000);
+  cl.memoryBandwidthGBps = 1000;
+  PlanOptions o = options(4);
+  auto b1 =
+      evaluate(m, cl, o, ScheduleKind::OneFOneB, 1, 1, Layout::PipelineInNode);
+  ASSERT_TRUE(b1.isOk()) << b1.message();
+  EXPECT_NEAR(b1->pipelineTime, 4 * 3 * 2e-3, 1e-12);
+  // b = 4: one microbatch computes 4 ms per pass and reads the weights once.
+  auto b4 =
+      evaluate(m, cl, o, ScheduleKind::OneFOneB, 1, 4, Layout::PipelineInNode);
+  ASSERT_TRUE(b4.isOk()) << b4.message();
+  EXPECT_NEAR(b4->pipelineTime, 3 * 4e-3, 1e-12);
+
+  // The default by GPU class, and the optional key.
+  Cluster h100 = cluster(1, 80), a100 = cluster(1, 80);
+  h100.peakTflops = 989;
+  a100.peakTflops = 312;
+  EXPECT_DOUBLE_EQ(h100.memoryBytesPerSecond(), 3350e9);
+  EXPECT_DOUBLE_EQ(a100.memoryBytesPerSecond(), 2039e9);
+  auto parsed = parseCluster(R"({"gpus": 8, "gpus_per_node": 8,
+      "memory_gb": 80, "peak_tflops": 989, "intra_node_gb_per_s": 450})");
+  ASSERT_TRUE(parsed.isOk()) << parsed.message();
+  EXPECT_DOUBLE_EQ(parsed->memoryBandwidthGBps, 3350);
+  auto given = parseCluster(R"({"gpus": 8, "gpus_per_node": 8,
+      "memory_gb": 80, "peak_tflops": 989, "intra_node_gb_per_s": 450,
+      "memory_bandwidth_gb_per_s": 4800})");
+  ASSERT_TRUE(given.isOk()) << given.message();
+  EXPECT_DOUBLE_EQ(given->memoryBytesPerSecond(), 4800e9);
+  auto bad = parseCluster(R"({"gpus": 8, "gpus_per_node": 8,
+      "memory_gb": 80, "peak_tflops": 989, "intra_node_gb_per_s": 450,
+      "memory_bandwidth_gb_per_s": "fast"})");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.message().find("key 'memory_bandwidth_gb_per_s': expected a "
+                               "number, got string"),
+            std::string::npos)
+      << bad.message();
+  auto zero = parseCluster(R"({"gpus": 8, "gpus_per_node": 8,
+      "memory_gb": 80, "peak_tflops": 989, "intra_node_gb_per_s": 450,
+      "memory_bandwidth_gb_per_s": 0})");
+  ASSERT_FALSE(zero.isOk());
+  EXPECT_NE(zero.message().find("expected a positive number"),
+            std::string::npos);
+}
+
+TEST(PlannerSweep, PruningAutoKeepsTheTopAndSplitsAddUp) {
+  // An 8-block model on 2 nodes of 8: every axis is swept.
+  ModelCosts m = blockModel(8, 1e8, 1e8, 1e7);
+  for (LayerCost &l : m.layers) {
+    l.outputBytes = 1e7;
+    l.attnScoreBytes = 4e7;
+    l.attnCoreFlops = 1e11;
+  }
+  Cluster cl = cluster(16, 24, 8);
+  PlanOptions o = options(32);
+  o.microbatchSizes = {1, 2};
+  o.autoScheduler = heuristicAutoScheduler();
+  o.topN = 2;
+  auto pruned = plan::plan(m, cl, o);
+  o.topN = 100000; // nothing can be pruned
+  auto all = plan::plan(m, cl, o);
+  ASSERT_TRUE(pruned.isOk() && all.isOk());
+  EXPECT_EQ(all->pruned, 0);
+  EXPECT_GT(pruned->pruned, 0);
+  EXPECT_EQ(pruned->evaluated + pruned->pruned, all->evaluated);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(pruned->ranked[i].schedule, all->ranked[i].schedule);
+    EXPECT_EQ(pruned->ranked[i].stepTime, all->ranked[i].stepTime);
+    EXPECT_EQ(pruned->ranked[i].memoryBytes, all->ranked[i].memoryBytes);
+  }
+  std::set<int> tps, zeros, rcs;
+  for (const Candidate &c : all->ranked) {
+    EXPECT_NEAR(splitSum(c), c.stepTime, 1e-9 * c.stepTime) << c.schedule;
+    EXPECT_GE(c.bubbleTime, 0);
+    EXPECT_GE(c.ppCommTime, 0);
+    tps.insert(c.tp);
+    zeros.insert(c.zero);
+    rcs.insert(static_cast<int>(c.recompute));
+  }
+  EXPECT_EQ(tps, (std::set<int>{1, 2, 4, 8}));
+  EXPECT_EQ(zeros, (std::set<int>{0, 1}));
+  EXPECT_EQ(rcs.size(), 3u);
 }

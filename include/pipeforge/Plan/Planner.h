@@ -5,8 +5,12 @@
 // count, all per sequence of one microbatch), a cluster and a global batch, it
 // sweeps
 //
-//   pipeline degree p (a divisor of the GPU count, at most the layers),
-//   data-parallel degree d = GPUs / p,
+//   tensor-parallel degree t (a divisor of the GPUs per node that the
+//   model's heads, KV heads, MLP width, vocabulary and sequence allow),
+//   activation recomputation (none, selective, full),
+//   optimizer sharding (ZeRO stage 0 or 1),
+//   pipeline degree p (a divisor of GPUs / t, at most the layers),
+//   data-parallel degree d = GPUs / (p t),
 //   microbatch size b and count m = global batch / (d b),
 //   schedule (1f1b zb-h1 zb-h2 zbv dualpipe dualpipev interleaved ...),
 //   GPU layout (pipeline ranks or data-parallel ranks inside a node),
@@ -31,8 +35,17 @@ namespace pipeforge::plan {
 using sched::Expected;
 using sched::Status;
 
+/// What a layer is, as far as tensor parallelism and recomputation care.
+enum class LayerKind {
+  Other,     ///< no tensor-parallel collectives, never recomputed
+  Embedding, ///< vocabulary-parallel: one all-reduce of the hidden state in F
+  Block,     ///< a transformer block: 2 all-reduces in F, 2 in B; recomputed
+  Head,      ///< final norm, LM head and loss: one all-reduce in B
+};
+
 /// The cost of one layer (the unit a partition never splits) for ONE
-/// sequence (microbatch size 1); the planner multiplies by b.
+/// sequence (microbatch size 1); the planner multiplies by b. Every number
+/// is for the whole layer (tensor parallelism t = 1); the planner divides.
 struct LayerCost {
   double fwdFlops = 0, bwdInputFlops = 0, bwdWeightFlops = 0;
   double stashBytes = 0;       ///< M_B share: allocated by F, freed by B+W
@@ -42,15 +55,43 @@ struct LayerCost {
   /// to the next stage; the gradient coming back has the same size).
   double outputBytes = 0;
 
+  LayerKind kind = LayerKind::Other;
+  /// Bytes of one hidden state (seq x hidden x bytes per element): the size
+  /// of each tensor-parallel all-reduce, and what full recomputation keeps of
+  /// a block (its input).
+  double hiddenBytes = 0;
+  /// Of `stashBytes`: the attention scores, probabilities and dropout masks,
+  /// which selective recomputation drops (0: unknown, the planner uses the
+  /// Korthikanti et al. ratio, see docs/planner.md).
+  double attnScoreBytes = 0;
+  /// Forward FLOPs of the attention core (Q K^T and P V), which selective
+  /// recomputation repeats in B (0: unknown, 4 seq^2 hidden).
+  double attnCoreFlops = 0;
+
   double totalFlops() const {
     return fwdFlops + bwdInputFlops + bwdWeightFlops;
   }
+};
+
+/// The model's dimensions that decide which tensor-parallel degrees are
+/// possible (and the recomputation formula's fallback). 0: unknown; a model
+/// with unknown heads only runs with t = 1.
+struct ModelShape {
+  int64_t hidden = 0;
+  int64_t heads = 0, kvHeads = 0; ///< attention heads, key/value heads
+  int64_t ffn = 0;                ///< MLP (intermediate) width
+  int64_t vocab = 0;
 };
 
 struct ModelCosts {
   std::string name;
   int64_t seqLen = 0; ///< tokens per sequence (for the throughput column)
   std::vector<LayerCost> layers;
+  ModelShape shape;
+  /// Parameters of tied copies (the LM head of tied embeddings): counted in
+  /// their layer's `params` (the stage holds them and all-reduces their
+  /// gradient) but not in the model's size.
+  double tiedParams = 0;
 };
 
 /// A cluster description (docs/planner.md: the JSON schema).
@@ -63,12 +104,25 @@ struct Cluster {
   double intraNodeGBps = 0; ///< per GPU, one direction, 1e9 bytes/s
   double interNodeGBps = 0; ///< per GPU, one direction
   double peakTflops = 0;    ///< dense peak per GPU, 1e12 FLOP/s
-  double efficiency = 1.0;  ///< achieved fraction of peak (MFU), (0, 1]
+  double efficiency = 1.0;  ///< achieved fraction of peak in a GEMM, (0, 1]
+  /// HBM bandwidth per GPU, 1e9 bytes/s; 0: the default for the GPU class
+  /// (defaultMemoryBandwidthGBps).
+  double memoryBandwidthGBps = 0;
 
   int numNodes() const {
     return gpusPerNode > 0 ? (gpus + gpusPerNode - 1) / gpusPerNode : 0;
   }
   double flopsPerSecond() const { return peakTflops * 1e12 * efficiency; }
+  /// H100-class (peak >= 900 TFLOP/s): 3350 GB/s (H100 SXM), else
+  /// A100-class: 2039 GB/s (A100 SXM 80 GB).
+  double defaultMemoryBandwidthGBps() const {
+    return peakTflops >= 900 ? 3350 : 2039;
+  }
+  double memoryBytesPerSecond() const {
+    return (memoryBandwidthGBps > 0 ? memoryBandwidthGBps
+                                    : defaultMemoryBandwidthGBps()) *
+           1e9;
+  }
   double usableBytes() const {
     return (memoryGiB - reservedGiB) * 1024.0 * 1024.0 * 1024.0;
   }
@@ -90,6 +144,32 @@ using AutoScheduleFn = std::function<Expected<sched::Schedule>(
 /// deterministic.
 AutoScheduleFn heuristicAutoScheduler();
 
+/// Activation recomputation (the same policy on every stage).
+enum class Recompute {
+  None,      ///< keep every activation B and W need
+  Selective, ///< drop the attention scores/probabilities, redo the core in B
+  Full,      ///< keep each block's input only, redo its forward in B
+};
+const char *recomputeName(Recompute r); ///< "none" / "selective" / "full"
+/// Parses a recomputeName; false when unknown.
+bool parseRecompute(const std::string &text, Recompute &out);
+
+/// The choices inside a pipeline stage: tensor-parallel degree, recomputation
+/// and optimizer sharding.
+struct SetupOptions {
+  int tp = 1;                            ///< tensor-parallel degree t
+  Recompute recompute = Recompute::None; ///< activation recomputation
+  int zero = 0; ///< 1: the optimizer state is sharded over the d replicas
+};
+
+/// Why tensor-parallel degree `t` cannot run `model` on `cluster` (ok when
+/// it can): t must divide the GPUs per node (tensor-parallel groups never
+/// leave a node) and the heads, KV heads, MLP width, vocabulary (the
+/// vocabulary-parallel embedding splits it as it is, unpadded) and sequence
+/// (sequence parallelism).
+Status checkTensorDegree(const ModelCosts &model, const Cluster &cluster,
+                         int t);
+
 struct PlanOptions {
   int64_t globalBatch = 0; ///< sequences per step
   std::vector<int> microbatchSizes = {1, 2, 4, 8};
@@ -98,10 +178,24 @@ struct PlanOptions {
   std::vector<sched::ScheduleKind> schedules;
   int chunksPerRank = 2;          ///< interleaved 1F1B
   double stateBytesPerParam = 16; ///< weights + grads + Adam states
+  /// Of stateBytesPerParam: the weights (bf16) and the gradients (bf16); the
+  /// rest (fp32 master weights, Adam m and v: 12) is the optimizer state
+  /// that ZeRO-1 divides by d. The weight bytes are also what a pass reads
+  /// per parameter (the roofline).
+  double weightBytesPerParam = 2;
+  double gradStateBytesPerParam = 2;
   double gradBytesPerParam = 4;   ///< bytes all-reduced per param
   int topN = 5;
   /// Pipeline degrees to try; empty means every divisor of the GPU count.
   std::vector<int> pipelineDegrees;
+  /// Tensor-parallel degrees to try; empty means every degree
+  /// checkTensorDegree allows (1 always).
+  std::vector<int> tensorDegrees;
+  /// Recomputation policies to try; empty means all three.
+  std::vector<Recompute> recomputePolicies;
+  /// ZeRO stages to try (0, 1); empty means both (1 only with d > 1, where
+  /// it differs from 0).
+  std::vector<int> zeroStages;
   AutoScheduleFn autoScheduler; ///< optional
 };
 
@@ -119,6 +213,9 @@ struct Candidate {
   sched::ScheduleKind kind = sched::ScheduleKind::OneFOneB;
   std::string schedule;   ///< its name, e.g. "zb-h1"
   int pp = 1, dp = 1;     ///< pipeline and data-parallel degree
+  int tp = 1;             ///< tensor-parallel degree
+  Recompute recompute = Recompute::None;
+  int zero = 0;           ///< ZeRO stage (0 or 1)
   int microbatchSize = 1; ///< b
   int microbatches = 1;   ///< m per pipeline (DualPipe: the total C)
   int stages = 1;         ///< stages per model copy
@@ -138,25 +235,49 @@ struct Candidate {
   double memoryBytes = 0;     ///< max over ranks of state + activation
   bool fits = false;
   double tokensPerSecond = 0;
+  /// Model FLOPs (F + B + W of the cost model, without recomputation) per
+  /// step over (GPUs x peak x step time).
+  double mfu = 0;
+
+  /// The step time split; the parts add up to stepTime. Compute, recompute
+  /// and tensor-parallel collectives are averages over the pipeline ranks of
+  /// their busy time; the pipeline's idle time (bubbleRate x pipelineTime)
+  /// is split into the exposed pipeline communication (the makespan with
+  /// T_comm minus the makespan without) and the bubble proper.
+  double computeTime = 0;   ///< GEMMs and the rest of F, B, W (roofline)
+  double recomputeTime = 0; ///< forward work repeated in B
+  double tpCommTime = 0;    ///< exposed tensor-parallel all-reduces
+  double bubbleTime = 0;    ///< idle, without the pipeline communication
+  double ppCommTime = 0;    ///< exposed stage-to-stage transfers
+  double dpCommTime = 0;    ///< dpTime + dualReduceTime
+  /// The model state split (on the fullest rank; they add up to
+  /// paramBytes).
+  double weightBytes = 0, gradBytes = 0, optimizerBytes = 0;
 };
 
 struct PlanResult {
   /// Setups that fit, fastest first (ties: less memory, then fewer pipeline
-  /// stages, smaller microbatch, schedule order, layout).
+  /// stages, less tensor parallelism, smaller microbatch, schedule order,
+  /// layout, less recomputation, ZeRO stage).
   std::vector<Candidate> ranked;
   /// Setups over the memory limit, least memory first.
   std::vector<Candidate> overMemory;
   int evaluated = 0;
+  /// Automatic-scheduler setups not run because a lower bound of their step
+  /// time is above the N-th fastest fitting setup (N = top, at least 2).
+  int pruned = 0;
   /// Setups that could not be formed (e.g. "dualpipe: needs an even number
   /// of ranks"), one line each, deduplicated.
   std::vector<std::string> skipped;
 };
 
 /// Evaluates one setup (no memory check against the cluster is skipped:
-/// `fits` is set). Errors when the schedule cannot be generated.
+/// `fits` is set). Errors when the schedule cannot be generated or the
+/// tensor-parallel degree is not possible.
 Expected<Candidate> evaluate(const ModelCosts &model, const Cluster &cluster,
                              const PlanOptions &opts, sched::ScheduleKind kind,
-                             int pp, int microbatchSize, Layout layout);
+                             int pp, int microbatchSize, Layout layout,
+                             const SetupOptions &setup = {});
 
 /// The sweep. Errors: bad inputs (no layers, a global batch no setup
 /// divides), or nothing fits in memory (the message gives the smallest need
