@@ -19,6 +19,15 @@ using namespace mlir;
 namespace pipeforge::pipelines {
 
 sched::Status resolveCompileOptions(CompileOptions &o) {
+  if (o.recompute == "true" || o.recompute.empty())
+    o.recompute = "full";
+  else if (o.recompute == "false")
+    o.recompute = "none";
+  if (o.recompute != "none" && o.recompute != "full" &&
+      o.recompute != "selective")
+    return sched::Status::error("--recompute must be none, full or selective "
+                                "(got '" +
+                                o.recompute + "')");
   const bool none = o.schedule == "none";
   auto kind = sched::parseScheduleKind(o.schedule);
   if (!none && !kind)
@@ -114,8 +123,11 @@ void buildCompilePipeline(OpPassManager &pm, const CompileOptions &o) {
   part.ranks = o.ranks;
   pm.addPass(pp::createPPPartition(part));
   pm.addPass(pp::createPPSplitBackward());
-  if (o.recompute)
-    pm.addPass(pp::createPPRecompute());
+  if (o.recompute != "none") {
+    pp::PPRecomputeOptions rc;
+    rc.policy = o.recompute;
+    pm.addPass(pp::createPPRecompute(rc));
+  }
   if (o.fuseOverlap)
     pm.addPass(pp::createPPSplitComponents());
   pp::PPScheduleOptions sch;
@@ -173,10 +185,11 @@ struct CompilePipelineOptions
   Option<int> tp{*this, "tp",
                  llvm::cl::desc("Tensor-parallel group size (nn-shard-tensor)"),
                  llvm::cl::init(1)};
-  Option<bool> recompute{
+  Option<std::string> recompute{
       *this, "recompute",
-      llvm::cl::desc("Full activation recomputation (pp-recompute)"),
-      llvm::cl::init(false)};
+      llvm::cl::desc("Activation recomputation (pp-recompute): none, full "
+                     "(or true) or selective"),
+      llvm::cl::init("none")};
   Option<bool> sequenceParallel{
       *this, "sequence-parallel",
       llvm::cl::desc("With tp > 1: sequence parallelism"),

@@ -4,7 +4,7 @@
 // RUN: pipeforge-opt %S/Inputs/partition-mlp.mlir --pp-partition="stages=2" --pp-split-backward --pp-recompute | FileCheck %s
 // RUN: not pipeforge-opt %S/Inputs/partition-mlp.mlir --pp-partition="stages=2" --pp-recompute -o /dev/null 2>&1 | FileCheck %s --check-prefix=ERR
 
-// CHECK-LABEL: pp.stage 0 rank 0 chunk 0 attributes {{{.*}}pp.recompute}
+// CHECK-LABEL: pp.stage 0 rank 0 chunk 0 attributes {{{.*}}pp.recompute = "full"}
 // Only the tokens are stashed (slot 0).
 // CHECK: func.func @forward(%[[TOK:arg0]]: tensor<2x4xi32>
 // CHECK-SAME: -> (tensor<2x4x8xf32> {pp.role = "act_out"}, tensor<2x4xi32> {pp.role = "stash", pp.stash = 0 : i64})
@@ -33,7 +33,7 @@
 // CHECK-NEXT: nn.linear
 // CHECK-NEXT: nn.gelu
 // The loss stage stashes its received activation and the targets.
-// CHECK-LABEL: pp.stage 1 rank 1 chunk 0 attributes {{{.*}}pp.recompute}
+// CHECK-LABEL: pp.stage 1 rank 1 chunk 0 attributes {{{.*}}pp.recompute = "full"}
 // CHECK: return %{{.*}}, %arg0, %arg1 : tensor<f32>, tensor<2x4x8xf32>, tensor<2x4xi32>
 
 // ERR: error: pp-recompute: the stage has no @forward and @backward_input (run --pp-split-backward first)

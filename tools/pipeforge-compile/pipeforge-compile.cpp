@@ -71,10 +71,13 @@ static cl::opt<bool> sequenceParallel(
     cl::desc("With --tp: split the activations between the sharded layers "
              "along the sequence"),
     cl::cat(cat));
-static cl::opt<bool> recompute(
-    "recompute",
-    cl::desc("Full activation recomputation: each stage stashes its inputs "
-             "only and B recomputes the rest (--pp-recompute)"),
+static cl::opt<std::string> recompute(
+    "recompute", cl::ValueOptional, cl::init("none"),
+    cl::value_desc("full|selective|none"),
+    cl::desc("Activation recomputation (--pp-recompute): full (the default "
+             "of a bare --recompute) stashes each stage's inputs only and B "
+             "recomputes the rest; selective recomputes norms, activation "
+             "functions and dropouts"),
     cl::cat(cat));
 static cl::opt<int> microbatches(
     "microbatches",

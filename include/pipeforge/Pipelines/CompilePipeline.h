@@ -52,8 +52,10 @@ struct CompileOptions {
   /// sequence parallelism.
   int tp = 1;
   bool sequenceParallel = false;
-  /// pp-recompute: full activation recomputation (stash stage inputs only).
-  bool recompute = false;
+  /// pp-recompute: "none", "full" (stash stage inputs only) or "selective"
+  /// (recompute norms, activation functions and dropouts). "true" and ""
+  /// are read as "full", "false" as "none".
+  std::string recompute = "none";
 };
 
 /// Fills the defaults and checks the options against each other (an unknown

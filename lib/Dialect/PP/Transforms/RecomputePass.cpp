@@ -1,22 +1,26 @@
-//===- RecomputePass.cpp - --pp-recompute: full activation recomputation --===//
+//===- RecomputePass.cpp - --pp-recompute: activation recomputation -------===//
 //
 // After --pp-split-backward, trades compute for activation memory the way
-// Megatron-LM's full recomputation does: @forward stashes only its inputs
-// (the activations it received, the tokens and targets it read), and the
-// backward recomputes everything else from them.
+// Megatron-LM does. policy=full: @forward stashes only its inputs (the
+// activations it received, the tokens and targets it read), and the
+// backward recomputes everything else from them. policy=selective
+// (Korthikanti et al. 2022): only cheap ops' outputs are recomputed (a
+// norm's, an activation function's or a dropout's stashed output whose
+// inputs F stashes anyway), so F keeps the expensive values.
 //
-// For each stage:
-//   - the stash values @forward computes are recomputed: the forward ops
-//     they depend on (a slice of @forward's body) are cloned at the top of
-//     @backward_input (B) and @backward (BW), reading the new stash (the
+// For each stage (of `stages`, default all):
+//   - the recomputed stash values: the forward ops they depend on (a slice
+//     of @forward's body; selective: the one cheap op) are cloned at the top
+//     of @backward_input (B) and @backward (BW), reading the new stash (the
 //     slice's non-parameter inputs) and the parameters (added as arguments
 //     where B or BW did not take them);
 //   - @backward_weight (W) does not recompute: the recomputed values it reads
 //     become W-stash results of B (W's stash arguments turn into W-stash
 //     arguments), so the memory held from B to W is what W needs, as before;
-//   - @forward returns the new stash; the stage gets `pp.recompute`, which
-//     the stage cost model reads (B and BW cost one more forward; the stash
-//     is the inputs' bytes).
+//   - @forward returns the new stash; the stage gets `pp.recompute` (the
+//     policy) and, selective, `pp.recompute_flops`, which the stage cost
+//     model reads (B and BW cost one more forward, or those FLOPs; the
+//     stash is what @forward now returns).
 //
 // Recomputed values equal the stashed ones bit for bit (the same kernels on
 // the same inputs), so training is unchanged.
@@ -53,32 +57,46 @@ int64_t resultIndex(func::FuncOp f, unsigned i, StringRef key) {
   return a ? a.getInt() : -1;
 }
 
+/// Ops selective recomputation redoes: cheap (no GEMM) but their outputs
+/// are as large as their inputs.
+static bool cheapToRecompute(Operation *op) {
+  return isa<nn::LayerNormOp, nn::RMSNormOp, nn::GeluOp, nn::SiluOp,
+             nn::DropoutOp>(op);
+}
+
 class StageRecompute {
 public:
   StageRecompute(pp::StageOp stage, func::FuncOp fwd, func::FuncOp bIn,
-                 func::FuncOp bW, func::FuncOp bw)
+                 func::FuncOp bW, func::FuncOp bw, bool selective)
       : stage(stage), fwd(fwd), bIn(bIn), bW(bW), bw(bw),
-        b(stage.getContext()) {}
+        selective(selective), b(stage.getContext()) {}
   LogicalResult run();
 
 private:
   pp::StageOp stage;
   func::FuncOp fwd, bIn, bW, bw;
+  bool selective;
   OpBuilder b;
   /// Old stash slot -> the forward value it holds.
   DenseMap<int64_t, Value> oldStash;
-  /// The new stash: forward arguments (activations in, tokens, targets).
-  llvm::SetVector<BlockArgument> newStash;
+  /// The new stash: forward arguments (activations in, tokens, targets)
+  /// and, selective, the forward values F keeps.
+  llvm::SetVector<Value> newStash;
   /// Forward ops in program order that some recomputed value needs.
   llvm::SetVector<Operation *> slice;
 
-  int64_t newIndexOf(BlockArgument a) {
-    return int64_t(llvm::find(newStash, a) - newStash.begin());
+  int64_t newIndexOf(Value v) {
+    return int64_t(llvm::find(newStash, v) - newStash.begin());
   }
   bool isParam(BlockArgument a) {
     return pp::getArgRole(fwd, a.getArgNumber()) == pp::Role::param;
   }
+  bool isParam(Value v) {
+    auto a = dyn_cast<BlockArgument>(v);
+    return a && isParam(a);
+  }
   LogicalResult collect();
+  void collectSelective();
   /// Rebuilds `f` (B or BW): the slice cloned first; old stash arguments
   /// replaced. Returns the value each old slot holds now, for B's W-stash.
   FailureOr<DenseMap<int64_t, Value>> rebuild(func::FuncOp f);
@@ -98,11 +116,61 @@ private:
   LogicalResult rewriteWeight(const DenseMap<int64_t, Value> &inB);
 };
 
+/// Selective: a stash value made by a cheap op whose other inputs are
+/// stashed too (or are @forward's arguments) is recomputed by that op
+/// alone; every other stash value stays.
+void StageRecompute::collectSelective() {
+  llvm::SmallPtrSet<Value, 16> stashed;
+  for (auto &[k, v] : oldStash)
+    stashed.insert(v);
+  llvm::SmallPtrSet<Operation *, 8> redo;
+  for (auto &[k, v] : oldStash) {
+    Operation *op = v.getDefiningOp();
+    if (!op || !cheapToRecompute(op))
+      continue;
+    bool inputsKept = llvm::all_of(op->getOperands(), [&](Value o) {
+      return isParam(o) || isa<BlockArgument>(o) || stashed.contains(o);
+    });
+    if (inputsKept)
+      redo.insert(op);
+  }
+  SmallVector<Value> keep;
+  for (auto &[k, v] : oldStash) {
+    Operation *op = v.getDefiningOp();
+    if (op && redo.contains(op)) {
+      for (Value o : op->getOperands())
+        if (!isParam(o))
+          keep.push_back(o);
+    } else {
+      keep.push_back(v);
+    }
+  }
+  for (Operation &op : fwd.front().without_terminator())
+    if (redo.contains(&op))
+      slice.insert(&op);
+  // Stable order: the arguments by number, then the values by definition.
+  llvm::DenseMap<Operation *, unsigned> pos;
+  for (Operation &op : fwd.front().without_terminator())
+    pos[&op] = unsigned(pos.size());
+  auto rank = [&](Value v) -> std::pair<unsigned, unsigned> {
+    if (auto a = dyn_cast<BlockArgument>(v))
+      return {0, a.getArgNumber()};
+    return {1 + pos[v.getDefiningOp()],
+            cast<OpResult>(v).getResultNumber()};
+  };
+  llvm::sort(keep, [&](Value x, Value y) { return rank(x) < rank(y); });
+  newStash.insert(keep.begin(), keep.end());
+}
+
 LogicalResult StageRecompute::collect() {
   Operation *ret = fwd.front().getTerminator();
   for (unsigned r = 0; r < ret->getNumOperands(); ++r)
     if (pp::getResultRole(fwd, r) == pp::Role::stash)
       oldStash[resultIndex(fwd, r, attrs::kPPStash)] = ret->getOperand(r);
+  if (selective) {
+    collectSelective();
+    return success();
+  }
   // The slice: every op a computed stash value depends on.
   llvm::SetVector<Operation *> need;
   SmallVector<Value> work;
@@ -131,9 +199,10 @@ LogicalResult StageRecompute::collect() {
     if (need.contains(&op))
       slice.insert(&op);
   // Stable order: by argument number.
-  SmallVector<BlockArgument> sorted(newStash.begin(), newStash.end());
-  llvm::sort(sorted, [](BlockArgument x, BlockArgument y) {
-    return x.getArgNumber() < y.getArgNumber();
+  SmallVector<Value> sorted(newStash.begin(), newStash.end());
+  llvm::sort(sorted, [](Value x, Value y) {
+    return cast<BlockArgument>(x).getArgNumber() <
+           cast<BlockArgument>(y).getArgNumber();
   });
   newStash.clear();
   newStash.insert(sorted.begin(), sorted.end());
@@ -238,10 +307,10 @@ StageRecompute::rewriteWeight(const DenseMap<int64_t, Value> &inB) {
     auto v = oldStash.find(k);
     if (v == oldStash.end())
       return bW.emitError("pp-recompute: stash slot ") << k << " is unknown";
-    if (auto a = dyn_cast<BlockArgument>(v->second);
-        a && newStash.contains(a)) {
+    if (newStash.contains(v->second)) {
       // Still stashed: renumber.
-      bW.setArgAttr(i, attrs::kPPStash, b.getI64IntegerAttr(newIndexOf(a)));
+      bW.setArgAttr(i, attrs::kPPStash,
+                    b.getI64IntegerAttr(newIndexOf(v->second)));
       continue;
     }
     auto held = inB.find(k);
@@ -315,7 +384,15 @@ LogicalResult StageRecompute::run() {
   eraseDead(bIn);
   if (bw)
     eraseDead(bw);
-  stage->setAttr("pp.recompute", b.getUnitAttr());
+  stage->setAttr("pp.recompute",
+                 b.getStringAttr(selective ? "selective" : "full"));
+  if (selective) {
+    double flops = 0;
+    for (Operation *op : slice)
+      if (auto c = dyn_cast<nn::CostOpInterface>(op))
+        flops += c.getForwardFlops();
+    stage->setAttr("pp.recompute_flops", b.getF64FloatAttr(flops));
+  }
   return success();
 }
 
@@ -323,8 +400,17 @@ struct RecomputePass : public pp::impl::PPRecomputeBase<RecomputePass> {
   using PPRecomputeBase::PPRecomputeBase;
 
   void runOnOperation() override {
+    if (policy != "full" && policy != "selective") {
+      emitError(getOperation().getLoc(), "pp-recompute: policy must be full "
+                                         "or selective, got '")
+          << policy << "'";
+      return signalPassFailure();
+    }
+    llvm::SmallDenseSet<int64_t> only(stages.begin(), stages.end());
     WalkResult r = getOperation().walk([&](pp::StageOp stage) {
       if (stage->hasAttr("pp.recompute"))
+        return WalkResult::advance();
+      if (!only.empty() && !only.count(stage.getIndex()))
         return WalkResult::advance();
       auto get = [&](StringRef n) {
         return dyn_cast_or_null<func::FuncOp>(
@@ -337,7 +423,9 @@ struct RecomputePass : public pp::impl::PPRecomputeBase<RecomputePass> {
                         "@backward_input (run --pp-split-backward first)");
         return WalkResult::interrupt();
       }
-      if (failed(StageRecompute(stage, fwd, bIn, bW, bw).run()))
+      if (failed(StageRecompute(stage, fwd, bIn, bW, bw,
+                                policy == "selective")
+                     .run()))
         return WalkResult::interrupt();
       return WalkResult::advance();
     });

@@ -67,9 +67,16 @@ pp::collectStageCosts(PipelineOp p, unsigned bytesPerElement) {
     c.fwdCommBytes[s] = double(sum.forwardComm);
     c.bwdCommBytes[s] = double(sum.backwardComm);
     if (stage->hasAttr("pp.recompute")) {
-      // --pp-recompute: B (and BW) run the forward again; F stashes its
-      // inputs only (W still needs what it needed, now from B).
-      c.bwdInputFlops[s] += sum.forward;
+      // --pp-recompute: B (and BW) run the forward again (full) or the
+      // recomputed ops (selective: pp.recompute_flops); F stashes what its
+      // stash results hold (W still needs what it needed, now from B).
+      auto policy = stage->getAttrOfType<StringAttr>("pp.recompute");
+      if (policy && policy.getValue() == "selective") {
+        if (auto f = stage->getAttrOfType<FloatAttr>("pp.recompute_flops"))
+          c.bwdInputFlops[s] += f.getValueAsDouble();
+      } else {
+        c.bwdInputFlops[s] += sum.forward;
+      }
       double inputs = 0;
       for (unsigned r = 0; r < fwd.getNumResults(); ++r) {
         if (pp::getResultRole(fwd, r) != pp::Role::stash)

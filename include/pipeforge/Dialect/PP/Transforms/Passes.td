@@ -69,18 +69,31 @@ def PPSplitBackward : Pass<"pp-split-backward", "::mlir::ModuleOp"> {
 }
 
 def PPRecompute : Pass<"pp-recompute", "::mlir::ModuleOp"> {
-  let summary = "Full activation recomputation: stash a stage's inputs only";
+  let summary = "Activation recomputation: full or selective, per stage";
   let description = [{
-    After `--pp-split-backward`: `@forward` stashes only its non-parameter
-    inputs (the received activations, tokens, targets); `@backward_input`
-    and `@backward` recompute the forward values they read from them (the
-    forward ops those values depend on are cloned at the top); the values
-    `@backward_weight` reads become W-stash results of `@backward_input`, so
-    W computes nothing twice. The stage gets `pp.recompute`: the stage cost
-    model charges B (and BW) one more forward and counts the inputs' bytes
-    as the stash. The recomputed values are the stashed ones bit for bit;
-    training is unchanged (docs/split-backward.md, "Recomputation").
+    After `--pp-split-backward`. `policy=full` (the default): `@forward`
+    stashes only its non-parameter inputs (the received activations, tokens,
+    targets); `@backward_input` and `@backward` recompute the forward values
+    they read from them (the forward ops those values depend on are cloned
+    at the top). `policy=selective` (Korthikanti et al. 2022): only the
+    cheap, memory-heavy values are recomputed: a stashed output of a norm,
+    an activation function or a dropout whose inputs are stashed anyway (a
+    linear's input that is a layernorm's or a GELU's output), so F keeps
+    the rest. Either way the values `@backward_weight` reads become W-stash
+    results of `@backward_input`, so W computes nothing twice. `stages`
+    restricts the pass to those stage indices (default: all). The stage
+    gets `pp.recompute = "full"` or `"selective"` and, for selective,
+    `pp.recompute_flops` (the cloned ops' forward FLOPs): the stage cost
+    model charges B (and BW) the recomputed FLOPs and counts the new stash.
+    The recomputed values are the stashed ones bit for bit; training is
+    unchanged (docs/split-backward.md, "Recomputation").
   }];
+  let options = [
+    Option<"policy", "policy", "std::string", "\"full\"",
+           "full | selective">,
+    ListOption<"stages", "stages", "int64_t",
+               "Stage indices to recompute (default: every stage)">
+  ];
   let dependentDialects = ["::pipeforge::nn::NNDialect"];
 }
 
