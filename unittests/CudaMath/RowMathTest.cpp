@@ -390,6 +390,51 @@ TEST(RowMath, EmbeddingForwardMatchesReference) {
     }
 }
 
+/// A vocabulary shard (tensor parallelism): rows [start, start + vocab) of a
+/// table of 3 x vocab rows, tokens over the whole vocabulary; forward and the
+/// table gradient as the kernels compute them, against cpu::embeddingF/W
+/// with vocabStart.
+TEST(RowMath, EmbeddingShardMatchesReference) {
+  unsigned seed = 700;
+  for (const EmbedCase &c : kEmbedCases)
+    for (cpu::Index shard = 0; shard < 3; ++shard) {
+      const cpu::Index T = c.batch * c.seq, H = c.hidden, V = c.vocab;
+      cpu::EmbeddingShape s{c.batch, c.seq, H, V, shard == 0, shard * V, 3};
+      VecF table = randomVec(V * H, seed += 10, -1.f, 1.f);
+      VecF pos = randomVec((c.seq + 2) * H, seed + 1, -1.f, 1.f);
+      VecI tok = randomTokens(T, seed + 2, int(3 * V));
+      const float *p = shard == 0 ? pos.data() : nullptr;
+      VecF ref(T * H), y(T * H);
+      cpu::EmbeddingSaved sv;
+      cpu::embeddingF(s, cpu::EmbeddingParams<float>{table.data(), p},
+                      tok.data(), ref.data(), sv);
+      for (cpu::Index i = 0; i < T * H; ++i) {
+        cpu::Index t = i / H, j = i - t * H;
+        ASSERT_TRUE(indexInRange(tok[t], 3 * V));
+        y[i] = embeddingShardValue(table.data(), p, tok[t], shard * V, V,
+                                   t % c.seq, j, H);
+      }
+      expectBitwise(y, ref, "embedding shard y");
+
+      VecF dy = randomVec(T * H, seed + 3, -1.f, 1.f);
+      VecF refTable(V * H, 0.0f), refPos(c.seq * H, 0.0f);
+      cpu::embeddingW(s, sv, dy.data(),
+                      cpu::EmbeddingGrads<float>{refTable.data(),
+                                                 refPos.data()});
+      VecF dtable(V * H, 0.0f);
+      const long long buckets = std::min<long long>(kBuckets, V);
+      for (long long i = 0; i < buckets * H; ++i) {
+        long long bucket = i / H, j = i - bucket * H;
+        for (cpu::Index t = 0; t < T; ++t) {
+          long long local = (long long)tok[t] - shard * V;
+          if (local >= 0 && local < V && local % buckets == bucket)
+            dtable[local * H + j] += dy[t * H + j];
+        }
+      }
+      expectBitwise(dtable, refTable, "embedding shard dtable");
+    }
+}
+
 TEST(RowMath, EmbeddingBackwardWeightMatchesReference) {
   unsigned seed = 600;
   for (const EmbedCase &c : kEmbedCases) {

@@ -404,10 +404,6 @@ void CudaBackend::addForwardOps() {
     if (Status s = need(k, o, 2, 1); !s)
       return s; // (tokens, table, [pos]); bad tokens: takeAsyncError()
     EmbeddingShape sh = embeddingShape(k, o);
-    if (sh.vocabShards != 1)
-      return opError(k, "the cuda backend has no vocabulary-parallel "
-                        "embedding (tensor parallelism runs on the cpu and "
-                        "cpu-device backends)");
     return cuda::embeddingForward(ctx, sh, o.f(1), o.f(2), o.i32(0), o.o(0));
   };
   table["attention"] = [this](const Kernel &k, const Operands &o) -> Status {
@@ -501,10 +497,6 @@ void CudaBackend::addGradientOps() {
     if (Status s = need(k, o, 2, 1); !s)
       return s; // (tokens, dy) -> dtable [, dpos]
     EmbeddingShape sh = embeddingBwdShape(k, o);
-    if (sh.vocabShards != 1)
-      return opError(k, "the cuda backend has no vocabulary-parallel "
-                        "embedding (tensor parallelism runs on the cpu and "
-                        "cpu-device backends)");
     if (numel(o.ot(0)) < sh.vocab * sh.hidden)
       return opError(k, "table gradient smaller than vocab x hidden");
     if (o.o(1) && numel(o.ot(1)) < sh.seq * sh.hidden)

@@ -240,42 +240,48 @@ __global__ void scaleKernel(long long n, float *x, float a) {
 
 //===--- Embedding ---===//
 
-/// One thread per element of y [tokens, H]; column 0 reports a bad token.
-/// Positions are added when pos is not null (RowKernels.h), whatever
-/// s.learnedPositions says.
+/// One thread per element of y [tokens, H]; column 0 reports a bad token
+/// (outside the whole vocabulary, `total` = vocab x shards). The table holds
+/// rows [start, start + vocab) (one vocabulary shard; start 0 and total =
+/// vocab without tensor parallelism). Positions are added when pos is not
+/// null (RowKernels.h), whatever s.learnedPositions says.
 __global__ void embeddingForwardKernel(long long n, long long H, long long seq,
-                                       long long vocab, const float *table,
+                                       long long vocab, long long start,
+                                       long long total, const float *table,
                                        const float *pos, const int32_t *tokens,
                                        float *y, int *errorWord) {
   PF_GRID_LOOP(i, n) {
     long long t = i / H, j = i - t * H;
     int tok = tokens[t];
-    if (!indexInRange(tok, vocab)) {
+    if (!indexInRange(tok, total)) {
       if (j == 0)
-        reportError(errorWord, DeviceErrorEmbeddingToken, t, tok, vocab);
+        reportError(errorWord, DeviceErrorEmbeddingToken, t, tok, total);
       continue;
     }
-    y[i] = embeddingValue(table, pos, tok, t % seq, j, H);
+    y[i] = embeddingShardValue(table, pos, tok, start, vocab, t % seq, j, H);
   }
 }
 
-/// Thread (bucket, column j) adds dy[t, j] into dtable[token, j] for the
-/// tokens t of its bucket, in token order; dtable is zero beforehand.
+/// Thread (bucket, column j) adds dy[t, j] into dtable[token - start, j]
+/// for the tokens t of this shard's rows [start, start + vocab) in its
+/// bucket, in token order; dtable is zero beforehand.
 __global__ void embeddingTableGradKernel(long long tokens, long long H,
-                                         long long vocab, long long buckets,
+                                         long long vocab, long long start,
+                                         long long total, long long buckets,
                                          const int32_t *tok, const float *dy,
                                          float *dtable, int *errorWord) {
   PF_GRID_LOOP(i, buckets * H) {
     long long bucket = i / H, j = i - bucket * H;
     for (long long t = 0; t < tokens; ++t) {
       int v = tok[t];
-      if (!indexInRange(v, vocab)) {
+      if (!indexInRange(v, total)) {
         if (i == 0)
-          reportError(errorWord, DeviceErrorEmbeddingBwdToken, t, v, vocab);
+          reportError(errorWord, DeviceErrorEmbeddingBwdToken, t, v, total);
         continue;
       }
-      if (v % buckets == bucket)
-        dtable[(long long)v * H + j] += dy[t * H + j];
+      long long local = (long long)v - start;
+      if (local >= 0 && local < vocab && local % buckets == bucket)
+        dtable[local * H + j] += dy[t * H + j];
     }
   }
 }
@@ -540,7 +546,8 @@ Status embeddingForward(GemmCtx &ctx, const cpu::EmbeddingShape &s,
   if (n <= 0)
     return Status::ok();
   embeddingForwardKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(
-      n, s.hidden, s.seq, s.vocab, table, pos, tokens, y, ctx.errorWord);
+      n, s.hidden, s.seq, s.vocab, s.vocabStart, s.vocab * s.vocabShards,
+      table, pos, tokens, y, ctx.errorWord);
   return launchStatus("embeddingForward");
 }
 
@@ -560,7 +567,8 @@ Status embeddingBackwardWeight(GemmCtx &ctx, const cpu::EmbeddingShape &s,
   long long buckets =
       std::max<long long>(1, std::min<long long>(kEmbedBuckets, s.vocab));
   embeddingTableGradKernel<<<blocksFor(buckets * H), kThreads, 0, ctx.stream>>>(
-      tokenCount, H, s.vocab, buckets, tokens, dy, dtable, ctx.errorWord);
+      tokenCount, H, s.vocab, s.vocabStart, s.vocab * s.vocabShards, buckets,
+      tokens, dy, dtable, ctx.errorWord);
   if (Status st = launchStatus("embeddingBackwardWeight dtable"); !st)
     return st;
   if (!dpos)

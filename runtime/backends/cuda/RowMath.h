@@ -116,6 +116,24 @@ PF_HOST_DEVICE inline float embeddingValue(const float *table,
   return pos ? v + pos[position * hidden + j] : v;
 }
 
+/// The same for a vocabulary shard (tensor parallelism, cpu::embeddingF with
+/// vocabStart): the table holds rows [start, start + vocab); a token outside
+/// them reads no row (the position alone, or 0).
+PF_HOST_DEVICE inline float embeddingShardValue(const float *table,
+                                                const float *pos, int token,
+                                                long long start,
+                                                long long vocab,
+                                                long long position,
+                                                long long j, long long hidden) {
+  const long long local = (long long)token - start;
+  const bool in = local >= 0 && local < vocab;
+  if (in && pos)
+    return table[local * hidden + j] + pos[position * hidden + j];
+  if (in)
+    return table[local * hidden + j];
+  return pos ? pos[position * hidden + j] : 0.f;
+}
+
 //===--- AdamW -------------------------------------------------------------===//
 // AdamWT<float>::step (runtime/lib/Optimizer.cpp), one element:
 //   g = grad * clipScale (when scaled); m = b1 m + (1-b1) g;

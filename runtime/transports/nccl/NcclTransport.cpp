@@ -1,11 +1,14 @@
 //===- NcclTransport.cpp - NCCL transport, bootstrapped by MPI ------------===//
 //
-// An internal MpiTransport does MPI init, the P x E x D grid (and its error
-// messages), barrier, gatherStrings and the Pipeline / World allreduces (a
-// few scalars per step). Everything else moves device memory with NCCL.
+// An internal MpiTransport does MPI init, the T x P x E x D grid of
+// RankGrid.h (and its error messages), barrier, gatherStrings and the
+// Pipeline / World allreduces (a few scalars per step) and the tensor
+// group's collectives (the executor runs the tensor-parallel ops on host
+// memory: they stay on MPI). Everything else moves device memory with NCCL.
 //
-// Communicators (setupGrid): for every ordered pair (src, dst) of pipeline
-// ranks of this replica a two-rank communicator for the directed channel
+// Communicators (setupTensorGrid): for every ordered pair (src, dst) of
+// pipeline ranks of this (replica, expert, tensor) slot a two-rank
+// communicator for the directed channel
 // src -> dst (src is its rank 0) with its own non-blocking stream, and one
 // over the data-parallel group (D > 1) and one over the expert group
 // (E > 1). Unique ids travel over MPI (an all-to-all of the channel ids in
@@ -128,8 +131,11 @@ public:
   ~NcclTransport() override;
   const char *name() const override { return "nccl"; }
 
-  Status setup(int p, int d) override { return setupGrid(p, d, 1); }
-  Status setupGrid(int p, int d, int e) override;
+  Status setup(int p, int d) override { return setupTensorGrid(p, d, 1, 1); }
+  Status setupGrid(int p, int d, int e) override {
+    return setupTensorGrid(p, d, e, 1);
+  }
+  Status setupTensorGrid(int p, int d, int e, int t) override;
   bool deviceBuffers() const override { return true; }
   void attachBackend(Backend &b) override;
 
@@ -141,6 +147,8 @@ public:
   int dpSize() const override { return D; }
   int epIndex() const override { return epi; }
   int epSize() const override { return E; }
+  int tpIndex() const override { return tpi; }
+  int tpSize() const override { return T; }
 
   Expected<RequestId> isend(int peer, int64_t tag, const float *buf,
                             int64_t n) override {
@@ -212,7 +220,8 @@ private:
   // Declared first: destroyed last (it finalizes MPI).
   std::unique_ptr<Transport> mpi;
   Backend *be = nullptr;
-  int P = 1, D = 1, E = 1, prank = 0, dpi = 0, epi = 0, dev = -1;
+  int P = 1, D = 1, E = 1, T = 1, prank = 0, dpi = 0, epi = 0, tpi = 0,
+      dev = -1;
   bool ready = false, pumping = false;
   Status fatal = Status::ok(); ///< the first error: every later call fails
   MPI_Comm pipeComm = MPI_COMM_NULL, dpComm = MPI_COMM_NULL,
@@ -409,14 +418,18 @@ private:
   }
 };
 
-Status NcclTransport::setupGrid(int p, int d, int e) {
-  PF_TRY(inner().setupGrid(p, d, e));
-  P = p, D = d, E = e;
+Status NcclTransport::setupTensorGrid(int p, int d, int e, int t) {
+  PF_TRY(inner().setupTensorGrid(p, d, e, t));
+  P = p, D = d, E = e, T = t;
   prank = mpi->pipelineRank(), dpi = mpi->dpIndex(), epi = mpi->epIndex();
-  int replica = mpi->worldRank() / p;
-  MPI_Comm_split(MPI_COMM_WORLD, replica, prank, &pipeComm);
-  MPI_Comm_split(MPI_COMM_WORLD, prank + p * epi, dpi, &dpComm);
-  MPI_Comm_split(MPI_COMM_WORLD, prank + p * dpi, epi, &epComm);
+  tpi = mpi->tpIndex();
+  // The groups of RankGrid.h: the pipeline of this (replica, expert, tensor)
+  // slot; the replicas of this (pipeline rank, expert, tensor) slot; the
+  // expert group of this (pipeline rank, replica, tensor) slot. The tensor
+  // group's collectives run on host memory over the inner MPI transport.
+  MPI_Comm_split(MPI_COMM_WORLD, (dpi * e + epi) * t + tpi, prank, &pipeComm);
+  MPI_Comm_split(MPI_COMM_WORLD, prank + p * (epi + e * tpi), dpi, &dpComm);
+  MPI_Comm_split(MPI_COMM_WORLD, prank + p * (dpi + d * tpi), epi, &epComm);
   // The watchdog needs non-blocking communicators, and every communicator
   // its own unique id.
   for (const char *v : {"NCCL_COMM_BLOCKING", "NCCL_COMM_ID"})
@@ -745,7 +758,7 @@ bool NcclTransport::test(RequestId id) {
 }
 
 Status NcclTransport::allreduce(float *buf, int64_t n, Group g, ReduceOp op) {
-  if (g == Group::World || g == Group::Pipeline)
+  if (g == Group::World || g == Group::Pipeline || g == Group::Tensor)
     return inner().allreduce(buf, n, g, op);
   if ((g == Group::DataParallel ? D : E) == 1 || n <= 0)
     return Status::ok();

@@ -177,9 +177,9 @@ void checkReceived(const Message &m, int me) {
                   " has the wrong data");
 }
 
-void runP2P(Transport &t, FakeBackend &be, int D, int E) {
+void runP2P(Transport &t, FakeBackend &be, int D, int E, int T) {
   int W = t.worldSize();
-  CHECK_OK(t.setupGrid(W / (D * E), D, E));
+  CHECK_OK(t.setupTensorGrid(W / (D * E * T), D, E, T));
   t.attachBackend(be);
   int P = t.pipelineSize(), me = t.pipelineRank();
   mock::Stats base = mock::stats();
@@ -330,6 +330,20 @@ void runP2P(Transport &t, FakeBackend &be, int D, int E) {
   float w = float(t.worldRank());
   CHECK_OK(t.allreduce(&w, 1, Group::World));
   CHECK(w == float(W * (W - 1) / 2), "world sum");
+  // The tensor group (host memory, over MPI): a sum and an all-to-all.
+  CHECK(t.tpSize() == T, "tensor group size");
+  float v = float(t.tpIndex() + 1);
+  CHECK_OK(t.allreduce(&v, 1, Group::Tensor));
+  CHECK(v == float(T * (T + 1) / 2), "tensor sum");
+  std::vector<std::vector<float>> tparts(static_cast<size_t>(T)), tgot;
+  for (int k = 0; k < T; ++k)
+    tparts[size_t(k)].assign(2, float(t.tpIndex() * 10 + k));
+  CHECK_OK(t.allToAll(tparts, tgot, Group::Tensor));
+  for (int k = 0; k < T; ++k)
+    CHECK(tgot.size() == size_t(T) &&
+              tgot[size_t(k)] ==
+                  std::vector<float>(2, float(k * 10 + t.tpIndex())),
+          "tensor all-to-all part from " + std::to_string(k));
 }
 
 //===----------------------------------------------------------------------===//
@@ -462,10 +476,12 @@ int main(int argc, char **argv) {
   t->setTimeout(10);
   std::string mode = argc > 1 ? argv[1] : "";
   int D = argc > 3 ? std::atoi(argv[2]) : 1,
-      E = argc > 3 ? std::atoi(argv[3]) : 1;
+      E = argc > 3 ? std::atoi(argv[3]) : 1,
+      T = argc > 4 ? std::atoi(argv[4]) : 1;
   bool clean = true;
-  if (mode == "p2p" && D > 0 && E > 0 && t->worldSize() % (D * E) == 0) {
-    runP2P(*t, be, D, E);
+  if (mode == "p2p" && D > 0 && E > 0 && T > 0 &&
+      t->worldSize() % (D * E * T) == 0) {
+    runP2P(*t, be, D, E, T);
   } else if (mode == "collectives" && t->worldSize() % 2 == 0) {
     runCollectives(*t, be);
   } else if ((mode == "size-mismatch-waiting" ||
@@ -477,18 +493,21 @@ int main(int argc, char **argv) {
     runTimeout(*t, be);
     clean = t->pipelineRank() != 0;
   } else {
-    std::fprintf(stderr, "usage: mpirun -np N nccl-protocol-test p2p [D E] | "
+    std::fprintf(stderr, "usage: mpirun -np N nccl-protocol-test p2p [D E [T]] | "
                          "collectives (N even) | size-mismatch-waiting | "
                          "size-mismatch-staged | timeout (N = 2)\n");
     return 2;
   }
-  int P = t->pipelineSize(), Dg = t->dpSize(), Eg = t->epSize();
+  int P = t->pipelineSize(), Dg = t->dpSize(), Eg = t->epSize(),
+      Tg = t->tpSize();
 
   float total = float(failures);
   CHECK_OK(t->allreduce(&total, 1, Group::World));
   if (worldRank == 0) {
-    std::printf("nccl-protocol-test %s P=%d D=%d E=%d: %s\n", mode.c_str(), P,
-                Dg, Eg, total == 0 ? "passed" : "FAILED");
+    std::printf("nccl-protocol-test %s P=%d D=%d E=%d%s: %s\n", mode.c_str(),
+                P, Dg, Eg,
+                Tg > 1 ? (" T=" + std::to_string(Tg)).c_str() : "",
+                total == 0 ? "passed" : "FAILED");
     std::fflush(stdout);
   }
 
