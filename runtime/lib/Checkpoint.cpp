@@ -11,6 +11,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -441,7 +442,8 @@ Status restoreCheckpoint(const RankCheckpoint &c,
 // Files
 //===----------------------------------------------------------------------===//
 
-Status writeRankCheckpoint(const std::string &dir, const RankCheckpoint &c) {
+Status writeRankCheckpoint(const std::string &dir, const RankCheckpoint &c,
+                           std::string *record) {
   auto img = encodeRankCheckpoint(c);
   if (!img)
     return img.status();
@@ -450,7 +452,88 @@ Status writeRankCheckpoint(const std::string &dir, const RankCheckpoint &c) {
   if (ec)
     return Status::error("checkpoint: cannot create directory '" + dir +
                          "': " + ec.message());
+  if (record) {
+    // "rank R FILE BYTES CHECKSUM step S ranks N program FP": the manifest
+    // line plus what assembleManifest cross-checks.
+    uint64_t sum = 0;
+    for (int i = 0; i < 8; ++i)
+      sum |= uint64_t((*img)[img->size() - 8 + i]) << (8 * i);
+    *record = "rank " + std::to_string(c.rank) + " " +
+              rankCheckpointFileName(c.rank) + " " +
+              std::to_string(img->size()) + " " + hex64(sum) + " step " +
+              std::to_string(c.step) + " ranks " + std::to_string(c.numRanks) +
+              " program " + hex64(c.programFingerprint);
+  }
   return writeAtomically(fs::path(dir) / rankCheckpointFileName(c.rank), *img);
+}
+
+Status writeManifest(const std::string &dir, const CheckpointManifest &m,
+                     const std::string &tmpSuffix) {
+  std::ostringstream os;
+  os << kManifestHeader << " " << kCheckpointVersion << "\n";
+  os << "step " << m.step << "\n";
+  os << "ranks " << m.numRanks << "\n";
+  os << "program " << hex64(m.programFingerprint) << "\n";
+  for (const auto &e : m.files)
+    os << "rank " << e.rank << " " << e.file << " " << e.bytes << " "
+       << hex64(e.checksum) << "\n";
+  std::string text = os.str();
+  Status st = writeFileAtomically((fs::path(dir) / kManifestName).string(),
+                                  std::vector<uint8_t>(text.begin(), text.end()),
+                                  tmpSuffix);
+  if (!st)
+    return Status::error("checkpoint: " + st.message());
+  return st;
+}
+
+Expected<CheckpointManifest>
+assembleManifest(const std::vector<std::string> &records, uint32_t numRanks) {
+  if (numRanks == 0 || records.size() != numRanks)
+    return Status::error("checkpoint: " + std::to_string(records.size()) +
+                         " rank records for " + std::to_string(numRanks) +
+                         " ranks");
+  CheckpointManifest m;
+  m.numRanks = numRanks;
+  m.files.resize(numRanks);
+  std::vector<bool> seen(numRanks, false);
+  bool first = true;
+  for (const std::string &rec : records) {
+    std::istringstream in(rec);
+    std::string kw[5], file, sumHex, fpHex;
+    unsigned long long rank = 0, bytes = 0, step = 0, ranks = 0;
+    in >> kw[0] >> rank >> file >> bytes >> sumHex >> kw[1] >> step >>
+        kw[2] >> ranks >> kw[3] >> fpHex;
+    char *end = nullptr;
+    uint64_t sum = std::strtoull(sumHex.c_str(), &end, 16);
+    bool sumOk = end && *end == 0 && sumHex.size() > 2;
+    uint64_t fp = std::strtoull(fpHex.c_str(), &end, 16);
+    bool fpOk = end && *end == 0 && fpHex.size() > 2;
+    if (!in || kw[0] != "rank" || kw[1] != "step" || kw[2] != "ranks" ||
+        kw[3] != "program" || !sumOk || !fpOk || rank >= numRanks ||
+        file != rankCheckpointFileName(uint32_t(rank)))
+      return Status::error("checkpoint: malformed rank record '" + rec + "'");
+    if (ranks != numRanks)
+      return Status::error("checkpoint: rank " + std::to_string(rank) +
+                           " saved for " + std::to_string(ranks) +
+                           " ranks, expected " + std::to_string(numRanks));
+    if (seen[rank])
+      return Status::error("checkpoint: two records for rank " +
+                           std::to_string(rank));
+    seen[rank] = true;
+    if (first) {
+      m.step = step;
+      m.programFingerprint = fp;
+      first = false;
+    } else if (step != m.step || fp != m.programFingerprint) {
+      return Status::error("checkpoint: rank " + std::to_string(rank) +
+                           " saved step " + std::to_string(step) +
+                           " / program " + hex64(fp) +
+                           ", another rank step " + std::to_string(m.step) +
+                           " / program " + hex64(m.programFingerprint));
+    }
+    m.files[rank] = {uint32_t(rank), file, bytes, sum};
+  }
+  return m;
 }
 
 Expected<CheckpointManifest> finalizeCheckpoint(const std::string &dir,
@@ -490,18 +573,7 @@ Expected<CheckpointManifest> finalizeCheckpoint(const std::string &dir,
       sum |= uint64_t((*bytes)[bytes->size() - 8 + i]) << (8 * i);
     m.files.push_back({r, file, bytes->size(), sum});
   }
-  std::ostringstream os;
-  os << kManifestHeader << " " << kCheckpointVersion << "\n";
-  os << "step " << m.step << "\n";
-  os << "ranks " << m.numRanks << "\n";
-  os << "program " << hex64(m.programFingerprint) << "\n";
-  for (const auto &e : m.files)
-    os << "rank " << e.rank << " " << e.file << " " << e.bytes << " "
-       << hex64(e.checksum) << "\n";
-  std::string text = os.str();
-  Status st = writeAtomically(fs::path(dir) / kManifestName,
-                              std::vector<uint8_t>(text.begin(), text.end()));
-  if (!st)
+  if (Status st = writeManifest(dir, m); !st)
     return st;
   return m;
 }

@@ -187,7 +187,8 @@ bool writeAndClose(std::ofstream &f, const std::vector<uint8_t> &bytes) {
 } // namespace
 
 Status writeFileAtomically(const std::string &path,
-                           const std::vector<uint8_t> &bytes) {
+                           const std::vector<uint8_t> &bytes,
+                           const std::string &tmpSuffix) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::file_status st = fs::symlink_status(path, ec);
@@ -205,7 +206,7 @@ Status writeFileAtomically(const std::string &path,
                            "' (device full or I/O error)");
     return Status::ok();
   }
-  std::string tmp = path + ".tmp";
+  std::string tmp = path + tmpSuffix;
   std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
   if (!f)
     return Status::error("cannot create '" + tmp + "'");

@@ -235,6 +235,14 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Program &prog,
                          " ranks but the program says " +
                          std::to_string(prog.training.pipelineRanks));
   auto impl = std::make_unique<Impl>(prog, tr, o);
+  // "{rank}" in the checkpoint folder: this rank's world rank (a folder of
+  // its own, as on a node-local disk).
+  for (std::string &d = impl->o.checkpointDir;;) {
+    size_t at = d.find("{rank}");
+    if (at == std::string::npos)
+      break;
+    d.replace(at, 6, std::to_string(tr.worldRank()));
+  }
   if (Status s = impl->initData(); !s)
     return s;
   if (Status s = impl->initOptimizer(); !s)
@@ -281,11 +289,21 @@ Expected<int64_t> Trainer::resume() {
   const std::string &root = m.o.checkpointDir;
   if (root.empty())
     return Status::error("--resume needs --checkpoint-dir");
-  int64_t k = latestCheckpoint(root);
-  if (k < 0)
+  // The latest step every rank holds complete (each may see its own
+  // folder): the minimum of the ranks' latest. (Exact in float below 2^24.)
+  int64_t mine = latestCheckpoint(root);
+  float neg = -float(mine);
+  if (Status s = m.tr.allreduce(&neg, 1, Group::World, ReduceOp::Max); !s)
+    return s;
+  int64_t k = int64_t(-neg);
+  if (mine < 0)
     return Status::error("--resume: no complete checkpoint "
                          "(step-N/manifest.txt) in '" +
                          root + "'");
+  if (k < 0)
+    return Status::error("--resume: another rank has no complete checkpoint "
+                         "(each rank needs step-N/manifest.txt in its "
+                         "--checkpoint-dir)");
   std::string dir = checkpointSubdir(root, k);
   uint32_t wrank = uint32_t(m.tr.worldRank()),
            wsize = uint32_t(m.tr.worldSize());
@@ -327,7 +345,26 @@ Expected<int64_t> Trainer::resume() {
   return int64_t(ck->step);
 }
 
+namespace {
+/// A string as floats (one byte each, exact) and back, for the transport's
+/// all-to-all.
+std::vector<float> bytesAsFloats(const std::string &s) {
+  return std::vector<float>(s.begin(), s.end());
+}
+std::string floatsAsBytes(const std::vector<float> &v) {
+  std::string s;
+  for (float f : v)
+    s.push_back(char(int(f)));
+  return s;
+}
+} // namespace
+
 Status Trainer::saveCheckpoint(int64_t k) {
+  // Every rank writes its own file and sends its manifest line to every
+  // rank; each assembles the same manifest. Rank 0 writes it first; then a
+  // rank that does not see it (its folder is on another file system: a
+  // node-local disk, or --checkpoint-dir with {rank}) writes its own copy.
+  // No rank reads another's file (docs/runtime.md, "Checkpoints").
   Impl &m = *impl;
   uint32_t wrank = uint32_t(m.tr.worldRank()),
            wsize = uint32_t(m.tr.worldSize());
@@ -340,17 +377,31 @@ Status Trainer::saveCheckpoint(int64_t k) {
                         m.adam ? &m.adam->get() : nullptr, pos, {}, m.progFp);
   if (!c)
     return c.status();
-  if (Status s = writeRankCheckpoint(dir, *c); !s)
+  std::string record;
+  if (Status s = writeRankCheckpoint(dir, *c, &record); !s)
     return s;
+  std::vector<std::vector<float>> send(wsize, bytesAsFloats(record)), recv;
+  if (Status s = m.tr.allToAll(send, recv, Group::World); !s)
+    return s;
+  std::vector<std::string> records;
+  for (const std::vector<float> &r : recv)
+    records.push_back(floatsAsBytes(r));
+  auto man = assembleManifest(records, wsize);
+  if (!man)
+    return man.status();
+  if (wrank == 0)
+    if (Status s = writeManifest(dir, *man); !s)
+      return s;
   if (Status s = m.tr.barrier(Group::World); !s)
     return s;
-  if (wrank == 0) {
-    if (auto man = finalizeCheckpoint(dir, wsize); !man)
-      return man.status();
-    // Every rank waits in the barrier below: nobody is saving.
+  if (wrank != 0 && !readManifest(dir))
+    if (Status s = writeManifest(dir, *man, "." + std::to_string(wrank) + ".tmp");
+        !s)
+      return s;
+  // Every rank waits in the barrier below: nobody is saving.
+  if (wrank == 0)
     if (Status s = removeStaleCheckpoints(m.o.checkpointDir); !s)
       return s;
-  }
   // Nobody moves on (or exits) before the manifest is in place.
   return m.tr.barrier(Group::World);
 }

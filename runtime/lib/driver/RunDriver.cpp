@@ -403,9 +403,14 @@ int pipeforge::rt::runDriver(int argc, char **argv,
       auto k = (*trainer)->resume();
       if (!k)
         return fail(k.message());
-      if (root && !quiet)
+      if (root && !quiet) {
+        // Rank 0's folder ("{rank}" is 0 here).
+        std::string shown = ckDir;
+        for (size_t at; (at = shown.find("{rank}")) != std::string::npos;)
+          shown.replace(at, 6, "0");
         std::printf("resumed from %s (step %lld)\n",
-                    checkpointSubdir(ckDir, *k).c_str(), (long long)*k);
+                    checkpointSubdir(shown, *k).c_str(), (long long)*k);
+      }
     }
 
     const char *dieStep = std::getenv("PIPEFORGE_TEST_DIE_AT_STEP");

@@ -91,8 +91,11 @@ captureCheckpoint(uint32_t rank, uint32_t numRanks, uint64_t step,
 Status restoreCheckpoint(const RankCheckpoint &c,
                          const std::vector<ParamRef> &params, AdamW *opt);
 
-/// Writes <dir>/rank-NNNNN.pfckpt atomically (creates `dir`).
-Status writeRankCheckpoint(const std::string &dir, const RankCheckpoint &c);
+struct CheckpointManifest;
+/// Writes <dir>/rank-NNNNN.pfckpt atomically (creates `dir`). `record`, when
+/// given, receives the file's manifest line (recordOf).
+Status writeRankCheckpoint(const std::string &dir, const RankCheckpoint &c,
+                           std::string *record = nullptr);
 
 struct CheckpointManifest {
   struct Entry {
@@ -110,9 +113,21 @@ struct CheckpointManifest {
 
 /// After every rank file is written: reads and validates them all (same
 /// step, numRanks and program fingerprint, rank ids 0..numRanks-1), then
-/// writes <dir>/manifest.txt atomically. Returns the manifest.
+/// writes <dir>/manifest.txt atomically. Returns the manifest. (One file
+/// system holding every rank's file; without one, assembleManifest.)
 Expected<CheckpointManifest> finalizeCheckpoint(const std::string &dir,
                                                 uint32_t numRanks);
+
+/// The manifest from every rank's record (writeRankCheckpoint's, gathered
+/// over the transport; any order), validated as finalizeCheckpoint does,
+/// without reading any file: the way to finalize when each node holds only
+/// its own ranks' files.
+Expected<CheckpointManifest>
+assembleManifest(const std::vector<std::string> &records, uint32_t numRanks);
+/// Writes <dir>/manifest.txt atomically through <dir>/manifest.txt
+/// `tmpSuffix` (each writer sharing the folder needs its own suffix).
+Status writeManifest(const std::string &dir, const CheckpointManifest &m,
+                     const std::string &tmpSuffix = ".tmp");
 Expected<CheckpointManifest> readManifest(const std::string &dir);
 
 /// Removes what interrupted saves left under a checkpoint root: step-N

@@ -51,9 +51,11 @@ Expected<std::vector<uint8_t>> readFileBytes(const std::string &path);
 /// device is an error, never a silent success). A regular file (or a new
 /// path) is replaced atomically: written to PATH.tmp, then renamed over it.
 /// Anything else (a device like /dev/full, a FIFO, a symbolic link) is
-/// written through, never replaced by a rename.
+/// written through, never replaced by a rename. `tmpSuffix` names the
+/// temporary (writers of the same path on one file system need their own).
 Status writeFileAtomically(const std::string &path,
-                           const std::vector<uint8_t> &bytes);
+                           const std::vector<uint8_t> &bytes,
+                           const std::string &tmpSuffix = ".tmp");
 
 /// A stream of training samples.
 class DataSource {

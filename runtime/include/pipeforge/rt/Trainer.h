@@ -43,7 +43,10 @@ struct TrainerOptions {
   /// "auto" (synthetic for vocab >= 256, else pattern), "synthetic",
   /// "pattern", or a token file (Data.h).
   std::string data = "auto";
-  std::string checkpointDir;   ///< empty: no checkpoints
+  /// Empty: no checkpoints. "{rank}" stands for the world rank (a folder
+  /// per rank); a folder may be shared by all ranks or hold only the files
+  /// of the ranks that see it (node-local disks): no rank reads another's.
+  std::string checkpointDir;
   int64_t saveEvery = 0;       ///< 0: never
   std::string tracePath;       ///< finish(): the merged Chrome trace
   std::string dumpWeightsPath; ///< finish(): the gathered weights
