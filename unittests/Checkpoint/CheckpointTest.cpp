@@ -314,6 +314,47 @@ TEST(Checkpoint, ManifestGuardsTheDirectory) {
   fs::remove_all(dir);
 }
 
+TEST(Checkpoint, ManifestFromRecordsEqualsFinalize) {
+  // Two folders (two "nodes"), each with one rank's file: the manifest
+  // assembled from the ranks' records, written into both, is the one
+  // finalizeCheckpoint writes from one folder that holds both files.
+  std::string a = freshDir("node-a"), b = freshDir("node-b"),
+              both = freshDir("shared");
+  std::string r0, r1, unused;
+  ASSERT_TRUE(writeRankCheckpoint(a, sample(0, 2), &r0));
+  ASSERT_TRUE(writeRankCheckpoint(b, sample(1, 2), &r1));
+  ASSERT_TRUE(writeRankCheckpoint(both, sample(0, 2)));
+  ASSERT_TRUE(writeRankCheckpoint(both, sample(1, 2)));
+  ASSERT_TRUE(finalizeCheckpoint(both, 2));
+  auto m = assembleManifest({r1, r0}, 2); // any order
+  ASSERT_TRUE(m) << m.message();
+  ASSERT_TRUE(writeManifest(a, *m));
+  ASSERT_TRUE(writeManifest(b, *m, ".1.tmp"));
+  auto text = [](const std::string &d) {
+    std::ifstream f(d + "/manifest.txt");
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  EXPECT_EQ(text(a), text(both));
+  EXPECT_EQ(text(b), text(both));
+  EXPECT_TRUE(loadRankCheckpoint(a, 0));
+  EXPECT_TRUE(loadRankCheckpoint(b, 1));
+  // Bad record sets.
+  EXPECT_FALSE(assembleManifest({r0}, 2));
+  EXPECT_FALSE(assembleManifest({r0, r0}, 2));
+  RankCheckpoint late = sample(1, 2);
+  late.step = 41;
+  std::string rl;
+  ASSERT_TRUE(writeRankCheckpoint(b, late, &rl));
+  auto bad = assembleManifest({r0, rl}, 2);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.message().find("step 41"), std::string::npos) << bad.message();
+  bad = assembleManifest({r0, "rank 1 rank-00001.pfckpt 12 zz"}, 2);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.message().find("malformed"), std::string::npos);
+  for (const std::string &d : {a, b, both})
+    fs::remove_all(d);
+}
+
 TEST(Checkpoint, NumbersAreValidated) {
   // A learning rate of inf or NaN, and step counts beyond kMaxSteps (2^40),
   // are refused on load (INT64_MAX overflowed AdamW's step counter).
