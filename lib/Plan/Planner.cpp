@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -735,4 +736,306 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
     return Status::error(buf);
   }
   return r;
+}
+
+//===----------------------------------------------------------------------===//
+// --explain: one user-given setup against the sweep
+//===----------------------------------------------------------------------===//
+
+namespace {
+std::string joinInts(const std::vector<int> &v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i)
+    out += (i ? "," : "") + fmtInt(v[i]);
+  return out;
+}
+
+bool parseInt(const std::string &text, int min, int &out) {
+  if (text.empty() || text.size() > 9)
+    return false;
+  for (char ch : text)
+    if (ch < '0' || ch > '9')
+      return false;
+  out = std::stoi(text);
+  return out >= min;
+}
+} // namespace
+
+Expected<SetupSpec> plan::parseSetup(const std::string &text) {
+  static const char *known = "schedule pp tp dp b recompute zero chunks layout";
+  SetupSpec spec;
+  std::set<std::string> seen;
+  std::vector<std::string> words;
+  std::string cur;
+  for (char ch : text) {
+    if (ch == ' ' || ch == '\t' || ch == ',' || ch == '\n') {
+      if (!cur.empty())
+        words.push_back(cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  if (!cur.empty())
+    words.push_back(cur);
+  if (words.empty())
+    return Status::error("empty setup: expected KEY=VALUE words (keys: " +
+                         std::string(known) + ")");
+  for (const std::string &w : words) {
+    size_t eq = w.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Status::error("expected KEY=VALUE, got '" + w + "'");
+    std::string key = w.substr(0, eq), value = w.substr(eq + 1);
+    if (!seen.insert(key).second)
+      return Status::error("key '" + key + "' given twice");
+    auto intValue = [&](int min, int &out) -> Status {
+      if (!parseInt(value, min, out))
+        return Status::error(
+            "key '" + key + "': expected " +
+            (min == 1 ? std::string("a positive integer")
+                      : std::string("an integer >= ") + fmtInt(min)) +
+            ", got '" + value + "'");
+      return Status::ok();
+    };
+    Status st = Status::ok();
+    if (key == "schedule") {
+      auto k = sched::parseScheduleKind(value);
+      if (!k)
+        return Status::error("key 'schedule': unknown schedule '" + value +
+                             "' (known: " + sched::scheduleKindNames() + ")");
+      spec.kind = *k;
+    } else if (key == "pp") {
+      st = intValue(1, spec.pp);
+    } else if (key == "tp") {
+      st = intValue(1, spec.tp);
+    } else if (key == "dp") {
+      st = intValue(1, spec.dp);
+    } else if (key == "b") {
+      st = intValue(1, spec.microbatchSize);
+    } else if (key == "chunks") {
+      st = intValue(2, spec.chunks);
+    } else if (key == "zero") {
+      if (value != "0" && value != "1")
+        return Status::error("key 'zero': expected 0 or 1, got '" + value +
+                             "'");
+      spec.zero = value == "1";
+    } else if (key == "recompute") {
+      if (!parseRecompute(value, spec.recompute))
+        return Status::error("key 'recompute': unknown policy '" + value +
+                             "' (known: none selective full)");
+    } else if (key == "layout") {
+      if (value == layoutName(Layout::PipelineInNode))
+        spec.layout = Layout::PipelineInNode;
+      else if (value == layoutName(Layout::DataInNode))
+        spec.layout = Layout::DataInNode;
+      else
+        return Status::error("key 'layout': expected pp-in-node or "
+                             "dp-in-node, got '" +
+                             value + "'");
+      spec.hasLayout = true;
+    } else {
+      return Status::error("unknown key '" + key + "' (known: " + known + ")");
+    }
+    if (!st)
+      return st;
+  }
+  for (const char *required : {"schedule", "pp"})
+    if (!seen.count(required))
+      return Status::error(std::string("missing key '") + required + "'");
+  return spec;
+}
+
+namespace {
+/// The spec evaluated as the sweep would; with its layout left open, the
+/// faster of the two (`otherStep`: the other one's step time, 0 when they
+/// coincide).
+Expected<Candidate> evaluateSpec(const ModelCosts &model,
+                                 const Cluster &cluster,
+                                 const PlanOptions &opts, const SetupSpec &spec,
+                                 double *otherStep) {
+  const int64_t pt = int64_t(spec.pp) * spec.tp;
+  if (spec.pp < 1 || spec.tp < 1 || cluster.gpus % pt != 0)
+    return Status::error("pp=" + fmtInt(spec.pp) + " x tp=" + fmtInt(spec.tp) +
+                         " does not divide the cluster's " +
+                         fmtInt(cluster.gpus) + " GPUs");
+  const int d = int(cluster.gpus / pt);
+  if (spec.dp > 0 && spec.dp != d)
+    return Status::error("dp=" + fmtInt(spec.dp) +
+                         ": pp x tp x dp = " + fmtInt(pt * spec.dp) +
+                         " differs from the cluster's " + fmtInt(cluster.gpus) +
+                         " GPUs (dp = GPUs / (pp tp) = " + fmtInt(d) + ")");
+  if (spec.zero == 1 && d == 1)
+    return Status::error("zero=1 needs data parallelism (dp = 1 here)");
+  PlanOptions o = opts;
+  if (spec.chunks > 0)
+    o.chunksPerRank = spec.chunks;
+  SetupOptions setup;
+  setup.tp = spec.tp;
+  setup.recompute = spec.recompute;
+  setup.zero = spec.zero;
+
+  std::vector<Layout> layouts;
+  if (spec.hasLayout)
+    layouts = {spec.layout};
+  else if (cluster.gpus > cluster.gpusPerNode && spec.pp > 1 && d > 1)
+    layouts = {Layout::PipelineInNode, Layout::DataInNode};
+  else
+    layouts = {Layout::PipelineInNode};
+  std::optional<Candidate> best;
+  double other = 0;
+  for (Layout lay : layouts) {
+    auto c = evaluate(model, cluster, o, spec.kind, spec.pp,
+                      spec.microbatchSize, lay, setup);
+    if (!c)
+      return c.status();
+    if (!best) {
+      best = std::move(*c);
+    } else if (rankKey(*c) < rankKey(*best)) {
+      other = best->stepTime;
+      best = std::move(*c);
+    } else {
+      other = c->stepTime;
+    }
+  }
+  if (otherStep)
+    *otherStep = std::llround(other * 1e9) == std::llround(best->stepTime * 1e9)
+                     ? 0
+                     : other;
+  return std::move(*best);
+}
+} // namespace
+
+Expected<double> plan::fitEfficiency(const ModelCosts &model,
+                                     const Cluster &cluster,
+                                     const PlanOptions &opts,
+                                     const SetupSpec &spec,
+                                     double tokensPerSecond) {
+  if (!(tokensPerSecond > 0) || !std::isfinite(tokensPerSecond))
+    return Status::error("the throughput to fit must be a positive number");
+  auto at = [&](double eff) -> Expected<double> {
+    Cluster c = cluster;
+    c.efficiency = eff;
+    auto r = evaluateSpec(model, c, opts, spec, nullptr);
+    if (!r)
+      return r.status();
+    return r->tokensPerSecond;
+  };
+  auto hi = at(1.0);
+  if (!hi)
+    return hi.status();
+  if (*hi < tokensPerSecond) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "cannot fit: even at efficiency 1 the setup is predicted "
+                  "at %.6g tokens/s, below %.6g",
+                  *hi, tokensPerSecond);
+    return Status::error(buf);
+  }
+  // The throughput never falls as the efficiency rises (every pass time is
+  // a roofline max of FLOPs / rate and a rate-free term): bisect.
+  double lo = 1e-4, up = 1.0;
+  auto low = at(lo);
+  if (!low)
+    return low.status();
+  if (*low > tokensPerSecond)
+    return Status::error("cannot fit: even at efficiency 0.0001 the setup is "
+                         "predicted faster than the target");
+  for (int i = 0; i < 60 && up - lo > 1e-9; ++i) {
+    double mid = 0.5 * (lo + up);
+    auto v = at(mid);
+    if (!v)
+      return v.status();
+    (*v < tokensPerSecond ? lo : up) = mid;
+  }
+  return up;
+}
+
+Expected<Explanation> plan::explain(const PlanResult &r,
+                                    const ModelCosts &model,
+                                    const Cluster &cluster,
+                                    const PlanOptions &opts,
+                                    const SetupSpec &spec) {
+  Explanation e;
+  auto ev = evaluateSpec(model, cluster, opts, spec, &e.otherLayoutStepTime);
+  if (!ev)
+    return ev.status();
+  e.setup = std::move(*ev);
+  PlanOptions o = opts;
+  if (spec.chunks > 0)
+    o.chunksPerRank = spec.chunks;
+  const Candidate &c = e.setup;
+
+  // Is it in the sweep's search space?
+  std::vector<std::string> why;
+  auto has = [](const auto &v, auto x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  if (!opts.pipelineDegrees.empty() && !has(opts.pipelineDegrees, c.pp))
+    why.push_back("pp=" + fmtInt(c.pp) + " is not in --pp " +
+                  joinInts(opts.pipelineDegrees));
+  if (opts.pipelineDegrees.empty() &&
+      c.pp > static_cast<int>(model.layers.size()))
+    why.push_back("pp=" + fmtInt(c.pp) + " is above the layers");
+  if (!opts.tensorDegrees.empty() && !has(opts.tensorDegrees, c.tp))
+    why.push_back("tp=" + fmtInt(c.tp) + " is not in --tp " +
+                  joinInts(opts.tensorDegrees));
+  if (!has(opts.microbatchSizes, c.microbatchSize))
+    why.push_back("b=" + fmtInt(c.microbatchSize) +
+                  " is not in --microbatch-sizes " +
+                  joinInts(opts.microbatchSizes));
+  std::vector<sched::ScheduleKind> kinds =
+      opts.schedules.empty() ? defaultSchedules(bool(opts.autoScheduler))
+                             : opts.schedules;
+  if (!has(kinds, c.kind))
+    why.push_back(
+        std::string("schedule ") + c.schedule +
+        (opts.schedules.empty() ? " is not swept" : " is not in --schedules"));
+  if (!opts.recomputePolicies.empty() &&
+      !has(opts.recomputePolicies, c.recompute))
+    why.push_back(std::string("recompute=") + recomputeName(c.recompute) +
+                  " is not in --recompute");
+  if (opts.recomputePolicies.empty() && c.recompute != Recompute::None &&
+      std::none_of(
+          model.layers.begin(), model.layers.end(),
+          [](const LayerCost &l) { return l.kind == LayerKind::Block; }))
+    why.push_back("recomputation is searched only for transformer blocks");
+  if (!opts.zeroStages.empty() && !has(opts.zeroStages, c.zero))
+    why.push_back("zero=" + fmtInt(c.zero) + " is not in --zero");
+  if (o.chunksPerRank != opts.chunksPerRank &&
+      c.kind == sched::ScheduleKind::Interleaved)
+    why.push_back("chunks=" + fmtInt(o.chunksPerRank) +
+                  " but the sweep uses --chunks " + fmtInt(opts.chunksPerRank));
+  if (c.pp == 1 && has(kinds, c.kind)) {
+    // As the sweep: on one rank only the first linear schedule listed.
+    auto first = std::find_if(kinds.begin(), kinds.end(), [](auto k) {
+      return stagesFor(k, 1, 2) == 1 && k != sched::ScheduleKind::DualPipe;
+    });
+    if (first == kinds.end() || *first != c.kind)
+      why.push_back("with pp=1 the sweep evaluates only the first linear "
+                    "schedule (plain data parallelism)");
+  }
+  for (size_t i = 0; i < why.size(); ++i)
+    e.notSearched += (i ? "; " : "") + why[i];
+
+  // Its place among the ranked setups.
+  for (size_t i = 0; i < r.ranked.size(); ++i) {
+    const Candidate &x = r.ranked[i];
+    if (x.kind == c.kind && x.pp == c.pp && x.tp == c.tp &&
+        x.recompute == c.recompute && x.zero == c.zero &&
+        x.microbatchSize == c.microbatchSize && x.layout == c.layout &&
+        x.stages == c.stages) {
+      e.rank = int(i) + 1;
+      break;
+    }
+  }
+  if (e.rank > 0) {
+    e.wouldRank = e.rank;
+  } else {
+    const auto key = rankKey(c);
+    e.wouldRank = 1 + int(std::count_if(r.ranked.begin(), r.ranked.end(),
+                                        [&](const Candidate &x) {
+                                          return rankKey(x) < key;
+                                        }));
+  }
+  return e;
 }

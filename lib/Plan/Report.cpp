@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 
@@ -35,6 +36,21 @@ std::string splitText(const std::vector<int> &s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i)
     out += (i ? "," : "") + std::to_string(s[i]);
+  return out;
+}
+
+/// "2,1x126,2": runs of equal stage sizes folded.
+std::string runsText(const std::vector<int> &s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    size_t j = i;
+    while (j < s.size() && s[j] == s[i])
+      ++j;
+    out += (i ? "," : "") + std::to_string(s[i]);
+    if (j - i > 1)
+      out += "x" + std::to_string(j - i);
+    i = j;
+  }
   return out;
 }
 
@@ -233,8 +249,79 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
   return out;
 }
 
+std::string plan::formatExplain(const Explanation &e, const PlanResult &r,
+                                const Cluster &cl) {
+  const Candidate &c = e.setup;
+  std::string out;
+  out += fmt("explain: %s: step %.6g ms, bubble %.2f%%, %.3g GiB per GPU "
+             "(of %.3g usable%s), %.6g tokens/s, %.4g model TFLOP/s per GPU, "
+             "MFU %.1f%%\n",
+             setupText(c).c_str(), c.stepTime * 1e3, c.bubbleRate * 100,
+             gib(c.memoryBytes), gib(cl.usableBytes()),
+             c.fits ? ", fits" : ", over memory", c.tokensPerSecond,
+             c.mfu * cl.peakTflops, c.mfu * 100);
+  out += fmt(
+      "  time: pipeline %.4g ms + data-parallel all-reduce %.4g ms%s; "
+      "T_comm %.4g ms per cross-stage edge (%s)%s\n",
+      c.pipelineTime * 1e3, c.dpTime * 1e3,
+      c.dualReduceTime > 0
+          ? fmt(" + copy grad sum %.4g ms", c.dualReduceTime * 1e3).c_str()
+          : "",
+      c.commTime * 1e3,
+      c.pp == 1 ? "no pipeline" : (c.ppInterNode ? "inter-node" : "intra-node"),
+      e.otherLayoutStepTime > 0
+          ? fmt("; the other layout: step %.4g ms", e.otherLayoutStepTime * 1e3)
+                .c_str()
+          : "");
+  out += fmt("  split: compute %.4g ms + recompute %.4g ms + TP comm %.4g ms "
+             "+ bubble %.4g ms + PP comm %.4g ms + DP comm %.4g ms\n",
+             c.computeTime * 1e3, c.recomputeTime * 1e3, c.tpCommTime * 1e3,
+             c.bubbleTime * 1e3, c.ppCommTime * 1e3, c.dpCommTime * 1e3);
+  out += fmt(
+      "  memory: %.3g GiB model state + %.3g GiB peak activations "
+      "(params %.3g + grads %.3g + optimizer %.3g GiB); layers per stage %s\n",
+      gib(c.paramBytes), gib(c.activationBytes), gib(c.weightBytes),
+      gib(c.gradBytes), gib(c.optimizerBytes), runsText(c.layerSplit).c_str());
+  if (e.rank > 0)
+    out += fmt("  rank: %d of %zu setups that fit\n", e.rank, r.ranked.size());
+  else if (!e.notSearched.empty())
+    out += fmt("  rank: not in the search space: %s; it would rank %d of "
+               "%zu%s\n",
+               e.notSearched.c_str(), e.wouldRank, r.ranked.size(),
+               c.fits ? "" : " by time, but it is over memory");
+  else if (!c.fits && r.ranked.empty())
+    out += fmt("  rank: not ranked: over memory (%.2f GiB, %.2f GiB "
+               "usable); no setup fits\n",
+               gib(c.memoryBytes), gib(cl.usableBytes()));
+  else if (!c.fits)
+    out += fmt("  rank: not ranked: over memory (%.2f GiB, %.2f GiB "
+               "usable); by time it would rank %d of %zu\n",
+               gib(c.memoryBytes), gib(cl.usableBytes()), e.wouldRank,
+               r.ranked.size());
+  else
+    out += fmt("  rank: not ranked (pruned: cannot reach the top); it "
+               "would rank %d of %zu\n",
+               e.wouldRank, r.ranked.size());
+  if (!r.ranked.empty()) {
+    const Candidate &best = r.ranked.front();
+    if (e.rank == 1)
+      out += "  it is the recommendation\n";
+    else
+      out += fmt("  recommendation: %s: step %.6g ms, %.3g GiB per GPU, "
+                 "%.6g tokens/s, MFU %.1f%%: %.4gx the explained setup's "
+                 "throughput (step %.2f%% %s)\n",
+                 setupText(best).c_str(), best.stepTime * 1e3,
+                 gib(best.memoryBytes), best.tokensPerSecond, best.mfu * 100,
+                 c.stepTime / best.stepTime,
+                 std::abs(1 - best.stepTime / c.stepTime) * 100,
+                 best.stepTime <= c.stepTime ? "shorter" : "longer");
+  }
+  return out;
+}
+
 std::string plan::formatJson(const PlanResult &r, const ModelCosts &model,
-                             const Cluster &cl, const PlanOptions &opts) {
+                             const Cluster &cl, const PlanOptions &opts,
+                             const Explanation *explained) {
   json j;
   j["model"] = {{"name", model.name},
                 {"layers", model.layers.size()},
@@ -265,6 +352,17 @@ std::string plan::formatJson(const PlanResult &r, const ModelCosts &model,
   for (size_t i = 0; i < n; ++i)
     top.push_back(candidateJson(r.ranked[i]));
   j["top"] = top;
+  if (explained) {
+    json e = candidateJson(explained->setup);
+    e["rank"] = explained->rank;
+    e["would_rank"] = explained->wouldRank;
+    e["ranked"] = r.ranked.size();
+    e["not_searched"] = explained->notSearched;
+    if (!r.ranked.empty())
+      e["recommendation_speedup"] =
+          explained->setup.stepTime / r.ranked.front().stepTime;
+    j["explain"] = e;
+  }
   j["skipped"] = r.skipped;
   return j.dump(2) + "\n";
 }

@@ -6,6 +6,7 @@
 //       --global-batch 64 [--seq-len 1024] [--microbatch-sizes 1,2,4,8] \
 //       [--schedules 1f1b,zbv] [--tp 1,2] [--recompute none,full] [--zero 0,1]
 //       [--top 5] [--format table|json] [-o FILE]
+//       [--explain "schedule=interleaved pp=8 tp=8 b=1 recompute=full zero=1"]
 //
 // Reads the model (a config.json through the importer, or an nn .mlir with
 // func @model), takes its per-layer costs from the nn cost analysis
@@ -115,6 +116,19 @@ static cl::opt<int> topN("top", cl::desc("Setups to list (default 5)"),
 static cl::opt<std::string> outFormat("format",
                                       cl::desc("table (default) or json"),
                                       cl::init("table"), cl::cat(cat));
+static cl::opt<std::string> explainSetup(
+    "explain",
+    cl::desc("Also evaluate this setup and show its rank, e.g. "
+             "\"schedule=interleaved pp=8 tp=8 b=1 recompute=full zero=1 "
+             "chunks=2\" (keys: schedule pp tp dp b recompute zero chunks "
+             "layout)"),
+    cl::value_desc("setup"), cl::init(""), cl::cat(cat));
+static cl::opt<double> fitThroughput(
+    "fit-throughput",
+    cl::desc("With --explain: first set the cluster's efficiency to the value "
+             "at which the explained setup is predicted at this many tokens/s "
+             "(a published run's throughput), then plan with it"),
+    cl::value_desc("tokens/s"), cl::init(0), cl::cat(cat));
 static cl::opt<std::string> outputPath("o", cl::desc("Output file"),
                                        cl::value_desc("file"), cl::init("-"),
                                        cl::cat(cat));
@@ -340,6 +354,14 @@ int main(int argc, char **argv) {
     }
   }
 
+  std::optional<plan::SetupSpec> spec;
+  if (explainSetup.getNumOccurrences()) {
+    auto s = plan::parseSetup(explainSetup);
+    if (!s)
+      return fail("--explain: " + s.message());
+    spec = *s;
+  }
+
   // Cluster.
   auto clusterBuf = MemoryBuffer::getFile(clusterPath);
   if (!clusterBuf)
@@ -368,17 +390,54 @@ int main(int argc, char **argv) {
     return fail("--seq-len " + Twine(seqLen) + " differs from the IR's " +
                 Twine(model->seqLen) + " (an .mlir model fixes it)");
 
+  std::string fitLine;
+  if (fitThroughput.getNumOccurrences()) {
+    if (!spec)
+      return fail("--fit-throughput needs --explain (the setup to fit)");
+    auto eff =
+        plan::fitEfficiency(*model, *cluster, opts, *spec, fitThroughput);
+    if (!eff)
+      return fail("--fit-throughput: " + eff.message());
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "fit: efficiency %.4f (the cluster file has %.4g): the "
+                  "explained setup is predicted at %.6g tokens/s\n",
+                  *eff, cluster->efficiency, double(fitThroughput));
+    fitLine = buf;
+    cluster->efficiency = *eff;
+  }
+
   auto result = plan::plan(*model, *cluster, opts);
-  if (!result)
+  if (!result) {
+    // The explained setup still says what it needs (against no ranked
+    // setups) before the sweep's error.
+    if (spec && outFormat == "table")
+      if (auto e =
+              plan::explain(plan::PlanResult{}, *model, *cluster, opts, *spec))
+        outs() << plan::formatExplain(*e, plan::PlanResult{}, *cluster);
     return fail(result.message());
+  }
+
+  std::optional<plan::Explanation> explained;
+  if (spec) {
+    auto e = plan::explain(*result, *model, *cluster, opts, *spec);
+    if (!e)
+      return fail("--explain: " + e.message());
+    explained = std::move(*e);
+  }
 
   std::string error;
   auto out = mlir::openOutputFile(outputPath, &error);
   if (!out)
     return fail(error);
-  out->os() << (outFormat == "json"
-                    ? plan::formatJson(*result, *model, *cluster, opts)
-                    : plan::formatTable(*result, *model, *cluster, opts));
+  if (outFormat == "json") {
+    out->os() << plan::formatJson(*result, *model, *cluster, opts,
+                                  explained ? &*explained : nullptr);
+  } else {
+    out->os() << fitLine << plan::formatTable(*result, *model, *cluster, opts);
+    if (explained)
+      out->os() << "\n" << plan::formatExplain(*explained, *result, *cluster);
+  }
   if (auto err = pipeforge::finishOutput(*out))
     return fail(*err);
   return 0;

@@ -606,3 +606,158 @@ TEST(PlannerSweep, PruningAutoKeepsTheTopAndSplitsAddUp) {
   EXPECT_EQ(zeros, (std::set<int>{0, 1}));
   EXPECT_EQ(rcs.size(), 3u);
 }
+
+TEST(PlannerExplain, ParsesSetups) {
+  auto s = parseSetup("schedule=zb-h1 pp=4 tp=2 dp=8 b=2 recompute=selective "
+                      "zero=1 chunks=3 layout=dp-in-node");
+  ASSERT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(s->kind, ScheduleKind::ZBH1);
+  EXPECT_EQ(s->pp, 4);
+  EXPECT_EQ(s->tp, 2);
+  EXPECT_EQ(s->dp, 8);
+  EXPECT_EQ(s->microbatchSize, 2);
+  EXPECT_EQ(s->recompute, Recompute::Selective);
+  EXPECT_EQ(s->zero, 1);
+  EXPECT_EQ(s->chunks, 3);
+  EXPECT_TRUE(s->hasLayout);
+  EXPECT_EQ(s->layout, Layout::DataInNode);
+  // Defaults; commas separate as well as spaces.
+  auto d = parseSetup("schedule=1f1b,pp=2");
+  ASSERT_TRUE(d.isOk()) << d.message();
+  EXPECT_EQ(d->tp, 1);
+  EXPECT_EQ(d->dp, 0);
+  EXPECT_EQ(d->microbatchSize, 1);
+  EXPECT_EQ(d->recompute, Recompute::None);
+  EXPECT_EQ(d->zero, 0);
+  EXPECT_FALSE(d->hasLayout);
+
+  const std::pair<const char *, const char *> bad[] = {
+      {"", "empty setup"},
+      {"pp=4", "missing key 'schedule'"},
+      {"schedule=1f1b", "missing key 'pp'"},
+      {"schedule=1f1b pp", "expected KEY=VALUE, got 'pp'"},
+      {"schedule=1f1b =4", "expected KEY=VALUE, got '=4'"},
+      {"schedule=1f1b pp=4 pp=4", "key 'pp' given twice"},
+      {"schedule=1f1b pp=0", "key 'pp': expected a positive integer, got '0'"},
+      {"schedule=1f1b pp=-1", "key 'pp': expected a positive integer"},
+      {"schedule=1f1b pp=99999999999", "key 'pp': expected a positive integer"},
+      {"schedule=nope pp=4", "key 'schedule': unknown schedule 'nope'"},
+      {"schedule=1f1b pp=4 zero=2", "key 'zero': expected 0 or 1"},
+      {"schedule=1f1b pp=4 recompute=all", "key 'recompute': unknown policy"},
+      {"schedule=1f1b pp=4 layout=x", "key 'layout': expected pp-in-node"},
+      {"schedule=1f1b pp=4 chunks=1", "key 'chunks': expected an integer >= 2"},
+      {"schedule=1f1b pp=4 mb=1", "unknown key 'mb'"},
+  };
+  for (auto [text, msg] : bad) {
+    auto r = parseSetup(text);
+    ASSERT_FALSE(r.isOk()) << text;
+    EXPECT_NE(r.message().find(msg), std::string::npos)
+        << text << ": " << r.message();
+  }
+}
+
+TEST(PlannerExplain, RanksASweptSetupWhereTheSweepDoes) {
+  ModelCosts m = uniformModel(8, /*params=*/1e8, /*stash=*/1e8, 1e6);
+  Cluster cl = cluster(8, 1000);
+  PlanOptions o = options(16, {ScheduleKind::OneFOneB, ScheduleKind::ZBH1,
+                               ScheduleKind::Interleaved});
+  o.microbatchSizes = {1, 2};
+  auto r = plan::plan(m, cl, o);
+  ASSERT_TRUE(r.isOk()) << r.message();
+  ASSERT_GT(r->ranked.size(), 4u);
+  for (size_t i = 0; i < r->ranked.size(); ++i) {
+    const Candidate &c = r->ranked[i];
+    SetupSpec s;
+    s.kind = c.kind;
+    s.pp = c.pp;
+    s.tp = c.tp;
+    s.microbatchSize = c.microbatchSize;
+    s.recompute = c.recompute;
+    s.zero = c.zero;
+    s.hasLayout = true;
+    s.layout = c.layout;
+    auto e = explain(*r, m, cl, o, s);
+    ASSERT_TRUE(e.isOk()) << e.message();
+    EXPECT_EQ(e->setup.stepTime, c.stepTime) << i;
+    EXPECT_EQ(e->setup.memoryBytes, c.memoryBytes) << i;
+    EXPECT_TRUE(e->notSearched.empty()) << e->notSearched;
+    // Ties (ZeRO-1 and 0 with equal memory, say) rank the first of them.
+    EXPECT_LE(e->rank, int(i) + 1);
+    EXPECT_EQ(r->ranked[e->rank - 1].stepTime, c.stepTime);
+    EXPECT_EQ(e->wouldRank, e->rank);
+  }
+}
+
+TEST(PlannerExplain, OutsideTheSearchSpaceSaysWhyAndWhereItWouldRank) {
+  ModelCosts m = uniformModel(8, 1e8, 1e8, 1e6);
+  Cluster cl = cluster(8, 1000);
+  PlanOptions o = options(16, {ScheduleKind::OneFOneB});
+  o.pipelineDegrees = {4};
+  auto r = plan::plan(m, cl, o);
+  ASSERT_TRUE(r.isOk()) << r.message();
+  auto s = parseSetup("schedule=zb-h1 pp=2 b=2");
+  ASSERT_TRUE(s.isOk());
+  auto e = explain(*r, m, cl, o, *s);
+  ASSERT_TRUE(e.isOk()) << e.message();
+  EXPECT_EQ(e->rank, 0);
+  EXPECT_NE(e->notSearched.find("pp=2 is not in --pp 4"), std::string::npos)
+      << e->notSearched;
+  EXPECT_NE(e->notSearched.find("b=2 is not in --microbatch-sizes 1"),
+            std::string::npos);
+  EXPECT_NE(e->notSearched.find("schedule zb-h1 is not in --schedules"),
+            std::string::npos);
+  int ahead = 0;
+  for (const Candidate &c : r->ranked)
+    ahead += c.stepTime < e->setup.stepTime;
+  EXPECT_EQ(e->wouldRank, ahead + 1);
+
+  // dp is a check of the GPU count.
+  auto bad = parseSetup("schedule=1f1b pp=4 dp=4");
+  ASSERT_TRUE(bad.isOk());
+  auto err = explain(*r, m, cl, o, *bad);
+  ASSERT_FALSE(err.isOk());
+  EXPECT_NE(err.message().find("dp=4: pp x tp x dp = 16 differs from the "
+                               "cluster's 8 GPUs (dp = GPUs / (pp tp) = 2)"),
+            std::string::npos)
+      << err.message();
+}
+
+TEST(PlannerExplain, OverMemoryIsNotRanked) {
+  // 4 one-layer stages of 1 GB stash, 8 microbatches: GPipe's rank 0 holds
+  // all 8 (8 GB), 1F1B's at most 4 (4 GB); 6 GiB GPUs.
+  ModelCosts m = uniformModel(4, 1e6, 1e9);
+  Cluster cl = cluster(4, 6);
+  PlanOptions o = options(8, {ScheduleKind::OneFOneB});
+  auto r = plan::plan(m, cl, o);
+  ASSERT_TRUE(r.isOk()) << r.message();
+  auto s = parseSetup("schedule=gpipe pp=4");
+  ASSERT_TRUE(s.isOk());
+  auto e = explain(*r, m, cl, o, *s);
+  ASSERT_TRUE(e.isOk()) << e.message();
+  EXPECT_FALSE(e->setup.fits);
+  EXPECT_EQ(e->rank, 0);
+  EXPECT_NE(e->notSearched.find("schedule gpipe"), std::string::npos);
+}
+
+TEST(PlannerFit, EfficiencyReproducesTheTargetThroughput) {
+  ModelCosts m = uniformModel(8, 1e8, 1e8, 1e6);
+  Cluster cl = cluster(8, 1000);
+  cl.efficiency = 0.37;
+  PlanOptions o = options(16);
+  auto s = parseSetup("schedule=1f1b pp=4 zero=1");
+  ASSERT_TRUE(s.isOk());
+  auto r = plan::plan(m, cl, o);
+  ASSERT_TRUE(r.isOk());
+  auto at37 = explain(*r, m, cl, o, *s);
+  ASSERT_TRUE(at37.isOk()) << at37.message();
+  Cluster other = cl;
+  other.efficiency = 0.9;
+  auto eff = fitEfficiency(m, other, o, *s, at37->setup.tokensPerSecond);
+  ASSERT_TRUE(eff.isOk()) << eff.message();
+  EXPECT_NEAR(*eff, 0.37, 1e-6);
+  // Unreachable targets.
+  auto high = fitEfficiency(m, other, o, *s, 1e3 * at37->setup.tokensPerSecond);
+  ASSERT_FALSE(high.isOk());
+  EXPECT_NE(high.message().find("even at efficiency 1"), std::string::npos);
+  EXPECT_FALSE(fitEfficiency(m, other, o, *s, 0).isOk());
+}

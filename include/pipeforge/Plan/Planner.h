@@ -285,12 +285,75 @@ Expected<Candidate> evaluate(const ModelCosts &model, const Cluster &cluster,
 Expected<PlanResult> plan(const ModelCosts &model, const Cluster &cluster,
                           const PlanOptions &opts);
 
+/// A user-given setup (`pipeforge-plan --explain`), parsed from
+/// space-separated KEY=VALUE words:
+///   schedule=NAME (required), pp=P (required), tp=T (1), dp=D (optional: a
+///   check, d is GPUs / (p t)), b=B (1), recompute=none|selective|full
+///   (none), zero=0|1 (0), chunks=V (PlanOptions::chunksPerRank),
+///   layout=pp-in-node|dp-in-node (optional: the faster of the two).
+struct SetupSpec {
+  sched::ScheduleKind kind = sched::ScheduleKind::OneFOneB;
+  int pp = 0, tp = 1;
+  int dp = 0; ///< 0: not given
+  int microbatchSize = 1;
+  Recompute recompute = Recompute::None;
+  int zero = 0;
+  int chunks = 0; ///< 0: not given (the sweep's)
+  bool hasLayout = false;
+  Layout layout = Layout::PipelineInNode;
+};
+
+/// Parses a setup string; errors name the word or the key, e.g.
+/// "key 'pp': expected a positive integer, got 'x'".
+Expected<SetupSpec> parseSetup(const std::string &text);
+
+/// A user-given setup evaluated with the sweep's model, and where it stands
+/// among the swept setups.
+struct Explanation {
+  Candidate setup;
+  /// 1-based position among PlanResult::ranked; 0 when it is not there
+  /// (over memory, pruned, or outside the search space).
+  int rank = 0;
+  /// Where it would stand among the ranked setups by its step time (1 +
+  /// the setups ahead of it); the same as `rank` when it is ranked.
+  int wouldRank = 0;
+  /// Why the sweep did not consider it ("" when the sweep's options cover
+  /// it), e.g. "pp=16 is not in --pp 2,4".
+  std::string notSearched;
+  /// The other layout's step time, when the spec left the layout open and
+  /// the two differ (0 otherwise).
+  double otherLayoutStepTime = 0;
+};
+
+/// Evaluates `spec` as the sweep would (same options; `chunks` overrides
+/// PlanOptions::chunksPerRank for this setup only) and places it against
+/// `r`, the sweep's result. Errors: the setup cannot be formed (dp that does
+/// not match the GPUs, a schedule rule, a tensor degree the model forbids).
+Expected<Explanation> explain(const PlanResult &r, const ModelCosts &model,
+                              const Cluster &cluster, const PlanOptions &opts,
+                              const SetupSpec &spec);
+
+/// The cluster efficiency (Cluster::efficiency) at which `spec`, evaluated
+/// as by explain(), is predicted at `tokensPerSecond`: a bisection on (0, 1]
+/// to 1e-9. Errors when even efficiency 1 is slower than the target.
+Expected<double> fitEfficiency(const ModelCosts &model, const Cluster &cluster,
+                               const PlanOptions &opts, const SetupSpec &spec,
+                               double tokensPerSecond);
+
+/// The explanation as text: the setup's step time, throughput, MFU, memory,
+/// its rank, and what the recommendation gains over it.
+std::string formatExplain(const Explanation &e, const PlanResult &r,
+                          const Cluster &cluster);
+
 /// Human-readable report: the header, the top N, the recommendation.
 std::string formatTable(const PlanResult &r, const ModelCosts &model,
                         const Cluster &cluster, const PlanOptions &opts);
 /// The same as JSON (see docs/planner.md).
+/// With `explained`, an "explain" object (the setup, its rank, why it was not
+/// searched, and the recommendation's speedup over it).
 std::string formatJson(const PlanResult &r, const ModelCosts &model,
-                       const Cluster &cluster, const PlanOptions &opts);
+                       const Cluster &cluster, const PlanOptions &opts,
+                       const Explanation *explained = nullptr);
 
 } // namespace pipeforge::plan
 
