@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 namespace pipeforge::rt {
 
@@ -314,6 +315,14 @@ Status Executor::Impl::gradReduce(const Action &a) {
 Expected<StepStats> Executor::Impl::step() {
   if (Status s = tr.barrier(Group::Pipeline); !s)
     return s;
+  if (opts.stallStep == stepNo + 1) {
+    std::fprintf(stderr, "pipeforge-run: rank %d: test hook: stalling at "
+                         "step %lld\n",
+                 tr.worldRank(), (long long)opts.stallStep);
+    std::fflush(stderr);
+    for (;;)
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   double t0 = nowS();
   for (auto &[i, ps] : params) {
     be.fillZero(ps.grad->p, ps.grad->bytes);

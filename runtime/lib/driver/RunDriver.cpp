@@ -24,6 +24,10 @@
 // microbatch MB at step STEP; --skip-step K skips step K's update.
 // PIPEFORGE_TEST_PERTURB_RANK=R changes one weight on world rank R before
 // --dump-weights (whose replica check must then fail).
+// PIPEFORGE_TEST_STALL_AT_STEP=K (with PIPEFORGE_TEST_DIE_RANK=R) makes rank
+// R stop answering at step K without exiting, as on a lost node;
+// PIPEFORGE_TEST_ABORT_HANGS=1 makes MPI_Abort never return (the launcher
+// cannot reach that node) so that PIPEFORGE_ABORT_GRACE is what ends a rank.
 //
 //===----------------------------------------------------------------------===//
 
@@ -394,6 +398,12 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     eo.injectNanMb = nanMb;
     eo.fuseOverlap = !noFuse;
     eo.zeroStage = zeroStage;
+    // Test hook: PIPEFORGE_TEST_STALL_AT_STEP=K with PIPEFORGE_TEST_DIE_RANK=R
+    // makes world rank R stop answering at step K (a lost node).
+    if (const char *st = std::getenv("PIPEFORGE_TEST_STALL_AT_STEP"))
+      if (const char *r = std::getenv("PIPEFORGE_TEST_DIE_RANK");
+          r && std::atoi(r) == tr->worldRank())
+        eo.stallStep = std::atoll(st);
     eo.syncDeviceCompute = !asyncCompute;
     auto trainer = Trainer::create(p, *be, *tr, to);
     if (!trainer)

@@ -135,6 +135,23 @@ public:
     MPI_Comm_dup(ep, &epData);
     MPI_Comm_dup(tp, &tpData);
     MPI_Comm_dup(MPI_COMM_WORLD, &worldData);
+    // Every rank's host, for messages that name a peer (a lost node).
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    MPI_Get_processor_name(name, &len);
+    std::vector<char> all(size_t(wsize) * MPI_MAX_PROCESSOR_NAME, 0);
+    MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(),
+                  MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+    hosts.clear();
+    for (int r = 0; r < wsize; ++r)
+      hosts.emplace_back(all.data() + size_t(r) * MPI_MAX_PROCESSOR_NAME);
+    // World ranks of this pipeline's ranks.
+    pipeWorld.resize(size_t(p));
+    for (int q = 0; q < p; ++q) {
+      RankCoord o = c;
+      o.pipeline = q;
+      pipeWorld[size_t(q)] = grid.worldRank(o);
+    }
     return Status::ok();
   }
   int epIndex() const override { return epi; }
@@ -232,7 +249,8 @@ public:
     Req r = it->second;
     std::string what = std::string(r.send ? "send to" : "receive from") +
                        " pipeline rank " + std::to_string(r.peer) +
-                       " (tag " + std::to_string(r.tag) + ")";
+                       peerWhere(r.peer) + " (tag " + std::to_string(r.tag) +
+                       ")";
     if (Status s = waitReq(it->second.req, what); !s)
       return s;
     reqs.erase(id);
@@ -357,8 +375,29 @@ public:
   [[noreturn]] void abort(const std::string &msg, int code) override {
     std::fprintf(stderr, "pipeforge-run: rank %d: %s\n", wrank, msg.c_str());
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
-    std::_Exit(code ? code : 1);
+    const int rc = code ? code : 1;
+    // MPI_Abort asks the launcher to kill the job; when the launcher cannot
+    // reach a lost node's daemon it may never return. This rank leaves by
+    // itself after a grace period (PIPEFORGE_ABORT_GRACE seconds, default
+    // 10), so a survivor never outlives --comm-timeout by more than that.
+    double grace = 10;
+    if (const char *g = std::getenv("PIPEFORGE_ABORT_GRACE"))
+      grace = std::max(0.0, std::atof(g));
+    std::thread([rank = wrank, rc, grace] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+      std::fprintf(stderr,
+                   "pipeforge-run: rank %d: MPI_Abort did not end the job "
+                   "within %.0f s (a lost node's launcher?): exiting\n",
+                   rank, grace);
+      std::fflush(stderr);
+      std::_Exit(rc);
+    }).detach();
+    // Test hook: an MPI_Abort that never returns (the launcher lost a node).
+    if (std::getenv("PIPEFORGE_TEST_ABORT_HANGS"))
+      for (;;)
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+    MPI_Abort(MPI_COMM_WORLD, rc);
+    std::_Exit(rc);
   }
 
 private:
@@ -370,6 +409,16 @@ private:
   };
   int wrank = 0, wsize = 1, P = 1, D = 1, E = 1, T = 1, prank = 0, dpi = 0,
       epi = 0, tpi = 0, tagUb = 32767;
+  std::vector<std::string> hosts; ///< by world rank
+  std::vector<int> pipeWorld;     ///< world rank of each pipeline rank
+  /// " (world rank W on HOST)" for pipeline rank `peer` of this replica.
+  std::string peerWhere(int peer) const {
+    if (peer < 0 || size_t(peer) >= pipeWorld.size())
+      return "";
+    int w = pipeWorld[size_t(peer)];
+    return " (world rank " + std::to_string(w) +
+           (size_t(w) < hosts.size() ? " on " + hosts[size_t(w)] : "") + ")";
+  }
   MPI_Comm pipe = MPI_COMM_NULL, dp = MPI_COMM_NULL, ep = MPI_COMM_NULL,
            tp = MPI_COMM_NULL;
   MPI_Comm pipeData = MPI_COMM_NULL, dpData = MPI_COMM_NULL,

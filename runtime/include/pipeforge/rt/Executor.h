@@ -145,6 +145,10 @@ struct ExecutorOptions {
   /// first local parameter's gradient gets a NaN).
   int64_t injectNanStep = 0;
   int64_t injectNanMb = 0;
+  /// Test hook: at step `stallStep` (1-based; 0: never) this rank stops
+  /// after the step's barrier and never answers again, as a rank on a lost
+  /// node does (its peers' watchdogs must end the job).
+  int64_t stallStep = 0;
   /// Run the members of an Overlap action interleaved when the program
   /// has components for them (docs/runtime.md, "Fused overlap");
   /// false (pipeforge-run --no-fuse): F then B as without components.
