@@ -139,12 +139,34 @@ public:
     char name[MPI_MAX_PROCESSOR_NAME] = {};
     int len = 0;
     MPI_Get_processor_name(name, &len);
+    // Test hook: every rank on a host of its own (the placement checks
+    // below without a second machine).
+    if (std::getenv("PIPEFORGE_TEST_HOST_PER_RANK"))
+      std::snprintf(name + std::min(len, MPI_MAX_PROCESSOR_NAME - 16), 16,
+                    "-r%d", wrank);
     std::vector<char> all(size_t(wsize) * MPI_MAX_PROCESSOR_NAME, 0);
     MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(),
                   MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
     hosts.clear();
     for (int r = 0; r < wsize; ++r)
       hosts.emplace_back(all.data() + size_t(r) * MPI_MAX_PROCESSOR_NAME);
+    // A tensor-parallel group should share a node (its all-reduces run in
+    // every layer): say so once when one does not.
+    if (t > 1 && wrank == 0)
+      for (int r = 0; r < wsize; r += t)
+        for (int k = 1; k < t; ++k)
+          if (hosts[size_t(r + k)] != hosts[size_t(r)]) {
+            std::fprintf(stderr,
+                         "pipeforge-run: warning: the tensor-parallel group "
+                         "of world ranks %d..%d spans hosts %s and %s: its "
+                         "all-reduces cross the network (docs/multi-node.md: "
+                         "place consecutive ranks on one node)\n",
+                         r, r + t - 1, hosts[size_t(r)].c_str(),
+                         hosts[size_t(r + k)].c_str());
+            std::fflush(stderr);
+            r = wsize; // once
+            break;
+          }
     // World ranks of this pipeline's ranks.
     pipeWorld.resize(size_t(p));
     for (int q = 0; q < p; ++q) {
