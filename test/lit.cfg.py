@@ -56,6 +56,25 @@ def _torch_present():
 if _torch_present():
     config.available_features.add("torch")
 
+# `REQUIRES: netns`: root may create network namespaces (the multi-host
+# test builds its hosts from them); probed by creating and deleting one.
+def _netns_allowed():
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"):
+        return False
+    name = "pfprobe%d" % os.getpid()
+    try:
+        if subprocess.run(["ip", "netns", "add", name], capture_output=True,
+                          timeout=30).returncode != 0:
+            return False
+        subprocess.run(["ip", "netns", "del", name], capture_output=True,
+                       timeout=30)
+        return True
+    except Exception:
+        return False
+
+if _netns_allowed():
+    config.available_features.add("netns")
+
 # MPI tests: `REQUIRES: mpi`.
 if shutil.which("mpirun"):
     config.available_features.add("mpi")

@@ -25,9 +25,7 @@
 // PIPEFORGE_TEST_PERTURB_RANK=R changes one weight on world rank R before
 // --dump-weights (whose replica check must then fail).
 // PIPEFORGE_TEST_STALL_AT_STEP=K (with PIPEFORGE_TEST_DIE_RANK=R) makes rank
-// R stop answering at step K without exiting, as on a lost node;
-// PIPEFORGE_TEST_ABORT_HANGS=1 makes MPI_Abort never return (the launcher
-// cannot reach that node) so that PIPEFORGE_ABORT_GRACE is what ends a rank.
+// R stop answering at step K without exiting, as on a lost node.
 //
 //===----------------------------------------------------------------------===//
 

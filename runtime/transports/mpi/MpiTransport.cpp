@@ -397,29 +397,13 @@ public:
   [[noreturn]] void abort(const std::string &msg, int code) override {
     std::fprintf(stderr, "pipeforge-run: rank %d: %s\n", wrank, msg.c_str());
     std::fflush(stderr);
-    const int rc = code ? code : 1;
-    // MPI_Abort asks the launcher to kill the job; when the launcher cannot
-    // reach a lost node's daemon it may never return. This rank leaves by
-    // itself after a grace period (PIPEFORGE_ABORT_GRACE seconds, default
-    // 10), so a survivor never outlives --comm-timeout by more than that.
-    double grace = 10;
-    if (const char *g = std::getenv("PIPEFORGE_ABORT_GRACE"))
-      grace = std::max(0.0, std::atof(g));
-    std::thread([rank = wrank, rc, grace] {
-      std::this_thread::sleep_for(std::chrono::duration<double>(grace));
-      std::fprintf(stderr,
-                   "pipeforge-run: rank %d: MPI_Abort did not end the job "
-                   "within %.0f s (a lost node's launcher?): exiting\n",
-                   rank, grace);
-      std::fflush(stderr);
-      std::_Exit(rc);
-    }).detach();
-    // Test hook: an MPI_Abort that never returns (the launcher lost a node).
-    if (std::getenv("PIPEFORGE_TEST_ABORT_HANGS"))
-      for (;;)
-        std::this_thread::sleep_for(std::chrono::seconds(1));
-    MPI_Abort(MPI_COMM_WORLD, rc);
-    std::_Exit(rc);
+    // A plain non-zero exit, not MPI_Abort: mpirun ends a job whose process
+    // exits without MPI_Finalize (killing the other ranks), and it does so
+    // also when a node is lost, whereas Open MPI 4.1's mpirun can hang in
+    // MPI_Abort's kill path waiting for the lost node's daemon
+    // (docs/multi-node.md; test/Runtime/multi-host.test takes a host's link
+    // down).
+    std::_Exit(code ? code : 1);
   }
 
 private:
