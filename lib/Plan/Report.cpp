@@ -127,6 +127,48 @@ json candidateJson(const Candidate &c) {
 }
 } // namespace
 
+std::string plan::launchCommands(const Candidate &c, const ModelCosts &m,
+                                 const Cluster &cl, const PlanOptions &opts) {
+  const std::string model = opts.modelPath.empty() ? "MODEL" : opts.modelPath;
+  std::string compile =
+      "pipeforge-compile " + model + " --schedule " +
+      sched::scheduleKindName(c.kind) + " --ranks " + std::to_string(c.pp) +
+      (c.dp > 1 ? " --dp " + std::to_string(c.dp) : "") +
+      (c.tp > 1 ? " --tp " + std::to_string(c.tp) : "") +
+      (c.kind == sched::ScheduleKind::Interleaved
+           ? " --chunks " + std::to_string(opts.chunksPerRank)
+           : "") +
+      " --microbatches " + std::to_string(c.microbatches) +
+      " --microbatch-size " + std::to_string(c.microbatchSize) +
+      " --seq-len " + std::to_string(m.seqLen) +
+      (c.recompute == Recompute::Full        ? " --recompute=full"
+       : c.recompute == Recompute::Selective ? " --recompute=selective"
+                                             : "") +
+      " -o model.pfp";
+  // World rank = ((replica x E + expert) x P + pipeline) x T + tensor:
+  // Open MPI's slot filling keeps consecutive ranks (a TP group, then a
+  // pipeline) on a node; round-robin over nodes puts a replica's pipeline
+  // ranks on different nodes and a node's ranks in different replicas.
+  const int world = c.pp * c.dp * c.tp;
+  std::string map = "--map-by slot";
+  std::string note;
+  if (c.layout == Layout::DataInNode) {
+    if (c.tp == 1) {
+      map = "--map-by node";
+    } else {
+      map = "--rankfile RANKFILE";
+      note = "  (dp-in-node with tp > 1: list each node's ranks in RANKFILE so "
+             "that a node holds whole TP groups of different replicas; "
+             "docs/multi-node.md)\n";
+    }
+  }
+  std::string run = "mpirun --hostfile HOSTS " + map + " -np " +
+                    std::to_string(world) + " pipeforge-run model.pfp" +
+                    (c.zero == 1 ? " --zero 1" : "");
+  (void)cl;
+  return "  launch: " + compile + "\n          " + run + "\n" + note;
+}
+
 std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
                               const Cluster &cl, const PlanOptions &opts) {
   std::string out;
@@ -220,6 +262,7 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
           "(params %.3g + grads %.3g + optimizer %.3g GiB)\n",
           gib(best.paramBytes), gib(best.activationBytes),
           gib(best.weightBytes), gib(best.gradBytes), gib(best.optimizerBytes));
+  out += launchCommands(best, model, cl, opts);
   // The runner-up: the next setup that differs in more than the ZeRO stage
   // (which changes only memory, so it is usually the same setup again).
   const Candidate *runnerUp = nullptr;

@@ -303,6 +303,7 @@ int main(int argc, char **argv) {
   opts.stateBytesPerParam = stateBytes;
   opts.gradBytesPerParam = gradBytes;
   opts.topN = topN;
+  opts.modelPath = modelPath == "-" ? std::string("MODEL") : std::string(modelPath);
   auto sizes = parseIntList(mbSizes);
   if (!sizes)
     return fail("--microbatch-sizes: expected positive integers separated by "

@@ -197,7 +197,17 @@ struct PlanOptions {
   /// it differs from 0).
   std::vector<int> zeroStages;
   AutoScheduleFn autoScheduler; ///< optional
+  /// The model file as the user named it, for the launch commands the
+  /// report prints ("MODEL" when empty).
+  std::string modelPath;
 };
+
+/// The commands that realise `c` (docs/planner.md, "Launching the
+/// recommendation"): pipeforge-compile with its degrees, microbatches,
+/// recomputation and sequence length, then mpirun with the mapping that
+/// gives its layout and pipeforge-run with its ZeRO stage. One line each.
+std::string launchCommands(const struct Candidate &c, const ModelCosts &m,
+                           const Cluster &cl, const PlanOptions &opts);
 
 /// The schedule kinds swept by default, in tie-breaking order.
 std::vector<sched::ScheduleKind> defaultSchedules(bool withAuto);
