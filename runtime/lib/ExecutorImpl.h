@@ -92,6 +92,9 @@ struct Executor::Impl {
   int prank = 0, numStages = 1, mPerCopy = 1, totalMb = 1;
   int64_t stepNo = 0;
   double epoch = 0;
+  /// Traces: how far apart the ranks' epochs may be (alignClocks), s.
+  double clockSync = -1;
+  Status alignClocks();
 
   /// On a backend that is not host-visible the host copies are the master
   /// parameters (fp32) the optimizer and checkpoints work on: values are

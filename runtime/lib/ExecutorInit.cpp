@@ -203,6 +203,42 @@ Status Executor::Impl::init() {
   float sv = 1.0f / float(totalMb);
   be.copyFromHost(seed->p, &sv, 4);
   epoch = nowS();
+  if (opts.trace)
+    return alignClocks();
+  return Status::ok();
+}
+
+Status Executor::Impl::alignClocks() {
+  // Trace timestamps count from the exit of a world barrier, which every
+  // rank leaves at (nearly) the same moment whatever its host's clock: so
+  // ranks on different hosts line up. The uncertainty is the spread of the
+  // barrier exits: over kRounds barriers, each rank's offset to rank 0
+  // (times relative to the first exit, small enough for floats) varies by
+  // at most `clockSync` seconds (the max over ranks).
+  constexpr int kRounds = 6;
+  std::array<double, kRounds> t{};
+  for (int k = 0; k < kRounds; ++k) {
+    if (Status s = tr.barrier(Group::World); !s)
+      return s;
+    t[size_t(k)] = nowS();
+  }
+  std::array<float, kRounds> rank0{};
+  if (tr.worldRank() == 0)
+    for (int k = 0; k < kRounds; ++k)
+      rank0[size_t(k)] = float(t[size_t(k)] - t[0]);
+  if (Status s = tr.allreduce(rank0.data(), kRounds, Group::World); !s)
+    return s;
+  float lo = 0, hi = 0;
+  for (int k = 0; k < kRounds; ++k) {
+    float off = float(t[size_t(k)] - t[0]) - rank0[size_t(k)];
+    lo = std::min(lo, off);
+    hi = std::max(hi, off);
+  }
+  float spread = hi - lo;
+  if (Status s = tr.allreduce(&spread, 1, Group::World, ReduceOp::Max); !s)
+    return s;
+  clockSync = spread;
+  epoch = t[0];
   return Status::ok();
 }
 

@@ -10,11 +10,13 @@ Status Executor::writeTrace(const std::string &path) {
   std::string js;
   int wr = impl->tr.worldRank();
   char buf[640];
-  // The rank's epoch on the host's steady clock, to align ranks' timelines.
+  // The rank's epoch on its host's steady clock: the exit of a world
+  // barrier common to all ranks (alignClocks), so `ts` of different ranks
+  // and hosts line up to within sync_us.
   std::snprintf(buf, sizeof buf,
                 "{\"name\":\"clock\",\"ph\":\"M\",\"pid\":%d,"
-                "\"args\":{\"epoch_us\":%.3f}},\n",
-                wr, impl->epoch * 1e6);
+                "\"args\":{\"epoch_us\":%.3f,\"sync_us\":%.3f}},\n",
+                wr, impl->epoch * 1e6, impl->clockSync * 1e6);
   js += buf;
   for (const TraceEvent &e : impl->events) {
     const char *cats[3] = {"compute", "comm", "step"};
