@@ -75,6 +75,7 @@ namespace {
       "         [--data synthetic|pattern|TOKENFILE] [--trace FILE]\n"
       "         [--dump-weights FILE] [--comm-timeout SECONDS]\n"
       "         [--recv-lookahead N] [--quiet] [--no-fuse] [--memory-report]\n"
+      "         [--print-placement]\n"
       "         [--checkpoint-dir DIR [--save-every K] [--resume]]\n"
       "         [--optimizer-sync sync|post-validation] [--clip X]\n"
       "         [--skip-step K] [--inject-nan STEP:MB]\n"
@@ -159,7 +160,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
   std::string lrScheduleName = "constant";
   int64_t warmupSteps = 0, decaySteps = -1; // -1: --steps
   int lookahead = 8;
-  bool quiet = false, resume = false, noFuse = false, memReport = false;
+  bool quiet = false, resume = false, noFuse = false, memReport = false,
+       printPlacement = false;
   int zeroStage = 0;
   std::string ckDir, syncMode = "sync";
   int64_t saveEvery = 0, skipStep = 0, nanStep = 0, nanMb = 0;
@@ -239,6 +241,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
       lookahead = int(integer(0, 1 << 20));
     else if (o == "--memory-report")
       memReport = true;
+    else if (o == "--print-placement")
+      printPlacement = true;
     else if (o == "--zero")
       zeroStage = int(integer(0, 1));
     else if (o == "--quiet")
@@ -407,6 +411,25 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     if (!trainer)
       return fail(trainer.message());
     bool root = tr->worldRank() == 0;
+    if (printPlacement) {
+      // Every rank's host and grid position, from rank 0 (collective).
+      char host[256] = {};
+      gethostname(host, sizeof host - 1);
+      std::string mine = "rank " + std::to_string(tr->worldRank()) + ": " +
+                         host + " (pipeline " +
+                         std::to_string(tr->pipelineRank()) + ", replica " +
+                         std::to_string(tr->dpIndex()) + ", expert " +
+                         std::to_string(tr->epIndex()) + ", tensor " +
+                         std::to_string(tr->tpIndex()) + ")";
+      auto all = tr->gatherStrings(mine);
+      if (!all)
+        return fail(all.message());
+      if (root) {
+        for (const std::string &l : *all)
+          std::printf("placement: %s\n", l.c_str());
+        std::fflush(stdout);
+      }
+    }
     if (resume) {
       auto k = (*trainer)->resume();
       if (!k)

@@ -321,12 +321,28 @@ public:
     MPI_Comm_rank(c, &rank);
     if (size == 1 || n == 0)
       return Status::ok();
+    // The gather as point-to-point messages to the group's rank 0 (on the
+    // group's data communicator, which carries no other point-to-point
+    // traffic), so a watchdog names the member whose part never came.
     std::vector<float> all(rank == 0 ? size_t(n) * size : 0);
+    MPI_Comm dc = dataComm(g);
     MPI_Request r;
-    MPI_Igather(buf, int(n), MPI_FLOAT, all.data(), int(n), MPI_FLOAT, 0, c,
-                &r);
-    if (Status s = waitReq(r, "allreduce (gather)"); !s)
-      return s;
+    if (rank == 0) {
+      std::vector<MPI_Request> parts(size_t(size), MPI_REQUEST_NULL);
+      for (int k = 1; k < size; ++k)
+        MPI_Irecv(all.data() + size_t(k) * n, int(n), MPI_FLOAT, k,
+                  kGatherTag, dc, &parts[size_t(k)]);
+      for (int k = 1; k < size; ++k)
+        if (Status s = waitReq(parts[size_t(k)],
+                               "allreduce: the part of " + memberWhere(c, k));
+            !s)
+          return s;
+    } else {
+      MPI_Isend(buf, int(n), MPI_FLOAT, 0, kGatherTag, dc, &r);
+      if (Status s = waitReq(r, "allreduce: sending to " + memberWhere(c, 0));
+          !s)
+        return s;
+    }
     if (rank == 0)
       for (int k = 1; k < size; ++k) {
         const float *src = all.data() + size_t(k) * n;
@@ -335,7 +351,7 @@ public:
                                        : std::max(buf[i], src[i]);
       }
     MPI_Ibcast(buf, int(n), MPI_FLOAT, 0, c, &r);
-    return waitReq(r, "allreduce (broadcast)");
+    return waitReq(r, "allreduce: the sum from " + memberWhere(c, 0));
   }
   Status pairwiseSum(int peer, float *buf, int64_t n) override {
     if (Status s = checkPeer(peer); !s)
@@ -417,6 +433,21 @@ private:
       epi = 0, tpi = 0, tagUb = 32767;
   std::vector<std::string> hosts; ///< by world rank
   std::vector<int> pipeWorld;     ///< world rank of each pipeline rank
+  /// The tag of allreduce's gather messages (on the data communicators).
+  static constexpr int kGatherTag = 30001;
+  /// "world rank W on HOST" for rank `k` of communicator `c`.
+  std::string memberWhere(MPI_Comm c, int k) const {
+    MPI_Group grp, world;
+    MPI_Comm_group(c, &grp);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    int w = -1;
+    MPI_Group_translate_ranks(grp, 1, &k, world, &w);
+    MPI_Group_free(&grp);
+    MPI_Group_free(&world);
+    return "world rank " + std::to_string(w) +
+           (w >= 0 && size_t(w) < hosts.size() ? " on " + hosts[size_t(w)]
+                                                : "");
+  }
   /// " (world rank W on HOST)" for pipeline rank `peer` of this replica.
   std::string peerWhere(int peer) const {
     if (peer < 0 || size_t(peer) >= pipeWorld.size())

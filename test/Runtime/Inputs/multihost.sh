@@ -9,7 +9,9 @@
 #   3. per-host checkpoint folders: saved, a rank killed, resumed bitwise
 #   4. placement: a tensor-parallel group inside a host (--map-by slot)
 #      draws no warning, one across hosts (--map-by node) does
-#   5. a host's link taken down mid-run ends the job non-zero within
+#   5. the planner's launch commands for a 2-node cluster, followed, place
+#      the ranks as its layout says (each rank's host from --print-placement)
+#   6. a host's link taken down mid-run ends the job non-zero within
 #      --comm-timeout + 30 s, naming the lost rank
 # Needs root (network namespaces); the caller's lit feature `netns` checks.
 set -uo pipefail
@@ -109,7 +111,43 @@ if ! grep -q "tensor-parallel group" "$out/slot.log" &&
   echo "OK placement: tensor groups checked against the hosts"
 else fail "placement" "$(cat "$out/slot.log" "$out/node.log" | tail -4)"; fi
 
-# 5. Host 2's link goes down mid-run.
+# 5. The planner's recommendation for 2 nodes of 2 GPUs, launched as it
+# says: pp-in-node keeps each pipeline on a host, dp-in-node puts the
+# replicas of a pipeline rank on one host.
+hosts 2
+cat > "$out/cluster.json" <<CLUSTER
+{"gpus": 4, "gpus_per_node": 2, "memory_gb": 80, "peak_tflops": 989,
+ "intra_node_gb_per_s": 450, "inter_node_gb_per_s": 50}
+CLUSTER
+plan_case() {
+  "$tools/pipeforge-plan" "$src/examples/gpt-tiny.json" --cluster "$out/cluster.json" \
+    --global-batch 8 --seq-len 16 --pp 2 --tp 1 > "$out/plan.txt" 2>&1
+  layout=$(sed -n 's/^recommended: .*, \(pp-in-node\|dp-in-node\): .*/\1/p' "$out/plan.txt")
+  compile=$(sed -n 's/^  launch: pipeforge-compile //p' "$out/plan.txt")
+  map=$(sed -n 's/^ *mpirun --hostfile HOSTS \(--map-by [a-z]*\) -np \([0-9]*\) pipeforge-run model.pfp\(.*\)$/\1/p' "$out/plan.txt")
+  np=$(sed -n 's/^ *mpirun --hostfile HOSTS --map-by [a-z]* -np \([0-9]*\) .*/\1/p' "$out/plan.txt")
+  extra=$(sed -n 's/^ *mpirun --hostfile HOSTS --map-by [a-z]* -np [0-9]* pipeforge-run model.pfp\(.*\)$/\1/p' "$out/plan.txt")
+  if [ -z "$layout" ] || [ -z "$compile" ] || [ -z "$map" ]; then
+    fail "planner launch" "no launch lines: $(tail -4 "$out/plan.txt")"; return
+  fi
+  # shellcheck disable=SC2086
+  "$tools/pipeforge-compile" ${compile% -o model.pfp} -o "$out/plan.pfp" > "$out/plan-compile.log" 2>&1 ||
+    { fail "planner launch" "pipeforge-compile $compile: $(tail -2 "$out/plan-compile.log")"; return; }
+  # shellcheck disable=SC2086
+  mp "$np" $map -- "$out/plan.pfp" --steps 1 --quiet --print-placement $extra > "$out/placed.log" 2>&1
+  # Ranks that must share a host: same replica (pp-in-node) or same
+  # pipeline rank (dp-in-node).
+  if awk -v layout="$layout" '/^placement: rank/ {
+        host = $4; key = (layout == "pp-in-node") ? $8 : $6
+        if ((key in seen) && seen[key] != host) bad = 1
+        seen[key] = host; n++ }
+      END { exit (bad || n == 0) }' "$out/placed.log"; then
+    echo "OK planner launch: $layout placed as planned"
+  else fail "planner launch" "$layout: $(grep placement "$out/placed.log" | tr '\n' ';')"; fi
+}
+plan_case
+
+# 6. Host 2's link goes down mid-run.
 hosts 1
 start=$(date +%s)
 mp 2 -- "$out/pp.pfp" --steps 100000000 --quiet --comm-timeout 2 > "$out/down.log" 2>&1 &
@@ -125,7 +163,7 @@ else
   wait $job; rc=$?
   took=$(( $(date +%s) - down ))
   if [ $rc -ne 0 ] && [ $took -le 35 ] &&
-    grep -q "pipeline rank 1 (world rank 1 on host2)" "$out/down.log"; then
+    grep -q "world rank 1 on host2" "$out/down.log"; then
     echo "OK link down: the job ended non-zero within 35 s, naming the lost rank"
   else fail "link down" "exit $rc after $took s: $(grep pipeforge-run "$out/down.log" | head -2)"; fi
 fi
