@@ -145,28 +145,18 @@ std::string plan::launchCommands(const Candidate &c, const ModelCosts &m,
        : c.recompute == Recompute::Selective ? " --recompute=selective"
                                              : "") +
       " -o model.pfp";
-  // World rank = ((replica x E + expert) x P + pipeline) x T + tensor:
-  // Open MPI's slot filling keeps consecutive ranks (a TP group, then a
-  // pipeline) on a node; round-robin over nodes puts a replica's pipeline
-  // ranks on different nodes and a node's ranks in different replicas.
+  // Open MPI's slot filling keeps consecutive world ranks on a node. With
+  // the default rank layout (pp-fastest) they are a TP group, then the
+  // pipeline ranks of a replica: pp-in-node; with dp-fastest, a TP group,
+  // then the replicas of a pipeline rank: dp-in-node (RankGrid.h).
   const int world = c.pp * c.dp * c.tp;
-  std::string map = "--map-by slot";
-  std::string note;
-  if (c.layout == Layout::DataInNode) {
-    if (c.tp == 1) {
-      map = "--map-by node";
-    } else {
-      map = "--rankfile RANKFILE";
-      note = "  (dp-in-node with tp > 1: list each node's ranks in RANKFILE so "
-             "that a node holds whole TP groups of different replicas; "
-             "docs/multi-node.md)\n";
-    }
-  }
-  std::string run = "mpirun --hostfile HOSTS " + map + " -np " +
-                    std::to_string(world) + " pipeforge-run model.pfp" +
-                    (c.zero == 1 ? " --zero 1" : "");
+  std::string run =
+      "mpirun --hostfile HOSTS --map-by slot -np " + std::to_string(world) +
+      " pipeforge-run model.pfp" +
+      (c.layout == Layout::DataInNode ? " --rank-layout dp-fastest" : "") +
+      (c.zero == 1 ? " --zero 1" : "");
   (void)cl;
-  return "  launch: " + compile + "\n          " + run + "\n" + note;
+  return "  launch: " + compile + "\n          " + run + "\n";
 }
 
 std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,

@@ -75,7 +75,7 @@ namespace {
       "         [--data synthetic|pattern|TOKENFILE] [--trace FILE]\n"
       "         [--dump-weights FILE] [--comm-timeout SECONDS]\n"
       "         [--recv-lookahead N] [--quiet] [--no-fuse] [--memory-report]\n"
-      "         [--print-placement]\n"
+      "         [--print-placement] [--rank-layout pp-fastest|dp-fastest]\n"
       "         [--checkpoint-dir DIR [--save-every K] [--resume]]\n"
       "         [--optimizer-sync sync|post-validation] [--clip X]\n"
       "         [--skip-step K] [--inject-nan STEP:MB]\n"
@@ -163,6 +163,7 @@ int pipeforge::rt::runDriver(int argc, char **argv,
   bool quiet = false, resume = false, noFuse = false, memReport = false,
        printPlacement = false;
   int zeroStage = 0;
+  std::string rankLayout = "pp-fastest";
   std::string ckDir, syncMode = "sync";
   int64_t saveEvery = 0, skipStep = 0, nanStep = 0, nanMb = 0;
   auto parseNan = [&](const char *v) {
@@ -243,6 +244,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
       memReport = true;
     else if (o == "--print-placement")
       printPlacement = true;
+    else if (o == "--rank-layout")
+      rankLayout = val();
     else if (o == "--zero")
       zeroStage = int(integer(0, 1));
     else if (o == "--quiet")
@@ -296,6 +299,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
               .c_str());
   if (syncMode != "sync" && syncMode != "post-validation")
     usage("--optimizer-sync must be sync or post-validation");
+  if (rankLayout != "pp-fastest" && rankLayout != "dp-fastest")
+    usage("--rank-layout must be pp-fastest or dp-fastest");
   if (zeroStage != 0 && optName != "adamw")
     usage("--zero 1 shards optimizer state: it needs --optimizer adamw");
   if (syncMode == "post-validation" && optName != "adamw")
@@ -351,6 +356,7 @@ int pipeforge::rt::runDriver(int argc, char **argv,
                     std::to_string(nanMb) + ": step after the last (--steps " +
                     std::to_string(steps) + ")");
     }
+    tr->setRankLayout(rankLayout == "dp-fastest");
     if (Status s = tr->setupTensorGrid(
             p.training.pipelineRanks, p.training.dataParallel,
             p.training.expertParallel, p.training.tensorParallel);

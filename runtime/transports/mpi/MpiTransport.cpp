@@ -107,7 +107,7 @@ public:
   /// The ranks as a RankGrid (world rank = ((replica * E + expert) * P +
   /// pipeline) * T + tensor); one communicator per group the grid defines.
   Status setupTensorGrid(int p, int d, int e, int t) override {
-    RankGrid grid{p, e, d, t};
+    RankGrid grid{p, e, d, t, rankDataFastest};
     if (!grid.valid() || grid.size() != wsize)
       return Status::error("the program needs " + grid.describe() +
                            ", but MPI started " + std::to_string(wsize) +

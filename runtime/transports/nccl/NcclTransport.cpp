@@ -132,6 +132,10 @@ public:
   const char *name() const override { return "nccl"; }
 
   Status setup(int p, int d) override { return setupTensorGrid(p, d, 1, 1); }
+  void setRankLayout(bool dataFastest) override {
+    Transport::setRankLayout(dataFastest);
+    inner().setRankLayout(dataFastest);
+  }
   Status setupGrid(int p, int d, int e) override {
     return setupTensorGrid(p, d, e, 1);
   }

@@ -91,7 +91,7 @@ public:
     return setupTensorGrid(p, dp, ep, 1);
   }
   Status setupTensorGrid(int p, int dp, int ep, int tp) override {
-    RankGrid g{p, ep, dp, tp};
+    RankGrid g{p, ep, dp, tp, rankDataFastest};
     if (!g.valid() || g.size() != hub->n)
       return Status::error("the program needs " + g.describe() +
                            ", but --local-ranks is " + std::to_string(hub->n));

@@ -9,7 +9,15 @@
 // usual fill of a host's slots they share a node: their collectives run
 // in every layer), then the P pipeline ranks of one (replica, expert)
 // slot, then the E expert-parallel slots of a replica, then the D
-// data-parallel replicas. Each communication group is the set of ranks that
+// data-parallel replicas. That is the default layout, `pp-fastest`; the
+// `dp-fastest` layout (pipeforge-run --rank-layout dp-fastest) swaps the
+// outer two:
+//
+//   world rank = ((pipeline * E + expert) * D + replica) * T + tensor
+//
+// so that, after the tensor group, the replicas of a pipeline rank are
+// consecutive (a node holds one pipeline rank of several replicas: the
+// planner's dp-in-node). Each communication group is the set of ranks that
 // differ in one coordinate; `group` names it by an instance id (the same for
 // every member, distinct between groups of one kind), its size and the member's
 // index.
@@ -41,15 +49,21 @@ struct RankGrid {
   int E = 1; ///< expert-parallel group size
   int D = 1; ///< data-parallel replicas
   int T = 1; ///< tensor-parallel group size
+  /// The layout: false `pp-fastest` (the default), true `dp-fastest`.
+  bool dataFastest = false;
 
   int size() const { return P * E * D * T; }
   bool valid() const { return P >= 1 && E >= 1 && D >= 1 && T >= 1; }
 
   RankCoord coordOf(int worldRank) const {
     int slot = worldRank / T;
+    if (dataFastest)
+      return {slot / (D * E), (slot / D) % E, slot % D, worldRank % T};
     return {slot % P, (slot / P) % E, slot / (P * E), worldRank % T};
   }
   int worldRank(const RankCoord &c) const {
+    if (dataFastest)
+      return ((c.pipeline * E + c.expert) * D + c.replica) * T + c.tensor;
     return ((c.replica * E + c.expert) * P + c.pipeline) * T + c.tensor;
   }
 

@@ -97,6 +97,10 @@ public:
                          std::to_string(tensorParallel) + ")");
   }
 
+  /// The rank layout (RankGrid.h): false pp-fastest (the default), true
+  /// dp-fastest. Call before setup*.
+  virtual void setRankLayout(bool dataFastest) { rankDataFastest = dataFastest; }
+
   virtual int worldRank() const = 0;
   virtual int worldSize() const = 0;
   virtual int pipelineRank() const = 0;
@@ -172,6 +176,7 @@ public:
 
 protected:
   double timeoutS = 120.0;
+  bool rankDataFastest = false;
 };
 
 /// One process: P = dp = 1.
