@@ -18,8 +18,9 @@ TEST(RankGrid, GroupsPartitionTheWorld) {
   for (int P : {1, 2, 3, 4})
     for (int E : {1, 2, 4})
       for (int D : {1, 2, 3})
-        for (int T : {1, 2, 4}) {
-          RankGrid g{P, E, D, T};
+        for (int T : {1, 2, 4})
+          for (bool dataFastest : {false, true}) {
+          RankGrid g{P, E, D, T, dataFastest};
           using Pick = GroupPosition (RankGrid::*)(const RankCoord &) const;
           for (Pick pick :
                {&RankGrid::pipelineGroup, &RankGrid::dataParallelGroup,
@@ -36,7 +37,7 @@ TEST(RankGrid, GroupsPartitionTheWorld) {
               EXPECT_EQ(int(idx.size()), (g.*pick)(g.coordOf(0)).size)
                   << "P=" << P << " E=" << E << " D=" << D << " T=" << T;
           }
-        }
+          }
 }
 
 TEST(RankGrid, LayoutIsPipelineFastestThenExpertThenReplica) {
@@ -66,6 +67,22 @@ TEST(RankGrid, TensorIsFastest) {
   EXPECT_EQ(g.describe(), "2 tensor-parallel ranks x 2 pipeline ranks x 2 "
                           "expert-parallel ranks x 2 data-parallel replicas = "
                           "16 processes");
+}
+
+/// dp-fastest: after the tensor group, the replicas of a pipeline rank.
+TEST(RankGrid, DataFastestLayout) {
+  RankGrid g{2, 2, 2, 2, true};
+  RankCoord c = g.coordOf(11); // 11 = ((1 * 2 + 0) * 2 + 1) * 2 + 1
+  EXPECT_EQ(c.tensor, 1);
+  EXPECT_EQ(c.replica, 1);
+  EXPECT_EQ(c.expert, 0);
+  EXPECT_EQ(c.pipeline, 1);
+  EXPECT_EQ(g.worldRank(c), 11);
+  // World ranks 0, 2 (tensor 0): replicas 0 and 1 of pipeline rank 0.
+  EXPECT_EQ(g.coordOf(2).replica, 1);
+  EXPECT_EQ(g.coordOf(2).pipeline, 0);
+  EXPECT_EQ(g.dataParallelGroup(g.coordOf(0)).instance,
+            g.dataParallelGroup(g.coordOf(2)).instance);
 }
 
 } // namespace
