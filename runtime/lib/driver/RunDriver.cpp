@@ -339,8 +339,13 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     };
 
     auto prog = embedded ? parseProgram(*embedded) : readProgram(progPath);
-    if (!prog)
-      return fail(progPath + ": " + prog.message());
+    if (!prog) {
+      // Name the host: on a cluster the file must exist on every node.
+      char host[256] = {};
+      gethostname(host, sizeof host - 1);
+      return fail(progPath + ": " + prog.message() + " (on host " + host +
+                  ")");
+    }
     const Program &p = *prog;
     if (nanStep > 0) {
       int64_t mbs = int64_t(p.training.microbatches) * p.training.dataParallel *
