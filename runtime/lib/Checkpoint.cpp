@@ -478,9 +478,9 @@ Status writeManifest(const std::string &dir, const CheckpointManifest &m,
     os << "rank " << e.rank << " " << e.file << " " << e.bytes << " "
        << hex64(e.checksum) << "\n";
   std::string text = os.str();
-  Status st = writeFileAtomically((fs::path(dir) / kManifestName).string(),
-                                  std::vector<uint8_t>(text.begin(), text.end()),
-                                  tmpSuffix);
+  Status st = writeFileAtomically(
+      (fs::path(dir) / kManifestName).string(),
+      std::vector<uint8_t>(text.begin(), text.end()), tmpSuffix);
   if (!st)
     return Status::error("checkpoint: " + st.message());
   return st;
@@ -501,8 +501,8 @@ assembleManifest(const std::vector<std::string> &records, uint32_t numRanks) {
     std::istringstream in(rec);
     std::string kw[5], file, sumHex, fpHex;
     unsigned long long rank = 0, bytes = 0, step = 0, ranks = 0;
-    in >> kw[0] >> rank >> file >> bytes >> sumHex >> kw[1] >> step >>
-        kw[2] >> ranks >> kw[3] >> fpHex;
+    in >> kw[0] >> rank >> file >> bytes >> sumHex >> kw[1] >> step >> kw[2] >>
+        ranks >> kw[3] >> fpHex;
     char *end = nullptr;
     uint64_t sum = std::strtoull(sumHex.c_str(), &end, 16);
     bool sumOk = end && *end == 0 && sumHex.size() > 2;
@@ -527,9 +527,9 @@ assembleManifest(const std::vector<std::string> &records, uint32_t numRanks) {
     } else if (step != m.step || fp != m.programFingerprint) {
       return Status::error("checkpoint: rank " + std::to_string(rank) +
                            " saved step " + std::to_string(step) +
-                           " / program " + hex64(fp) +
-                           ", another rank step " + std::to_string(m.step) +
-                           " / program " + hex64(m.programFingerprint));
+                           " / program " + hex64(fp) + ", another rank step " +
+                           std::to_string(m.step) + " / program " +
+                           hex64(m.programFingerprint));
     }
     m.files[rank] = {uint32_t(rank), file, bytes, sum};
   }

@@ -153,8 +153,8 @@ Status Executor::Impl::fnPrepare(FnRun &r) {
   const Kernel &k = fn.kernels[r.next];
   KernelCall &call = r.call;
   call.kernel = &k;
-  call.rngKey = dropout::stepKey(prog.training.seed, stepNo,
-                                 globalMicrobatch(r.c, r.mb));
+  call.rngKey =
+      dropout::stepKey(prog.training.seed, stepNo, globalMicrobatch(r.c, r.mb));
   call.in.clear();
   call.inTypes.clear();
   call.out.clear();

@@ -218,8 +218,8 @@ struct Executor::Impl {
   /// single-process run numbers them (the data position, the dropout key):
   /// replica d, EP rank e of E, copy c, microbatch mb.
   int64_t globalMicrobatch(int c, int mb) const {
-    return (int64_t(tr.dpIndex()) * E + epi) * totalMb +
-           int64_t(c) * mPerCopy + mb;
+    return (int64_t(tr.dpIndex()) * E + epi) * totalMb + int64_t(c) * mPerCopy +
+           mb;
   }
 
   /// One invocation of a stage function, run kernel by kernel (a moe

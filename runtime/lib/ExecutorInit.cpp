@@ -150,8 +150,7 @@ Status Executor::Impl::init() {
       if (Status s = initParamValues(whole, prog.training.seed, all.data()); !s)
         return s;
       sliceTensorParallel(p, T, tpi, all.data(), host.data());
-    } else if (Status s =
-                   initParamValues(src, prog.training.seed, host.data());
+    } else if (Status s = initParamValues(src, prog.training.seed, host.data());
                !s) {
       return s;
     }

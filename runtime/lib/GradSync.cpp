@@ -67,11 +67,10 @@ Status Executor::Impl::reduceGradsToOwners() {
     return s;
   for (size_t k = 0; k < recv.size(); ++k)
     if (int64_t(recv[k].size()) != mine)
-      return Status::error("ZeRO-1 gradient reduction: replica " +
-                           std::to_string(k) + " sent " +
-                           std::to_string(recv[k].size()) +
-                           " gradient elements, this rank owns " +
-                           std::to_string(mine));
+      return Status::error(
+          "ZeRO-1 gradient reduction: replica " + std::to_string(k) + " sent " +
+          std::to_string(recv[k].size()) +
+          " gradient elements, this rank owns " + std::to_string(mine));
   std::vector<float> &sum = recv[0];
   for (size_t k = 1; k < recv.size(); ++k)
     for (size_t e = 0; e < sum.size(); ++e)
@@ -142,10 +141,9 @@ Status Executor::Impl::sumTiedGrads() {
     if (Status s =
             tr.pairwiseSum(rankOf(other.copy, other.stage), mine.data(), n);
         !s)
-      return Status::error("tied parameters '" +
-                           prog.params[size_t(copy)].name + "' and '" +
-                           prog.params[size_t(target)].name +
-                           "': " + s.message());
+      return Status::error(
+          "tied parameters '" + prog.params[size_t(copy)].name + "' and '" +
+          prog.params[size_t(target)].name + "': " + s.message());
     be.copyFromHost(ps.grad->p, mine.data(), n * 4);
   }
   return Status::ok();

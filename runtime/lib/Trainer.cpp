@@ -395,7 +395,8 @@ Status Trainer::saveCheckpoint(int64_t k) {
   if (Status s = m.tr.barrier(Group::World); !s)
     return s;
   if (wrank != 0 && !readManifest(dir))
-    if (Status s = writeManifest(dir, *man, "." + std::to_string(wrank) + ".tmp");
+    if (Status s =
+            writeManifest(dir, *man, "." + std::to_string(wrank) + ".tmp");
         !s)
       return s;
   // Every rank waits in the barrier below: nobody is saving.

@@ -274,8 +274,8 @@ static Expected<plan::ModelCosts> costsOf(mlir::ModuleOp module,
   describeLayers(func, layers->ids, model, perSeq);
   for (unsigned i = 0; i < func.getNumArguments(); ++i)
     if (func.getArgAttr(i, "nn.tied"))
-      if (auto t = dyn_cast<mlir::RankedTensorType>(
-              func.getArgument(i).getType());
+      if (auto t =
+              dyn_cast<mlir::RankedTensorType>(func.getArgument(i).getType());
           t && t.hasStaticShape())
         model.tiedParams += double(t.getNumElements());
   return model;
@@ -303,7 +303,8 @@ int main(int argc, char **argv) {
   opts.stateBytesPerParam = stateBytes;
   opts.gradBytesPerParam = gradBytes;
   opts.topN = topN;
-  opts.modelPath = modelPath == "-" ? std::string("MODEL") : std::string(modelPath);
+  opts.modelPath =
+      modelPath == "-" ? std::string("MODEL") : std::string(modelPath);
   auto sizes = parseIntList(mbSizes);
   if (!sizes)
     return fail("--microbatch-sizes: expected positive integers separated by "

@@ -165,8 +165,8 @@ struct AttentionCase {
   cpu::Index batch, seq, heads, kvHeads, headDim;
   bool rotary;
   double ropeTheta;
-  double dropout = 0.0;       ///< probabilities' dropout rate
-  cpu::Index headStart = 0;   ///< a tensor-parallel rank's first head
+  double dropout = 0.0;     ///< probabilities' dropout rate
+  cpu::Index headStart = 0; ///< a tensor-parallel rank's first head
 };
 
 void PrintTo(const AttentionCase &c, std::ostream *os) {
@@ -239,10 +239,10 @@ TEST_P(AttentionPlanTest, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionPlanTest,
     ::testing::Values(
-        AttentionCase{1, 1, 1, 1, 2, true, 10000.0},   // single token
-        AttentionCase{2, 5, 4, 2, 8, true, 10000.0},   // GQA group 2, rotary
-        AttentionCase{1, 7, 3, 3, 4, false, 10000.0},  // MHA, odd seq
-        AttentionCase{2, 40, 4, 1, 6, true, 500.0},    // seq > warp, MQA
+        AttentionCase{1, 1, 1, 1, 2, true, 10000.0},    // single token
+        AttentionCase{2, 5, 4, 2, 8, true, 10000.0},    // GQA group 2, rotary
+        AttentionCase{1, 7, 3, 3, 4, false, 10000.0},   // MHA, odd seq
+        AttentionCase{2, 40, 4, 1, 6, true, 500.0},     // seq > warp, MQA
         AttentionCase{3, 33, 8, 2, 16, false, 10000.0}, // group 4, seq 33
         // Dropout of the probabilities: the same mask as the CPU kernel.
         AttentionCase{2, 5, 4, 2, 8, true, 10000.0, 0.2, 0},

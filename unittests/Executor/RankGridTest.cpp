@@ -20,23 +20,23 @@ TEST(RankGrid, GroupsPartitionTheWorld) {
       for (int D : {1, 2, 3})
         for (int T : {1, 2, 4})
           for (bool dataFastest : {false, true}) {
-          RankGrid g{P, E, D, T, dataFastest};
-          using Pick = GroupPosition (RankGrid::*)(const RankCoord &) const;
-          for (Pick pick :
-               {&RankGrid::pipelineGroup, &RankGrid::dataParallelGroup,
-                &RankGrid::expertGroup, &RankGrid::tensorGroup}) {
-            std::map<int, std::set<int>> members;
-            for (int w = 0; w < g.size(); ++w) {
-              RankCoord c = g.coordOf(w);
-              ASSERT_EQ(g.worldRank(c), w);
-              GroupPosition pos = (g.*pick)(c);
-              EXPECT_TRUE(members[pos.instance].insert(pos.index).second);
-              EXPECT_LT(pos.index, pos.size);
+            RankGrid g{P, E, D, T, dataFastest};
+            using Pick = GroupPosition (RankGrid::*)(const RankCoord &) const;
+            for (Pick pick :
+                 {&RankGrid::pipelineGroup, &RankGrid::dataParallelGroup,
+                  &RankGrid::expertGroup, &RankGrid::tensorGroup}) {
+              std::map<int, std::set<int>> members;
+              for (int w = 0; w < g.size(); ++w) {
+                RankCoord c = g.coordOf(w);
+                ASSERT_EQ(g.worldRank(c), w);
+                GroupPosition pos = (g.*pick)(c);
+                EXPECT_TRUE(members[pos.instance].insert(pos.index).second);
+                EXPECT_LT(pos.index, pos.size);
+              }
+              for (auto &[instance, idx] : members)
+                EXPECT_EQ(int(idx.size()), (g.*pick)(g.coordOf(0)).size)
+                    << "P=" << P << " E=" << E << " D=" << D << " T=" << T;
             }
-            for (auto &[instance, idx] : members)
-              EXPECT_EQ(int(idx.size()), (g.*pick)(g.coordOf(0)).size)
-                  << "P=" << P << " E=" << E << " D=" << D << " T=" << T;
-          }
           }
 }
 

@@ -32,9 +32,9 @@ struct ModelConfig {
   double ropeTheta = 10000.0;
   double normEpsilon = 1e-5;
   double initStd = 0.02;       // initializer_range
-  double attnDropout = 0.0;  // attention probabilities
-  double residDropout = 0.0; // each block's two residual branches
-  double embdDropout = 0.0;  // the embedding's output (GPT-2's embd_pdrop)
+  double attnDropout = 0.0;    // attention probabilities
+  double residDropout = 0.0;   // each block's two residual branches
+  double embdDropout = 0.0;    // the embedding's output (GPT-2's embd_pdrop)
   bool tiedEmbeddings = false; // as configured; the importer unties them
 
   /// Recorded on @model (nn.model_name); the tools use the config file's

@@ -184,7 +184,7 @@ struct PlanOptions {
   /// per parameter (the roofline).
   double weightBytesPerParam = 2;
   double gradStateBytesPerParam = 2;
-  double gradBytesPerParam = 4;   ///< bytes all-reduced per param
+  double gradBytesPerParam = 4; ///< bytes all-reduced per param
   int topN = 5;
   /// Pipeline degrees to try; empty means every divisor of the GPU count.
   std::vector<int> pipelineDegrees;
@@ -221,9 +221,9 @@ const char *layoutName(Layout l); ///< "pp-in-node" / "dp-in-node"
 /// One evaluated setup. Times in seconds, memory in bytes.
 struct Candidate {
   sched::ScheduleKind kind = sched::ScheduleKind::OneFOneB;
-  std::string schedule;   ///< its name, e.g. "zb-h1"
-  int pp = 1, dp = 1;     ///< pipeline and data-parallel degree
-  int tp = 1;             ///< tensor-parallel degree
+  std::string schedule; ///< its name, e.g. "zb-h1"
+  int pp = 1, dp = 1;   ///< pipeline and data-parallel degree
+  int tp = 1;           ///< tensor-parallel degree
   Recompute recompute = Recompute::None;
   int zero = 0;           ///< ZeRO stage (0 or 1)
   int microbatchSize = 1; ///< b

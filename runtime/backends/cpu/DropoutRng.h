@@ -39,7 +39,7 @@ PF_DROPOUT_HD inline uint64_t mix64(uint64_t z) {
 /// The key of one microbatch of one step (the executor's; the
 /// single-process run numbers microbatches as the pipelined one does).
 PF_DROPOUT_HD inline uint64_t stepKey(uint64_t seed, int64_t step,
-                                     int64_t globalMicrobatch) {
+                                      int64_t globalMicrobatch) {
   uint64_t k = mix64(seed + 0x9e3779b97f4a7c15ull);
   k = mix64(k ^ (uint64_t(step) * 0xd6e8feb86659fd93ull));
   return mix64(k ^ (uint64_t(globalMicrobatch) * 0xa0761d6478bd642full));
@@ -54,8 +54,7 @@ PF_DROPOUT_HD inline uint64_t siteKey(uint64_t stepKey, int64_t site) {
 /// The key of one row of the whole tensor, named by two counters: (sequence,
 /// position) for an activation, ((sequence << 32) | head, query) for the
 /// attention probabilities.
-PF_DROPOUT_HD inline uint64_t rowKey(uint64_t siteKey, uint64_t a,
-                                    uint64_t b) {
+PF_DROPOUT_HD inline uint64_t rowKey(uint64_t siteKey, uint64_t a, uint64_t b) {
   return mix64(siteKey ^ mix64(a * 0x8ebc6af09c88c6e3ull + b));
 }
 
@@ -70,8 +69,7 @@ PF_DROPOUT_HD inline uint32_t threshold(double rate) {
 
 /// Whether element `j` of the row is kept.
 PF_DROPOUT_HD inline bool keep(uint64_t rowKey, uint64_t j, uint32_t thr) {
-  return uint32_t(mix64(rowKey + (j + 1) * 0x9e3779b97f4a7c15ull) >> 32) >=
-         thr;
+  return uint32_t(mix64(rowKey + (j + 1) * 0x9e3779b97f4a7c15ull) >> 32) >= thr;
 }
 
 } // namespace dropout

@@ -240,8 +240,7 @@ struct DropoutShape {
   double rate = 0.0;
   uint64_t key = 0;
 };
-template <typename T>
-void dropoutF(const DropoutShape &s, const T *x, T *y);
+template <typename T> void dropoutF(const DropoutShape &s, const T *x, T *y);
 
 /// y = a * b (SwiGLU's gate). B: da = dy * b, db = dy * a.
 template <typename T> struct MulSaved : SavedBase {

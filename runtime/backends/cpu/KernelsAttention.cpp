@@ -9,9 +9,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "Blas.h"
+#include "DropoutRng.h"
 #include "ElementwiseMath.h"
 #include "Kernels.h"
-#include "DropoutRng.h"
 
 #include <vector>
 
@@ -184,8 +184,8 @@ void attentionB(const AttentionShape &s, const AttentionSaved<T> &saved,
            dq + qOff, ldq);
       gemm(true, false, S, D, S, scale, dS, S, saved.q + qOff, ldq, T(1),
            dk + kOff, ldk);
-      gemm(true, false, S, D, S, T(1), PV, S, dout + qOff, ldq, T(1),
-           dv + kOff, ldk);
+      gemm(true, false, S, D, S, T(1), PV, S, dout + qOff, ldq, T(1), dv + kOff,
+           ldk);
     }
   if (s.rotary) {
     applyRotary(s, A, dq, true);

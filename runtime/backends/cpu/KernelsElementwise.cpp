@@ -1,8 +1,8 @@
 //===- KernelsElementwise.cpp - Activations, add, mul ---------------------===//
 
+#include "DropoutRng.h"
 #include "ElementwiseMath.h"
 #include "Kernels.h"
-#include "DropoutRng.h"
 
 namespace pipeforge {
 namespace rt {
@@ -61,13 +61,13 @@ template <typename T> void addB(Index n, const T *dy, T *da, T *db) {
   }
 }
 
-template <typename T>
-void dropoutF(const DropoutShape &s, const T *x, T *y) {
+template <typename T> void dropoutF(const DropoutShape &s, const T *x, T *y) {
   const uint32_t thr = dropout::threshold(s.rate);
   const T scale = T(1.0 / (1.0 - s.rate));
   for (Index b = 0; b < s.batch; ++b)
     for (Index i = 0; i < s.seq; ++i) {
-      uint64_t row = dropout::rowKey(s.key, uint64_t(b), uint64_t(s.seqStart + i));
+      uint64_t row =
+          dropout::rowKey(s.key, uint64_t(b), uint64_t(s.seqStart + i));
       const Index off = (b * s.seq + i) * s.features;
       for (Index j = 0; j < s.features; ++j)
         y[off + j] =

@@ -62,8 +62,8 @@ __global__ void causalSoftmaxGradKernel(const float *probs, float *ds,
   }
 }
 
-__global__ void scoreDropoutKernel(ScoreDropout d, long long n,
-                                   const float *in, float *out) {
+__global__ void scoreDropoutKernel(ScoreDropout d, long long n, const float *in,
+                                   float *out) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x)
     scoreDropoutElement(d, i, in, out);

@@ -51,8 +51,8 @@ PF_HOST_DEVICE inline void scoreDropoutElement(const ScoreDropout &d,
   const long long h = bh % d.heads, b = bh / d.heads;
   uint64_t row = dropout::rowKey(
       d.key, (uint64_t(b) << 32) | uint64_t(d.headStart + h), uint64_t(i));
-  out[idx] = dropout::keep(row, uint64_t(j), d.threshold) ? in[idx] * d.scale
-                                                          : 0.f;
+  out[idx] =
+      dropout::keep(row, uint64_t(j), d.threshold) ? in[idx] * d.scale : 0.f;
 }
 
 /// Sizes of a token <-> head layout conversion.

@@ -76,8 +76,11 @@ inline size_t carveAttention(const cpu::AttentionShape &s, void *base,
 }
 
 inline ScoreDropout scoreDropout(const cpu::AttentionShape &s) {
-  return ScoreDropout{s.dropoutKey, dropout::threshold(s.dropout),
-                      float(1.0 / (1.0 - s.dropout)), s.heads, s.headStart,
+  return ScoreDropout{s.dropoutKey,
+                      dropout::threshold(s.dropout),
+                      float(1.0 / (1.0 - s.dropout)),
+                      s.heads,
+                      s.headStart,
                       s.seq};
 }
 
@@ -135,8 +138,8 @@ Status attentionForwardPlan(Exec &x, const cpu::AttentionShape &s,
   if (Status st = droppedProbabilities(x, s, b, pv); !st)
     return st;
   // Per group: O [G*S, D] = D(P) [G*S, S] V [S, D].
-  if (Status st = x.gemm(false, false, G * S, D, S, 1.f, pv, S, b.vh, D,
-                         0.f, b.oh, D, groups, G * S * S, S * D, G * S * D);
+  if (Status st = x.gemm(false, false, G * S, D, S, 1.f, pv, S, b.vh, D, 0.f,
+                         b.oh, D, groups, G * S * S, S * D, G * S * D);
       !st)
     return st;
   return x.fromHeads(headLayout(s, s.heads, false), b.oh, out);

@@ -19,9 +19,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/DropoutRng.h"
 #include "cuda/Launch.cuh"
 #include "cuda/RowKernels.h"
-#include "cpu/DropoutRng.h"
 
 #include <algorithm>
 #include <utility>
@@ -546,8 +546,8 @@ Status embeddingForward(GemmCtx &ctx, const cpu::EmbeddingShape &s,
   if (n <= 0)
     return Status::ok();
   embeddingForwardKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(
-      n, s.hidden, s.seq, s.vocab, s.vocabStart, s.vocab * s.vocabShards,
-      table, pos, tokens, y, ctx.errorWord);
+      n, s.hidden, s.seq, s.vocab, s.vocabStart, s.vocab * s.vocabShards, table,
+      pos, tokens, y, ctx.errorWord);
   return launchStatus("embeddingForward");
 }
 

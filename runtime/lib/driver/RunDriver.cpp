@@ -343,8 +343,7 @@ int pipeforge::rt::runDriver(int argc, char **argv,
       // Name the host: on a cluster the file must exist on every node.
       char host[256] = {};
       gethostname(host, sizeof host - 1);
-      return fail(progPath + ": " + prog.message() + " (on host " + host +
-                  ")");
+      return fail(progPath + ": " + prog.message() + " (on host " + host + ")");
     }
     const Program &p = *prog;
     if (nanStep > 0) {

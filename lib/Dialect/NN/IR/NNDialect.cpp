@@ -27,9 +27,9 @@ LogicalResult NNDialect::verifyRegionArgAttribute(Operation *op,
     // here (the lowering checks that it exists with the same type).
     auto to = dyn_cast<StringAttr>(attr.getValue());
     auto fn = dyn_cast<FunctionOpInterface>(op);
-    StringAttr self =
-        fn ? fn.getArgAttrOfType<StringAttr>(argIndex, pipeforge::attrs::kNNName)
-           : StringAttr();
+    StringAttr self = fn ? fn.getArgAttrOfType<StringAttr>(
+                               argIndex, pipeforge::attrs::kNNName)
+                         : StringAttr();
     if (!to || to.getValue().empty())
       return op->emitOpError()
              << "argument #" << argIndex << ": '" << pipeforge::attrs::kNNTied

@@ -68,8 +68,8 @@ class StageRecompute {
 public:
   StageRecompute(pp::StageOp stage, func::FuncOp fwd, func::FuncOp bIn,
                  func::FuncOp bW, func::FuncOp bw, bool selective)
-      : stage(stage), fwd(fwd), bIn(bIn), bW(bW), bw(bw),
-        selective(selective), b(stage.getContext()) {}
+      : stage(stage), fwd(fwd), bIn(bIn), bW(bW), bw(bw), selective(selective),
+        b(stage.getContext()) {}
   LogicalResult run();
 
 private:
@@ -155,8 +155,7 @@ void StageRecompute::collectSelective() {
   auto rank = [&](Value v) -> std::pair<unsigned, unsigned> {
     if (auto a = dyn_cast<BlockArgument>(v))
       return {0, a.getArgNumber()};
-    return {1 + pos[v.getDefiningOp()],
-            cast<OpResult>(v).getResultNumber()};
+    return {1 + pos[v.getDefiningOp()], cast<OpResult>(v).getResultNumber()};
   };
   llvm::sort(keep, [&](Value x, Value y) { return rank(x) < rank(y); });
   newStash.insert(keep.begin(), keep.end());
@@ -423,8 +422,7 @@ struct RecomputePass : public pp::impl::PPRecomputeBase<RecomputePass> {
                         "@backward_input (run --pp-split-backward first)");
         return WalkResult::interrupt();
       }
-      if (failed(StageRecompute(stage, fwd, bIn, bW, bw,
-                                policy == "selective")
+      if (failed(StageRecompute(stage, fwd, bIn, bW, bw, policy == "selective")
                      .run()))
         return WalkResult::interrupt();
       return WalkResult::advance();

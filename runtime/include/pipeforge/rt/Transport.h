@@ -99,7 +99,9 @@ public:
 
   /// The rank layout (RankGrid.h): false pp-fastest (the default), true
   /// dp-fastest. Call before setup*.
-  virtual void setRankLayout(bool dataFastest) { rankDataFastest = dataFastest; }
+  virtual void setRankLayout(bool dataFastest) {
+    rankDataFastest = dataFastest;
+  }
 
   virtual int worldRank() const = 0;
   virtual int worldSize() const = 0;
