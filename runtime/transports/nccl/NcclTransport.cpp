@@ -186,7 +186,8 @@ public:
                  msg.c_str());
     std::fflush(stderr);
     abortComms(msg);
-    MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
+    // As the MPI transport: a plain non-zero exit (mpirun ends the rest),
+    // not MPI_Abort, which can hang on a lost node (docs/multi-node.md).
     std::_Exit(code ? code : 1);
   }
 
