@@ -15,8 +15,10 @@
 // ZB-H1 / ZB-H2 / ZB-V join as seeds when they fit the memory limit, so do
 // the eight variants of the Zero Bubble repo's own greedy (AutoZbGreedy.cpp,
 // linear only: the published ZB-1p / ZB-2p), and
-// the best by simulated Zero Bubble cost is improved by a time-boxed local
-// search that moves single passes on a rank and keeps strict improvements.
+// the best by simulated Zero Bubble cost is improved by a local search that
+// moves single passes on a rank and keeps strict improvements, for at most
+// `searchMoves` moves (a deterministic work budget; the wall-clock limit is
+// only a ceiling, reported when it fires).
 //
 //===----------------------------------------------------------------------===//
 
@@ -260,15 +262,13 @@ struct Cand {
 };
 
 bool evaluate(Cand &cd, const Placement &pl, int m, const CostModel &cost) {
-  Schedule s = detail::ordersToSchedule(cd.orders, pl, m);
-  auto sim = simulate(s, cost);
-  if (!sim)
+  double sum = 0, mk = 0;
+  double zb = detail::replayZbCost(cd.orders, pl, m, cost, &sum, &mk);
+  if (zb < 0)
     return false;
-  cd.zb = zbCostOf(*sim);
-  cd.mk = sim->makespan;
-  cd.sum = 0;
-  for (const RankStats &r : sim->ranks)
-    cd.sum += r.lastEnd - r.firstStart;
+  cd.zb = zb;
+  cd.sum = sum;
+  cd.mk = mk;
   return true;
 }
 
@@ -281,50 +281,92 @@ std::vector<std::vector<Work>> ordersOf(const Schedule &s) {
   return o;
 }
 
-/// Moves one pass of a rank by up to `reach` positions; keeps strict
-/// improvements; stops at the deadline or a local optimum.
+/// Moves one pass of a rank by up to `reach` positions and keeps strict
+/// improvements that fit memory (first improvement; the scan goes on from
+/// the move after an improvement, cyclically over ranks and passes, and
+/// stops after a full round without one: a local optimum). Every move tried
+/// counts against `opts.searchMoves`; the wall-clock `deadline` is only a
+/// ceiling and is noted in `res` when it stops the search first.
 void localSearch(Cand &best, const AutoOptions &opts, const Placement &pl,
-                 std::chrono::steady_clock::time_point deadline) {
+                 const detail::Deadline &deadline, AutoResult &res) {
   const int reach = 6;
-  bool improved = true;
-  while (improved) {
-    improved = false;
-    for (int r = 0; r < opts.ranks && !improved; ++r) {
-      auto &ord = best.orders[r];
-      int n = (int)ord.size();
-      for (int a = 0; a < n && !improved; ++a) {
-        for (int d = -reach; d <= reach && !improved; ++d) {
-          int b = a + d;
-          if (d == 0 || b < 0 || b >= n)
-            continue;
-          if (std::chrono::steady_clock::now() > deadline)
-            return;
-          // Keep F, B, W of a stage in microbatch order (the ILP's R1).
-          bool sameKind = false;
-          for (int k = std::min(a, b); k <= std::max(a, b); ++k)
-            if (k != a && ord[k].kind == ord[a].kind &&
-                ord[k].stage == ord[a].stage)
-              sameKind = true;
-          if (sameKind)
-            continue;
-          Cand c2 = best;
-          auto &o2 = c2.orders[r];
-          Work w = o2[a];
-          o2.erase(o2.begin() + a);
-          o2.insert(o2.begin() + b, w);
-          if (opts.memLimit >= 0 &&
-              !detail::ordersFitMemory({o2}, opts.cost, opts.memLimit))
-            continue;
-          if (!evaluate(c2, pl, opts.microbatches, opts.cost))
-            continue;
-          if (c2.better(best)) {
-            best = std::move(c2);
-            improved = true;
-          }
-        }
+  int64_t budget = std::max<int64_t>(0, opts.searchMoves);
+  if (opts.searchTimeLimit == 0)
+    budget = 0;
+  int64_t moves = 0;
+  res.searchMovesUsed = 0;
+  res.searchConverged = false;
+  // Position of the scan: (rank, pass, offset); `sinceImproved` counts the
+  // positions visited since the last improvement.
+  int64_t positions = 0;
+  for (int r = 0; r < opts.ranks; ++r)
+    positions += int64_t(best.orders[r].size()) * (2 * reach);
+  int64_t sinceImproved = 0;
+  int r = 0, a = 0, di = 0;
+  auto advance = [&]() {
+    if (++di == 2 * reach) {
+      di = 0;
+      if (++a >= (int)best.orders[r].size()) {
+        a = 0;
+        r = (r + 1) % opts.ranks;
       }
     }
+  };
+  for (; sinceImproved < positions; advance(), ++sinceImproved) {
+    auto &ord = best.orders[r];
+    int n = (int)ord.size();
+    if (a >= n)
+      continue;
+    int d = di < reach ? di - reach : di - reach + 1; // -reach..-1, 1..reach
+    int b = a + d;
+    if (b < 0 || b >= n)
+      continue;
+    // Keep F, B, W of a stage in microbatch order (the ILP's R1).
+    bool sameKind = false;
+    for (int k = std::min(a, b); k <= std::max(a, b) && !sameKind; ++k)
+      if (k != a && ord[k].kind == ord[a].kind &&
+          ord[k].stage == ord[a].stage)
+        sameKind = true;
+    if (sameKind)
+      continue;
+    if (moves >= budget) {
+      res.searchMovesUsed = moves;
+      return;
+    }
+    if (deadline.passed()) {
+      res.searchMovesUsed = moves;
+      detail::noteCutShort(res, "local search");
+      return;
+    }
+    ++moves;
+    auto move = [&](int from, int to) {
+      if (from < to)
+        std::rotate(ord.begin() + from, ord.begin() + from + 1,
+                    ord.begin() + to + 1);
+      else
+        std::rotate(ord.begin() + to, ord.begin() + from,
+                    ord.begin() + from + 1);
+    };
+    move(a, b);
+    Cand c2;
+    bool ok = (opts.memLimit < 0 ||
+               detail::ordersFitMemory({ord}, opts.cost, opts.memLimit));
+    if (ok) {
+      c2.orders.swap(best.orders);
+      ok = evaluate(c2, pl, opts.microbatches, opts.cost);
+      c2.orders.swap(best.orders);
+    }
+    if (ok && c2.better(best)) {
+      best.zb = c2.zb;
+      best.sum = c2.sum;
+      best.mk = c2.mk;
+      sinceImproved = -1; // a full round from here
+    } else {
+      move(b, a);
+    }
   }
+  res.searchMovesUsed = moves;
+  res.searchConverged = true;
 }
 } // namespace
 
@@ -343,6 +385,89 @@ Schedule ordersToSchedule(const std::vector<std::vector<Work>> &orders,
   return s;
 }
 
+void noteCutShort(AutoResult &r, const std::string &part) {
+  r.timeLimitHit = true;
+  if (r.cutShort.find(part) == std::string::npos)
+    r.cutShort += (r.cutShort.empty() ? "" : ", ") + part;
+}
+
+double replayZbCost(const std::vector<std::vector<Work>> &orders,
+                    const Placement &pl, int m, const CostModel &cost,
+                    double *sumSpans, double *makespan) {
+  const int p = (int)orders.size(), S = pl.numStages;
+  // End times per (stage, microbatch); < 0: not run yet.
+  std::vector<double> eF((size_t)S * m, -1), eB((size_t)S * m, -1);
+  std::vector<size_t> pc(p, 0);
+  std::vector<double> now(p, 0), first(p, -1);
+  size_t total = 0, done = 0;
+  for (const auto &o : orders)
+    total += o.size();
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int r = 0; r < p; ++r) {
+      const auto &ord = orders[r];
+      while (pc[r] < ord.size()) {
+        const Work &w = ord[pc[r]];
+        const int s = w.stage, j = w.mb;
+        if (s < 0 || s >= S || j < 0 || j >= m)
+          return -1;
+        double ready = 0;
+        if (w.kind == WorkKind::F) {
+          if (s > 0) {
+            double e = eF[(size_t)(s - 1) * m + j];
+            if (e < 0)
+              break;
+            ready = pl.rank(0, s - 1) == r ? e : e + cost.tcomm;
+          }
+        } else if (w.kind == WorkKind::B) {
+          double own = eF[(size_t)s * m + j];
+          if (own < 0)
+            break;
+          if (s < S - 1) {
+            double e = eB[(size_t)(s + 1) * m + j];
+            if (e < 0)
+              break;
+            ready = pl.rank(0, s + 1) == r ? e : e + cost.tcomm;
+          }
+        } else if (w.kind == WorkKind::W) {
+          if (eB[(size_t)s * m + j] < 0)
+            break;
+        } else {
+          return -1;
+        }
+        double start = std::max(now[r], ready);
+        double end = start + cost.timeOf(w.kind, s);
+        if (first[r] < 0)
+          first[r] = start;
+        now[r] = end;
+        if (w.kind == WorkKind::F)
+          eF[(size_t)s * m + j] = end;
+        else if (w.kind == WorkKind::B)
+          eB[(size_t)s * m + j] = end;
+        ++pc[r];
+        ++done;
+        progress = true;
+      }
+    }
+  }
+  if (done != total)
+    return -1;
+  double zb = 0, sum = 0, mk = 0;
+  for (int r = 0; r < p; ++r) {
+    if (orders[r].empty())
+      continue;
+    zb = std::max(zb, now[r] - first[r]);
+    sum += now[r] - first[r];
+    mk = std::max(mk, now[r]);
+  }
+  if (sumSpans)
+    *sumSpans = sum;
+  if (makespan)
+    *makespan = mk;
+  return zb;
+}
+
 bool ordersFitMemory(const std::vector<std::vector<Work>> &orders,
                      const CostModel &cost, double limit) {
   for (const auto &ord : orders) {
@@ -356,7 +481,9 @@ bool ordersFitMemory(const std::vector<std::vector<Work>> &orders,
   return true;
 }
 
-Expected<AutoResult> autoHeuristic(const AutoOptions &opts) {
+Expected<AutoResult> autoHeuristic(const AutoOptions &opts,
+                                   const Deadline &deadline) {
+  AutoResult res;
   Placement pl = opts.vShape ? Placement::vShape(opts.ranks)
                              : Placement::linear(opts.ranks);
   int m = opts.microbatches;
@@ -420,6 +547,11 @@ Expected<AutoResult> autoHeuristic(const AutoOptions &opts) {
       }
   bool debug = std::getenv("PF_AUTO_DEBUG") != nullptr;
   for (const Params &P : grid) {
+    // The ceiling: stop the grid once some schedule is known.
+    if (!best.orders.empty() && deadline.passed()) {
+      noteCutShort(res, "heuristic grid");
+      break;
+    }
     auto ord = ls.run(P);
     if (debug) {
       Cand c;
@@ -440,12 +572,18 @@ Expected<AutoResult> autoHeuristic(const AutoOptions &opts) {
                          "limit " +
                          std::to_string(opts.memLimit));
 
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::microseconds(
-                      (long long)(std::max(0.0, opts.searchTimeLimit) * 1e6));
-  localSearch(best, opts, pl, deadline);
+  auto debugTime = [&](const char *what) {
+    if (debug)
+      std::fprintf(stderr, "auto: %s done, zb %.4f, %.3f s left\n", what,
+                   best.zb, deadline.left());
+  };
+  debugTime("grid");
+  Deadline searchDeadline = deadline;
+  if (opts.searchTimeLimit > 0)
+    searchDeadline = deadline.earliest(Deadline::in(opts.searchTimeLimit));
+  localSearch(best, opts, pl, searchDeadline, res);
+  debugTime("local search");
 
-  AutoResult res;
   res.schedule = ordersToSchedule(best.orders, pl, m);
   auto sim = simulate(res.schedule, opts.cost);
   if (!sim)
@@ -497,14 +635,20 @@ Expected<AutoResult> autoSchedule(const AutoOptions &opts) {
                   opts.vShape ? " (both chunks of the V)" : "");
     return Status::error(buf);
   }
-  auto h = detail::autoHeuristic(opts);
+  // The wall-clock ceiling of the whole call; the work budgets decide.
+  detail::Deadline deadline = detail::Deadline::in(opts.timeLimit);
+  auto h = detail::autoHeuristic(opts, deadline);
   if (!h)
     return h.status();
   AutoResult res = h.take();
-  if (opts.useIlp)
-    res = detail::autoIlp(opts, std::move(res));
   res.bound = autoLowerBound(opts);
   double lb = res.bound.zbCost;
+  // A schedule at the proven bound is optimal: nothing for the ILP to do.
+  if (opts.useIlp && res.zbCost <= lb * (1 + 1e-12) + 1e-12)
+    res.note = "ILP skipped: the heuristic's schedule reaches the proven "
+               "lower bound, so it is optimal";
+  else if (opts.useIlp)
+    res = detail::autoIlp(opts, std::move(res), deadline);
   res.gap = res.zbCost > 0 ? std::max(0.0, (res.zbCost - lb) / res.zbCost) : 0;
   VerifyOptions vo;
   vo.cost = opts.cost;

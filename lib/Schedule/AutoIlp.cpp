@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 namespace pipeforge::sched::detail {
@@ -50,7 +51,8 @@ struct Pass {
 };
 } // namespace
 
-AutoResult autoIlp(const AutoOptions &opts, AutoResult start) {
+AutoResult autoIlp(const AutoOptions &opts, AutoResult start,
+                   const Deadline &deadline) {
   const CostModel &c = opts.cost;
   const Placement &pl = start.schedule.placement;
   int S = pl.numStages, m = opts.microbatches, p = opts.ranks;
@@ -58,6 +60,11 @@ AutoResult autoIlp(const AutoOptions &opts, AutoResult start) {
   if (N > opts.ilpMaxPasses) {
     start.note = "ILP skipped: " + std::to_string(N) + " passes > " +
                  std::to_string(opts.ilpMaxPasses);
+    return start;
+  }
+  if (deadline.passed()) {
+    noteCutShort(start, "ILP");
+    start.note = "ILP skipped: the time limit was reached before it";
     return start;
   }
   auto id = [&](WorkKind k, int s, int j) {
@@ -173,11 +180,18 @@ AutoResult autoIlp(const AutoOptions &opts, AutoResult start) {
     colLb[x] = colUb[x] = est[s0] + ps[x].t;
   }
 
-  CoinPackedMatrix mat(false, 0, 0);
-  mat.setDimensions(0, nCols);
-  std::vector<double> rowLb, rowUb;
-  auto addRow = [&](CoinPackedVector v, double lo, double hi) {
-    mat.appendRow(v);
+  // Rows in compressed form, the matrix built once at the end (appending
+  // rows one by one to a CoinPackedMatrix copies it each time: quadratic).
+  std::vector<double> rowLb, rowUb, elems;
+  std::vector<int> inds, lens;
+  std::vector<CoinBigIndex> starts;
+  auto addRow = [&](const CoinPackedVector &v, double lo, double hi) {
+    starts.push_back(CoinBigIndex(elems.size()));
+    lens.push_back(v.getNumElements());
+    for (int k = 0; k < v.getNumElements(); ++k) {
+      inds.push_back(v.getIndices()[k]);
+      elems.push_back(v.getElements()[k]);
+    }
     rowLb.push_back(lo);
     rowUb.push_back(hi);
   };
@@ -239,6 +253,13 @@ AutoResult autoIlp(const AutoOptions &opts, AutoResult start) {
     }
   }
 
+  CoinPackedMatrix mat(false, nCols, int(rowLb.size()),
+                       CoinBigIndex(elems.size()), elems.data(), inds.data(),
+                       starts.data(), lens.data());
+  const bool debug = std::getenv("PF_AUTO_DEBUG") != nullptr;
+  if (debug)
+    std::fprintf(stderr, "ilp: %d passes, %zu pairs, %zu rows, %.3f s left\n",
+                 N, pairs.size(), rowLb.size(), deadline.left());
   OsiClpSolverInterface solver;
   solver.loadProblem(mat, colLb.data(), colUb.data(), obj.data(),
                      rowLb.data(), rowUb.data());
@@ -249,7 +270,22 @@ AutoResult autoIlp(const AutoOptions &opts, AutoResult start) {
   model.setLogLevel(0);
   model.messageHandler()->setLogLevel(0);
   model.solver()->messageHandler()->setLogLevel(0);
-  model.setMaximumSeconds(std::max(0.01, opts.ilpTimeLimit));
+  // The work budget decides (nodes); the seconds are only a ceiling (the
+  // whole call's time left, and the older CBC-only limit), on the wall
+  // clock.
+  model.setMaximumNodes(
+      int(std::min<int64_t>(std::max<int64_t>(0, opts.ilpMaxNodes), 1 << 30)));
+  double seconds = deadline.left();
+  if (opts.ilpTimeLimit >= 0)
+    seconds = std::min(seconds, opts.ilpTimeLimit);
+  model.setUseElapsedTime(true);
+  // Cheaper nodes and root (measured: strong branching and repeated root
+  // cut passes cost seconds on the big-M model and rarely pay off).
+  model.setNumberStrong(0);
+  model.setMaximumCutPassesAtRoot(1);
+  model.setMaximumSeconds(std::max(0.01, seconds));
+  if (auto *clp = dynamic_cast<OsiClpSolverInterface *>(model.solver()))
+    clp->getModelPtr()->setMaximumSeconds(std::max(0.01, seconds));
   model.setAllowableFractionGap(std::max(0.0, opts.ilpGap));
   model.setAllowableGap(1e-7);
   CglProbing probing;
@@ -269,11 +305,37 @@ AutoResult autoIlp(const AutoOptions &opts, AutoResult start) {
     ws[N + 1 + k] = startT[pairs[k].first] < startT[pairs[k].second] ? 1 : 0;
   model.setBestSolution(ws.data(), nCols, start.zbCost, true);
 
+  const auto cbcStart = std::chrono::steady_clock::now();
   model.branchAndBound();
+  const double cbcSeconds = std::chrono::duration<double>(
+                                std::chrono::steady_clock::now() - cbcStart)
+                                .count();
+  if (debug)
+    std::fprintf(stderr, "ilp: done, %d nodes in %.3f s of %.3f\n",
+                 model.getNodeCount(), cbcSeconds, seconds);
   start.ilpRan = true;
   start.ilpBound = model.getBestPossibleObjValue();
   start.ilpOptimal = model.isProvenOptimal();
+  start.ilpNodes = model.getNodeCount();
   const double *sol = model.bestSolution();
+  double inc = sol ? model.getObjValue() : start.zbCost;
+  start.ilpGap = inc > 0 ? std::max(0.0, (inc - start.ilpBound) / inc) : 0;
+  // Clp's own limit (the root LP) may stop it without CBC's flag.
+  bool outOfTime = model.isSecondsLimitReached() ||
+                   (!model.isProvenOptimal() && !model.isNodeLimitReached() &&
+                    cbcSeconds >= std::max(0.01, seconds));
+  if (outOfTime) {
+    start.ilpStatus = "time limit";
+    noteCutShort(start, "ILP");
+  } else if (model.isNodeLimitReached()) {
+    start.ilpStatus = "node limit";
+  } else if (model.isProvenOptimal()) {
+    start.ilpStatus = start.ilpGap > 1e-9 ? "gap" : "optimal";
+  } else if (model.isProvenInfeasible()) {
+    start.ilpStatus = "infeasible";
+  } else {
+    start.ilpStatus = "stopped";
+  }
   if (!sol) {
     start.note = "ILP found no solution";
     return start;

@@ -75,6 +75,8 @@ Status checkJob(const ScheduleJob &j) {
       return Status::error("--mem-limit: " + l.message());
   if (!(j.timeLimit >= 0) || !(j.gap >= 0))
     return Status::error("--time-limit and --gap must be >= 0");
+  if (j.searchMoves < 0 || j.ilpNodes < 0)
+    return Status::error("--search-moves and --ilp-nodes must be >= 0");
   return Status::ok();
 }
 
@@ -109,31 +111,11 @@ Expected<Schedule> obtainSchedule(const ScheduleJob &j,
                          : minMicrobatches(*kind, j.ranks, j.chunks);
     return generate(*kind, g);
   }
-  if (j.microbatches < 1)
-    return Status::error("--schedule auto needs --microbatches (>= 1)");
-  AutoOptions ao;
-  ao.ranks = j.ranks;
-  ao.microbatches = j.microbatches;
-  ao.vShape = j.vPlacement;
-  ao.cost.tf = j.tf;
-  ao.cost.tb = j.tb;
-  ao.cost.tw = j.tw;
-  ao.cost.tcomm = j.tcomm;
-  // M_B: one microbatch on a rank's share of a p-way split (a V stage is
-  // half of it), as for every other schedule.
-  int stages = ao.vShape ? 2 * j.ranks : j.ranks;
-  ao.cost.memB = ao.vShape ? 0.5 : 1.0;
-  ao.cost.memW = ao.cost.memB * j.memW;
-  if (!j.memLimit.empty()) {
-    auto l = memLimitInMB(j, j.ranks, stages);
-    if (!l)
-      return l.status();
-    ao.memLimit = *l;
-  }
-  ao.useIlp = j.useIlp;
-  ao.ilpTimeLimit = j.timeLimit;
-  ao.ilpGap = j.gap;
-  auto r = autoSchedule(ao);
+  auto ao = autoOptionsForJob(j);
+  if (!ao)
+    return ao.status();
+  int stages = ao->vShape ? 2 * j.ranks : j.ranks;
+  auto r = autoSchedule(*ao);
   if (!r) {
     std::string msg = r.message();
     if (auto l = parseMemoryLimit(j.memLimit); l && l->isBytes())
@@ -168,10 +150,19 @@ std::string renderText(const ScheduleJobResult &r) {
     out += line;
     if (a.ilpRan) {
       std::snprintf(line, sizeof line,
-                    "auto: ILP %s, bound within its model %.4f\n",
-                    a.ilpOptimal ? "optimal" : "stopped", a.ilpBound);
+                    "auto: ILP %s (%s, %lld nodes), bound within its model "
+                    "%.4f, gap %.2f%%\n",
+                    a.ilpOptimal ? "optimal" : "stopped", a.ilpStatus.c_str(),
+                    (long long)a.ilpNodes, a.ilpBound, 100 * a.ilpGap);
       out += line;
     }
+    std::snprintf(line, sizeof line, "auto: local search %lld moves%s\n",
+                  (long long)a.searchMovesUsed,
+                  a.searchConverged ? ", local optimum" : "");
+    out += line;
+    if (a.timeLimitHit)
+      out += "auto: cut short by the time limit (" + a.cutShort +
+             "): the result may differ on another machine or load\n";
     if (!a.note.empty())
       out += "auto: " + a.note + "\n";
   }
@@ -192,6 +183,43 @@ std::string renderText(const ScheduleJobResult &r) {
 }
 
 } // namespace
+
+Expected<AutoOptions> autoOptionsForJob(const ScheduleJob &jobIn) {
+  ScheduleJob j = jobIn;
+  if (Status st = checkJob(j); !st)
+    return st;
+  if (j.hidden > 0)
+    j.memW = memWRatio(j.hidden, j.heads, j.seq);
+  if (j.ranks < 1)
+    return Status::error("--ranks is required (>= 1)");
+  if (j.microbatches < 1)
+    return Status::error("--schedule auto needs --microbatches (>= 1)");
+  AutoOptions ao;
+  ao.ranks = j.ranks;
+  ao.microbatches = j.microbatches;
+  ao.vShape = j.vPlacement;
+  ao.cost.tf = j.tf;
+  ao.cost.tb = j.tb;
+  ao.cost.tw = j.tw;
+  ao.cost.tcomm = j.tcomm;
+  // M_B: one microbatch on a rank's share of a p-way split (a V stage is
+  // half of it), as for every other schedule.
+  int stages = ao.vShape ? 2 * j.ranks : j.ranks;
+  ao.cost.memB = ao.vShape ? 0.5 : 1.0;
+  ao.cost.memW = ao.cost.memB * j.memW;
+  if (!j.memLimit.empty()) {
+    auto l = memLimitInMB(j, j.ranks, stages);
+    if (!l)
+      return l.status();
+    ao.memLimit = *l;
+  }
+  ao.useIlp = j.useIlp;
+  ao.timeLimit = j.timeLimit;
+  ao.searchMoves = j.searchMoves;
+  ao.ilpMaxNodes = j.ilpNodes;
+  ao.ilpGap = j.gap;
+  return ao;
+}
 
 Expected<ScheduleJobResult> runScheduleJob(const ScheduleJob &jobIn) {
   ScheduleJob j = jobIn;
@@ -269,7 +297,26 @@ std::string renderScheduleJob(const ScheduleJobResult &r,
   j["summary"]["lower_bound"] = r.autoResult->bound.zbCost;
   j["summary"]["lower_bound_makespan"] = r.autoResult->bound.makespan;
   j["summary"]["gap"] = r.autoResult->gap;
-  j["summary"]["method"] = r.autoResult->method;
+  const AutoResult &a = *r.autoResult;
+  j["summary"]["method"] = a.method;
+  // Deterministic fields only (no elapsed times): the same inputs give the
+  // same JSON unless the time limit fired, which "time_limit" says.
+  auto &ilp = j["summary"]["ilp"];
+  ilp["ran"] = a.ilpRan;
+  if (a.ilpRan) {
+    ilp["status"] = a.ilpStatus;
+    ilp["optimal"] = a.ilpOptimal;
+    ilp["bound"] = a.ilpBound;
+    ilp["gap"] = a.ilpGap;
+    ilp["nodes"] = a.ilpNodes;
+  }
+  if (!a.note.empty())
+    ilp["note"] = a.note;
+  j["summary"]["search_moves"] = a.searchMovesUsed;
+  j["summary"]["search_converged"] = a.searchConverged;
+  j["summary"]["time_limit"] =
+      a.timeLimitHit ? "cut short by the time limit: " + a.cutShort
+                     : std::string("not reached");
   return j.dump(2) + "\n";
 }
 

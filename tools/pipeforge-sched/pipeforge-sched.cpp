@@ -56,7 +56,14 @@ Cost model (time units are yours; memory in units of M_B):
 
 Automatic schedule (--schedule auto; docs/auto-scheduler.md):
   --placement P         linear (default) or v (auto ZB-V)
-  --time-limit S        ILP time limit in seconds (default 10)
+  --time-limit S        wall-clock ceiling of the whole search in seconds
+                        (default 10); only a ceiling: when it stops the
+                        search early the output says "cut short by the time
+                        limit", otherwise the result depends on the inputs
+                        alone
+  --search-moves N      local-search work budget, moves tried (default
+                        20000; 0: no local search)
+  --ilp-nodes N         CBC work budget, branch-and-bound nodes (default 20)
   --gap G               ILP relative gap target (default 0.0001)
   --no-ilp              heuristic only
 
@@ -125,6 +132,7 @@ Options parseArgs(int argc, char **argv) {
   ScheduleJob &j = o.job;
   std::string placement = "linear";
   const double inf = HUGE_VAL, maxInt = double(1 << 30);
+  double searchMoves = double(j.searchMoves), ilpNodes = double(j.ilpNodes);
   const NumberOption numbers[] = {
       {"--ranks", nullptr, &j.ranks, 1, maxInt},
       {"--microbatches", nullptr, &j.microbatches, 1, maxInt},
@@ -140,6 +148,8 @@ Options parseArgs(int argc, char **argv) {
       {"--mem-w", &j.memW, nullptr, 0, 1},
       {"--time-limit", &j.timeLimit, nullptr, 0, inf},
       {"--gap", &j.gap, nullptr, 0, inf},
+      {"--search-moves", &searchMoves, nullptr, 0, 1e15},
+      {"--ilp-nodes", &ilpNodes, nullptr, 0, 1e9},
       {"--hidden", &j.hidden, nullptr, 1, inf},
       {"--heads", &j.heads, nullptr, 1, inf},
       {"--seq", &j.seq, nullptr, 1, inf},
@@ -195,6 +205,10 @@ Options parseArgs(int argc, char **argv) {
     else
       usageError("unknown option '" + a + "'");
   }
+  if (searchMoves != std::floor(searchMoves) || ilpNodes != std::floor(ilpNodes))
+    usageError("--search-moves and --ilp-nodes expect integers");
+  j.searchMoves = int64_t(searchMoves);
+  j.ilpNodes = int64_t(ilpNodes);
   if (placement != "linear" && placement != "v")
     usageError("--placement expects linear or v, got '" + placement + "'");
   j.vPlacement = placement == "v";

@@ -43,9 +43,15 @@ struct ScheduleJob {
   double hidden = 0, heads = 0, seq = 0, microbatchSize = 1;
   int layers = 0; ///< transformer layers of the model; 0: one per stage
 
-  /// --schedule auto.
+  /// --schedule auto (AutoOptions). timeLimit: wall-clock ceiling of the
+  /// whole automatic search, seconds (>= 0); the work budgets
+  /// searchMoves (local-search moves) and ilpNodes (CBC nodes) decide how
+  /// far it goes, so the result does not depend on the machine unless the
+  /// ceiling fires (then the result says so).
   bool vPlacement = false;
   double timeLimit = 10, gap = 1e-4;
+  int64_t searchMoves = kDefaultSearchMoves;
+  int64_t ilpNodes = kDefaultIlpNodes;
   bool useIlp = true;
 };
 
@@ -57,6 +63,13 @@ struct ScheduleJobResult {
   /// --import-csv: FSDP actions of a PyTorch compute_comms dump skipped.
   int64_t ignoredFsdpActions = 0;
 };
+
+/// The automatic scheduler's options for a `--schedule auto` job: the cost
+/// model (M_B = 1 per rank's share, M_W / M_B from --hidden --heads --seq or
+/// --mem-w), the memory limit in M_B units, the budgets and the ceiling.
+/// What `runScheduleJob` passes to autoSchedule; benchmarks/auto_table.cpp
+/// uses it too, so the tool and the benchmark run the same search.
+Expected<AutoOptions> autoOptionsForJob(const ScheduleJob &job);
 
 /// Checks the job's numbers (a message naming the option on error), then
 /// obtains, completes, verifies and simulates the schedule.
