@@ -314,6 +314,8 @@ struct Executor::Impl {
   /// Tied parameters: both gradients of each pair become their sum (a local
   /// add, or an exchange with the pipeline rank holding the other).
   Status sumTiedGrads();
+  /// Post-validation: each tied copy takes its target's values again.
+  Status syncTiedValues();
   /// ZeRO-1: every owner's updated parameters sent to its replicas.
   Status gatherOwnedParams();
   Status sumSliceSquares(Group g, const std::function<bool(int32_t)> &sliced,

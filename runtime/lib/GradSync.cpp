@@ -149,6 +149,33 @@ Status Executor::Impl::sumTiedGrads() {
   return Status::ok();
 }
 
+Status Executor::Impl::syncTiedValues() {
+  // The target's bits to the copy: the copy's holder contributes zeros to
+  // the pairwise sum (x + 0 == x), or copies locally.
+  for (auto [target, copy] : ties) {
+    auto t = params.find(target), c = params.find(copy);
+    if (t == params.end() && c == params.end())
+      continue;
+    int64_t n = localElems(t != params.end() ? target : copy);
+    if (t != params.end() && c != params.end()) {
+      std::copy_n(hostValue(t->second), n, hostValue(c->second));
+      continue;
+    }
+    const bool holdsTarget = t != params.end();
+    const Param &other = prog.params[size_t(holdsTarget ? copy : target)];
+    float *mine = hostValue(holdsTarget ? t->second : c->second);
+    std::vector<float> buf(static_cast<size_t>(n), 0.0f);
+    if (holdsTarget)
+      std::copy_n(mine, n, buf.data());
+    if (Status s =
+            tr.pairwiseSum(rankOf(other.copy, other.stage), buf.data(), n);
+        !s)
+      return s;
+    std::copy_n(buf.data(), n, mine);
+  }
+  return Status::ok();
+}
+
 Status Executor::Impl::sumTensorParallelGrads() {
   int64_t n = 0;
   for (auto &[i, ps] : params)
@@ -337,6 +364,12 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
   // skip too: then they are the old ones).
   if (zero)
     if (Status s = gatherOwnedParams(); !s)
+      return s;
+  // Post-validation: the two copies of a tied tensor may sit on ranks whose
+  // optimistic steps differed (partial norms), and a rollback is exact only
+  // to rounding: the copy takes the target's values again.
+  if (!ties.empty() && opts.optimizerSync == OptimizerSync::PostValidation)
+    if (Status s = syncTiedValues(); !s)
       return s;
   StepStats st;
   st.step = stepNo;

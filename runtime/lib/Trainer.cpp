@@ -269,13 +269,14 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Program &prog,
     char recipe[256];
     std::snprintf(recipe, sizeof recipe,
                   "%016llx lr %.17g %s warmup %lld decay %lld min %.17g "
-                  "wd %.17g%s%s",
+                  "wd %.17g%s%s%s",
                   (unsigned long long)programChecksum(serializeProgram(prog)),
                   o.lr, toString(ls.kind), (long long)ls.warmupSteps,
                   decays ? (long long)ls.decaySteps : 0LL,
                   decays ? ls.minLr : 0.0, o.weightDecay,
                   o.decayAll ? " all" : "",
-                  o.executor.zeroStage ? " zero1" : "");
+                  o.executor.zeroStage ? " zero1" : "",
+                  tr.rankLayoutDataFastest() ? " dp-fastest" : "");
     impl->progFp = fnv1a64(recipe, std::strlen(recipe));
   }
   for (int32_t i : impl->ex->localParams())
@@ -324,7 +325,7 @@ Expected<int64_t> Trainer::resume() {
                "): same model, schedule, ranks and microbatches, and the "
                "same --lr, --lr-schedule, --warmup-steps, --decay-steps "
                "(default: --steps), --min-lr, --weight-decay, "
-               "--decay-all and --zero needed");
+               "--decay-all, --zero and --rank-layout needed");
   if (ck->data.fingerprint != m.dataFp)
     return bad("was written with different training data");
   if (ck->data.nextStep != ck->step)
@@ -394,13 +395,20 @@ Status Trainer::saveCheckpoint(int64_t k) {
       return s;
   if (Status s = m.tr.barrier(Group::World); !s)
     return s;
-  if (wrank != 0 && !readManifest(dir))
+  const bool ownCopy = wrank != 0 && !readManifest(dir);
+  if (ownCopy)
     if (Status s =
             writeManifest(dir, *man, "." + std::to_string(wrank) + ".tmp");
         !s)
       return s;
-  // Every rank waits in the barrier below: nobody is saving.
-  if (wrank == 0)
+  // Every manifest is in place before anyone cleans up (a cleanup removes
+  // *.tmp files, such as another rank's manifest being written).
+  if (Status s = m.tr.barrier(Group::World); !s)
+    return s;
+  // Every rank waits in the barrier below: nobody is saving. What an
+  // interrupted save left behind, in each folder that a rank finalizes:
+  // rank 0's, and a rank's own when it is not rank 0's.
+  if (wrank == 0 || ownCopy)
     if (Status s = removeStaleCheckpoints(m.o.checkpointDir); !s)
       return s;
   // Nobody moves on (or exits) before the manifest is in place.

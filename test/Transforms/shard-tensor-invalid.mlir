@@ -52,3 +52,16 @@ func.func @const(%x: tensor<2x8x16xf32>, %w0: tensor<16x16xf32>) -> tensor<2x8x1
   %y = nn.linear %a, %w0 {nn.layer = 1 : i64} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
   return %y : tensor<2x8x16xf32>
 }
+
+// -----
+
+// A dropout between a column-parallel and a row-parallel linear sees a
+// feature shard: its mask could not match the unsharded model's.
+func.func @dropsplit(%x: tensor<2x8x16xf32>, %w1: tensor<32x16xf32>, %w2: tensor<16x32xf32>) -> tensor<2x8x16xf32> {
+  %h = nn.linear %x, %w1 {nn.layer = 1 : i64} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
+  %a = nn.gelu %h {nn.layer = 1 : i64} : tensor<2x8x32xf32>
+  // expected-error @+1 {{'nn.dropout' op on a feature-split activation is not supported under tensor parallelism (its mask would not match the unsharded model's)}}
+  %d = nn.dropout %a {nn.layer = 1 : i64, rate = 0.1 : f32, site = 0 : i64} : tensor<2x8x32xf32>
+  %o = nn.linear %d, %w2 {nn.layer = 1 : i64} : (tensor<2x8x32xf32>, tensor<16x32xf32>) -> tensor<2x8x16xf32>
+  return %o : tensor<2x8x16xf32>
+}

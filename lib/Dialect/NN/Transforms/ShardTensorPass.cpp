@@ -366,6 +366,12 @@ LogicalResult Sharder::shardElementwise(Operation *op) {
              << " operand";
   if (in == Layout::Partial)
     return op->emitOpError("reads a partial sum");
+  // A dropout's mask is drawn over the whole tensor's positions: the runtime
+  // places sequence shards (seq_start), not feature shards.
+  if (in == Layout::Split && isa<DropoutOp>(op))
+    return op->emitOpError("on a feature-split activation is not supported "
+                           "under tensor parallelism (its mask would not "
+                           "match the unsharded model's)");
   op->getResult(0).setType(op->getOperand(0).getType());
   layout[op->getResult(0)] = in;
   return success();

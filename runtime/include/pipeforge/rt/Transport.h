@@ -102,6 +102,7 @@ public:
   virtual void setRankLayout(bool dataFastest) {
     rankDataFastest = dataFastest;
   }
+  bool rankLayoutDataFastest() const { return rankDataFastest; }
 
   virtual int worldRank() const = 0;
   virtual int worldSize() const = 0;
