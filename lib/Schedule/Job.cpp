@@ -120,8 +120,8 @@ Expected<Schedule> obtainSchedule(const ScheduleJob &j,
     std::string msg = r.message();
     if (auto l = parseMemoryLimit(j.memLimit); l && l->isBytes())
       msg += " (in M_B units; --mem-limit " + j.memLimit + " = " +
-             formatBytes(l->value) + ", 1 M_B = " +
-             formatBytes(bytesPerMB(j, j.ranks, stages)) + ")";
+             formatBytes(l->value) +
+             ", 1 M_B = " + formatBytes(bytesPerMB(j, j.ranks, stages)) + ")";
     return Status::error(msg);
   }
   autoResult = r.take();
@@ -182,14 +182,23 @@ std::string renderText(const ScheduleJobResult &r) {
   return out + exportTextGrid(s, sim);
 }
 
-} // namespace
-
-Expected<AutoOptions> autoOptionsForJob(const ScheduleJob &jobIn) {
+/// The job checked, with M_W derived from the model shape when given.
+Expected<ScheduleJob> checkedJob(const ScheduleJob &jobIn) {
   ScheduleJob j = jobIn;
   if (Status st = checkJob(j); !st)
     return st;
   if (j.hidden > 0)
     j.memW = memWRatio(j.hidden, j.heads, j.seq);
+  return j;
+}
+
+} // namespace
+
+Expected<AutoOptions> autoOptionsForJob(const ScheduleJob &jobIn) {
+  auto checked = checkedJob(jobIn);
+  if (!checked)
+    return checked.status();
+  const ScheduleJob &j = *checked;
   if (j.ranks < 1)
     return Status::error("--ranks is required (>= 1)");
   if (j.microbatches < 1)
@@ -222,11 +231,10 @@ Expected<AutoOptions> autoOptionsForJob(const ScheduleJob &jobIn) {
 }
 
 Expected<ScheduleJobResult> runScheduleJob(const ScheduleJob &jobIn) {
-  ScheduleJob j = jobIn;
-  if (Status st = checkJob(j); !st)
-    return st;
-  if (j.hidden > 0)
-    j.memW = memWRatio(j.hidden, j.heads, j.seq);
+  auto checked = checkedJob(jobIn);
+  if (!checked)
+    return checked.status();
+  ScheduleJob j = checked.take();
 
   ScheduleJobResult r;
   auto s = obtainSchedule(j, r.autoResult, r.ignoredFsdpActions);

@@ -311,11 +311,11 @@ struct Executor::Impl {
   /// rank that owns its optimizer state, and divided by dp there (the other
   /// ranks' copies are left as they are and not read).
   Status reduceGradsToOwners();
-  /// Tied parameters: both gradients of each pair become their sum (a local
-  /// add, or an exchange with the pipeline rank holding the other).
-  Status sumTiedGrads();
-  /// Post-validation: each tied copy takes its target's values again.
-  Status syncTiedValues();
+  /// Tied parameters, each pair with a local copy or an exchange with the
+  /// pipeline rank holding the other: `grads`, both gradients become their
+  /// sum (before the step); else the copy takes the target's values (after a
+  /// post-validation step, whose rollback is exact only to rounding).
+  Status exchangeTied(bool grads);
   /// ZeRO-1: every owner's updated parameters sent to its replicas.
   Status gatherOwnedParams();
   Status sumSliceSquares(Group g, const std::function<bool(int32_t)> &sliced,

@@ -113,65 +113,54 @@ Status Executor::Impl::gatherOwnedParams() {
   return Status::ok();
 }
 
-Status Executor::Impl::sumTiedGrads() {
+Status Executor::Impl::exchangeTied(bool grads) {
   // Program order on every rank, one blocking exchange per pair that spans
   // two pipeline ranks: the same order everywhere, so no cycle can form.
-  // a + b == b + a bitwise, so both copies get the same bits, also when one
-  // rank holds both.
+  // Gradients: both become their sum (a + b == b + a bitwise, so both
+  // copies get the same bits, also when one rank holds both). Values: the
+  // copy takes the target's (its holder adds zeros: x + 0 == x).
   for (auto [target, copy] : ties) {
     auto t = params.find(target), c = params.find(copy);
     if (t == params.end() && c == params.end())
       continue;
     int64_t n = localElems(t != params.end() ? target : copy);
-    std::vector<float> mine(static_cast<size_t>(n));
+    auto load = [&](ParamState &ps, float *out) {
+      if (grads)
+        be.copyToHost(out, ps.grad->p, n * 4);
+      else
+        std::copy_n(hostValue(ps), n, out);
+    };
+    auto store = [&](ParamState &ps, const float *in) {
+      if (grads)
+        be.copyFromHost(ps.grad->p, in, n * 4);
+      else
+        std::copy_n(in, n, hostValue(ps));
+    };
+    std::vector<float> mine(static_cast<size_t>(n), 0.0f);
     if (t != params.end() && c != params.end()) {
-      std::vector<float> other(static_cast<size_t>(n));
-      be.copyToHost(mine.data(), t->second.grad->p, n * 4);
-      be.copyToHost(other.data(), c->second.grad->p, n * 4);
-      for (int64_t k = 0; k < n; ++k)
-        mine[size_t(k)] = mine[size_t(k)] + other[size_t(k)];
-      be.copyFromHost(t->second.grad->p, mine.data(), n * 4);
-      be.copyFromHost(c->second.grad->p, mine.data(), n * 4);
+      load(t->second, mine.data());
+      if (grads) {
+        std::vector<float> other(static_cast<size_t>(n));
+        load(c->second, other.data());
+        for (int64_t k = 0; k < n; ++k)
+          mine[size_t(k)] = mine[size_t(k)] + other[size_t(k)];
+        store(t->second, mine.data());
+      }
+      store(c->second, mine.data());
       continue;
     }
     const bool holdsTarget = t != params.end();
     const Param &other = prog.params[size_t(holdsTarget ? copy : target)];
     ParamState &ps = holdsTarget ? t->second : c->second;
-    be.copyToHost(mine.data(), ps.grad->p, n * 4);
+    if (grads || holdsTarget)
+      load(ps, mine.data());
     if (Status s =
             tr.pairwiseSum(rankOf(other.copy, other.stage), mine.data(), n);
         !s)
       return Status::error(
           "tied parameters '" + prog.params[size_t(copy)].name + "' and '" +
           prog.params[size_t(target)].name + "': " + s.message());
-    be.copyFromHost(ps.grad->p, mine.data(), n * 4);
-  }
-  return Status::ok();
-}
-
-Status Executor::Impl::syncTiedValues() {
-  // The target's bits to the copy: the copy's holder contributes zeros to
-  // the pairwise sum (x + 0 == x), or copies locally.
-  for (auto [target, copy] : ties) {
-    auto t = params.find(target), c = params.find(copy);
-    if (t == params.end() && c == params.end())
-      continue;
-    int64_t n = localElems(t != params.end() ? target : copy);
-    if (t != params.end() && c != params.end()) {
-      std::copy_n(hostValue(t->second), n, hostValue(c->second));
-      continue;
-    }
-    const bool holdsTarget = t != params.end();
-    const Param &other = prog.params[size_t(holdsTarget ? copy : target)];
-    float *mine = hostValue(holdsTarget ? t->second : c->second);
-    std::vector<float> buf(static_cast<size_t>(n), 0.0f);
-    if (holdsTarget)
-      std::copy_n(mine, n, buf.data());
-    if (Status s =
-            tr.pairwiseSum(rankOf(other.copy, other.stage), buf.data(), n);
-        !s)
-      return s;
-    std::copy_n(buf.data(), n, mine);
+    store(ps, mine.data());
   }
   return Status::ok();
 }
@@ -233,7 +222,7 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
       return s;
   // Tied parameters: both copies' gradients become their sum.
   if (!ties.empty())
-    if (Status s = sumTiedGrads(); !s)
+    if (Status s = exchangeTied(/*grads=*/true); !s)
       return s;
   // Data parallel: every gradient summed over the replicas, divided by dp.
   // ZeRO-1: only into the rank that owns each parameter's optimizer state.
@@ -369,7 +358,7 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
   // optimistic steps differed (partial norms), and a rollback is exact only
   // to rounding: the copy takes the target's values again.
   if (!ties.empty() && opts.optimizerSync == OptimizerSync::PostValidation)
-    if (Status s = syncTiedValues(); !s)
+    if (Status s = exchangeTied(/*grads=*/false); !s)
       return s;
   StepStats st;
   st.step = stepNo;

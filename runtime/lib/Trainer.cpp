@@ -21,6 +21,13 @@
 
 namespace pipeforge::rt {
 
+std::string checkpointDirOf(const std::string &dir, int worldRank) {
+  std::string d = dir;
+  for (size_t at; (at = d.find("{rank}")) != std::string::npos;)
+    d.replace(at, 6, std::to_string(worldRank));
+  return d;
+}
+
 std::string checkpointSubdir(const std::string &dir, int64_t step) {
   char b[32];
   std::snprintf(b, sizeof b, "/step-%08lld", (long long)step);
@@ -237,12 +244,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Program &prog,
   auto impl = std::make_unique<Impl>(prog, tr, o);
   // "{rank}" in the checkpoint folder: this rank's world rank (a folder of
   // its own, as on a node-local disk).
-  for (std::string &d = impl->o.checkpointDir;;) {
-    size_t at = d.find("{rank}");
-    if (at == std::string::npos)
-      break;
-    d.replace(at, 6, std::to_string(tr.worldRank()));
-  }
+  impl->o.checkpointDir = checkpointDirOf(o.checkpointDir, tr.worldRank());
   if (Status s = impl->initData(); !s)
     return s;
   if (Status s = impl->initOptimizer(); !s)

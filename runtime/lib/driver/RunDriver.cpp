@@ -61,6 +61,13 @@ using namespace pipeforge::rt;
 
 namespace {
 
+/// This machine's host name (messages, --print-placement).
+std::string hostName() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
 /// Prints the usage and exits: 2 after an error message, 0 for --help.
 [[noreturn]] void usage(const char *msg) {
   if (msg)
@@ -341,9 +348,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     auto prog = embedded ? parseProgram(*embedded) : readProgram(progPath);
     if (!prog) {
       // Name the host: on a cluster the file must exist on every node.
-      char host[256] = {};
-      gethostname(host, sizeof host - 1);
-      return fail(progPath + ": " + prog.message() + " (on host " + host + ")");
+      return fail(progPath + ": " + prog.message() + " (on host " + hostName() +
+                  ")");
     }
     const Program &p = *prog;
     if (nanStep > 0) {
@@ -423,10 +429,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     bool root = tr->worldRank() == 0;
     if (printPlacement) {
       // Every rank's host and grid position, from rank 0 (collective).
-      char host[256] = {};
-      gethostname(host, sizeof host - 1);
       std::string mine = "rank " + std::to_string(tr->worldRank()) + ": " +
-                         host + " (pipeline " +
+                         hostName() + " (pipeline " +
                          std::to_string(tr->pipelineRank()) + ", replica " +
                          std::to_string(tr->dpIndex()) + ", expert " +
                          std::to_string(tr->epIndex()) + ", tensor " +
@@ -445,10 +449,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
       if (!k)
         return fail(k.message());
       if (root && !quiet) {
-        // Rank 0's folder ("{rank}" is 0 here).
-        std::string shown = ckDir;
-        for (size_t at; (at = shown.find("{rank}")) != std::string::npos;)
-          shown.replace(at, 6, "0");
+        // Rank 0's folder.
+        std::string shown = checkpointDirOf(ckDir, 0);
         std::printf("resumed from %s (step %lld)\n",
                     checkpointSubdir(shown, *k).c_str(), (long long)*k);
       }

@@ -39,6 +39,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -63,7 +64,8 @@ public:
     else
       MPI_Query_thread(&provided);
     const char *pt = std::getenv("PIPEFORGE_MPI_PROGRESS_THREAD");
-    threadOk = provided == MPI_THREAD_MULTIPLE && !(pt && std::strcmp(pt, "0") == 0);
+    threadOk =
+        provided == MPI_THREAD_MULTIPLE && !(pt && std::strcmp(pt, "0") == 0);
     MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
     MPI_Comm_size(MPI_COMM_WORLD, &wsize);
     void *ub = nullptr;
@@ -181,9 +183,9 @@ public:
   int tpIndex() const override { return tpi; }
   int tpSize() const override { return T; }
   bool asyncProgress() const override { return threadOk; }
-  Expected<RequestId>
-  allToAllStart(const std::vector<std::vector<float>> &send,
-                std::vector<std::vector<float>> &recv, Group g) override {
+  Expected<RequestId> allToAllStart(const std::vector<std::vector<float>> &send,
+                                    std::vector<std::vector<float>> &recv,
+                                    Group g) override {
     MPI_Comm c = comm(g);
     int size = 0;
     MPI_Comm_size(c, &size);
@@ -269,10 +271,11 @@ public:
     if (it == reqs.end())
       return Status::ok();
     Req r = it->second;
-    std::string what = std::string(r.send ? "send to" : "receive from") +
-                       " pipeline rank " + std::to_string(r.peer) +
-                       peerWhere(r.peer) + " (tag " + std::to_string(r.tag) +
-                       ")";
+    auto what = [&] {
+      return std::string(r.send ? "send to" : "receive from") +
+             " pipeline rank " + std::to_string(r.peer) + peerWhere(r.peer) +
+             " (tag " + std::to_string(r.tag) + ")";
+    };
     if (Status s = waitReq(it->second.req, what); !s)
       return s;
     reqs.erase(id);
@@ -298,10 +301,9 @@ public:
   }
   void progress() override {
     int flag = 0;
-    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, pipe == MPI_COMM_NULL
-                                                 ? MPI_COMM_WORLD
-                                                 : pipe,
-               &flag, MPI_STATUS_IGNORE);
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG,
+               pipe == MPI_COMM_NULL ? MPI_COMM_WORLD : pipe, &flag,
+               MPI_STATUS_IGNORE);
     for (auto &[id, r] : reqs) {
       int done = 0;
       MPI_Test(&r.req, &done, MPI_STATUS_IGNORE);
@@ -330,16 +332,18 @@ public:
     if (rank == 0) {
       std::vector<MPI_Request> parts(size_t(size), MPI_REQUEST_NULL);
       for (int k = 1; k < size; ++k)
-        MPI_Irecv(all.data() + size_t(k) * n, int(n), MPI_FLOAT, k,
-                  kGatherTag, dc, &parts[size_t(k)]);
+        MPI_Irecv(all.data() + size_t(k) * n, int(n), MPI_FLOAT, k, kGatherTag,
+                  dc, &parts[size_t(k)]);
       for (int k = 1; k < size; ++k)
-        if (Status s = waitReq(parts[size_t(k)],
-                               "allreduce: the part of " + memberWhere(c, k));
+        if (Status s = waitReq(
+                parts[size_t(k)],
+                [&] { return "allreduce: the part of " + memberWhere(c, k); });
             !s)
           return s;
     } else {
       MPI_Isend(buf, int(n), MPI_FLOAT, 0, kGatherTag, dc, &r);
-      if (Status s = waitReq(r, "allreduce: sending to " + memberWhere(c, 0));
+      if (Status s = waitReq(
+              r, [&] { return "allreduce: sending to " + memberWhere(c, 0); });
           !s)
         return s;
     }
@@ -347,11 +351,12 @@ public:
       for (int k = 1; k < size; ++k) {
         const float *src = all.data() + size_t(k) * n;
         for (int64_t i = 0; i < n; ++i)
-          buf[i] = op == ReduceOp::Sum ? buf[i] + src[i]
-                                       : std::max(buf[i], src[i]);
+          buf[i] =
+              op == ReduceOp::Sum ? buf[i] + src[i] : std::max(buf[i], src[i]);
       }
     MPI_Ibcast(buf, int(n), MPI_FLOAT, 0, c, &r);
-    return waitReq(r, "allreduce: the sum from " + memberWhere(c, 0));
+    return waitReq(
+        r, [&] { return "allreduce: the sum from " + memberWhere(c, 0); });
   }
   Status pairwiseSum(int peer, float *buf, int64_t n) override {
     if (Status s = checkPeer(peer); !s)
@@ -366,8 +371,8 @@ public:
     int tag = tagUb - 1;
     MPI_Irecv(other.data(), int(n), MPI_FLOAT, peer, tag, pipe, &r[0]);
     MPI_Isend(buf, int(n), MPI_FLOAT, peer, tag, pipe, &r[1]);
-    std::string what = "gradient exchange with pipeline rank " +
-                       std::to_string(peer);
+    std::string what =
+        "gradient exchange with pipeline rank " + std::to_string(peer);
     if (Status s = waitReq(r[0], what); !s)
       return s;
     if (Status s = waitReq(r[1], what); !s)
@@ -446,7 +451,7 @@ private:
     MPI_Group_free(&world);
     return "world rank " + std::to_string(w) +
            (w >= 0 && size_t(w) < hosts.size() ? " on " + hosts[size_t(w)]
-                                                : "");
+                                               : "");
   }
   /// " (world rank W on HOST)" for pipeline rank `peer` of this replica.
   std::string peerWhere(int peer) const {
@@ -617,6 +622,11 @@ private:
   /// Test loop with a watchdog: spins briefly, then sleeps in short naps so
   /// oversubscribed ranks leave the core to the one computing.
   Status waitReq(MPI_Request &r, const std::string &what) {
+    return waitReq(r, [&] { return what; });
+  }
+  /// The same with the request's description built only when the watchdog
+  /// fires (host names, group translations: not on every wait).
+  Status waitReq(MPI_Request &r, const std::function<std::string()> &what) {
     using Clock = std::chrono::steady_clock;
     auto start = Clock::now();
     for (long spin = 0;; ++spin) {
@@ -630,7 +640,7 @@ private:
           std::chrono::duration<double>(Clock::now() - start).count() >
               timeoutS)
         return Status::error("timed out after " + std::to_string(timeoutS) +
-                             " s waiting for " + what +
+                             " s waiting for " + what() +
                              ": a peer has died or hangs");
     }
   }

@@ -53,6 +53,9 @@ struct TrainerOptions {
   ExecutorOptions executor;
 };
 
+/// `dir` with every "{rank}" replaced by `worldRank` (TrainerOptions::
+/// checkpointDir).
+std::string checkpointDirOf(const std::string &dir, int worldRank);
 /// <dir>/step-00000012: the checkpoint taken after step 12.
 std::string checkpointSubdir(const std::string &dir, int64_t step);
 /// The latest complete checkpoint (one with a manifest) under `dir`, or -1.
