@@ -16,6 +16,7 @@ config.test_exec_root = os.path.join(config.pipeforge_obj_root, "test")
 config.substitutions.append(("%examples", os.path.join(config.pipeforge_src_root, "examples")))
 config.substitutions.append(("%srcroot", config.pipeforge_src_root))
 config.substitutions.append(("%pftools", config.pipeforge_tools_dir))
+config.substitutions.append(("%pfbuild", config.pipeforge_obj_root))
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
@@ -81,3 +82,6 @@ if shutil.which("mpirun"):
     config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
     config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     config.environment["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
+
+# test/Docs/commands.test runs the docs' GPU blocks only where a GPU answers.
+config.substitutions.append(("%docgpu", "--gpu" if "cuda" in config.available_features else ""))
