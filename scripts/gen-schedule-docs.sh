@@ -53,7 +53,7 @@ for p in "${pages[@]}"; do
     echo
     echo "![$title timeline]($name.svg)"
     echo
-    echo '```'
+    echo '```text output'
     echo "$text"
     echo '```'
   } > "$out/$name.md"
