@@ -98,6 +98,12 @@ void Executor::Impl::noteStash() {
   for (auto &[k, v] : wstash)
     live += bytesOf(v);
   stashPeak = std::max(stashPeak, live);
+  // The trace's activation level: a counter event at each change.
+  if (opts.trace && live != tracedStash) {
+    tracedStash = live;
+    events.push_back({"activation stash", 0, nowS() - epoch, 0, "", nullptr,
+                      live});
+  }
 }
 
 Status Executor::Impl::finishF(const Work &w, std::vector<BufP> &st_out,
@@ -324,13 +330,15 @@ Expected<StepStats> Executor::Impl::step() {
       std::this_thread::sleep_for(std::chrono::seconds(1));
   }
   double t0 = nowS();
+  stepStartTransfers = be.transfers();
   for (auto &[i, ps] : params) {
     be.fillZero(ps.grad->p, ps.grad->bytes);
-    if (!be.hostVisible())
+    if (!be.hostVisible() && !optOnDevice())
       be.copyFromHost(ps.value->p, ps.hostValue.data(), ps.value->bytes);
   }
   stash.clear();
   wstash.clear();
+  noteStash(); // the trace's level back to 0
   inbox.clear();
   outbox.clear();
   tokens.clear();
@@ -473,7 +481,12 @@ Expected<std::string> Executor::memoryReport() {
                      std::to_string(impl->stateOwner.empty()
                                         ? -1
                                         : int64_t(optimizerParams().size())) +
-                     " " + std::to_string(impl->params.size());
+                     " " + std::to_string(impl->params.size()) + " " +
+                     std::to_string(impl->be.hostVisible() ? -1 : 1) + " " +
+                     std::to_string(impl->lastStepTransfers.toDevice) + " " +
+                     std::to_string(impl->lastStepTransfers.toHost) + " " +
+                     std::to_string(impl->optOnDevice() ? 1 : 0) + " " +
+                     std::to_string(impl->stepNo);
   for (auto &[cs, bytes] : impl->mbFStash) {
     auto w = impl->mbWStash.find(cs);
     mine += " " + std::to_string(cs.first) + ":" + std::to_string(cs.second) +
@@ -487,7 +500,9 @@ Expected<std::string> Executor::memoryReport() {
   for (size_t r = 0; r < all->size(); ++r) {
     std::istringstream in((*all)[r]);
     long long peak = 0, pb = 0, gb = 0, ob = 0, owned = -1, held = 0;
-    in >> peak >> pb >> gb >> ob >> owned >> held;
+    long long device = -1, toDev = 0, toHost = 0, optDev = 0, steps = 0;
+    in >> peak >> pb >> gb >> ob >> owned >> held >> device >> toDev >>
+        toHost >> optDev >> steps;
     std::string item, stages;
     long long unit = 0;  // F's stash of the rank's largest stage: M_B
     long long wmax = 0;  // its largest W-stash
@@ -521,6 +536,14 @@ Expected<std::string> Executor::memoryReport() {
     out += "rank " + std::to_string(r) + ": peak stash " +
            std::to_string(peak) + " bytes" + ratio +
            (stages.empty() ? "" : " (one microbatch: " + stages + ")") + "\n";
+    // Device backends: what the last step copied between host and device
+    // (tokens, the loss, staged messages; with the optimizer on the host,
+    // every parameter and gradient too).
+    if (device > 0 && steps > 0)
+      out += "rank " + std::to_string(r) + ": step " + std::to_string(steps) +
+             " copied " + std::to_string(toDev) + " bytes to the device, " +
+             std::to_string(toHost) + " bytes to the host (optimizer on the " +
+             (optDev ? "device" : "host") + ")\n";
   }
   return out;
 }
@@ -557,6 +580,24 @@ float *Executor::paramData(int32_t i) {
 float *Executor::gradData(int32_t i) {
   auto it = impl->params.find(i);
   return it == impl->params.end() ? nullptr : impl->hostGrad(it->second);
+}
+float *Executor::paramDevice(int32_t i) {
+  auto it = impl->params.find(i);
+  return it == impl->params.end() ? nullptr : it->second.value->f();
+}
+float *Executor::gradDevice(int32_t i) {
+  auto it = impl->params.find(i);
+  return it == impl->params.end() ? nullptr : it->second.grad->f();
+}
+void Executor::pullValues() {
+  if (impl->optOnDevice())
+    for (auto &[i, ps] : impl->params)
+      impl->be.copyToHost(ps.hostValue.data(), ps.value->p, ps.value->bytes);
+}
+void Executor::pushValues() {
+  if (impl->optOnDevice())
+    for (auto &[i, ps] : impl->params)
+      impl->be.copyFromHost(ps.value->p, ps.hostValue.data(), ps.value->bytes);
 }
 
 } // namespace pipeforge::rt

@@ -16,6 +16,7 @@
 #include "pipeforge/rt/Executor.h"
 #include "pipeforge/rt/MoEParallel.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <functional>
@@ -71,6 +72,8 @@ struct TraceEvent {
   double ts, dur;   ///< seconds since the run's epoch
   std::string args; ///< JSON members for "args" (benchmarks/runtime_vs_sim.py)
   const char *cat = nullptr; ///< null: by tid (compute, comm, step)
+  /// >= 0: a counter event ("ph":"C") with this value in bytes at `ts`.
+  int64_t counter = -1;
 };
 
 } // namespace exec
@@ -96,9 +99,12 @@ struct Executor::Impl {
   double clockSync = -1;
   Status alignClocks();
 
-  /// On a backend that is not host-visible the host copies are the master
-  /// parameters (fp32) the optimizer and checkpoints work on: values are
-  /// uploaded at the start of every step, gradients downloaded at its end.
+  /// On a backend that is not host-visible, with a host optimizer, the
+  /// host copies are the master parameters (fp32) the optimizer and
+  /// checkpoints work on: values are uploaded at the start of every step,
+  /// gradients downloaded at its end. With the optimizer on the device
+  /// (optOnDevice) the device buffers are the master copies and the host
+  /// ones mirrors that Executor::pullValues refreshes.
   struct ParamState {
     BufP value, grad;
     std::vector<float> hostValue, hostGrad;
@@ -109,6 +115,26 @@ struct Executor::Impl {
   float *hostGrad(ParamState &ps) {
     return be.hostVisible() ? ps.grad->f() : ps.hostGrad.data();
   }
+  bool optOnDevice() const { return !be.hostVisible() && opt.deviceResident(); }
+  /// A parameter's current values into host memory `out` / from `in`,
+  /// wherever the master copy is (communication staging).
+  void loadValues(ParamState &ps, float *out, int64_t n) {
+    if (optOnDevice())
+      be.copyToHost(out, ps.value->p, n * 4);
+    else
+      std::copy_n(hostValue(ps), n, out);
+  }
+  void storeValues(ParamState &ps, const float *in, int64_t n) {
+    if (optOnDevice())
+      be.copyFromHost(ps.value->p, in, n * 4);
+    else
+      std::copy_n(in, n, hostValue(ps));
+  }
+  /// Host <-> device bytes at the start of the current step, and those of
+  /// the last finished step (memory report).
+  Backend::Transfers stepStartTransfers, lastStepTransfers;
+  /// The stash level of the last counter event in the trace.
+  int64_t tracedStash = -1;
   /// Messages go through host memory: the backend's buffers are device
   /// memory and the transport takes host memory.
   bool stageMessages() const {

@@ -20,6 +20,14 @@ Status Executor::writeTrace(const std::string &path) {
   js += buf;
   for (const TraceEvent &e : impl->events) {
     const char *cats[3] = {"compute", "comm", "step"};
+    if (e.counter >= 0) { // the stash level (Perfetto draws a track)
+      std::snprintf(buf, sizeof buf,
+                    "{\"name\":\"%s\",\"cat\":\"memory\",\"ph\":\"C\","
+                    "\"pid\":%d,\"ts\":%.3f,\"args\":{\"bytes\":%lld}},\n",
+                    e.name.c_str(), wr, e.ts * 1e6, (long long)e.counter);
+      js += buf;
+      continue;
+    }
     std::snprintf(buf, sizeof buf,
                   "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,"
                   "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f%s%s%s},\n",

@@ -93,8 +93,9 @@ Status Executor::Impl::gatherOwnedParams() {
   std::vector<float> owned;
   for (auto &[i, ps] : params)
     if (ownsState(i)) {
-      const float *v = hostValue(ps);
-      owned.insert(owned.end(), v, v + localElems(i));
+      size_t at = owned.size();
+      owned.resize(at + size_t(localElems(i)));
+      loadValues(ps, owned.data() + at, localElems(i));
     }
   std::vector<std::vector<float>> send(static_cast<size_t>(D), owned), recv;
   if (Status s = tr.allToAll(send, recv, Group::DataParallel); !s)
@@ -107,7 +108,7 @@ Status Executor::Impl::gatherOwnedParams() {
                            std::to_string(k) + " sent too few values for '" +
                            prog.params[size_t(i)].name + "'");
     if (k != size_t(tr.dpIndex()))
-      std::copy_n(recv[k].data() + at[k], n, hostValue(ps));
+      storeValues(ps, recv[k].data() + at[k], int64_t(n));
     at[k] += n;
   }
   return Status::ok();
@@ -128,13 +129,13 @@ Status Executor::Impl::exchangeTied(bool grads) {
       if (grads)
         be.copyToHost(out, ps.grad->p, n * 4);
       else
-        std::copy_n(hostValue(ps), n, out);
+        loadValues(ps, out, n);
     };
     auto store = [&](ParamState &ps, const float *in) {
       if (grads)
         be.copyFromHost(ps.grad->p, in, n * 4);
       else
-        std::copy_n(in, n, hostValue(ps));
+        storeValues(ps, in, n);
     };
     std::vector<float> mine(static_cast<size_t>(n), 0.0f);
     if (t != params.end() && c != params.end()) {
@@ -245,6 +246,12 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
   // squares is computed on its own, the pipeline allreduce adds it to zeros
   // from the ranks that do not own it (exact), and the total is summed in
   // global parameter order, as the single-process reference does.
+  //
+  // A gradient's sum of squares is one sequential double sum over its
+  // elements (AdamWMath.h sumSquaresTensor), on the device when the
+  // optimizer is there (Backend::sumSquares: the same bits on cpu-device),
+  // else on the host copy the host optimizer reads.
+  const bool onDevice = optOnDevice();
   std::vector<float> paramSq(prog.params.size(), 0.0f);
   double sq = 0, allSq = 0;
   std::vector<ParamSlot> slots;
@@ -253,21 +260,32 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
       continue; // ZeRO-1: its owner's sum; it counts 0 here
     const Param &p = prog.params[size_t(i)];
     int64_t n = localElems(i);
-    if (!be.hostVisible())
+    bool counted = p.copy == 0 && p.tiedTo.empty(); // a tied copy: its target
+    bool finiteOnly = !counted &&
+                      opts.optimizerSync == OptimizerSync::PostValidation;
+    if (!onDevice && !be.hostVisible())
       be.copyToHost(ps.hostGrad.data(), ps.grad->p, n * 4);
-    const float *g = hostGrad(ps);
-    if (p.copy == 0 && p.tiedTo.empty()) { // a tied copy: counted as its target
-      double psq = 0;
-      for (int64_t k = 0; k < n; ++k)
-        psq += double(g[k]) * g[k];
+    double psq = 0;
+    if (counted || finiteOnly) {
+      if (onDevice) {
+        if (Status s = be.sumSquares(ps.grad->f(), n, &psq); !s)
+          return s;
+      } else {
+        psq = sumSquaresTensor(hostGrad(ps), n);
+      }
+    }
+    if (counted) {
       // As the float the global sum adds (and sumSliceSquares re-sums):
       // the partial statistics do not depend on how the squares arrived.
       paramSq[size_t(i)] = float(psq);
       sq += double(paramSq[size_t(i)]);
-    } else if (opts.optimizerSync == OptimizerSync::PostValidation)
-      for (int64_t k = 0; k < n; ++k)
-        allSq += double(g[k]) * g[k];
-    slots.push_back({i, &p, hostValue(ps), hostGrad(ps), n});
+    } else if (finiteOnly) {
+      allSq += psq;
+    }
+    if (onDevice)
+      slots.push_back({i, &p, ps.value->f(), ps.grad->f(), n});
+    else
+      slots.push_back({i, &p, hostValue(ps), hostGrad(ps), n});
   }
   int64_t thisStep = stepNo + 1;
   bool skip = opts.skipStep == thisStep;
@@ -360,6 +378,11 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
   if (!ties.empty() && opts.optimizerSync == OptimizerSync::PostValidation)
     if (Status s = exchangeTied(/*grads=*/false); !s)
       return s;
+  {
+    Backend::Transfers now = be.transfers();
+    lastStepTransfers = {now.toDevice - stepStartTransfers.toDevice,
+                         now.toHost - stepStartTransfers.toHost};
+  }
   StepStats st;
   st.step = stepNo;
   st.loss = double(lossAll) / double(totalMb) / double(D) / double(E);

@@ -7,12 +7,15 @@
 //
 //===----------------------------------------------------------------------===//
 #include "pipeforge/rt/Optimizer.h"
+#include "pipeforge/rt/AdamWMath.h"
+#include "pipeforge/rt/Backend.h"
 #include "pipeforge/rt/Executor.h"
 
 #include "pipeforge/Support/Numeric.h"
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 namespace pipeforge::rt {
 
@@ -55,6 +58,42 @@ const char *toString(StepOutcome o) {
 
 template <typename T> AdamWT<T>::AdamWT(AdamWConfig c) : cfg(c) {}
 
+template <typename T> Status AdamWT<T>::useBackend(Backend &be) {
+  if (!std::is_same_v<T, float>)
+    return Status::error("AdamW: only the float optimizer runs on a backend");
+  if (!params.empty())
+    return Status::error("AdamW: useBackend after parameters were registered");
+  dev = &be;
+  return Status::ok();
+}
+
+template <typename T>
+std::shared_ptr<void> AdamWT<T>::devAlloc(size_t elems) {
+  Backend *be = dev;
+  void *p = be->alloc(int64_t(elems * sizeof(T))); // zero-filled
+  if (!p)
+    return nullptr;
+  return std::shared_ptr<void>(p, [be](void *q) { be->free(q); });
+}
+
+template <typename T>
+std::vector<T> AdamWT<T>::hostCopy(const Param &p, int which) const {
+  if (!dev)
+    return which == 0 ? p.m : p.v;
+  std::vector<T> out(p.size);
+  const void *src = which == 0 ? p.devM.get() : p.devV.get();
+  dev->copyToHost(out.data(), src, int64_t(p.size * sizeof(T)));
+  return out;
+}
+
+template <typename T> int64_t AdamWT<T>::stateBytes() const {
+  int64_t n = 0;
+  for (const Param &p : params)
+    n += int64_t(p.size * sizeof(T)) *
+         ((dev ? p.hasSnapshot : !p.gradSnapshot.empty()) ? 3 : 2);
+  return n;
+}
+
 template <typename T>
 Status AdamWT<T>::addParam(std::string name, T *data, T *grad, size_t size,
                            bool decay) {
@@ -75,8 +114,16 @@ Status AdamWT<T>::addParam(std::string name, T *data, T *grad, size_t size,
   p.grad = grad;
   p.size = size;
   p.decay = decay;
-  p.m.assign(size, T(0));
-  p.v.assign(size, T(0));
+  if (dev) {
+    p.devM = devAlloc(size);
+    p.devV = devAlloc(size);
+    if (!p.devM || !p.devV)
+      return Status::error("AdamW: cannot allocate the moments of '" + p.name +
+                           "' on backend '" + dev->name() + "'");
+  } else {
+    p.m.assign(size, T(0));
+    p.v.assign(size, T(0));
+  }
   params.push_back(std::move(p));
   last.valid = false;
   return Status::ok();
@@ -87,6 +134,14 @@ template <typename T> GradInfo AdamWT<T>::localGradInfo() const {
   for (const Param &p : params) {
     double sum = 0.0;
     bool finite = true;
+    if constexpr (std::is_same_v<T, float>)
+      if (dev) {
+        // A non-finite element makes the sum non-finite (checked below).
+        if (Status st = dev->sumSquares(p.grad, int64_t(p.size), &sum); !st)
+          sum = std::numeric_limits<double>::quiet_NaN();
+        info.normSq += sum;
+        continue;
+      }
     for (size_t i = 0; i < p.size; ++i) {
       double g = static_cast<double>(p.grad[i]);
       if (!std::isfinite(g))
@@ -110,32 +165,30 @@ template <typename T> double AdamWT<T>::clipScale(double globalNormSq) const {
 }
 
 template <typename T>
+void AdamWT<T>::stepAll(double scale, double lr, bool fromSnapshot, bool undo) {
+  for (Param &p : params) {
+    AdamWCoeffsT<T> c =
+        adamwCoeffsT<T>(cfg.beta1, cfg.beta2, cfg.eps, cfg.weightDecay, t, lr,
+                        scale, p.decay);
+    const T *grad = gradOf(p, fromSnapshot);
+    if constexpr (std::is_same_v<T, float>)
+      if (dev) {
+        note(dev->adamw(c, int64_t(p.size), p.data,
+                        static_cast<float *>(p.devM.get()),
+                        static_cast<float *>(p.devV.get()), grad, undo));
+        continue;
+      }
+    adamwTensor(c, (long long)p.size, p.data, p.m.data(), p.v.data(), grad,
+                undo);
+  }
+}
+
+template <typename T>
 void AdamWT<T>::applyStep(double scale, double lr, bool fromSnapshot) {
   // importState bounds t by kMaxSteps; never wrap even so.
   if (t < std::numeric_limits<int64_t>::max())
     ++t;
-  const T b1 = T(cfg.beta1), b2 = T(cfg.beta2);
-  const T ob1 = T(1.0 - cfg.beta1), ob2 = T(1.0 - cfg.beta2);
-  const T bc1 = T(1.0 - std::pow(cfg.beta1, double(t)));
-  const T bc2 = T(1.0 - std::pow(cfg.beta2, double(t)));
-  const T lrT = T(lr), epsT = T(cfg.eps);
-  const T decay = T(1.0 - lr * cfg.weightDecay);
-  const T s = T(scale);
-  const bool scaled = scale != 1.0;
-  for (Param &p : params) {
-    const T *grad = gradOf(p, fromSnapshot);
-    T *theta = p.data;
-    T *m = p.m.data(), *v = p.v.data();
-    const T pd = p.decay ? decay : T(1);
-    for (size_t i = 0; i < p.size; ++i) {
-      T g = scaled ? T(grad[i] * s) : grad[i];
-      m[i] = b1 * m[i] + ob1 * g;
-      v[i] = b2 * v[i] + ob2 * (g * g);
-      T upd = lrT * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + epsT);
-      T x = theta[i] * pd;
-      theta[i] = x - upd;
-    }
-  }
+  stepAll(scale, lr, fromSnapshot, /*undo=*/false);
   last.valid = true;
   last.fromSnapshot = fromSnapshot;
   last.scale = scale;
@@ -145,30 +198,9 @@ void AdamWT<T>::applyStep(double scale, double lr, bool fromSnapshot) {
 template <typename T> Status AdamWT<T>::rollbackLastStep() {
   if (!last.valid || t <= 0)
     return Status::error("AdamW: no step to roll back");
-  const T b1 = T(cfg.beta1), b2 = T(cfg.beta2);
-  const T ob1 = T(1.0 - cfg.beta1), ob2 = T(1.0 - cfg.beta2);
-  const T bc1 = T(1.0 - std::pow(cfg.beta1, double(t)));
-  const T bc2 = T(1.0 - std::pow(cfg.beta2, double(t)));
-  const T lrT = T(last.lr), epsT = T(cfg.eps);
-  const T decay = T(1.0 - last.lr * cfg.weightDecay);
-  const T s = T(last.scale);
-  const bool scaled = last.scale != 1.0;
-  for (Param &p : params) {
-    const T *grad = gradOf(p, last.fromSnapshot);
-    T *theta = p.data;
-    T *m = p.m.data(), *v = p.v.data();
-    const T pd = p.decay ? decay : T(1);
-    for (size_t i = 0; i < p.size; ++i) {
-      T g = scaled ? T(grad[i] * s) : grad[i];
-      // theta = (theta + lr m'/(sqrt(v')+eps)) / (1 - lr wd)
-      T upd = lrT * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + epsT);
-      theta[i] = (theta[i] + upd) / pd;
-      // m = (m - (1-b1) g)/b1,  v = (v - (1-b2) g^2)/b2
-      m[i] = (m[i] - ob1 * g) / b1;
-      T vi = (v[i] - ob2 * (g * g)) / b2;
-      v[i] = vi > T(0) ? vi : T(0); // rounding must not make v negative
-    }
-  }
+  // The step's coefficients (t before the decrement, its lr and scale):
+  // theta = (theta + lr m'/(sqrt(v')+eps)) / (1 - lr wd), then m and v.
+  stepAll(last.scale, last.lr, last.fromSnapshot, /*undo=*/true);
   --t;
   last.valid = false;
   return Status::ok();
@@ -191,8 +223,17 @@ Status AdamWT<T>::optimisticStep(const GradInfo &partial) {
   pending.active = true;
   pending.lr = cfg.lr;
   if (cfg.snapshotGrads)
-    for (Param &p : params)
-      p.gradSnapshot.assign(p.grad, p.grad + p.size);
+    for (Param &p : params) {
+      if (!dev) {
+        p.gradSnapshot.assign(p.grad, p.grad + p.size);
+        continue;
+      }
+      if (!p.devSnap && !(p.devSnap = devAlloc(p.size)))
+        return Status::error("AdamW: cannot allocate the gradient snapshot "
+                             "of '" + p.name + "'");
+      dev->copy(p.devSnap.get(), p.grad, int64_t(p.size * sizeof(T)));
+      p.hasSnapshot = true;
+    }
   if (!partial.allFinite || !std::isfinite(partial.normSq)) {
     pending.stepped = false; // a NaN in m or v could not be rolled back
     return Status::ok();
@@ -239,6 +280,7 @@ Expected<ValidateResult> AdamWT<T>::validate(const GradInfo &global) {
   for (Param &p : params) {
     p.gradSnapshot.clear();
     p.gradSnapshot.shrink_to_fit();
+    p.hasSnapshot = false; // the device buffer is kept for the next step
   }
   // The snapshot is gone; the step can no longer be rolled back from it.
   if (fromSnap)
@@ -253,10 +295,10 @@ template <typename T> Expected<AdamWState<T>> AdamWT<T>::exportState() const {
   AdamWState<T> s;
   s.step = t;
   s.lr = cfg.lr;
-  for (const Param &p : params) {
-    s.names.push_back(p.name);
-    s.m.push_back(p.m);
-    s.v.push_back(p.v);
+  for (size_t i = 0; i < params.size(); ++i) {
+    s.names.push_back(params[i].name);
+    s.m.push_back(moment1(i));
+    s.v.push_back(moment2(i));
   }
   return s;
 }
@@ -290,8 +332,16 @@ template <typename T> Status AdamWT<T>::importState(const AdamWState<T> &s) {
           " moment elements, expected " + std::to_string(p.size));
   }
   for (size_t i = 0; i < params.size(); ++i) {
-    params[i].m = s.m[i];
-    params[i].v = s.v[i];
+    Param &p = params[i];
+    if (dev) {
+      dev->copyFromHost(p.devM.get(), s.m[i].data(),
+                        int64_t(p.size * sizeof(T)));
+      dev->copyFromHost(p.devV.get(), s.v[i].data(),
+                        int64_t(p.size * sizeof(T)));
+    } else {
+      p.m = s.m[i];
+      p.v = s.v[i];
+    }
   }
   t = s.step;
   cfg.lr = s.lr;

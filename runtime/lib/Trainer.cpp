@@ -80,18 +80,28 @@ public:
   /// all local ones, or under ZeRO-1 this replica's share), before a
   /// resume. Sized by what this rank holds: an expert-parallel parameter is
   /// a 1/E slice of the program's tensor.
-  Status registerParams(Executor &ex, const Program &p) {
+  /// On a device backend the optimizer lives there (AdamWT::useBackend):
+  /// its moments are allocated on the device and it steps the executor's
+  /// device buffers, so no parameter or gradient crosses to the host.
+  Status registerParams(Executor &ex, const Program &p, Backend &be) {
     if (registered)
       return Status::ok();
+    const bool device = !be.hostVisible();
+    if (device)
+      if (Status s = opt.useBackend(be); !s)
+        return s;
     for (int32_t i : ex.optimizerParams())
-      if (Status s = opt.addParam(p.params[size_t(i)].name, ex.paramData(i),
-                                  ex.gradData(i), size_t(ex.paramElems(i)),
-                                  decays(ex.paramShape(i)));
+      if (Status s = opt.addParam(
+              p.params[size_t(i)].name,
+              device ? ex.paramDevice(i) : ex.paramData(i),
+              device ? ex.gradDevice(i) : ex.gradData(i),
+              size_t(ex.paramElems(i)), decays(ex.paramShape(i)));
           !s)
         return s;
     registered = true;
     return Status::ok();
   }
+  bool deviceResident() const override { return opt.onBackend(); }
   Status update(const std::vector<ParamSlot> &ps, double norm,
                 int64_t) override {
     if (Status s = ensure(ps); !s)
@@ -100,25 +110,24 @@ public:
     g.normSq = norm * norm;
     g.allFinite = std::isfinite(norm);
     opt.step(g);
-    return Status::ok();
+    return opt.takeBackendError();
   }
   Status optimisticUpdate(const std::vector<ParamSlot> &ps,
                           const GradInfo &partial, int64_t) override {
     if (Status s = ensure(ps); !s)
       return s;
-    return opt.optimisticStep(partial);
+    if (Status s = opt.optimisticStep(partial); !s)
+      return s;
+    return opt.takeBackendError();
   }
   Expected<ValidateResult> validateUpdate(const GradInfo &global) override {
-    return opt.validate(global);
+    auto r = opt.validate(global);
+    if (Status s = opt.takeBackendError(); !s)
+      return s;
+    return r;
   }
   AdamW &get() { return opt; }
-  int64_t stateBytes() const override {
-    int64_t n = 0;
-    for (size_t i = 0; i < opt.numParams(); ++i)
-      n += int64_t(opt.moment1(i).size() + opt.moment2(i).size()) *
-           int64_t(sizeof(float));
-    return n;
-  }
+  int64_t stateBytes() const override { return opt.stateBytes(); }
 
 private:
   Status ensure(const std::vector<ParamSlot> &ps) {
@@ -255,7 +264,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Program &prog,
     return ex.status();
   impl->ex = ex.take();
   if (impl->adam)
-    if (Status s = impl->adam->registerParams(*impl->ex, prog); !s)
+    if (Status s = impl->adam->registerParams(*impl->ex, prog, be); !s)
       return s;
   // Checkpoints: this rank's parameters by name (an expert-parallel one as
   // its slice), the optimizer state, the step, the data position; the
@@ -340,6 +349,7 @@ Expected<int64_t> Trainer::resume() {
           restoreCheckpoint(*ck, m.refs, m.adam ? &m.adam->get() : nullptr);
       !s)
     return bad(s.message());
+  m.ex->pushValues(); // the restored values to the device optimizer's copy
   m.ex->setStepsDone(int64_t(ck->step));
   // What an interrupted save left behind (no rank saves while resuming).
   if (wrank == 0)
@@ -375,6 +385,7 @@ Status Trainer::saveCheckpoint(int64_t k) {
   DataPosition pos;
   pos.nextStep = uint64_t(k);
   pos.fingerprint = m.dataFp;
+  m.ex->pullValues(); // the optimizer on a device: its values to the host
   auto c =
       captureCheckpoint(wrank, wsize, uint64_t(k), m.refs,
                         m.adam ? &m.adam->get() : nullptr, pos, {}, m.progFp);
@@ -448,6 +459,7 @@ Status Trainer::finish() {
     return Status::ok();
   // Test hook: one rank's copy of its first parameter drifts, for the
   // replica check of gatherWeights.
+  m.ex->pullValues(); // the optimizer on a device: its values to the host
   if (const char *pr = std::getenv("PIPEFORGE_TEST_PERTURB_RANK"))
     if (std::atoi(pr) == m.tr.worldRank() && !m.ex->localParams().empty())
       m.ex->paramData(m.ex->localParams()[0])[0] += 1.0f;

@@ -572,6 +572,18 @@ TEST(RowMath, AdamWMatchesOptimizer) {
       expectBitwise(v, opt.moment2(0), what + " v");
     }
     EXPECT_EQ(clipped, c.maxGradNorm > 0);
+    // The rollback (adamwKernel with undo) against rollbackLastStep: the
+    // last step's coefficients, before t goes back.
+    double lr = opt.config().lr;
+    double clip = opt.clipScale(opt.localGradInfo().normSq);
+    AdamWCoeffs k = adamwCoeffs(cfg.beta1, cfg.beta2, cfg.eps, cfg.weightDecay,
+                                opt.stepCount(), lr, clip);
+    ASSERT_TRUE(opt.rollbackLastStep());
+    for (size_t i = 0; i < n; ++i)
+      adamwUndo(k, grad[i], theta[i], m[i], v[i]);
+    expectBitwise(theta, refTheta, "adamw rollback theta");
+    expectBitwise(m, opt.moment1(0), "adamw rollback m");
+    expectBitwise(v, opt.moment2(0), "adamw rollback v");
   }
 }
 

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "pipeforge/rt/Backend.h"
 #include "pipeforge/rt/Optimizer.h"
 
 #include <gtest/gtest.h>
@@ -569,6 +570,119 @@ TEST(AdamW, WeightDecayOnlyWhereAsked) {
   EXPECT_FLOAT_EQ(b[0], 2.f);
   EXPECT_TRUE(pipeforge::rt::decaysByDefault({4, 8}));
   EXPECT_FALSE(pipeforge::rt::decaysByDefault({8}));
+}
+
+// The optimizer on a backend (the executor's path on device backends):
+// on cpu-device (opaque pointers: a host dereference faults) every step,
+// post-validation's optimistic step, rollback and redo, a skipped step,
+// the gradient statistics and the state export/import have the bits of the
+// host optimizer.
+TEST(AdamW, OnTheBackendMatchesTheHostBitwise) {
+  using pipeforge::rt::AdamW;
+  auto be = pipeforge::rt::createCpuDeviceBackend();
+  pipeforge::rt::AdamWConfig c;
+  c.lr = 0.05;
+  c.weightDecay = 0.1;
+  c.maxGradNorm = 0.5;
+  const size_t sizes[2] = {37, 5};
+  AdamW host(c), dev(c);
+  ASSERT_TRUE(dev.useBackend(*be));
+  std::vector<float> hw[2], hg[2];
+  float *dw[2], *dg[2];
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int p = 0; p < 2; ++p) {
+    hw[p].resize(sizes[p]);
+    hg[p].resize(sizes[p]);
+    for (float &x : hw[p])
+      x = nd(rng);
+    dw[p] = static_cast<float *>(be->alloc(int64_t(sizes[p] * 4)));
+    dg[p] = static_cast<float *>(be->alloc(int64_t(sizes[p] * 4)));
+    be->copyFromHost(dw[p], hw[p].data(), int64_t(sizes[p] * 4));
+    std::string name = "p" + std::to_string(p);
+    ASSERT_TRUE(host.addParam(name, hw[p].data(), hg[p].data(), sizes[p],
+                              /*decay=*/p == 0));
+    ASSERT_TRUE(dev.addParam(name, dw[p], dg[p], sizes[p], p == 0));
+  }
+  EXPECT_FALSE(dev.useBackend(*be)); // after addParam
+  pipeforge::rt::AdamWT<double> d(c);
+  EXPECT_FALSE(d.useBackend(*be)); // float only
+  auto newGrads = [&](float scale) {
+    for (int p = 0; p < 2; ++p) {
+      for (float &x : hg[p])
+        x = scale * nd(rng);
+      be->copyFromHost(dg[p], hg[p].data(), int64_t(sizes[p] * 4));
+    }
+  };
+  auto same = [&](const std::string &what) {
+    for (int p = 0; p < 2; ++p) {
+      std::vector<float> w(sizes[p]);
+      be->copyToHost(w.data(), dw[p], int64_t(sizes[p] * 4));
+      EXPECT_EQ(std::memcmp(w.data(), hw[p].data(), sizes[p] * 4), 0)
+          << what << ": values of p" << p;
+      EXPECT_TRUE(host.moment1(size_t(p)) == dev.moment1(size_t(p))) << what;
+      EXPECT_TRUE(host.moment2(size_t(p)) == dev.moment2(size_t(p))) << what;
+    }
+    EXPECT_EQ(host.stepCount(), dev.stepCount()) << what;
+    EXPECT_TRUE(dev.takeBackendError()) << what;
+  };
+  for (int k = 0; k < 3; ++k) { // synchronous steps, some clipped
+    newGrads(k == 1 ? 3.f : 0.1f);
+    auto gi = host.localGradInfo(), gd = dev.localGradInfo();
+    EXPECT_EQ(gi.normSq, gd.normSq);
+    EXPECT_EQ(host.step(gi), dev.step(gd));
+    same("step " + std::to_string(k));
+  }
+  // Post-validation: the optimistic step saw half the squares; the global
+  // norm asks for another clip scale: rolled back from the snapshot, redone.
+  newGrads(2.f);
+  auto part = host.localGradInfo();
+  part.normSq *= 0.25;
+  ASSERT_TRUE(host.optimisticStep(part));
+  ASSERT_TRUE(dev.optimisticStep(part));
+  newGrads(5.f); // the live buffers change; the snapshot must be used
+  auto full = part;
+  full.normSq *= 4;
+  auto rh = host.validate(full), rd = dev.validate(full);
+  ASSERT_TRUE(rh && rd);
+  EXPECT_TRUE(rh->rolledBack && rd->rolledBack && rh->redone && rd->redone);
+  same("redone");
+  // Non-finite global statistics: the optimistic step is undone.
+  newGrads(1.f);
+  ASSERT_TRUE(host.optimisticStep(host.localGradInfo()));
+  ASSERT_TRUE(dev.optimisticStep(dev.localGradInfo()));
+  pipeforge::rt::GradInfo bad{1.0, false};
+  ASSERT_TRUE(host.validate(bad) && dev.validate(bad));
+  same("rolled back");
+  // A plain rollback, then the state through export and import.
+  newGrads(0.3f);
+  host.step(host.localGradInfo());
+  dev.step(dev.localGradInfo());
+  ASSERT_TRUE(host.rollbackLastStep());
+  ASSERT_TRUE(dev.rollbackLastStep());
+  same("rollback");
+  auto st = dev.exportState();
+  ASSERT_TRUE(st);
+  AdamW dev2(c);
+  ASSERT_TRUE(dev2.useBackend(*be));
+  for (int p = 0; p < 2; ++p)
+    ASSERT_TRUE(dev2.addParam("p" + std::to_string(p), dw[p], dg[p], sizes[p],
+                              p == 0));
+  ASSERT_TRUE(dev2.importState(*st));
+  for (int p = 0; p < 2; ++p) {
+    EXPECT_TRUE(dev2.moment1(size_t(p)) == host.moment1(size_t(p)));
+    EXPECT_TRUE(dev2.moment2(size_t(p)) == host.moment2(size_t(p)));
+  }
+  EXPECT_EQ(dev2.stepCount(), host.stepCount());
+  EXPECT_EQ(dev2.stateBytes(), int64_t(2 * (37 + 5) * 4));
+  // A non-finite gradient on the device is seen by the device statistics.
+  float inf = std::numeric_limits<float>::infinity();
+  be->copyFromHost(dg[1], &inf, 4);
+  EXPECT_FALSE(std::isfinite(dev.localGradInfo().normSq));
+  for (int p = 0; p < 2; ++p) {
+    be->free(dw[p]);
+    be->free(dg[p]);
+  }
 }
 
 } // namespace

@@ -8,9 +8,11 @@
 // bundles survives and the backend strips the bit before each call.
 //
 // With hostVisible() false the executor takes the same code paths as with
-// a GPU (staged messages, host mirrors for the optimizer, copies for the
-// loss and the gradient norm), so those paths are tested on every machine,
-// and a run must match the "cpu" backend bitwise.
+// a GPU (staged messages, the optimizer's state and step on the device,
+// the gradient norm as a device reduction, copies for the tokens and the
+// loss), so those paths are tested on every machine, and a run must match
+// the "cpu" backend bitwise. It counts the bytes it copies between host and
+// "device" (the memory report's transfer line).
 //
 //===----------------------------------------------------------------------===//
 
@@ -41,11 +43,14 @@ public:
   void *alloc(int64_t bytes) override { return hide(cpu->alloc(bytes)); }
   void free(void *p) override { cpu->free(reveal(p)); }
   void copyToHost(void *hostDst, const void *src, int64_t bytes) override {
+    moved.toHost += bytes;
     cpu->copyToHost(hostDst, reveal(src), bytes);
   }
   void copyFromHost(void *dst, const void *hostSrc, int64_t bytes) override {
+    moved.toDevice += bytes;
     cpu->copyFromHost(reveal(dst), hostSrc, bytes);
   }
+  Transfers transfers() const override { return moved; }
   void copy(void *dst, const void *src, int64_t bytes) override {
     cpu->copy(reveal(dst), reveal(src), bytes);
   }
@@ -58,6 +63,14 @@ public:
   void scale(float *x, float a, int64_t n) override {
     cpu->scale(reveal(x), a, n);
   }
+  Status adamw(const AdamWCoeffs &c, int64_t n, float *theta, float *m,
+               float *v, const float *grad, bool undo) override {
+    return cpu->adamw(c, n, reveal(theta), reveal(m), reveal(v), reveal(grad),
+                      undo);
+  }
+  Status sumSquares(const float *x, int64_t n, double *out) override {
+    return cpu->sumSquares(reveal(x), n, out);
+  }
   Status run(const KernelCall &call) override {
     KernelCall c = call;
     for (const void *&p : c.in)
@@ -69,6 +82,7 @@ public:
 
 private:
   std::unique_ptr<Backend> cpu = createCpuBackend();
+  Transfers moved;
 };
 
 } // namespace

@@ -12,10 +12,12 @@
 
 #include <math.h>
 
+#ifndef PF_HOST_DEVICE // also defined by pipeforge/rt/AdamWMath.h
 #ifdef __CUDACC__
 #define PF_HOST_DEVICE __host__ __device__
 #else
 #define PF_HOST_DEVICE
+#endif
 #endif
 
 namespace pipeforge {

@@ -88,6 +88,14 @@ public:
   void scale(float *x, float a, int64_t n) override {
     note(cuda::scale(ctx, n, x, a));
   }
+  Status adamw(const AdamWCoeffs &c, int64_t n, float *theta, float *m,
+               float *v, const float *grad, bool undo) override {
+    return cuda::adamwStep(ctx, c, n, theta, m, v, grad, undo);
+  }
+  Status sumSquares(const float *x, int64_t n, double *out) override {
+    return cuda::sumSquares(ctx, n, x, out);
+  }
+  Transfers transfers() const override { return moved; }
   void synchronize() override {
     note(
         cudaStatus(cudaStreamSynchronize(ctx.stream), "cudaStreamSynchronize"));
@@ -148,6 +156,7 @@ private:
   size_t wsBytes = 0;
   cudaStream_t commStream = nullptr; ///< receives (copyOnCommStream)
   Status pending = Status::ok();     ///< first error of a void-returning call
+  Transfers moved;                   ///< host <-> device bytes (syncCopy)
 
   /// A new event recorded on `s` (null on failure, kept for
   /// takeAsyncError).
@@ -184,6 +193,7 @@ private:
                 const char *what) {
     if (bytes <= 0)
       return;
+    (kind == cudaMemcpyDeviceToHost ? moved.toHost : moved.toDevice) += bytes;
     note(cudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes), kind, ctx.stream),
                     (std::string("cudaMemcpyAsync (") + what + ")").c_str()));
     note(

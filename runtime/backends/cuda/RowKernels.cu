@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 namespace pipeforge::rt::cuda {
 
@@ -372,14 +373,30 @@ __global__ void crossEntropyBwdKernel(long long rows, long long V,
 //===--- AdamW ---===//
 
 __global__ void adamwKernel(AdamWCoeffs c, long long n, float *theta, float *m,
-                            float *v, const float *grad) {
+                            float *v, const float *grad, bool undo) {
   PF_GRID_LOOP(i, n) {
     float th = theta[i], mi = m[i], vi = v[i];
-    adamwUpdate(c, grad[i], th, mi, vi);
+    if (undo)
+      adamwUndo(c, grad[i], th, mi, vi);
+    else
+      adamwUpdate(c, grad[i], th, mi, vi);
     theta[i] = th;
     m[i] = mi;
     v[i] = vi;
   }
+}
+
+/// One double partial sum of squares per block (grid-stride, then the
+/// block's fixed-order reduction).
+__global__ void sumSquaresKernel(long long n, const float *x, double *partial) {
+  __shared__ double sh[kThreads];
+  double q = 0;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    q += normSquare(x[i]);
+  double t = blockSum(q, sh);
+  if (threadIdx.x == 0)
+    partial[blockIdx.x] = t;
 }
 
 #undef PF_ROW_LOOP
@@ -615,12 +632,45 @@ Status crossEntropyBackward(GemmCtx &ctx, const cpu::CrossEntropyShape &s,
 //===--- AdamW ---===//
 
 Status adamwStep(GemmCtx &ctx, const AdamWCoeffs &c, long long n, float *theta,
-                 float *m, float *v, const float *grad) {
+                 float *m, float *v, const float *grad, bool undo) {
   if (n <= 0)
     return Status::ok();
   adamwKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(c, n, theta, m, v,
-                                                         grad);
+                                                         grad, undo);
   return launchStatus("adamwStep");
+}
+
+Status sumSquares(GemmCtx &ctx, long long n, const float *x, double *out) {
+  *out = 0;
+  if (n <= 0)
+    return Status::ok();
+  unsigned blocks = blocksFor(n) < 1024u ? blocksFor(n) : 1024u;
+  double *partial = nullptr;
+  if (Status s = cudaStatus(cudaMallocAsync((void **)&partial,
+                                            blocks * sizeof(double), ctx.stream),
+                            "cudaMallocAsync (sum of squares)");
+      !s)
+    return s;
+  sumSquaresKernel<<<blocks, kThreads, 0, ctx.stream>>>(n, x, partial);
+  Status st = launchStatus("sumSquares");
+  std::vector<double> host(blocks, 0.0);
+  if (st)
+    st = cudaStatus(cudaMemcpyAsync(host.data(), partial,
+                                    blocks * sizeof(double),
+                                    cudaMemcpyDeviceToHost, ctx.stream),
+                    "cudaMemcpyAsync (sum of squares)");
+  Status fr = cudaStatus(cudaFreeAsync(partial, ctx.stream),
+                         "cudaFreeAsync (sum of squares)");
+  if (st)
+    st = cudaStatus(cudaStreamSynchronize(ctx.stream),
+                    "cudaStreamSynchronize (sum of squares)");
+  if (!st)
+    return st;
+  if (!fr)
+    return fr;
+  for (double p : host) // block order: the same sum on every run
+    *out += p;
+  return Status::ok();
 }
 
 } // namespace pipeforge::rt::cuda

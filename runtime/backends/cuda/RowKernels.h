@@ -83,9 +83,13 @@ Status crossEntropyBackward(GemmCtx &ctx, const cpu::CrossEntropyShape &s,
                             const float *dloss, float *dlogits);
 
 //===--- AdamW on a flat fp32 parameter (RowMath.h adamwUpdate) ---===//
-/// theta, m, v updated in place from grad with the coefficients of one step.
+/// theta, m, v updated in place from grad with the coefficients of one step;
+/// `undo`: its exact inverse (adamwUndo), the post-validation rollback.
 Status adamwStep(GemmCtx &ctx, const AdamWCoeffs &c, long long n, float *theta,
-                 float *m, float *v, const float *grad);
+                 float *m, float *v, const float *grad, bool undo = false);
+/// The sum of x's squares in double (per-block partials, summed on the host
+/// in block order); synchronizes the stream.
+Status sumSquares(GemmCtx &ctx, long long n, const float *x, double *out);
 
 } // namespace pipeforge::rt::cuda
 

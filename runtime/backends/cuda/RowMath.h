@@ -19,6 +19,7 @@
 #define PIPEFORGE_RUNTIME_CUDA_ROWMATH_H
 
 #include "cpu/ElementwiseMath.h"
+#include "pipeforge/rt/AdamWMath.h"
 
 #include <math.h>
 
@@ -135,43 +136,27 @@ PF_HOST_DEVICE inline float embeddingShardValue(const float *table,
 }
 
 //===--- AdamW -------------------------------------------------------------===//
-// AdamWT<float>::step (runtime/lib/Optimizer.cpp), one element:
-//   g = grad * clipScale (when scaled); m = b1 m + (1-b1) g;
-//   v = b2 v + (1-b2) g^2; theta = theta (1 - lr wd) - lr (m/bc1) /
-//   (sqrt(v/bc2) + eps), bc = 1 - beta^t.
+// One element of AdamWT<float>'s step and rollback: pipeforge/rt/AdamWMath.h, shared
+// with the host optimizer and the CPU backends.
 
-struct AdamWCoeffs {
-  float b1, b2, ob1, ob2, bc1, bc2, lr, eps, decay, scale;
-  bool scaled;
-};
+using ::pipeforge::rt::AdamWCoeffs;
 
 /// The coefficients of step t (1-based) as the CPU optimizer rounds them.
 inline AdamWCoeffs adamwCoeffs(double beta1, double beta2, double eps,
                                double weightDecay, long long t, double lr,
-                               double clipScale) {
-  AdamWCoeffs c;
-  c.b1 = float(beta1);
-  c.b2 = float(beta2);
-  c.ob1 = float(1.0 - beta1);
-  c.ob2 = float(1.0 - beta2);
-  c.bc1 = float(1.0 - pow(beta1, double(t)));
-  c.bc2 = float(1.0 - pow(beta2, double(t)));
-  c.lr = float(lr);
-  c.eps = float(eps);
-  c.decay = float(1.0 - lr * weightDecay);
-  c.scale = float(clipScale);
-  c.scaled = clipScale != 1.0;
-  return c;
+                               double clipScale, bool decays = true) {
+  return adamwCoeffsT<float>(beta1, beta2, eps, weightDecay, t, lr, clipScale,
+                             decays);
 }
 
 PF_HOST_DEVICE inline void adamwUpdate(const AdamWCoeffs &c, float grad,
                                        float &theta, float &m, float &v) {
-  float g = c.scaled ? grad * c.scale : grad;
-  m = c.b1 * m + c.ob1 * g;
-  v = c.b2 * v + c.ob2 * (g * g);
-  float upd = c.lr * (m / c.bc1) / (math::pfSqrt(v / c.bc2) + c.eps);
-  float x = theta * c.decay;
-  theta = x - upd;
+  adamwElement(c, grad, theta, m, v);
+}
+
+PF_HOST_DEVICE inline void adamwUndo(const AdamWCoeffs &c, float grad,
+                                     float &theta, float &m, float &v) {
+  adamwElementUndo(c, grad, theta, m, v);
 }
 
 } // namespace cuda

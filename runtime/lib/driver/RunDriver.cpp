@@ -348,8 +348,9 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     auto prog = embedded ? parseProgram(*embedded) : readProgram(progPath);
     if (!prog) {
       // Name the host: on a cluster the file must exist on every node.
-      return fail(progPath + ": " + prog.message() + " (on host " + hostName() +
-                  ")");
+      // (readProgram's messages name the file.)
+      return fail((embedded ? "the embedded program: " : "") + prog.message() +
+                  " (on host " + hostName() + ")");
     }
     const Program &p = *prog;
     if (nanStep > 0) {

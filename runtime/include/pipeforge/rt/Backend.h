@@ -11,6 +11,7 @@
 #ifndef PIPEFORGE_RT_BACKEND_H
 #define PIPEFORGE_RT_BACKEND_H
 
+#include "pipeforge/rt/AdamWMath.h"
 #include "pipeforge/rt/Program.h"
 
 #include <cstdint>
@@ -62,6 +63,39 @@ public:
 
   /// Waits until all queued work is done (no-op on CPU).
   virtual void synchronize() {}
+
+  //===--- The optimizer on the backend (docs/optimizer.md) ---===//
+
+  /// One AdamW step on n floats of this backend's memory: theta, m and v
+  /// updated in place from grad with the step's coefficients; `undo`: the
+  /// step's exact inverse (post-validation's rollback). Element by element
+  /// as pipeforge/rt/AdamWMath.h, so every backend takes the host
+  /// optimizer's bits. Default: the host loop (host-visible memory only).
+  virtual Status adamw(const AdamWCoeffs &c, int64_t n, float *theta, float *m,
+                       float *v, const float *grad, bool undo) {
+    if (!hostVisible())
+      return Status::error(std::string("backend '") + name() +
+                           "' has no on-device AdamW");
+    adamwTensor(c, n, theta, m, v, grad, undo);
+    return Status::ok();
+  }
+  /// The sum of the squares of n floats in double (a gradient's norm), in
+  /// element order on the CPU. Default: the host loop.
+  virtual Status sumSquares(const float *x, int64_t n, double *out) {
+    if (!hostVisible())
+      return Status::error(std::string("backend '") + name() +
+                           "' has no on-device sum of squares");
+    *out = sumSquaresTensor(x, n);
+    return Status::ok();
+  }
+
+  /// Bytes copied between host and device so far (copyToHost and
+  /// copyFromHost; zero on a host-visible backend): the memory report's
+  /// per-step transfer line.
+  struct Transfers {
+    int64_t toDevice = 0, toHost = 0;
+  };
+  virtual Transfers transfers() const { return {}; }
 
   //===--- Device backends (docs/runtime-gpu.md) ---===//
   //

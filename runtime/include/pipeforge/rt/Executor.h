@@ -67,7 +67,8 @@ public:
 /// tokens.
 std::unique_ptr<TokenSource> createPatternTokens(uint64_t seed, int64_t vocab);
 
-/// One parameter as the optimizer sees it (host-visible pointers).
+/// One parameter as the optimizer sees it: host pointers, or the backend's
+/// for a deviceResident() optimizer.
 struct ParamSlot {
   int32_t index = 0; ///< into Program::params
   const Param *param = nullptr;
@@ -100,6 +101,10 @@ public:
   }
   /// Bytes of optimizer state this rank holds (memory report).
   virtual int64_t stateBytes() const { return 0; }
+  /// True when the optimizer works on the backend's buffers (the slots
+  /// then carry device pointers, and the executor neither uploads values
+  /// nor downloads gradients for it); false: host slots.
+  virtual bool deviceResident() const { return false; }
 };
 
 /// Plain SGD: w -= lr * g.
@@ -209,7 +214,9 @@ public:
   /// backend's parameter and gradient buffers; StepOptimizer::stateBytes)
   /// and "rank R: peak stash N bytes = X M_B (one microbatch: stage S N
   /// bytes [+ W-stash N], ...)", M_B being F's stash of one microbatch of
-  /// the rank's largest stage.
+  /// the rank's largest stage; on a device backend a third, "rank R: step
+  /// K copied N bytes to the device, N bytes to the host (optimizer on the
+  /// device|host)", the last step's host <-> device transfers.
   Expected<std::string> memoryReport();
   /// This rank's parameters by global index, and access for checkpoints.
   std::vector<int32_t> localParams() const;
@@ -222,11 +229,21 @@ public:
   /// by Program::params[index].type. Empty / 0 for a parameter not held.
   std::vector<int64_t> paramShape(int32_t index) const;
   int64_t paramElems(int32_t index) const;
-  /// Host memory in both cases: on a device backend these are the master
-  /// copies (uploaded at the start of each step, gradients downloaded at the
-  /// end of the backward work), so the optimizer and checkpoints use them.
+  /// Host memory in both cases. On a device backend with a host optimizer
+  /// these are the master copies (uploaded at the start of each step,
+  /// gradients downloaded at the end of the backward work). With the
+  /// optimizer on the device (StepOptimizer::deviceResident) the device
+  /// holds the values: paramData is a mirror that pullValues() refreshes
+  /// (checkpoints, weight dumps) and pushValues() writes back (a restore).
   float *paramData(int32_t index);
   float *gradData(int32_t index);
+  /// The backend's buffers (device memory on a device backend).
+  float *paramDevice(int32_t index);
+  float *gradDevice(int32_t index);
+  /// Device values to the host mirrors, and back (no-ops where the mirror
+  /// is the master copy).
+  void pullValues();
+  void pushValues();
 
   /// Writes the merged Chrome trace on world rank 0 (collective).
   Status writeTrace(const std::string &path);

@@ -38,6 +38,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -131,9 +132,30 @@ template <typename T> struct AdamWState {
   std::vector<std::vector<T>> m, v;
 };
 
+class Backend;
+
 template <typename T> class AdamWT {
 public:
   explicit AdamWT(AdamWConfig cfg = {});
+
+  /// The optimizer on a backend (float only; before any addParam): the
+  /// registered data and grad pointers are then that backend's memory, the
+  /// moments (and the post-validation gradient snapshot) are allocated
+  /// there, and every step, rollback and norm runs as backend calls
+  /// (Backend::adamw, sumSquares) with the bits of the host loops. State
+  /// leaves the device only through exportState and moment1/moment2.
+  /// Errors: T is not float, parameters already registered.
+  Status useBackend(Backend &be);
+  bool onBackend() const { return dev != nullptr; }
+  /// The first error a backend call reported since the last call (step()
+  /// and the rollback have no Status of their own); ok on the host.
+  Status takeBackendError() {
+    Status s = devError;
+    devError = Status::ok();
+    return s;
+  }
+  /// Bytes of state: m and v (and a gradient snapshot when held).
+  int64_t stateBytes() const;
 
   /// Registers a parameter tensor. `data` and `grad` are not owned and must
   /// outlive the optimizer. `decay`: whether the weight decay applies to it
@@ -152,8 +174,9 @@ public:
   /// Learning-rate schedules: takes effect at the next step (a pending step
   /// keeps the lr it was taken with, also when it is redone).
   void setLearningRate(double lr) { cfg.lr = lr; }
-  const std::vector<T> &moment1(size_t i) const { return params[i].m; }
-  const std::vector<T> &moment2(size_t i) const { return params[i].v; }
+  /// Copies of the moments (from the backend when onBackend()).
+  std::vector<T> moment1(size_t i) const { return hostCopy(params[i], 0); }
+  std::vector<T> moment2(size_t i) const { return hostCopy(params[i], 1); }
 
   /// Squared norm and finiteness of this rank's registered gradients.
   GradInfo localGradInfo() const;
@@ -197,6 +220,10 @@ private:
     bool decay = true; ///< weight decay applies
     std::vector<T> m, v;
     std::vector<T> gradSnapshot; ///< post-validation, snapshotGrads only
+    /// On a backend: m, v and the snapshot in its memory (freed with the
+    /// last copy of the handle).
+    std::shared_ptr<void> devM, devV, devSnap;
+    bool hasSnapshot = false;
   };
   /// The last step taken, for rollback.
   struct LastStep {
@@ -213,12 +240,26 @@ private:
   };
 
   void applyStep(double scale, double lr, bool fromSnapshot);
+  /// One step (or its inverse) over every parameter, on the host or the
+  /// backend, with step t's coefficients.
+  void stepAll(double scale, double lr, bool fromSnapshot, bool undo);
   const T *gradOf(const Param &p, bool fromSnapshot) const {
-    return fromSnapshot ? p.gradSnapshot.data() : p.grad;
+    if (fromSnapshot)
+      return dev ? static_cast<const T *>(p.devSnap.get())
+                 : p.gradSnapshot.data();
+    return p.grad;
+  }
+  std::vector<T> hostCopy(const Param &p, int which) const;
+  std::shared_ptr<void> devAlloc(size_t elems);
+  void note(Status s) {
+    if (!s && devError)
+      devError = s;
   }
 
   AdamWConfig cfg;
   std::vector<Param> params;
+  Backend *dev = nullptr;
+  Status devError = Status::ok();
   int64_t t = 0;
   LastStep last;
   Pending pending;

@@ -1,0 +1,108 @@
+//===- AdamWMath.h - One AdamW element, forward and inverse ---------------===//
+//
+// The per-element arithmetic of the AdamW step and of its exact-inverse
+// rollback (docs/background.md), shared by the host optimizer
+// (runtime/lib/Optimizer.cpp, float and double), the CPU backends' on-device
+// step (Backend::adamw) and the CUDA kernel (backends/cuda/RowKernels.cu), so
+// that a step taken by any of them has the same bits. Header-only and free
+// of the C++ library beyond <math.h>, so a CUDA kernel can include it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PIPEFORGE_RT_ADAMWMATH_H
+#define PIPEFORGE_RT_ADAMWMATH_H
+
+#include <math.h>
+
+#ifndef PF_HOST_DEVICE
+#ifdef __CUDACC__
+#define PF_HOST_DEVICE __host__ __device__
+#else
+#define PF_HOST_DEVICE
+#endif
+#endif
+
+namespace pipeforge {
+namespace rt {
+
+PF_HOST_DEVICE inline float adamwSqrt(float x) { return sqrtf(x); }
+PF_HOST_DEVICE inline double adamwSqrt(double x) { return sqrt(x); }
+
+/// The coefficients of one step, rounded to T as the optimizer rounds them.
+template <typename T> struct AdamWCoeffsT {
+  T b1, b2, ob1, ob2, bc1, bc2, lr, eps, decay, scale;
+  bool scaled; ///< multiply the gradient by `scale` (clipping)
+};
+using AdamWCoeffs = AdamWCoeffsT<float>;
+
+/// Step t (1-based) with learning rate `lr` and gradient scale `clipScale`;
+/// `decays` false: no weight decay for this tensor (biases, norm weights).
+template <typename T>
+inline AdamWCoeffsT<T> adamwCoeffsT(double beta1, double beta2, double eps,
+                                    double weightDecay, long long t, double lr,
+                                    double clipScale, bool decays = true) {
+  AdamWCoeffsT<T> c;
+  c.b1 = T(beta1);
+  c.b2 = T(beta2);
+  c.ob1 = T(1.0 - beta1);
+  c.ob2 = T(1.0 - beta2);
+  c.bc1 = T(1.0 - pow(beta1, double(t)));
+  c.bc2 = T(1.0 - pow(beta2, double(t)));
+  c.lr = T(lr);
+  c.eps = T(eps);
+  c.decay = decays ? T(1.0 - lr * weightDecay) : T(1);
+  c.scale = T(clipScale);
+  c.scaled = clipScale != 1.0;
+  return c;
+}
+
+/// theta (1 - lr wd) - lr m' / (sqrt(v') + eps), after the moment updates.
+template <typename T>
+PF_HOST_DEVICE inline void adamwElement(const AdamWCoeffsT<T> &c, T grad,
+                                        T &theta, T &m, T &v) {
+  T g = c.scaled ? T(grad * c.scale) : grad;
+  m = c.b1 * m + c.ob1 * g;
+  v = c.b2 * v + c.ob2 * (g * g);
+  T upd = c.lr * (m / c.bc1) / (adamwSqrt(v / c.bc2) + c.eps);
+  T x = theta * c.decay;
+  theta = x - upd;
+}
+
+/// The inverse of adamwElement with the same coefficients and gradient:
+/// theta = (theta + lr m'/(sqrt(v')+eps)) / (1 - lr wd), m = (m - (1-b1) g)
+/// / b1, v = (v - (1-b2) g^2) / b2, clamped at 0 against rounding.
+template <typename T>
+PF_HOST_DEVICE inline void adamwElementUndo(const AdamWCoeffsT<T> &c, T grad,
+                                            T &theta, T &m, T &v) {
+  T g = c.scaled ? T(grad * c.scale) : grad;
+  T upd = c.lr * (m / c.bc1) / (adamwSqrt(v / c.bc2) + c.eps);
+  theta = (theta + upd) / c.decay;
+  m = (m - c.ob1 * g) / c.b1;
+  T vi = (v - c.ob2 * (g * g)) / c.b2;
+  v = vi > T(0) ? vi : T(0);
+}
+
+/// Whole tensors, in element order.
+template <typename T>
+inline void adamwTensor(const AdamWCoeffsT<T> &c, long long n, T *theta, T *m,
+                        T *v, const T *grad, bool undo) {
+  if (undo)
+    for (long long i = 0; i < n; ++i)
+      adamwElementUndo(c, grad[i], theta[i], m[i], v[i]);
+  else
+    for (long long i = 0; i < n; ++i)
+      adamwElement(c, grad[i], theta[i], m[i], v[i]);
+}
+
+/// The sum of squares in double, in element order (the gradient norm).
+template <typename T> inline double sumSquaresTensor(const T *x, long long n) {
+  double s = 0;
+  for (long long i = 0; i < n; ++i)
+    s += double(x[i]) * double(x[i]);
+  return s;
+}
+
+} // namespace rt
+} // namespace pipeforge
+
+#endif // PIPEFORGE_RT_ADAMWMATH_H
