@@ -40,8 +40,8 @@ Status Executor::Impl::dataFor(int c, int mb, BufP &tok, BufP &tgt) {
           data.fill(stepNo, tr.dpIndex(), g, b, s, ht.data(), hg.data());
       !st)
     return st;
-  tok = std::make_shared<Buf>(be, b * s * 4);
-  tgt = std::make_shared<Buf>(be, b * s * 4);
+  tok = newBuf(b * s * 4, MemClass::Data);
+  tgt = newBuf(b * s * 4, MemClass::Data);
   be.copyFromHost(tok->p, ht.data(), b * s * 4);
   be.copyFromHost(tgt->p, hg.data(), b * s * 4);
   tokens[{c, mb}] = {tok, tgt};
@@ -243,8 +243,8 @@ Status Executor::Impl::recv(const Action &a, size_t idx) {
   int layoutStage = act ? w.stage : w.stage - 1;
   if (consumer < 0 || consumer >= numStages)
     return Status::error("receive " + sched::toString(a) + " has no consumer");
-  auto b = std::make_shared<Buf>(
-      be, std::max<int64_t>(actBytes[{w.copy, layoutStage}], 4));
+  auto b = newBuf(std::max<int64_t>(actBytes[{w.copy, layoutStage}], 4),
+                  MemClass::Messages);
   MessageId id{a.payload, w.stage, w.mb, w.copy};
   int64_t n = actBytes[{w.copy, layoutStage}] / 4;
   HostStage stage;
@@ -486,7 +486,13 @@ Expected<std::string> Executor::memoryReport() {
                      std::to_string(impl->lastStepTransfers.toDevice) + " " +
                      std::to_string(impl->lastStepTransfers.toHost) + " " +
                      std::to_string(impl->optOnDevice() ? 1 : 0) + " " +
-                     std::to_string(impl->stepNo);
+                     std::to_string(impl->stepNo) + " " +
+                     std::to_string(impl->ledger.totalPeak.load()) + " " +
+                     std::to_string(impl->ledger.peak[size_t(MemClass::Messages)].load()) +
+                     " " +
+                     std::to_string(impl->ledger.peak[size_t(MemClass::Workspace)].load()) +
+                     " " +
+                     std::to_string(impl->ledger.peak[size_t(MemClass::Data)].load());
   for (auto &[cs, bytes] : impl->mbFStash) {
     auto w = impl->mbWStash.find(cs);
     mine += " " + std::to_string(cs.first) + ":" + std::to_string(cs.second) +
@@ -501,8 +507,9 @@ Expected<std::string> Executor::memoryReport() {
     std::istringstream in((*all)[r]);
     long long peak = 0, pb = 0, gb = 0, ob = 0, owned = -1, held = 0;
     long long device = -1, toDev = 0, toHost = 0, optDev = 0, steps = 0;
+    long long total = 0, msgs = 0, work = 0, dataB = 0;
     in >> peak >> pb >> gb >> ob >> owned >> held >> device >> toDev >>
-        toHost >> optDev >> steps;
+        toHost >> optDev >> steps >> total >> msgs >> work >> dataB;
     std::string item, stages;
     long long unit = 0;  // F's stash of the rank's largest stage: M_B
     long long wmax = 0;  // its largest W-stash
@@ -536,6 +543,14 @@ Expected<std::string> Executor::memoryReport() {
     out += "rank " + std::to_string(r) + ": peak stash " +
            std::to_string(peak) + " bytes" + ratio +
            (stages.empty() ? "" : " (one microbatch: " + stages + ")") + "\n";
+    // Every backend buffer the executor allocated: the peak of their sum,
+    // and the peaks of the classes the lines above do not show.
+    out += "rank " + std::to_string(r) + ": buffers peak " +
+           std::to_string(total) + " bytes + optimizer state " +
+           std::to_string(ob) + " = " + std::to_string(total + ob) +
+           " bytes (peaks: messages " + std::to_string(msgs) +
+           ", workspace " + std::to_string(work) + ", tokens " +
+           std::to_string(dataB) + ")\n";
     // Device backends: what the last step copied between host and device
     // (tokens, the loss, staged messages; with the optimizer on the host,
     // every parameter and gradient too).

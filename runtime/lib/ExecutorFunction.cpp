@@ -147,7 +147,8 @@ Status Executor::Impl::fnPrepare(FnRun &r) {
     int64_t bytes =
         plan.perValue ? fn.values[size_t(v)].numBytes() : fn.bufferBytes[b];
     if (!plan.bufs[b])
-      plan.bufs[b] = std::make_unique<Buf>(be, std::max<int64_t>(bytes, 4));
+      plan.bufs[b] = std::make_unique<Buf>(be, std::max<int64_t>(bytes, 4),
+                                           &ledger, MemClass::Workspace);
     return ptr[size_t(v)] = plan.bufs[b]->p;
   };
   const Kernel &k = fn.kernels[r.next];
@@ -310,8 +311,8 @@ Status Executor::Impl::fnResults(FnRun &r) {
     case ResultRole::Activation: {
       auto &off = actOffsets[{c, st.index}];
       if (!*actOut)
-        *actOut = std::make_shared<Buf>(
-            be, std::max<int64_t>(actBytes[{c, st.index}], 4));
+        *actOut = newBuf(std::max<int64_t>(actBytes[{c, st.index}], 4),
+                         MemClass::Messages);
       be.copy(static_cast<char *>((*actOut)->p) + off.at(size_t(r.index)), src,
               bytes);
       break;
@@ -324,8 +325,8 @@ Status Executor::Impl::fnResults(FnRun &r) {
         return err("gradient result #" + std::to_string(r.index) +
                    " has no activation");
       if (!*gradOut)
-        *gradOut = std::make_shared<Buf>(
-            be, std::max<int64_t>(actBytes[{c, st.index - 1}], 4));
+        *gradOut = newBuf(std::max<int64_t>(actBytes[{c, st.index - 1}], 4),
+                          MemClass::Messages);
       be.copy(static_cast<char *>((*gradOut)->p) + off[size_t(r.index)], src,
               bytes);
       break;
@@ -344,7 +345,7 @@ Status Executor::Impl::fnResults(FnRun &r) {
         return err("unexpected stash result");
       if (v->size() <= size_t(r.index))
         v->resize(size_t(r.index) + 1);
-      auto b = std::make_shared<Buf>(be, std::max<int64_t>(bytes, 4));
+      auto b = newBuf(std::max<int64_t>(bytes, 4), MemClass::Stash);
       be.copy(b->p, src, bytes);
       (*v)[size_t(r.index)] = b;
       break;

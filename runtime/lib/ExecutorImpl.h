@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -43,12 +44,53 @@ inline double nowS() {
 }
 
 /// An owned device buffer.
+/// What a backend buffer holds, for the memory report's accounting.
+enum class MemClass : uint8_t {
+  Parameters,
+  Gradients,
+  Stash,     ///< F's stash and B's W-stash slots kept for later work
+  Messages,  ///< activations and gradients in flight between stages
+  Workspace, ///< the functions' value buffers (pp.buffers), kept across steps
+  Data,      ///< tokens, targets, the loss seed
+};
+constexpr int kMemClasses = 6;
+
+/// The bytes of backend buffers alive per class, and their peaks: every
+/// Buf of an executor adds itself here. Atomic: a rank's buffers may be
+/// released by a transport's thread.
+struct MemLedger {
+  std::array<std::atomic<int64_t>, kMemClasses> live{}, peak{};
+  std::atomic<int64_t> total{0}, totalPeak{0};
+  static void raise(std::atomic<int64_t> &p, int64_t v) {
+    int64_t old = p.load();
+    while (v > old && !p.compare_exchange_weak(old, v)) {
+    }
+  }
+  void add(MemClass c, int64_t n) {
+    raise(peak[size_t(c)], live[size_t(c)] += n);
+    raise(totalPeak, total += n);
+  }
+  void sub(MemClass c, int64_t n) {
+    live[size_t(c)] -= n;
+    total -= n;
+  }
+};
+
 struct Buf {
   Backend *be = nullptr;
   void *p = nullptr;
   int64_t bytes = 0;
-  Buf(Backend &b, int64_t n) : be(&b), p(b.alloc(n)), bytes(n) {}
+  MemLedger *ledger = nullptr;
+  MemClass cls = MemClass::Workspace;
+  Buf(Backend &b, int64_t n, MemLedger *l = nullptr,
+      MemClass c = MemClass::Workspace)
+      : be(&b), p(b.alloc(n)), bytes(n), ledger(l), cls(c) {
+    if (ledger)
+      ledger->add(cls, bytes);
+  }
   ~Buf() {
+    if (ledger)
+      ledger->sub(cls, bytes);
     if (p)
       be->free(p);
   }
@@ -81,6 +123,8 @@ struct TraceEvent {
 using exec::Buf;
 using exec::BufP;
 using exec::FnPlan;
+using exec::MemClass;
+using exec::MemLedger;
 using exec::Key;
 using exec::nowS;
 using exec::TraceEvent;
@@ -135,6 +179,11 @@ struct Executor::Impl {
   Backend::Transfers stepStartTransfers, lastStepTransfers;
   /// The stash level of the last counter event in the trace.
   int64_t tracedStash = -1;
+  /// Every backend buffer this executor allocates, by class.
+  MemLedger ledger;
+  BufP newBuf(int64_t bytes, MemClass c) {
+    return std::make_shared<Buf>(be, bytes, &ledger, c);
+  }
   /// Messages go through host memory: the backend's buffers are device
   /// memory and the transport takes host memory.
   bool stageMessages() const {

@@ -136,8 +136,8 @@ Status Executor::Impl::init() {
       continue;
     ParamState ps;
     int64_t nLocal = localElems(int32_t(i));
-    ps.value = std::make_shared<Buf>(be, nLocal * 4);
-    ps.grad = std::make_shared<Buf>(be, nLocal * 4);
+    ps.value = newBuf(nLocal * 4, MemClass::Parameters);
+    ps.grad = newBuf(nLocal * 4, MemClass::Gradients);
     if (!ps.value->p || !ps.grad->p)
       return Status::error("out of memory for parameter '" + p.name + "'");
     std::vector<float> host(static_cast<size_t>(p.type.numElements()));
@@ -198,7 +198,7 @@ Status Executor::Impl::init() {
       pl[k].bufs.resize(ok ? fn.bufferBytes.size() : fn.values.size());
     }
   }
-  seed = std::make_shared<Buf>(be, 4);
+  seed = newBuf(4, MemClass::Data);
   float sv = 1.0f / float(totalMb);
   be.copyFromHost(seed->p, &sv, 4);
   epoch = nowS();

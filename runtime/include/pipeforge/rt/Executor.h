@@ -209,12 +209,15 @@ public:
   /// largest W-stash a separate B kept for W.
   int64_t peakStashBytes() const;
   std::map<std::pair<int, int>, int64_t> microbatchStashBytes() const;
-  /// Two lines per world rank on world rank 0 (collective): "rank R:
+  /// Lines per world rank on world rank 0 (collective): "rank R:
   /// parameters N bytes, gradients N bytes, optimizer state N bytes" (the
   /// backend's parameter and gradient buffers; StepOptimizer::stateBytes)
   /// and "rank R: peak stash N bytes = X M_B (one microbatch: stage S N
   /// bytes [+ W-stash N], ...)", M_B being F's stash of one microbatch of
-  /// the rank's largest stage; on a device backend a third, "rank R: step
+  /// the rank's largest stage; "rank R: buffers peak N bytes + optimizer
+  /// state N = N bytes (peaks: messages N, workspace N, tokens N)", every
+  /// backend buffer of the executor by class (MemLedger); on a device
+  /// backend a fourth, "rank R: step
   /// K copied N bytes to the device, N bytes to the host (optimizer on the
   /// device|host)", the last step's host <-> device transfers.
   Expected<std::string> memoryReport();
