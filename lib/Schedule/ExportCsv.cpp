@@ -318,6 +318,18 @@ Expected<Schedule> importCsv(const std::string &text,
                                " is never computed; pass a placement");
         pl.rankOf[0][st] = it->second;
       }
+      // DualPipe (our extension of the format: PyTorch has no two-copy
+      // schedule): its export numbers copy 1's stage s as p + s, which
+      // reads like a V placement, but its rows reduce the parameter
+      // gradients of the two copies (GRADREDUCE). A V-shaped layout with
+      // those cells is the dual placement.
+      bool gradReduce = false;
+      for (const auto &row : rows)
+        for (const RawCell &c : row)
+          gradReduce |= c.kind == RawCell::GradReduce;
+      if (gradReduce && pl.numStages == 2 * numRanks &&
+          pl.rankOf[0] == Placement::vShape(numRanks).rankOf[0])
+        pl = Placement::dual(numRanks);
     }
     int32_t ns = pl.numStages;
     int32_t total = ns * pl.numCopies;

@@ -56,9 +56,16 @@ Schedule genInterleaved(const GenOptions &opts) {
   const int p = opts.ranks, m = opts.microbatches, v = opts.chunksPerRank;
   Schedule s = makeSchedule("interleaved", Placement::interleaved(p, v), m);
   const long total = long(m) * v;
-  auto mbOf = [&](long k) { return int((k / (long(p) * v)) * p + k % p); };
+  // Microbatches go through the chunks in groups of g: Megatron's p, or
+  // PyTorch's m / R with R = max(1, m / p) rounds (generate() checked that
+  // g divides m). The k-th forward (and the k-th backward) of a rank is
+  // microbatch mbOf(k) of chunk chunkOf(k).
+  const bool pytorch = effectiveInterleavedRule(opts.interleavedRule, p, m) ==
+                       InterleavedRule::PyTorch;
+  const long g = pytorch ? m / std::max(1, m / p) : p;
+  auto mbOf = [&](long k) { return int((k / (g * v)) * g + k % g); };
   auto chunkOf = [&](long k, bool forward) {
-    int c = int((k % (long(p) * v)) / p);
+    int c = int((k % (g * v)) / g);
     return forward ? c : v - 1 - c;
   };
   for (int r = 0; r < p; ++r) {
@@ -72,8 +79,10 @@ Schedule genInterleaved(const GenOptions &opts) {
       prog.push_back(Action::compute(
           makeWork(WorkKind::BW, chunkOf(k, false) * p + r, mbOf(k))));
     };
-    long warmup = m == p ? total
-                         : std::min(total, long(p - r - 1) * 2 + long(v - 1) * p);
+    // Megatron runs every forward first at m = p; PyTorch does not.
+    long warmup = !pytorch && m == p
+                      ? total
+                      : std::min(total, long(p - r - 1) * 2 + long(v - 1) * g);
     for (long k = 0; k < warmup; ++k)
       fwd(k);
     const long steady = total - warmup;

@@ -60,10 +60,17 @@ Status validate(ScheduleKind kind, const GenOptions &opts) {
     if (v > 1024)
       return Status::error("interleaved supports at most 1024 chunks per "
                            "rank, got " + std::to_string(v));
-    if (m % p != 0)
+    if (opts.interleavedRule == InterleavedRule::Megatron && m % p != 0)
       return Status::error(
           "interleaved (Megatron virtual pipeline) needs the microbatch count "
           "to be a multiple of the rank count, got " + std::to_string(m) +
+          " microbatches for " + std::to_string(p) +
+          " ranks (PyTorch's rule takes a multiple of max(1, m / p))");
+    if (int64_t rounds = std::max<int64_t>(1, m / p); m % rounds != 0)
+      return Status::error(
+          "interleaved needs the microbatch count to be a multiple of the rank "
+          "count (Megatron) or of its rounds, max(1, m / p) = " +
+          std::to_string(rounds) + " (PyTorch), got " + std::to_string(m) +
           " microbatches for " + std::to_string(p) + " ranks");
     stagesTimesMb = p * v * m;
     break;
@@ -108,6 +115,25 @@ Status validate(ScheduleKind kind, const GenOptions &opts) {
 }
 
 } // namespace
+
+Expected<InterleavedRule> parseInterleavedRule(const std::string &name) {
+  if (name == "auto")
+    return InterleavedRule::Auto;
+  if (name == "megatron")
+    return InterleavedRule::Megatron;
+  if (name == "pytorch")
+    return InterleavedRule::PyTorch;
+  return Status::error("unknown interleaved rule '" + name +
+                       "' (expected auto, megatron or pytorch)");
+}
+
+InterleavedRule effectiveInterleavedRule(InterleavedRule rule, int32_t ranks,
+                                         int32_t microbatches) {
+  if (rule != InterleavedRule::Auto)
+    return rule;
+  return ranks > 0 && microbatches % ranks == 0 ? InterleavedRule::Megatron
+                                                : InterleavedRule::PyTorch;
+}
 
 int32_t minMicrobatches(ScheduleKind kind, int32_t ranks,
                         int32_t chunksPerRank) {

@@ -106,6 +106,10 @@ Expected<Schedule> obtainSchedule(const ScheduleJob &j,
     GenOptions g;
     g.ranks = j.ranks;
     g.chunksPerRank = j.chunks;
+    auto rule = parseInterleavedRule(j.interleavedRule);
+    if (!rule)
+      return rule.status();
+    g.interleavedRule = *rule;
     g.microbatches = j.microbatches > 0
                          ? j.microbatches
                          : minMicrobatches(*kind, j.ranks, j.chunks);

@@ -33,6 +33,11 @@ Schedule:
   --microbatches M      microbatches (DualPipe: the total over both
                         directions); default: the smallest the kind accepts
   --chunks V            model chunks per rank for interleaved (default 2)
+  --interleaved-rule R  interleaved's order: megatron (m a multiple of p;
+                        every F first at m = p), pytorch (PyTorch's
+                        Interleaved1F1B: groups of m / max(1, m / p)), or
+                        auto (default: megatron where p divides m, else
+                        pytorch)
   --import-csv FILE     read a PyTorch schedule CSV instead of generating
   --compute-only        do not insert send/recv
 
@@ -202,6 +207,8 @@ Options parseArgs(int argc, char **argv) {
       j.memLimit = value;
     else if (flag == "--placement")
       placement = value;
+    else if (flag == "--interleaved-rule")
+      j.interleavedRule = value;
     else
       usageError("unknown option '" + a + "'");
   }

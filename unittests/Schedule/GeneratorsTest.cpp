@@ -220,9 +220,11 @@ TEST(Generators, MinMicrobatches) {
   EXPECT_EQ(minMicrobatches(ScheduleKind::Interleaved, 4, 2), 4);
   EXPECT_EQ(minMicrobatches(ScheduleKind::OneFOneB, 4), 1);
   EXPECT_EQ(minMicrobatches(ScheduleKind::ZBV, 4), 1);
-  // Below the minimum is an error, at it is fine.
+  // Below the minimum is an error, at it is fine. (Interleaved's minimum is
+  // the compile path's, p; generate() also takes PyTorch's m < p: one
+  // round of m.)
   for (ScheduleKind k : {ScheduleKind::ZBH2, ScheduleKind::DualPipe,
-                         ScheduleKind::DualPipeV, ScheduleKind::Interleaved}) {
+                         ScheduleKind::DualPipeV}) {
     GenOptions o;
     o.ranks = 4;
     o.microbatches = minMicrobatches(k, 4);
@@ -248,7 +250,7 @@ TEST(Generators, InvalidRequests) {
       {ScheduleKind::DualPipeV, 4, 7, 2, "dualpipev needs at least 2 * ranks"},
       {ScheduleKind::DualPipeV, 0, 8, 2, "at least 1 rank, got 0"},
       {ScheduleKind::ZBH2, 4, 7, 2, "zb-h2 needs at least 2 * ranks = 8"},
-      {ScheduleKind::Interleaved, 4, 6, 2, "multiple of the rank count"},
+      {ScheduleKind::Interleaved, 4, 9, 2, "max(1, m / p) = 2 (PyTorch)"},
       {ScheduleKind::Interleaved, 4, 8, 1, "at least 2 chunks per rank"},
       {ScheduleKind::Interleaved, 1, 8, 2, "at least 2 ranks"},
       {ScheduleKind::OneFOneB, -3, 8, 2, "at least 1 rank, got -3"},
@@ -277,6 +279,51 @@ TEST(Generators, SingleRank) {
     Schedule s = gen(k, 1, 4);
     EXPECT_EQ(checkComputeStructure(s), "") << scheduleKindName(k);
   }
+}
+
+
+// Interleaved's two order rules: they agree where p divides m and m > p;
+// PyTorch's takes m = 6 on 4 ranks (one round of 6), Megatron's refuses it;
+// at m = p Megatron runs every forward first and PyTorch does not.
+TEST(Generators, InterleavedRules) {
+  auto gen = [](int p, int m, InterleavedRule rule) {
+    GenOptions o;
+    o.ranks = p;
+    o.microbatches = m;
+    o.chunksPerRank = 2;
+    o.interleavedRule = rule;
+    return generate(ScheduleKind::Interleaved, o);
+  };
+  auto orders = [](const Schedule &s) {
+    std::vector<std::string> out;
+    for (const auto &prog : s.programs) {
+      std::string row;
+      for (const Action &a : prog)
+        row += toString(a) + " ";
+      out.push_back(row);
+    }
+    return out;
+  };
+  auto meg = gen(4, 8, InterleavedRule::Megatron);
+  auto pt = gen(4, 8, InterleavedRule::PyTorch);
+  ASSERT_TRUE(meg && pt);
+  EXPECT_EQ(orders(*meg), orders(*pt));
+  EXPECT_FALSE(gen(4, 6, InterleavedRule::Megatron));
+  auto six = gen(4, 6, InterleavedRule::Auto);
+  ASSERT_TRUE(six);
+  EXPECT_EQ(orders(*six), orders(*gen(4, 6, InterleavedRule::PyTorch)));
+  auto megP = gen(4, 4, InterleavedRule::Megatron);
+  auto ptP = gen(4, 4, InterleavedRule::PyTorch);
+  ASSERT_TRUE(megP && ptP);
+  // Rank 3: Megatron's 8 forwards first; PyTorch's warm-up is (v-1) p = 4
+  // forwards, then F and BW alternate.
+  EXPECT_EQ(megP->programs[3][7].work.kind, WorkKind::F);
+  EXPECT_EQ(megP->programs[3][8].work.kind, WorkKind::BW);
+  EXPECT_EQ(ptP->programs[3][4].work.kind, WorkKind::F);
+  EXPECT_EQ(ptP->programs[3][5].work.kind, WorkKind::BW);
+  EXPECT_EQ(orders(*gen(4, 4, InterleavedRule::Auto)), orders(*megP));
+  EXPECT_FALSE(parseInterleavedRule("zigzag"));
+  EXPECT_EQ(*parseInterleavedRule("pytorch"), InterleavedRule::PyTorch);
 }
 
 } // namespace

@@ -23,6 +23,14 @@ inline constexpr int64_t kMaxRanks = 1 << 16;
 inline constexpr int64_t kMaxMicrobatches = 1 << 24;
 inline constexpr int64_t kMaxComputeActions = int64_t(1) << 26;
 
+/// Interleaved 1F1B's order rules. Megatron: microbatches in groups of p
+/// (m a multiple of p); at m = p every forward runs before the first
+/// backward. PyTorch (ScheduleInterleaved1F1B): groups of m / R, R = max(1,
+/// m / p) rounds (m a multiple of R), warm-up (v-1) m/R + 2 (p-1-r) on rank
+/// r. The two agree whenever p divides m and m > p. Auto: Megatron where p
+/// divides m, else PyTorch.
+enum class InterleavedRule : uint8_t { Auto, Megatron, PyTorch };
+
 struct GenOptions {
   int32_t ranks = 0;
   /// Microbatches. For DualPipe this is the total C (C/2 per copy); for
@@ -30,9 +38,19 @@ struct GenOptions {
   int32_t microbatches = 0;
   /// Interleaved 1F1B: model chunks per rank (v >= 2).
   int32_t chunksPerRank = 2;
+  InterleavedRule interleavedRule = InterleavedRule::Auto;
 };
 
-/// The smallest microbatch count `kind` accepts for `ranks` ranks.
+/// "auto", "megatron" or "pytorch".
+Expected<InterleavedRule> parseInterleavedRule(const std::string &name);
+/// The rule generate() uses for p ranks and m microbatches.
+InterleavedRule effectiveInterleavedRule(InterleavedRule rule, int32_t ranks,
+                                         int32_t microbatches);
+
+/// The smallest microbatch count `kind` accepts for `ranks` ranks, and the
+/// default where none is given. Interleaved: p (Megatron's smallest;
+/// generate() also takes PyTorch's one round of m < p, but the compile
+/// path does not).
 int32_t minMicrobatches(ScheduleKind kind, int32_t ranks,
                         int32_t chunksPerRank = 2);
 

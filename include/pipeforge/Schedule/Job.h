@@ -29,6 +29,8 @@ struct ScheduleJob {
   int ranks = 0;
   int microbatches = 0; ///< 0: the smallest the kind accepts
   int chunks = 2;       ///< model chunks per rank (interleaved)
+  /// Interleaved's order rule (Generators.h): auto, megatron, pytorch.
+  std::string interleavedRule = "auto";
   bool computeOnly = false;
 
   /// Per-stage times, as `CostModel`; tbw / tfb < 0: the sums.
