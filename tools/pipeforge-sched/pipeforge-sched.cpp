@@ -33,11 +33,8 @@ Schedule:
   --microbatches M      microbatches (DualPipe: the total over both
                         directions); default: the smallest the kind accepts
   --chunks V            model chunks per rank for interleaved (default 2)
-  --interleaved-rule R  interleaved's order: megatron (m a multiple of p;
-                        every F first at m = p), pytorch (PyTorch's
-                        Interleaved1F1B: groups of m / max(1, m / p)), or
-                        auto (default: megatron where p divides m, else
-                        pytorch)
+  --interleaved-rule R  megatron | pytorch | auto (default: megatron where p
+                        divides m, else PyTorch's Interleaved1F1B order)
   --import-csv FILE     read a PyTorch schedule CSV instead of generating
   --compute-only        do not insert send/recv
 
