@@ -127,6 +127,6 @@ Expected<Cluster> plan::parseCluster(const std::string &text) {
   if (c.memoryBandwidthGBps <= 0)
     c.memoryBandwidthGBps = c.defaultMemoryBandwidthGBps();
   if (c.name.empty())
-    c.name = std::to_string(c.gpus) + " GPUs";
+    c.name = "unnamed";
   return c;
 }

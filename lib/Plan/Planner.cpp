@@ -927,7 +927,7 @@ Expected<double> plan::fitEfficiency(const ModelCosts &model,
     char buf[256];
     std::snprintf(buf, sizeof buf,
                   "cannot fit: even at efficiency 1 the setup is predicted "
-                  "at %.6g tokens/s, below %.6g",
+                  "at %.0f tokens/s, below %.0f",
                   *hi, tokensPerSecond);
     return Status::error(buf);
   }

@@ -54,6 +54,38 @@ std::string runsText(const std::vector<int> &s) {
   return out;
 }
 
+/// A time in ms with four significant digits, without an exponent (18450,
+/// not 1.845e+04) and with float noise shown as 0.
+std::string msText(double v) {
+  if (std::fabs(v) < 5e-10)
+    return "0";
+  if (std::fabs(v) >= 1e4)
+    return fmt("%.0f", v);
+  return fmt("%.4g", v);
+}
+
+/// The "time:" and "split:" lines of a setup (the recommendation and
+/// --explain); `timeSuffix` ends the first.
+std::string timeLines(const Candidate &c, const std::string &timeSuffix) {
+  std::string out =
+      "  time: pipeline " + msText(c.pipelineTime * 1e3) +
+      " ms + data-parallel all-reduce " + msText(c.dpTime * 1e3) + " ms" +
+      (c.dualReduceTime > 0
+           ? " + copy grad sum " + msText(c.dualReduceTime * 1e3) + " ms"
+           : "") +
+      "; T_comm " + msText(c.commTime * 1e3) + " ms per cross-stage edge (" +
+      (c.pp == 1 ? "no pipeline"
+                 : (c.ppInterNode ? "inter-node" : "intra-node")) +
+      ")" + timeSuffix + "\n";
+  out += "  split: compute " + msText(c.computeTime * 1e3) +
+         " ms + recompute " + msText(c.recomputeTime * 1e3) +
+         " ms + TP comm " + msText(c.tpCommTime * 1e3) + " ms + bubble " +
+         msText(c.bubbleTime * 1e3) + " ms + PP comm " +
+         msText(c.ppCommTime * 1e3) + " ms + DP comm " +
+         msText(c.dpCommTime * 1e3) + " ms\n";
+  return out;
+}
+
 std::string tokensText(double t) {
   if (t >= 1e6)
     return fmt("%.2fM", t / 1e6);
@@ -197,13 +229,15 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
     std::string split = splitText(c.layerSplit);
     if (split.size() > 14)
       split = split.substr(0, 11) + "...";
-    out += fmt("%3zu  %-11s %3d %4d %3d %-4s %4d %3d %5d  %-10s %-14s %10.4g "
-               "%10.4g %9.4g %6.2f%% %8.2f %9s %5.1f%%\n",
+    out += fmt("%3zu  %-11s %3d %4d %3d %-4s %4d %3d %5d  %-10s %-14s %10s "
+               "%10s %9s %6.2f%% %8.2f %9s %5.1f%%\n",
                i + 1, c.schedule.c_str(), c.pp, c.dp, c.tp,
                recomputeShort(c.recompute), c.zero, c.microbatchSize,
                c.microbatches, layoutName(c.layout), split.c_str(),
-               c.stepTime * 1e3, c.pipelineTime * 1e3,
-               (c.dpTime + c.dualReduceTime) * 1e3, c.bubbleRate * 100,
+               msText(c.stepTime * 1e3).c_str(),
+               msText(c.pipelineTime * 1e3).c_str(),
+               msText((c.dpTime + c.dualReduceTime) * 1e3).c_str(),
+               c.bubbleRate * 100,
                gib(c.memoryBytes), tokensText(c.tokensPerSecond).c_str(),
                c.mfu * 100);
   }
@@ -214,11 +248,15 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
                "dp_ms", "param_GiB", "grad_GiB", "optim_GiB", "act_GiB");
     for (size_t i = 0; i < n; ++i) {
       const Candidate &c = r.ranked[i];
-      out += fmt("%3zu  %10.4g %10.4g %9.4g %9.4g %9.4g %9.4g  %9.2f %9.2f "
+      out += fmt("%3zu  %10s %10s %9s %9s %9s %9s  %9.2f %9.2f "
                  "%9.2f %9.2f\n",
-                 i + 1, c.computeTime * 1e3, c.recomputeTime * 1e3,
-                 c.tpCommTime * 1e3, c.bubbleTime * 1e3, c.ppCommTime * 1e3,
-                 c.dpCommTime * 1e3, gib(c.weightBytes), gib(c.gradBytes),
+                 i + 1, msText(c.computeTime * 1e3).c_str(),
+                 msText(c.recomputeTime * 1e3).c_str(),
+                 msText(c.tpCommTime * 1e3).c_str(),
+                 msText(c.bubbleTime * 1e3).c_str(),
+                 msText(c.ppCommTime * 1e3).c_str(),
+                 msText(c.dpCommTime * 1e3).c_str(), gib(c.weightBytes),
+                 gib(c.gradBytes),
                  gib(c.optimizerBytes), gib(c.activationBytes));
     }
   }
@@ -227,26 +265,13 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
   const Candidate &best = r.ranked.front();
   out += "\n";
   out +=
-      fmt("recommended: %s: step %.4g ms, bubble %.2f%%, %.3g GiB per GPU "
+      fmt("recommended: %s: step %s ms, bubble %.2f%%, %.3g GiB per GPU "
           "(of %.3g usable), %s tokens/s, MFU %.1f%%\n",
-          setupText(best).c_str(), best.stepTime * 1e3, best.bubbleRate * 100,
+          setupText(best).c_str(), msText(best.stepTime * 1e3).c_str(),
+          best.bubbleRate * 100,
           gib(best.memoryBytes), gib(cl.usableBytes()),
           tokensText(best.tokensPerSecond).c_str(), best.mfu * 100);
-  out += fmt("  time: pipeline %.4g ms + data-parallel all-reduce %.4g ms%s; "
-             "T_comm %.4g ms per cross-stage edge (%s)\n",
-             best.pipelineTime * 1e3, best.dpTime * 1e3,
-             best.dualReduceTime > 0
-                 ? fmt(" + copy grad sum %.4g ms", best.dualReduceTime * 1e3)
-                       .c_str()
-                 : "",
-             best.commTime * 1e3,
-             best.pp == 1 ? "no pipeline"
-                          : (best.ppInterNode ? "inter-node" : "intra-node"));
-  out += fmt("  split: compute %.4g ms + recompute %.4g ms + TP comm %.4g ms "
-             "+ bubble %.4g ms + PP comm %.4g ms + DP comm %.4g ms\n",
-             best.computeTime * 1e3, best.recomputeTime * 1e3,
-             best.tpCommTime * 1e3, best.bubbleTime * 1e3,
-             best.ppCommTime * 1e3, best.dpCommTime * 1e3);
+  out += timeLines(best, "");
   out +=
       fmt("  memory: %.3g GiB model state + %.3g GiB peak activations "
           "(params %.3g + grads %.3g + optimizer %.3g GiB)\n",
@@ -287,29 +312,16 @@ std::string plan::formatExplain(const Explanation &e, const PlanResult &r,
   const Candidate &c = e.setup;
   std::string out;
   out += fmt("explain: %s: step %.6g ms, bubble %.2f%%, %.3g GiB per GPU "
-             "(of %.3g usable%s), %.6g tokens/s, %.4g model TFLOP/s per GPU, "
+             "(of %.3g usable%s), %.0f tokens/s, %.4g model TFLOP/s per GPU, "
              "MFU %.1f%%\n",
              setupText(c).c_str(), c.stepTime * 1e3, c.bubbleRate * 100,
              gib(c.memoryBytes), gib(cl.usableBytes()),
              c.fits ? ", fits" : ", over memory", c.tokensPerSecond,
              c.mfu * cl.peakTflops, c.mfu * 100);
-  out += fmt(
-      "  time: pipeline %.4g ms + data-parallel all-reduce %.4g ms%s; "
-      "T_comm %.4g ms per cross-stage edge (%s)%s\n",
-      c.pipelineTime * 1e3, c.dpTime * 1e3,
-      c.dualReduceTime > 0
-          ? fmt(" + copy grad sum %.4g ms", c.dualReduceTime * 1e3).c_str()
-          : "",
-      c.commTime * 1e3,
-      c.pp == 1 ? "no pipeline" : (c.ppInterNode ? "inter-node" : "intra-node"),
-      e.otherLayoutStepTime > 0
-          ? fmt("; the other layout: step %.4g ms", e.otherLayoutStepTime * 1e3)
-                .c_str()
-          : "");
-  out += fmt("  split: compute %.4g ms + recompute %.4g ms + TP comm %.4g ms "
-             "+ bubble %.4g ms + PP comm %.4g ms + DP comm %.4g ms\n",
-             c.computeTime * 1e3, c.recomputeTime * 1e3, c.tpCommTime * 1e3,
-             c.bubbleTime * 1e3, c.ppCommTime * 1e3, c.dpCommTime * 1e3);
+  out += timeLines(c, e.otherLayoutStepTime > 0
+                         ? "; the other layout: step " +
+                               msText(e.otherLayoutStepTime * 1e3) + " ms"
+                         : "");
   out += fmt(
       "  memory: %.3g GiB model state + %.3g GiB peak activations "
       "(params %.3g + grads %.3g + optimizer %.3g GiB); layers per stage %s\n",
@@ -341,10 +353,11 @@ std::string plan::formatExplain(const Explanation &e, const PlanResult &r,
       out += "  it is the recommendation\n";
     else
       out += fmt("  recommendation: %s: step %.6g ms, %.3g GiB per GPU, "
-                 "%.6g tokens/s, MFU %.1f%%: %.4gx the explained setup's "
+                 "%s tokens/s, MFU %.1f%%: %.4gx the explained setup's "
                  "throughput (step %.2f%% %s)\n",
                  setupText(best).c_str(), best.stepTime * 1e3,
-                 gib(best.memoryBytes), best.tokensPerSecond, best.mfu * 100,
+                 gib(best.memoryBytes), tokensText(best.tokensPerSecond).c_str(),
+                 best.mfu * 100,
                  c.stepTime / best.stepTime,
                  std::abs(1 - best.stepTime / c.stepTime) * 100,
                  best.stepTime <= c.stepTime ? "shorter" : "longer");

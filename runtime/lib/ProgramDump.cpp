@@ -141,7 +141,8 @@ std::string dumpProgram(const Program &p) {
   const sched::Schedule &sc = p.schedule;
   os << "schedule " << sc.name << ": " << sc.numRanks() << " ranks, "
      << sc.placement.numStages << " stages x " << sc.placement.numCopies
-     << " copies, " << sc.numMicrobatches << " microbatches per copy"
+     << (sc.placement.numCopies == 1 ? " copy, " : " copies, ")
+     << sc.numMicrobatches << " microbatches per copy"
      << (sc.hasComm ? ", with messages" : "") << "\n";
   for (size_t r = 0; r < sc.programs.size(); ++r) {
     os << "rank " << r << " (" << sc.programs[r].size() << " actions):";

@@ -403,7 +403,7 @@ int main(int argc, char **argv) {
     char buf[256];
     std::snprintf(buf, sizeof buf,
                   "fit: efficiency %.4f (the cluster file has %.4g): the "
-                  "explained setup is predicted at %.6g tokens/s\n",
+                  "explained setup is predicted at %.0f tokens/s\n",
                   *eff, cluster->efficiency, double(fitThroughput));
     fitLine = buf;
     cluster->efficiency = *eff;

@@ -276,7 +276,7 @@ TEST(Program, Dump) {
   EXPECT_CONTAINS(d, "%2 = embedding(%0, %1, _) {has_positions=false, "
                      "scale=1.5} : f32[2x4x3] b2");
   EXPECT_CONTAINS(d, "result wstash 0 = %4");
-  EXPECT_CONTAINS(d, "schedule 1f1b: 2 ranks, 2 stages x 1 copies, 4 "
+  EXPECT_CONTAINS(d, "schedule 1f1b: 2 ranks, 2 stages x 1 copy, 4 "
                      "microbatches per copy, with messages");
   EXPECT_CONTAINS(d, "SEND act F0.0 ->r1");
 }
