@@ -70,12 +70,18 @@ public:
       return 0;
     }
     int64_t x = v->get<int64_t>();
-    if (x <= 0)
+    if (x <= 0) {
       fail("key '" + key + "' must be a positive integer, got " +
            std::to_string(x));
-    else if (x > max)
+      return 0;
+    }
+    if (x > max) {
+      // 0, not x: the caller derives defaults from the value (GPT-2's
+      // n_inner = 4 n_embd) before the errors are reported.
       fail("key '" + key + "' must be an integer in [1, " +
            std::to_string(max) + "], got " + std::to_string(x));
+      return 0;
+    }
     return x;
   }
 
