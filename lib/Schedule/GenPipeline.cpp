@@ -51,7 +51,9 @@ Schedule genOneFOneB(const GenOptions &opts) {
 /// (k mod pv) / p on microbatch (k / pv) p + k mod p, i.e. groups of p
 /// microbatches sweep the chunks in turn; the k-th backward walks the chunks
 /// in reverse. Warm-up: 2(p-r-1) + (v-1)p forwards, or all of them when
-/// m == p (as Megatron does). Requires m % p == 0 (checked by the caller).
+/// m == p (as Megatron does). Megatron's rule needs m % p == 0; PyTorch's
+/// (InterleavedRule::PyTorch) replaces p by m / max(1, m / p) in both, and
+/// its warm-up is also the formula at m == p (generate() checks the rule).
 Schedule genInterleaved(const GenOptions &opts) {
   const int p = opts.ranks, m = opts.microbatches, v = opts.chunksPerRank;
   Schedule s = makeSchedule("interleaved", Placement::interleaved(p, v), m);

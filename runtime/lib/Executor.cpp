@@ -604,15 +604,20 @@ float *Executor::gradDevice(int32_t i) {
   auto it = impl->params.find(i);
   return it == impl->params.end() ? nullptr : it->second.grad->f();
 }
-void Executor::pullValues() {
-  if (impl->optOnDevice())
-    for (auto &[i, ps] : impl->params)
-      impl->be.copyToHost(ps.hostValue.data(), ps.value->p, ps.value->bytes);
+Status Executor::pullValues() {
+  if (!impl->optOnDevice())
+    return Status::ok();
+  for (auto &[i, ps] : impl->params)
+    impl->be.copyToHost(ps.hostValue.data(), ps.value->p, ps.value->bytes);
+  return impl->be.takeAsyncError();
 }
-void Executor::pushValues() {
-  if (impl->optOnDevice())
-    for (auto &[i, ps] : impl->params)
-      impl->be.copyFromHost(ps.value->p, ps.hostValue.data(), ps.value->bytes);
+Status Executor::pushValues() {
+  if (!impl->optOnDevice())
+    return Status::ok();
+  for (auto &[i, ps] : impl->params)
+    impl->be.copyFromHost(ps.value->p, ps.hostValue.data(), ps.value->bytes);
+  return impl->be.takeAsyncError();
 }
+Status Executor::backendError() { return impl->be.takeAsyncError(); }
 
 } // namespace pipeforge::rt

@@ -90,7 +90,7 @@ template <typename T> int64_t AdamWT<T>::stateBytes() const {
   int64_t n = 0;
   for (const Param &p : params)
     n += int64_t(p.size * sizeof(T)) *
-         ((dev ? p.hasSnapshot : !p.gradSnapshot.empty()) ? 3 : 2);
+         ((dev ? p.devSnap != nullptr : !p.gradSnapshot.empty()) ? 3 : 2);
   return n;
 }
 
@@ -232,7 +232,6 @@ Status AdamWT<T>::optimisticStep(const GradInfo &partial) {
         return Status::error("AdamW: cannot allocate the gradient snapshot "
                              "of '" + p.name + "'");
       dev->copy(p.devSnap.get(), p.grad, int64_t(p.size * sizeof(T)));
-      p.hasSnapshot = true;
     }
   if (!partial.allFinite || !std::isfinite(partial.normSq)) {
     pending.stepped = false; // a NaN in m or v could not be rolled back
@@ -280,7 +279,7 @@ Expected<ValidateResult> AdamWT<T>::validate(const GradInfo &global) {
   for (Param &p : params) {
     p.gradSnapshot.clear();
     p.gradSnapshot.shrink_to_fit();
-    p.hasSnapshot = false; // the device buffer is kept for the next step
+    // (A device snapshot buffer is kept for the next step.)
   }
   // The snapshot is gone; the step can no longer be rolled back from it.
   if (fromSnap)

@@ -86,7 +86,7 @@ public:
   Status registerParams(Executor &ex, const Program &p, Backend &be) {
     if (registered)
       return Status::ok();
-    const bool device = !be.hostVisible();
+    const bool device = !be.hostVisible() && be.runsOptimizer();
     if (device)
       if (Status s = opt.useBackend(be); !s)
         return s;
@@ -349,7 +349,10 @@ Expected<int64_t> Trainer::resume() {
           restoreCheckpoint(*ck, m.refs, m.adam ? &m.adam->get() : nullptr);
       !s)
     return bad(s.message());
-  m.ex->pushValues(); // the restored values to the device optimizer's copy
+  // The restored values to the device optimizer's copy (and its moments,
+  // which restoreCheckpoint copied up): any device error fails the resume.
+  if (Status s = m.ex->pushValues(); !s)
+    return bad(s.message());
   m.ex->setStepsDone(int64_t(ck->step));
   // What an interrupted save left behind (no rank saves while resuming).
   if (wrank == 0)
@@ -385,12 +388,17 @@ Status Trainer::saveCheckpoint(int64_t k) {
   DataPosition pos;
   pos.nextStep = uint64_t(k);
   pos.fingerprint = m.dataFp;
-  m.ex->pullValues(); // the optimizer on a device: its values to the host
+  // The optimizer on a device: its values to the host, then its moments
+  // (exportState); a device error in either must not reach the file.
+  if (Status s = m.ex->pullValues(); !s)
+    return s;
   auto c =
       captureCheckpoint(wrank, wsize, uint64_t(k), m.refs,
                         m.adam ? &m.adam->get() : nullptr, pos, {}, m.progFp);
   if (!c)
     return c.status();
+  if (Status s = m.ex->backendError(); !s)
+    return s;
   std::string record;
   if (Status s = writeRankCheckpoint(dir, *c, &record); !s)
     return s;
@@ -459,7 +467,9 @@ Status Trainer::finish() {
     return Status::ok();
   // Test hook: one rank's copy of its first parameter drifts, for the
   // replica check of gatherWeights.
-  m.ex->pullValues(); // the optimizer on a device: its values to the host
+  // The optimizer on a device: its values to the host.
+  if (Status s = m.ex->pullValues(); !s)
+    return s;
   if (const char *pr = std::getenv("PIPEFORGE_TEST_PERTURB_RANK"))
     if (std::atoi(pr) == m.tr.worldRank() && !m.ex->localParams().empty())
       m.ex->paramData(m.ex->localParams()[0])[0] += 1.0f;

@@ -647,6 +647,8 @@ TEST(AdamW, OnTheBackendMatchesTheHostBitwise) {
   ASSERT_TRUE(rh && rd);
   EXPECT_TRUE(rh->rolledBack && rd->rolledBack && rh->redone && rd->redone);
   same("redone");
+  // m, v and the snapshot buffer, which stays allocated for the next step.
+  EXPECT_EQ(dev.stateBytes(), int64_t(3 * (37 + 5) * 4));
   // Non-finite global statistics: the optimistic step is undone.
   newGrads(1.f);
   ASSERT_TRUE(host.optimisticStep(host.localGradInfo()));

@@ -63,6 +63,7 @@ public:
   void scale(float *x, float a, int64_t n) override {
     cpu->scale(reveal(x), a, n);
   }
+  bool runsOptimizer() const override { return true; }
   Status adamw(const AdamWCoeffs &c, int64_t n, float *theta, float *m,
                float *v, const float *grad, bool undo) override {
     return cpu->adamw(c, n, reveal(theta), reveal(m), reveal(v), reveal(grad),

@@ -88,6 +88,7 @@ public:
   void scale(float *x, float a, int64_t n) override {
     note(cuda::scale(ctx, n, x, a));
   }
+  bool runsOptimizer() const override { return true; }
   Status adamw(const AdamWCoeffs &c, int64_t n, float *theta, float *m,
                float *v, const float *grad, bool undo) override {
     return cuda::adamwStep(ctx, c, n, theta, m, v, grad, undo);

@@ -391,8 +391,9 @@ __global__ void adamwKernel(AdamWCoeffs c, long long n, float *theta, float *m,
 __global__ void sumSquaresKernel(long long n, const float *x, double *partial) {
   __shared__ double sh[kThreads];
   double q = 0;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  // Launched with kThreads threads per block (sh and blockSum assume it).
+  for (long long i = (long long)blockIdx.x * kThreads + threadIdx.x; i < n;
+       i += (long long)gridDim.x * kThreads)
     q += normSquare(x[i]);
   double t = blockSum(q, sh);
   if (threadIdx.x == 0)

@@ -4,7 +4,8 @@
 // rollback (docs/background.md), shared by the host optimizer
 // (runtime/lib/Optimizer.cpp, float and double), the CPU backends' on-device
 // step (Backend::adamw) and the CUDA kernel (backends/cuda/RowKernels.cu), so
-// that a step taken by any of them has the same bits. Header-only and free
+// that a step taken by any of them has the same bits (products through
+// adamwMul, which nvcc may not fuse into an FMA). Header-only and free
 // of the C++ library beyond <math.h>, so a CUDA kernel can include it.
 //
 //===----------------------------------------------------------------------===//
@@ -27,6 +28,25 @@ namespace rt {
 
 PF_HOST_DEVICE inline float adamwSqrt(float x) { return sqrtf(x); }
 PF_HOST_DEVICE inline double adamwSqrt(double x) { return sqrt(x); }
+
+/// A product that is never fused into a following add: nvcc contracts
+/// a * b + c into one FMA by default (--fmad=true), which rounds once where
+/// the host rounds twice. __fmul_rn is never contracted; the host compiler
+/// does not contract across these statements (no -ffp-contract=fast).
+PF_HOST_DEVICE inline float adamwMul(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+PF_HOST_DEVICE inline double adamwMul(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
 
 /// The coefficients of one step, rounded to T as the optimizer rounds them.
 template <typename T> struct AdamWCoeffsT {
@@ -60,11 +80,11 @@ inline AdamWCoeffsT<T> adamwCoeffsT(double beta1, double beta2, double eps,
 template <typename T>
 PF_HOST_DEVICE inline void adamwElement(const AdamWCoeffsT<T> &c, T grad,
                                         T &theta, T &m, T &v) {
-  T g = c.scaled ? T(grad * c.scale) : grad;
-  m = c.b1 * m + c.ob1 * g;
-  v = c.b2 * v + c.ob2 * (g * g);
-  T upd = c.lr * (m / c.bc1) / (adamwSqrt(v / c.bc2) + c.eps);
-  T x = theta * c.decay;
+  T g = c.scaled ? adamwMul(grad, c.scale) : grad;
+  m = adamwMul(c.b1, m) + adamwMul(c.ob1, g);
+  v = adamwMul(c.b2, v) + adamwMul(c.ob2, adamwMul(g, g));
+  T upd = adamwMul(c.lr, m / c.bc1) / (adamwSqrt(v / c.bc2) + c.eps);
+  T x = adamwMul(theta, c.decay);
   theta = x - upd;
 }
 
@@ -74,11 +94,11 @@ PF_HOST_DEVICE inline void adamwElement(const AdamWCoeffsT<T> &c, T grad,
 template <typename T>
 PF_HOST_DEVICE inline void adamwElementUndo(const AdamWCoeffsT<T> &c, T grad,
                                             T &theta, T &m, T &v) {
-  T g = c.scaled ? T(grad * c.scale) : grad;
-  T upd = c.lr * (m / c.bc1) / (adamwSqrt(v / c.bc2) + c.eps);
+  T g = c.scaled ? adamwMul(grad, c.scale) : grad;
+  T upd = adamwMul(c.lr, m / c.bc1) / (adamwSqrt(v / c.bc2) + c.eps);
   theta = (theta + upd) / c.decay;
-  m = (m - c.ob1 * g) / c.b1;
-  T vi = (v - c.ob2 * (g * g)) / c.b2;
+  m = (m - adamwMul(c.ob1, g)) / c.b1;
+  T vi = (v - adamwMul(c.ob2, adamwMul(g, g))) / c.b2;
   v = vi > T(0) ? vi : T(0);
 }
 

@@ -66,6 +66,10 @@ public:
 
   //===--- The optimizer on the backend (docs/optimizer.md) ---===//
 
+  /// Whether adamw and sumSquares run on this backend's memory (the
+  /// trainer then keeps AdamW there); the defaults below need host memory.
+  virtual bool runsOptimizer() const { return hostVisible(); }
+
   /// One AdamW step on n floats of this backend's memory: theta, m and v
   /// updated in place from grad with the step's coefficients; `undo`: the
   /// step's exact inverse (post-validation's rollback). Element by element

@@ -244,9 +244,13 @@ public:
   float *paramDevice(int32_t index);
   float *gradDevice(int32_t index);
   /// Device values to the host mirrors, and back (no-ops where the mirror
-  /// is the master copy).
-  void pullValues();
-  void pushValues();
+  /// is the master copy). Errors: the backend's, including an asynchronous
+  /// one from the last step's work (the copies would hold garbage).
+  Status pullValues();
+  Status pushValues();
+  /// The backend's pending asynchronous error, if any (after host copies
+  /// of device state such as AdamW's moments for a checkpoint).
+  Status backendError();
 
   /// Writes the merged Chrome trace on world rank 0 (collective).
   Status writeTrace(const std::string &path);

@@ -223,7 +223,6 @@ private:
     /// On a backend: m, v and the snapshot in its memory (freed with the
     /// last copy of the handle).
     std::shared_ptr<void> devM, devV, devSnap;
-    bool hasSnapshot = false;
   };
   /// The last step taken, for rollback.
   struct LastStep {
