@@ -51,6 +51,22 @@ Expected<double> memLimitInMB(const ScheduleJob &j, int ranks, int stages) {
   return *v;
 }
 
+/// --cost-unit rank: a stage's share of the given per-rank times (ranks /
+/// stages per copy, as M_B's); 1 with per-stage times.
+double timeScale(const ScheduleJob &j, int ranks, int stagesPerCopy) {
+  return j.costsPerRank ? double(ranks) / stagesPerCopy : 1.0;
+}
+
+void scaleTimes(CostModel &c, double f) {
+  c.tf *= f;
+  c.tb *= f;
+  c.tw *= f;
+  if (c.tbw >= 0)
+    c.tbw *= f;
+  if (c.tfb >= 0)
+    c.tfb *= f;
+}
+
 Status checkJob(const ScheduleJob &j) {
   for (auto [name, v] : {std::pair<const char *, double>{"--tf", j.tf},
                          {"--tb", j.tb},
@@ -218,6 +234,7 @@ Expected<AutoOptions> autoOptionsForJob(const ScheduleJob &jobIn) {
   // M_B: one microbatch on a rank's share of a p-way split (a V stage is
   // half of it), as for every other schedule.
   int stages = ao.vShape ? 2 * j.ranks : j.ranks;
+  scaleTimes(ao.cost, timeScale(j, j.ranks, stages));
   ao.cost.memB = ao.vShape ? 0.5 : 1.0;
   ao.cost.memW = ao.cost.memB * j.memW;
   if (!j.memLimit.empty()) {
@@ -234,7 +251,90 @@ Expected<AutoOptions> autoOptionsForJob(const ScheduleJob &jobIn) {
   return ao;
 }
 
+Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn);
+
+/// --schedule auto --placement any: the search on both placements and
+/// every single-copy handcrafted schedule that fits the memory limit (a
+/// candidate over it fails verification and drops out), compared by
+/// makespan under per-rank costs; ties keep the earlier candidate (the
+/// searches first). The winner is reported as auto with a note naming it.
+Expected<ScheduleJobResult> runAnyPlacement(const ScheduleJob &j) {
+  if (!j.costsPerRank)
+    return Status::error("--placement any compares placements: give the "
+                         "times per rank's share of the model (--cost-unit "
+                         "rank)");
+  std::optional<ScheduleJobResult> best;
+  std::string bestName, tried;
+  Status firstError = Status::ok();
+  std::optional<AutoResult> searched[2]; // linear, V
+  auto consider = [&](ScheduleJob c, const std::string &name) {
+    c.anyPlacement = false;
+    auto r = runOneScheduleJob(c);
+    tried += (tried.empty() ? "" : ", ") + name;
+    if (!r) {
+      if (firstError)
+        firstError = Status::error(name + ": " + r.message());
+      return;
+    }
+    if (r->autoResult)
+      searched[c.vPlacement ? 1 : 0] = r->autoResult;
+    if (!best || r->sim.makespan < best->sim.makespan - 1e-9) {
+      best = r.take();
+      bestName = name;
+    }
+  };
+  for (bool v : {false, true}) {
+    ScheduleJob c = j;
+    c.vPlacement = v;
+    consider(c, v ? "auto on the V placement" : "auto on the linear placement");
+  }
+  for (const char *kind :
+       {"1f1b", "gpipe", "zb-h1", "zb-h2", "interleaved", "zbv", "dualpipev"}) {
+    ScheduleJob c = j;
+    c.schedule = kind;
+    c.vPlacement = std::string(kind) == "zbv" || std::string(kind) == "dualpipev";
+    consider(c, std::string("the ") + kind + " order");
+  }
+  if (!best)
+    return Status::error("no placement fits: " + firstError.message());
+  ScheduleJobResult r = std::move(*best);
+  r.schedule.name = "auto";
+  if (!r.autoResult) {
+    // A handcrafted order won: report it with the bound of the search on
+    // its placement (none for interleaved).
+    const Placement &pl = r.schedule.placement;
+    bool v = pl.numStages == 2 * pl.numRanks && pl.numCopies == 1 &&
+             pl.rankOf[0] == Placement::vShape(pl.numRanks).rankOf[0];
+    bool linear = pl.numStages == pl.numRanks && pl.numCopies == 1;
+    AutoResult a;
+    if ((v || linear) && searched[v ? 1 : 0])
+      a.bound = searched[v ? 1 : 0]->bound;
+    a.method = "handcrafted";
+    a.schedule = r.schedule;
+    a.sim = r.sim;
+    a.makespan = r.sim.makespan;
+    for (const RankStats &rs : r.sim.ranks)
+      a.zbCost = std::max(a.zbCost, rs.lastEnd - rs.firstStart);
+    a.gap = a.bound.zbCost > 0 && a.zbCost > 0
+                ? (a.zbCost - a.bound.zbCost) / a.zbCost
+                : 0;
+    if (!(v || linear))
+      a.note = "no lower bound for this placement";
+    r.autoResult = a;
+  }
+  r.autoResult->note += std::string(r.autoResult->note.empty() ? "" : "; ") +
+                        "placement any: " + bestName + " is the fastest of " +
+                        tried;
+  return r;
+}
+
 Expected<ScheduleJobResult> runScheduleJob(const ScheduleJob &jobIn) {
+  if (jobIn.anyPlacement && jobIn.schedule == "auto" && !jobIn.csvText)
+    return runAnyPlacement(jobIn);
+  return runOneScheduleJob(jobIn);
+}
+
+Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
   auto checked = checkedJob(jobIn);
   if (!checked)
     return checked.status();
@@ -261,6 +361,7 @@ Expected<ScheduleJobResult> runScheduleJob(const ScheduleJob &jobIn) {
   cost.overlapComm = j.overlapComm;
   cost.memB = double(sch.numRanks()) / sch.placement.numStages;
   cost.memW = cost.memB * j.memW;
+  scaleTimes(cost, timeScale(j, sch.numRanks(), sch.placement.numStages));
 
   // Messages are placed for the costs the schedule will be simulated with.
   if (!j.computeOnly && !sch.hasComm)

@@ -39,9 +39,9 @@ Schedule:
   --compute-only        do not insert send/recv
 
 Cost model (time units are yours; memory in units of M_B):
-  --tf T  --tb T  --tw T       times of F, B and W (default 1)
-  --tbw T                      time of a full backward BW (default: tb + tw)
-  --tfb T                      time of an overlapped F&B pair (default: sum)
+  --tf T  --tb T  --tw T       times of F, B and W (default 1) per stage, or
+  --cost-unit rank             per rank's share of the model (V stage: half)
+  --tbw T  --tfb T             full backward BW, overlapped F&B (default: sums)
   --tcomm T                    time on every cross-rank edge (default 0)
   --ta2a T                     time of one all-to-all (MoE dispatch or
                                combine) per MoE layer and microbatch
@@ -57,7 +57,8 @@ Cost model (time units are yours; memory in units of M_B):
                                needs --hidden --heads --seq
 
 Automatic schedule (--schedule auto; docs/auto-scheduler.md):
-  --placement P         linear (default) or v (auto ZB-V)
+  --placement P         linear (default), v (auto ZB-V), or any: both, and
+                        every single-copy order (needs --cost-unit rank)
   --time-limit S        wall-clock ceiling of the whole search in seconds
                         (default 10); only a ceiling: when it stops the
                         search early the output says "cut short by the time
@@ -132,7 +133,7 @@ struct Options {
 Options parseArgs(int argc, char **argv) {
   Options o;
   ScheduleJob &j = o.job;
-  std::string placement = "linear";
+  std::string placement = "linear", costUnit = "stage";
   const double inf = HUGE_VAL, maxInt = double(1 << 30);
   double searchMoves = double(j.searchMoves), ilpNodes = double(j.ilpNodes);
   const NumberOption numbers[] = {
@@ -206,6 +207,8 @@ Options parseArgs(int argc, char **argv) {
       placement = value;
     else if (flag == "--interleaved-rule")
       j.interleavedRule = value;
+    else if (flag == "--cost-unit")
+      costUnit = value;
     else
       usageError("unknown option '" + a + "'");
   }
@@ -213,9 +216,14 @@ Options parseArgs(int argc, char **argv) {
     usageError("--search-moves and --ilp-nodes expect integers");
   j.searchMoves = int64_t(searchMoves);
   j.ilpNodes = int64_t(ilpNodes);
-  if (placement != "linear" && placement != "v")
-    usageError("--placement expects linear or v, got '" + placement + "'");
+  if (placement != "linear" && placement != "v" && placement != "any")
+    usageError("--placement expects linear, v or any, got '" + placement +
+               "'");
   j.vPlacement = placement == "v";
+  j.anyPlacement = placement == "any";
+  if (costUnit != "stage" && costUnit != "rank")
+    usageError("--cost-unit expects stage or rank, got '" + costUnit + "'");
+  j.costsPerRank = costUnit == "rank";
   if (!isJobFormat(o.format))
     usageError("unknown --format '" + o.format +
                "'; expected text, json, csv, svg or trace");

@@ -51,6 +51,16 @@ struct ScheduleJob {
   /// far it goes, so the result does not depend on the machine unless the
   /// ceiling fires (then the result says so).
   bool vPlacement = false;
+  /// --placement any: the automatic search on the linear and the V
+  /// placement, and every single-copy handcrafted schedule, under the
+  /// memory limit; the fastest wins. Needs costsPerRank.
+  bool anyPlacement = false;
+  /// --cost-unit rank: tf, tb, tw (and tbw, tfb) are the times of one
+  /// rank's share of the model (1/p of it), as M_B is its activation
+  /// memory; a placement with k stages per rank per copy (V: 2,
+  /// interleaved: v) runs each stage in 1/k of them. false (stage): the
+  /// times are per stage, whatever the placement.
+  bool costsPerRank = false;
   double timeLimit = 10, gap = 1e-4;
   int64_t searchMoves = kDefaultSearchMoves;
   int64_t ilpNodes = kDefaultIlpNodes;

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Is `--schedule auto` ever slower than a handcrafted schedule at equal memory?
+
+For every point of a grid (ranks p, microbatches m, per-rank costs F:B:W and
+tcomm) and every single-copy handcrafted schedule (gpipe, 1f1b, interleaved,
+zb-h1, zb-h2, zbv, dualpipev) that the point admits, the schedule's makespan
+and peak activation (max over ranks) come from `pipeforge-sched`; then
+`pipeforge-sched --schedule auto --placement any` runs with that peak as its
+memory limit. Costs are per rank's share of the model (`--cost-unit rank`),
+so every placement runs the same model (a V stage takes half a rank's
+share). Prints one row per point with each schedule's margin
+(auto - handcrafted) / handcrafted (negative: auto faster) and the worst
+margin; exits 1 if auto is slower anywhere.
+
+    auto_dominance.py [--sched BIN] [--ranks 4,8] [--mult 1,2,3,4]
+                      [--costs "1:1:1:0,1:2:1:0,1:1:1:0.1,1.2:1:0.9:0.05"]
+                      [--time-limit 2]
+"""
+import argparse
+import json
+import subprocess
+import sys
+
+KINDS = ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipev"]
+
+
+def sched(binary, args):
+    p = subprocess.run([binary] + args + ["--cost-unit", "rank", "--format", "json"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        return None, p.stderr.strip()
+    s = json.loads(p.stdout)["summary"]
+    return (s["makespan"], max(s["peak_activation"])), ""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sched", default="build/bin/pipeforge-sched")
+    ap.add_argument("--ranks", default="4,8")
+    ap.add_argument("--mult", default="1,2,3,4")
+    ap.add_argument("--costs", default="1:1:1:0,1:2:1:0,1:1:1:0.1,1.2:1:0.9:0.05")
+    ap.add_argument("--time-limit", default="2")
+    a = ap.parse_args()
+    worst, rows, slower = None, 0, []
+    print(f"{'p':>3} {'m':>3} {'F:B:W:comm':<16} " +
+          " ".join(f"{k:>11}" for k in KINDS))
+    for p in (int(x) for x in a.ranks.split(",")):
+        for k in (int(x) for x in a.mult.split(",")):
+            m = k * p
+            for c in a.costs.split(","):
+                tf, tb, tw, tc = c.split(":")
+                costs = ["--ranks", str(p), "--microbatches", str(m), "--tf", tf,
+                         "--tb", tb, "--tw", tw, "--tcomm", tc]
+                cells, autos = [], {}
+                for kind in KINDS:
+                    hand, _ = sched(a.sched, ["--schedule", kind] + costs)
+                    if hand is None:
+                        cells.append("-")
+                        continue
+                    mk, peak = hand
+                    if peak not in autos:
+                        autos[peak], err = sched(
+                            a.sched, ["--schedule", "auto", "--placement", "any",
+                                      "--mem-limit", repr(peak), "--time-limit",
+                                      a.time_limit] + costs)
+                        if autos[peak] is None:
+                            sys.exit(f"auto failed at p={p} m={m} {c} limit {peak}: {err}")
+                    margin = (autos[peak][0] - mk) / mk
+                    cells.append(f"{100 * margin:+.2f}%")
+                    if worst is None or margin > worst[0]:
+                        worst = (margin, p, m, c, kind)
+                    if margin > 1e-9:
+                        slower.append((p, m, c, kind, margin))
+                rows += 1
+                print(f"{p:>3} {m:>3} {c:<16} " + " ".join(f"{x:>11}" for x in cells))
+    print(f"{rows} points; worst margin {100 * worst[0]:+.2f}% "
+          f"(p={worst[1]} m={worst[2]} {worst[3]} against {worst[4]}); "
+          f"auto slower at {len(slower)} comparisons")
+    return 1 if slower else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
