@@ -12,9 +12,12 @@ share). Prints one row per point with each schedule's margin
 (auto - handcrafted) / handcrafted (negative: auto faster) and the worst
 margin; exits 1 if auto is slower anywhere.
 
+With `--copies 2` DualPipe (two parameter copies) joins the handcrafted
+schedules and auto may choose it.
+
     auto_dominance.py [--sched BIN] [--ranks 4,8] [--mult 1,2,3,4]
                       [--costs "1:1:1:0,1:2:1:0,1:1:1:0.1,1.2:1:0.9:0.05"]
-                      [--time-limit 2]
+                      [--time-limit 2] [--copies 1|2]
 """
 import argparse
 import json
@@ -40,10 +43,12 @@ def main():
     ap.add_argument("--mult", default="1,2,3,4")
     ap.add_argument("--costs", default="1:1:1:0,1:2:1:0,1:1:1:0.1,1.2:1:0.9:0.05")
     ap.add_argument("--time-limit", default="2")
+    ap.add_argument("--copies", default="1", choices=["1", "2"])
     a = ap.parse_args()
+    kinds = KINDS + (["dualpipe"] if a.copies == "2" else [])
     worst, rows, slower = None, 0, []
     print(f"{'p':>3} {'m':>3} {'F:B:W:comm':<16} " +
-          " ".join(f"{k:>11}" for k in KINDS))
+          " ".join(f"{k:>11}" for k in kinds))
     for p in (int(x) for x in a.ranks.split(",")):
         for k in (int(x) for x in a.mult.split(",")):
             m = k * p
@@ -52,7 +57,7 @@ def main():
                 costs = ["--ranks", str(p), "--microbatches", str(m), "--tf", tf,
                          "--tb", tb, "--tw", tw, "--tcomm", tc]
                 cells, autos = [], {}
-                for kind in KINDS:
+                for kind in kinds:
                     hand, _ = sched(a.sched, ["--schedule", kind] + costs)
                     if hand is None:
                         cells.append("-")
@@ -62,7 +67,7 @@ def main():
                         autos[peak], err = sched(
                             a.sched, ["--schedule", "auto", "--placement", "any",
                                       "--mem-limit", repr(peak), "--time-limit",
-                                      a.time_limit] + costs)
+                                      a.time_limit, "--copies", a.copies] + costs)
                         if autos[peak] is None:
                             sys.exit(f"auto failed at p={p} m={m} {c} limit {peak}: {err}")
                     margin = (autos[peak][0] - mk) / mk

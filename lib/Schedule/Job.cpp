@@ -89,6 +89,9 @@ Status checkJob(const ScheduleJob &j) {
   if (!j.memLimit.empty())
     if (auto l = parseMemoryLimit(j.memLimit); !l)
       return Status::error("--mem-limit: " + l.message());
+  if (j.copies < 1 || j.copies > 2)
+    return Status::error("--copies must be 1 or 2 (DualPipe's two model "
+                         "copies)");
   if (!(j.timeLimit >= 0) || !(j.gap >= 0))
     return Status::error("--time-limit and --gap must be >= 0");
   if (j.searchMoves < 0 || j.ilpNodes < 0)
@@ -288,8 +291,12 @@ Expected<ScheduleJobResult> runAnyPlacement(const ScheduleJob &j) {
     c.vPlacement = v;
     consider(c, v ? "auto on the V placement" : "auto on the linear placement");
   }
-  for (const char *kind :
-       {"1f1b", "gpipe", "zb-h1", "zb-h2", "interleaved", "zbv", "dualpipev"}) {
+  std::vector<const char *> kinds = {"1f1b", "gpipe",       "zb-h1",
+                                     "zb-h2", "interleaved", "zbv",
+                                     "dualpipev"};
+  if (j.copies >= 2)
+    kinds.push_back("dualpipe");
+  for (const char *kind : kinds) {
     ScheduleJob c = j;
     c.schedule = kind;
     c.vPlacement = std::string(kind) == "zbv" || std::string(kind) == "dualpipev";

@@ -58,7 +58,7 @@ Cost model (time units are yours; memory in units of M_B):
 
 Automatic schedule (--schedule auto; docs/auto-scheduler.md):
   --placement P         linear (default), v (auto ZB-V), or any: both, and
-                        every single-copy order (needs --cost-unit rank)
+                        every order with <= --copies model copies (1 or 2)
   --time-limit S        wall-clock ceiling of the whole search in seconds
                         (default 10); only a ceiling: when it stops the
                         search early the output says "cut short by the time
@@ -140,6 +140,7 @@ Options parseArgs(int argc, char **argv) {
       {"--ranks", nullptr, &j.ranks, 1, maxInt},
       {"--microbatches", nullptr, &j.microbatches, 1, maxInt},
       {"--chunks", nullptr, &j.chunks, 1, maxInt},
+      {"--copies", nullptr, &j.copies, 1, maxInt},
       {"--tf", &j.tf, nullptr, 0, inf},
       {"--tb", &j.tb, nullptr, 0, inf},
       {"--tw", &j.tw, nullptr, 0, inf},

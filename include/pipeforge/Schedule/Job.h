@@ -55,6 +55,9 @@ struct ScheduleJob {
   /// placement, and every single-copy handcrafted schedule, under the
   /// memory limit; the fastest wins. Needs costsPerRank.
   bool anyPlacement = false;
+  /// Parameter copies a rank may hold under --placement any (2 admits
+  /// DualPipe's two model copies as a candidate).
+  int copies = 1;
   /// --cost-unit rank: tf, tb, tw (and tbw, tfb) are the times of one
   /// rank's share of the model (1/p of it), as M_B is its activation
   /// memory; a placement with k stages per rank per copy (V: 2,
