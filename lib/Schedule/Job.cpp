@@ -262,6 +262,8 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn);
 /// makespan under per-rank costs; ties keep the earlier candidate (the
 /// searches first). The winner is reported as auto with a note naming it.
 Expected<ScheduleJobResult> runAnyPlacement(const ScheduleJob &j) {
+  if (Status st = checkJob(j); !st)
+    return st;
   if (!j.costsPerRank)
     return Status::error("--placement any compares placements: give the "
                          "times per rank's share of the model (--cost-unit "
