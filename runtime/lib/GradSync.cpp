@@ -28,6 +28,28 @@ Status Executor::Impl::averageGrads(Group g, int size, bool expertsToo) {
   for (auto &[i, ps] : params)
     if (chosen(i))
       n += ps.grad->bytes / 4;
+  float inv = 1.0f / float(size);
+  if (!be.hostVisible() && tr.deviceCollectives()) {
+    // NCCL: the sum on the device, packed into one buffer by device copies.
+    BufP flat = newBuf(std::max<int64_t>(n, 1) * 4, MemClass::Messages);
+    int64_t at = 0;
+    for (auto &[i, ps] : params)
+      if (chosen(i)) {
+        be.copy(flat->f() + at, ps.grad->p, ps.grad->bytes);
+        at += ps.grad->bytes / 4;
+      }
+    if (Status s = tr.allreduceDevice(flat->f(), n, g); !s)
+      return s;
+    at = 0;
+    for (auto &[i, ps] : params) {
+      if (chosen(i)) {
+        be.copy(ps.grad->p, flat->f() + at, ps.grad->bytes);
+        at += ps.grad->bytes / 4;
+      }
+      be.scale(ps.grad->f(), inv, ps.grad->bytes / 4);
+    }
+    return Status::ok();
+  }
   std::vector<float> host(static_cast<size_t>(n));
   int64_t off = 0;
   for (auto &[i, ps] : params)
@@ -38,7 +60,6 @@ Status Executor::Impl::averageGrads(Group g, int size, bool expertsToo) {
   if (Status s = tr.allreduce(host.data(), n, g); !s)
     return s;
   off = 0;
-  float inv = 1.0f / float(size);
   for (auto &[i, ps] : params) {
     if (chosen(i)) {
       be.copyFromHost(ps.grad->p, host.data() + off, ps.grad->bytes);

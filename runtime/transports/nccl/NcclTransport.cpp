@@ -33,7 +33,9 @@
 // after its transfer; a completed receive makes the compute stream wait on
 // it.
 //
-// Collectives take host memory: DataParallel / Expert allreduce is an
+// allreduceDevice: the DataParallel / Expert sum in place on the backend's
+// buffer (the executor's gradient path; no host copy). Otherwise collectives
+// take host memory: DataParallel / Expert allreduce is an
 // ncclAllReduce on a device copy (every member gets the same bits; not the
 // bits of the MPI transport's rank-order sum); pairwiseSum exchanges the two
 // buffers over the channels (internal tag -1) and adds on the host
@@ -167,6 +169,8 @@ public:
   void progress() override { drain(); }
 
   Status allreduce(float *buf, int64_t n, Group g, ReduceOp op) override;
+  bool deviceCollectives() const override { return true; }
+  Status allreduceDevice(float *buf, int64_t n, Group g) override;
   Status pairwiseSum(int peer, float *buf, int64_t n) override;
   Status allToAll(const std::vector<std::vector<float>> &send,
                   std::vector<std::vector<float>> &recv, Group g) override {
@@ -808,6 +812,40 @@ Status NcclTransport::allreduce(float *buf, int64_t n, Group g, ReduceOp op) {
   cudaFreeAsync(d, s ? hostStream : c.s);
   Status h = syncHost();
   return failed(s ? h : s);
+}
+
+Status NcclTransport::allreduceDevice(float *buf, int64_t n, Group g) {
+  if (g != Group::DataParallel && g != Group::Expert)
+    return Status::error("nccl transport: a device allreduce runs over the "
+                         "data-parallel or the expert group");
+  if ((g == Group::DataParallel ? D : E) == 1 || n <= 0)
+    return Status::ok();
+  PF_TRY(usable());
+  if (g == Group::Expert && !colls.empty())
+    return Status::error("nccl transport: an allreduce over the expert group "
+                         "while " +
+                         std::to_string(colls.size()) +
+                         " all-to-all(s) are in flight on it");
+  Comm &c = g == Group::DataParallel ? dpC : epC;
+  // In place on the backend's buffer: after the kernels that wrote it, and
+  // the compute stream after the sum. No staging, no host copy.
+  if (compute())
+    PF_TRY(failed(handoff(compute(), c.s)));
+  PF_TRY(failed(enqueued(c,
+                         ncclAllReduce(buf, buf, size_t(n), ncclFloat32,
+                                       ncclSum, c.c, c.s),
+                         "ncclAllReduce (device)")));
+  cudaEvent_t ev = nullptr;
+  PF_TRY(failed(record(ev, c.s)));
+  Status w = poll("a device allreduce over the " + c.what,
+                  [&]() -> Expected<bool> {
+                    PF_TRY(commError(c));
+                    return eventDone(ev);
+                  });
+  if (w && compute())
+    w = waitOn(compute(), ev);
+  recycle(ev);
+  return failed(w);
 }
 
 Status NcclTransport::pairwiseSum(int peer, float *buf, int64_t n) {

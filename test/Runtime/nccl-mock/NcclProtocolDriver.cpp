@@ -315,6 +315,14 @@ void runP2P(Transport &t, FakeBackend &be, int D, int E, int T) {
   for (size_t i = 0; i < y.size(); ++i)
     good &= y[i] == float(D * (D + 1) / 2) + float(D) * float(i % 7);
   CHECK(good, "data-parallel sum");
+  // The executor's gradient path with a device backend: the same sum in
+  // place on the backend's memory (host memory stands in for it here).
+  CHECK(t.deviceCollectives(), "the transport reduces on the device");
+  std::vector<float> yd(70000);
+  for (size_t i = 0; i < yd.size(); ++i)
+    yd[i] = float(t.dpIndex() + 1) + float(i % 7);
+  CHECK_OK(t.allreduceDevice(yd.data(), int64_t(yd.size()), Group::DataParallel));
+  CHECK(yd == y, "data-parallel sum on the device");
   float z = float(t.epIndex());
   CHECK_OK(t.allreduce(&z, 1, Group::Expert, ReduceOp::Max));
   CHECK(z == float(E - 1), "expert max");

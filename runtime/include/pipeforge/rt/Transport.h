@@ -134,6 +134,15 @@ public:
   /// In-place allreduce over a group (fixed order per implementation).
   virtual Status allreduce(float *buf, int64_t n, Group g,
                            ReduceOp op = ReduceOp::Sum) = 0;
+  /// The data-parallel / expert allreduce (sum) on the backend's device
+  /// memory, ordered after the work queued on the backend's compute stream,
+  /// which waits for the result: gradients need not cross to the host.
+  /// Only where deviceCollectives() (NCCL); the executor stages through
+  /// allreduce() elsewhere.
+  virtual bool deviceCollectives() const { return false; }
+  virtual Status allreduceDevice(float * /*buf*/, int64_t /*n*/, Group /*g*/) {
+    return Status::error("this transport has no device allreduce");
+  }
   /// In-place buf = buf + peer's buf (pipeline peer), both sides get the
   /// same bits (DualPipe GradReduce).
   virtual Status pairwiseSum(int peer, float *buf, int64_t n) = 0;
