@@ -10,15 +10,9 @@
 #ifndef PIPEFORGE_RUNTIME_CPU_ELEMENTWISEMATH_H
 #define PIPEFORGE_RUNTIME_CPU_ELEMENTWISEMATH_H
 
-#include <math.h>
+#include "pipeforge/rt/HostDevice.h"
 
-#ifndef PF_HOST_DEVICE // also defined by pipeforge/rt/AdamWMath.h
-#ifdef __CUDACC__
-#define PF_HOST_DEVICE __host__ __device__
-#else
-#define PF_HOST_DEVICE
-#endif
-#endif
+#include <math.h>
 
 namespace pipeforge {
 namespace rt {

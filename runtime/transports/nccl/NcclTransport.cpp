@@ -302,6 +302,20 @@ private:
       freeEvents.push_back(ev);
     ev = nullptr;
   }
+  /// Whether an allreduce over the data-parallel or expert group may start
+  /// now: the transport is usable and no expert all-to-all is in flight on
+  /// that communicator.
+  Status collectiveComm(Group g) {
+    PF_TRY(usable());
+    if (g == Group::Expert && !colls.empty())
+      return Status::error("nccl transport: an allreduce over the expert "
+                           "group while " +
+                           std::to_string(colls.size()) +
+                           " all-to-all(s) are in flight on it (wait for them "
+                           "first: the ranks' order on the communicator would "
+                           "differ)");
+    return Status::ok();
+  }
   Status record(cudaEvent_t &ev, cudaStream_t s) {
     PF_TRY(newEvent(ev));
     return cudaCheck(cudaEventRecord(ev, s), "cudaEventRecord");
@@ -771,14 +785,7 @@ Status NcclTransport::allreduce(float *buf, int64_t n, Group g, ReduceOp op) {
     return inner().allreduce(buf, n, g, op);
   if ((g == Group::DataParallel ? D : E) == 1 || n <= 0)
     return Status::ok();
-  PF_TRY(usable());
-  if (g == Group::Expert && !colls.empty())
-    return Status::error("nccl transport: an allreduce over the expert group "
-                         "while " +
-                         std::to_string(colls.size()) +
-                         " all-to-all(s) are in flight on it (wait for them "
-                         "first: the ranks' order on the communicator would "
-                         "differ)");
+  PF_TRY(collectiveComm(g));
   Comm &c = g == Group::DataParallel ? dpC : epC;
   size_t bytes = size_t(n) * kF;
   float *d = nullptr;
@@ -820,12 +827,7 @@ Status NcclTransport::allreduceDevice(float *buf, int64_t n, Group g) {
                          "data-parallel or the expert group");
   if ((g == Group::DataParallel ? D : E) == 1 || n <= 0)
     return Status::ok();
-  PF_TRY(usable());
-  if (g == Group::Expert && !colls.empty())
-    return Status::error("nccl transport: an allreduce over the expert group "
-                         "while " +
-                         std::to_string(colls.size()) +
-                         " all-to-all(s) are in flight on it");
+  PF_TRY(collectiveComm(g));
   Comm &c = g == Group::DataParallel ? dpC : epC;
   // In place on the backend's buffer: after the kernels that wrote it, and
   // the compute stream after the sum. No staging, no host copy.

@@ -13,15 +13,9 @@
 #ifndef PIPEFORGE_RT_ADAMWMATH_H
 #define PIPEFORGE_RT_ADAMWMATH_H
 
-#include <math.h>
+#include "pipeforge/rt/HostDevice.h"
 
-#ifndef PF_HOST_DEVICE
-#ifdef __CUDACC__
-#define PF_HOST_DEVICE __host__ __device__
-#else
-#define PF_HOST_DEVICE
-#endif
-#endif
+#include <math.h>
 
 namespace pipeforge {
 namespace rt {
