@@ -257,7 +257,11 @@ static Expected<plan::ModelCosts> costsOf(mlir::ModuleOp module,
     return layers.takeError();
   const double perSeq = 1.0 / static_cast<double>(batch);
   plan::ModelCosts model;
-  model.name = name.str();
+  // The importer's name for the model (its config file's stem) where the IR
+  // carries it: a model piped in from pipeforge-import keeps its name.
+  auto named = func->getAttrOfType<mlir::StringAttr>(attrs::kModelName);
+  model.name = named && !named.getValue().empty() ? named.getValue().str()
+                                                  : name.str();
   model.seqLen = seq;
   for (size_t i = 0; i < layers->ids.size(); ++i) {
     const nn::CostSum &c = layers->layers[i];
