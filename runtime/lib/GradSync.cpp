@@ -28,45 +28,40 @@ Status Executor::Impl::averageGrads(Group g, int size, bool expertsToo) {
   for (auto &[i, ps] : params)
     if (chosen(i))
       n += ps.grad->bytes / 4;
-  float inv = 1.0f / float(size);
-  if (!be.hostVisible() && tr.deviceCollectives()) {
-    // NCCL: the sum on the device, packed into one buffer by device copies.
-    BufP flat = newBuf(std::max<int64_t>(n, 1) * 4, MemClass::Messages);
+  // The packed buffer: device memory where the transport sums on the device
+  // (NCCL: no host copy), else host memory.
+  const bool onDevice = !be.hostVisible() && tr.deviceCollectives();
+  BufP flat;
+  std::vector<float> host;
+  if (onDevice)
+    flat = newBuf(std::max<int64_t>(n, 1) * 4, MemClass::Messages);
+  else
+    host.resize(size_t(n));
+  float *packed = onDevice ? flat->f() : host.data();
+  auto move = [&](bool pack) {
     int64_t at = 0;
     for (auto &[i, ps] : params)
       if (chosen(i)) {
-        be.copy(flat->f() + at, ps.grad->p, ps.grad->bytes);
+        float *slot = packed + at;
+        if (onDevice)
+          pack ? be.copy(slot, ps.grad->p, ps.grad->bytes)
+               : be.copy(ps.grad->p, slot, ps.grad->bytes);
+        else if (pack)
+          be.copyToHost(slot, ps.grad->p, ps.grad->bytes);
+        else
+          be.copyFromHost(ps.grad->p, slot, ps.grad->bytes);
         at += ps.grad->bytes / 4;
       }
-    if (Status s = tr.allreduceDevice(flat->f(), n, g); !s)
-      return s;
-    at = 0;
-    for (auto &[i, ps] : params) {
-      if (chosen(i)) {
-        be.copy(ps.grad->p, flat->f() + at, ps.grad->bytes);
-        at += ps.grad->bytes / 4;
-      }
-      be.scale(ps.grad->f(), inv, ps.grad->bytes / 4);
-    }
-    return Status::ok();
-  }
-  std::vector<float> host(static_cast<size_t>(n));
-  int64_t off = 0;
-  for (auto &[i, ps] : params)
-    if (chosen(i)) {
-      be.copyToHost(host.data() + off, ps.grad->p, ps.grad->bytes);
-      off += ps.grad->bytes / 4;
-    }
-  if (Status s = tr.allreduce(host.data(), n, g); !s)
+  };
+  move(/*pack=*/true);
+  if (Status s = onDevice ? tr.allreduceDevice(packed, n, g)
+                          : tr.allreduce(packed, n, g);
+      !s)
     return s;
-  off = 0;
-  for (auto &[i, ps] : params) {
-    if (chosen(i)) {
-      be.copyFromHost(ps.grad->p, host.data() + off, ps.grad->bytes);
-      off += ps.grad->bytes / 4;
-    }
+  move(/*pack=*/false);
+  float inv = 1.0f / float(size);
+  for (auto &[i, ps] : params)
     be.scale(ps.grad->f(), inv, ps.grad->bytes / 4);
-  }
   return Status::ok();
 }
 

@@ -102,9 +102,11 @@ public:
     return Status::ok();
   }
   bool deviceResident() const override { return opt.onBackend(); }
-  Status update(const std::vector<ParamSlot> &ps, double norm,
+  // The slots are not read: the parameters were registered by
+  // registerParams (Trainer::create), on the host or the device.
+  Status update(const std::vector<ParamSlot> &, double norm,
                 int64_t) override {
-    if (Status s = ensure(ps); !s)
+    if (Status s = checkRegistered(); !s)
       return s;
     GradInfo g;
     g.normSq = norm * norm;
@@ -112,9 +114,9 @@ public:
     opt.step(g);
     return opt.takeBackendError();
   }
-  Status optimisticUpdate(const std::vector<ParamSlot> &ps,
+  Status optimisticUpdate(const std::vector<ParamSlot> &,
                           const GradInfo &partial, int64_t) override {
-    if (Status s = ensure(ps); !s)
+    if (Status s = checkRegistered(); !s)
       return s;
     if (Status s = opt.optimisticStep(partial); !s)
       return s;
@@ -130,17 +132,10 @@ public:
   int64_t stateBytes() const override { return opt.stateBytes(); }
 
 private:
-  Status ensure(const std::vector<ParamSlot> &ps) {
-    if (registered)
-      return Status::ok();
-    for (const ParamSlot &p : ps)
-      if (Status s =
-              opt.addParam(p.param->name, p.value, const_cast<float *>(p.grad),
-                           size_t(p.n), decays(p.param->type.shape));
-          !s)
-        return s;
-    registered = true;
-    return Status::ok();
+  Status checkRegistered() const {
+    return registered ? Status::ok()
+                      : Status::error("internal error: AdamW stepped before "
+                                      "its parameters were registered");
   }
   bool decays(const std::vector<int64_t> &shape) const {
     return decayAll || decaysByDefault(shape);
