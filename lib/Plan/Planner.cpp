@@ -168,15 +168,6 @@ std::vector<LayerRun> layerRuns(const ModelCosts &model, const Cluster &cl,
   auto allReduce = [&](double bytes) {
     return t > 1 ? 2.0 * (t - 1) / t * bytes / intraBw : 0.0;
   };
-  // Korthikanti et al. 2022, per layer and sequence, in units of
-  // seq x hidden bytes: 34 + 5 heads seq / hidden without recomputation, 34
-  // with selective, 2 with full. Used only where the cost model's own split
-  // of the stash is unknown.
-  const ModelShape &sh = model.shape;
-  const double s = double(model.seqLen);
-  const double scoreTerm =
-      sh.heads > 0 && sh.hidden > 0 ? 5.0 * sh.heads * s / sh.hidden : 0;
-
   std::vector<LayerRun> out;
   out.reserve(model.layers.size());
   for (const LayerCost &lc : model.layers) {
@@ -186,9 +177,17 @@ std::vector<LayerRun> layerRuns(const ModelCosts &model, const Cluster &cl,
     const double weights = lc.kind == LayerKind::Embedding
                                ? 0 // a gather reads only the rows it needs
                                : lc.params * opts.weightBytesPerParam / t;
-    const double acts = b * (lc.stashBytes + lc.outputBytes) / t;
+    // What a compiled stage keeps: no score matrix (the GPU backend's
+    // attention, as FlashAttention, computes Q K^T again in B, half the
+    // core's forward) and no dropout masks.
+    const bool block = lc.kind == LayerKind::Block;
+    const double scores = std::min(lc.attnScoreBytes, lc.stashBytes);
+    const double stash = lc.stashBytes - scores;
+    const double acts = b * (stash + lc.outputBytes) / t;
+    const double rescore = block ? lc.attnCoreFlops / 2 : 0;
     r.f = roofline(b * lc.fwdFlops / t, weights + acts, rate, memBw);
-    r.b = roofline(b * lc.bwdInputFlops / t, weights + 2 * acts, rate, memBw);
+    r.b = roofline(b * (lc.bwdInputFlops + rescore) / t, weights + 2 * acts,
+                   rate, memBw);
     r.w = roofline(b * lc.bwdWeightFlops / t, weights + acts, rate, memBw);
     const double hidden = allReduce(b * lc.hiddenBytes);
     switch (lc.kind) {
@@ -204,25 +203,19 @@ std::vector<LayerRun> layerRuns(const ModelCosts &model, const Cluster &cl,
     case LayerKind::Other:
       break;
     }
-    r.memBFull = b * lc.stashBytes / t;
-    r.memW = b * std::min(lc.weightStashBytes, lc.stashBytes) / t;
-    double kept = lc.stashBytes;
-    if (lc.kind == LayerKind::Block && rc == Recompute::Selective) {
-      double scores = lc.attnScoreBytes;
-      if (scores <= 0 && scoreTerm > 0)
-        scores = lc.stashBytes * scoreTerm / (34 + scoreTerm);
-      double core = lc.attnCoreFlops;
-      if (core <= 0 && sh.hidden > 0)
-        core = 4.0 * s * s * sh.hidden;
-      kept = lc.stashBytes - std::min(scores, lc.stashBytes);
-      // The core reads Q, K, V and writes the scores again.
-      r.rc = roofline(b * core / t, b * scores / t, rate, memBw);
-    } else if (lc.kind == LayerKind::Block && rc == Recompute::Full) {
-      double input = lc.hiddenBytes;
-      if (input <= 0 && scoreTerm > 0)
-        input = lc.stashBytes * 2 / (34 + scoreTerm);
-      kept = std::min(input, lc.stashBytes);
-      // The whole forward again, its all-reduces included.
+    r.memBFull = b * stash / t;
+    r.memW = b * std::min(lc.weightStashBytes, stash) / t;
+    // The runtime's policies (--pp-recompute): selective drops the stashed
+    // outputs of norms, activations and dropout, which B redoes from their
+    // kept inputs (memory-bound: read the input, write the output); full
+    // keeps a block's input and runs its forward again in B.
+    double kept = stash;
+    if (block && rc == Recompute::Selective) {
+      const double dropped = std::min(lc.selectiveBytes, stash);
+      kept = stash - dropped;
+      r.rc = roofline(0, 2 * b * dropped / t, rate, memBw);
+    } else if (block && rc == Recompute::Full) {
+      kept = lc.hiddenBytes > 0 ? std::min(lc.hiddenBytes, stash) : stash;
       r.rc = r.f + r.tpF;
     }
     r.memB = b * kept / t;

@@ -157,8 +157,7 @@ static std::optional<std::vector<int>> parseIntList(StringRef text,
 /// What tensor parallelism and recomputation need beyond the cost sums: the
 /// kind of each layer (embedding, transformer block: one with attention,
 /// head: one with the loss), the model's heads, KV heads, hidden size, MLP
-/// width and vocabulary, and per block the part of the stash that selective
-/// recomputation drops and the attention core's FLOPs. An IR that is already
+/// width and vocabulary, and per block the attention core's FLOPs. An IR that is already
 /// tensor-parallel leaves the shape unknown (the planner then only tries
 /// t = 1).
 static void describeLayers(mlir::func::FuncOp func,
@@ -188,20 +187,7 @@ static void describeLayers(mlir::func::FuncOp func,
       shape.heads = a.getNumHeads();
       shape.kvHeads = a.getNumKvHeads();
       shape.hidden = q.getDimSize(2);
-      // The cost model's stash of the op beyond Q, K and V: the scores,
-      // probabilities and dropout masks (NNCost.cpp), what selective
-      // recomputation drops.
       auto cost = cast<nn::CostOpInterface>(op);
-      double qkv = 0;
-      llvm::SmallPtrSet<void *, 3> seen;
-      for (mlir::Value v : {a.getQ(), a.getK(), a.getV()}) {
-        auto t = cast<mlir::RankedTensorType>(v.getType());
-        if (t.hasStaticShape() && seen.insert(v.getAsOpaquePointer()).second)
-          qkv += double(t.getNumElements());
-      }
-      double bytes = std::max(0.0, double(cost.getStashBytes(bytesPerElement)) -
-                                       qkv * bytesPerElement);
-      lc.attnScoreBytes += bytes * perSeq;
       lc.attnCoreFlops += cost.getForwardFlops() * perSeq;
     } else if (auto e = dyn_cast<nn::EmbeddingOp>(op)) {
       if (lc.kind == plan::LayerKind::Other)
@@ -273,6 +259,8 @@ static Expected<plan::ModelCosts> costsOf(mlir::ModuleOp module,
     lc.weightStashBytes = double(c.weightStash) * perSeq;
     lc.params = double(c.paramElements); // not per sequence
     lc.outputBytes = layers->crossingBytes[i] * perSeq;
+    lc.selectiveBytes = layers->selectiveBytes[i] * perSeq;
+    lc.attnScoreBytes = layers->unkeptBytes[i] * perSeq;
     model.layers.push_back(lc);
   }
   describeLayers(func, layers->ids, model, perSeq);

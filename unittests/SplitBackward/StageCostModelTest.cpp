@@ -21,6 +21,10 @@
 #include "pipeforge/Dialect/PP/IR/PPDialect.h"
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
+#include "pipeforge/Dialect/NN/Analysis/CostSum.h"
+#include "pipeforge/Import/ModelBuilder.h"
+#include "pipeforge/Import/ModelConfig.h"
+#include "mlir/IR/SymbolTable.h"
 
 #include <gtest/gtest.h>
 
@@ -100,3 +104,83 @@ TEST(StageCostModel, TensorParallelBytesPerStageAndTheirTime) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// The planner's per-layer selective stash (collectLayerCosts'
+// selectiveBytes) is what --pp-recompute=policy=selective leaves a stage
+// that holds that one layer: the two follow one rule (NNStash.h).
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+void expectSelectiveMatchesTheCompiler(const char *config) {
+  MLIRContext ctx;
+  ctx.loadDialect<pipeforge::nn::NNDialect, pipeforge::pp::PPDialect,
+                  func::FuncDialect, arith::ArithDialect,
+                  tensor::TensorDialect>();
+  auto cfg = pipeforge::import::parseModelConfig(config, /*seqLen=*/16,
+                                                 /*batch=*/2);
+  ASSERT_TRUE(bool(cfg)) << llvm::toString(cfg.takeError());
+  OwningOpRef<ModuleOp> model =
+      pipeforge::import::buildModel(*cfg, &ctx, UnknownLoc::get(&ctx));
+  ASSERT_TRUE(model);
+  auto func = cast<func::FuncOp>(SymbolTable::lookupSymbolIn(*model, "model"));
+  auto layers = pipeforge::nn::collectLayerCosts(func, 2);
+  ASSERT_TRUE(bool(layers)) << llvm::toString(layers.takeError());
+  const int n = int(layers->ids.size());
+
+  // One layer per stage, with and without selective recomputation.
+  auto stageStash = [&](bool selective) {
+    OwningOpRef<ModuleOp> m = cast<ModuleOp>((*model)->clone());
+    PassManager pm(&ctx);
+    pipeforge::pp::PPPartitionOptions part;
+    part.stages = n;
+    pm.addPass(pipeforge::pp::createPPPartition(part));
+    pm.addPass(pipeforge::pp::createPPSplitBackward());
+    if (selective) {
+      pipeforge::pp::PPRecomputeOptions rc;
+      rc.policy = "selective";
+      pm.addPass(pipeforge::pp::createPPRecompute(rc));
+    }
+    std::vector<double> out;
+    if (failed(pm.run(*m)))
+      return out;
+    auto pipeline = *m->getOps<pipeforge::pp::PipelineOp>().begin();
+    auto costs = pipeforge::pp::collectStageCosts(pipeline, 2);
+    if (succeeded(costs) && *costs)
+      out = (**costs).stashBytes;
+    return out;
+  };
+  std::vector<double> plain = stageStash(false), sel = stageStash(true);
+  ASSERT_EQ(int(plain.size()), n);
+  ASSERT_EQ(int(sel.size()), n);
+  double dropped = 0;
+  for (int s = 0; s < n; ++s) {
+    EXPECT_DOUBLE_EQ(plain[s], double(layers->layers[s].stash)) << "layer " << s;
+    // The compiled stash: the cost model's, less what only the cost model
+    // keeps, less what selective recomputation drops; plus the integer
+    // tokens and targets that the cost model leaves out (2 x 16 x 4 bytes,
+    // kept for the embedding's weight gradient and the loss).
+    const double ints = (s == 0 || s == n - 1) ? 128 : 0;
+    EXPECT_DOUBLE_EQ(sel[s], plain[s] - layers->unkeptBytes[s] -
+                                 layers->selectiveBytes[s] + ints)
+        << "layer " << s;
+    dropped += layers->selectiveBytes[s];
+  }
+  EXPECT_GT(dropped, 0); // the rule found something to drop
+}
+
+} // namespace
+
+TEST(StageCostModel, PlannerSelectiveStashIsTheCompilersLlama) {
+  expectSelectiveMatchesTheCompiler(R"({"model_type": "llama",
+      "num_hidden_layers": 2, "hidden_size": 16, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "intermediate_size": 40, "vocab_size": 32,
+      "max_position_embeddings": 16})");
+}
+
+TEST(StageCostModel, PlannerSelectiveStashIsTheCompilersGpt) {
+  expectSelectiveMatchesTheCompiler(R"({"model_type": "gpt2", "n_layer": 2,
+      "n_embd": 16, "n_head": 4, "vocab_size": 32, "n_positions": 16,
+      "attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1})");
+}

@@ -60,13 +60,18 @@ struct LayerCost {
   /// of each tensor-parallel all-reduce, and what full recomputation keeps of
   /// a block (its input).
   double hiddenBytes = 0;
-  /// Of `stashBytes`: the attention scores, probabilities and dropout masks,
-  /// which selective recomputation drops (0: unknown, the planner uses the
-  /// Korthikanti et al. ratio, see docs/planner.md).
+  /// Of `stashBytes`: what the cost model counts but a compiled stage does
+  /// not keep (nn::LayerCosts::unkeptBytes): the attention scores,
+  /// probabilities and masks (the GPU backend's backward recomputes them)
+  /// and the dropout masks (drawn again in B).
   double attnScoreBytes = 0;
-  /// Forward FLOPs of the attention core (Q K^T and P V), which selective
-  /// recomputation repeats in B (0: unknown, 4 seq^2 hidden).
+  /// Forward FLOPs of the attention core (Q K^T and P V); the GPU
+  /// backward computes Q K^T again, half of it.
   double attnCoreFlops = 0;
+  /// Of `stashBytes`: what selective recomputation drops (the stashed
+  /// outputs of norms, activations and dropout whose inputs stay), as
+  /// --pp-recompute=policy=selective does.
+  double selectiveBytes = 0;
 
   double totalFlops() const {
     return fwdFlops + bwdInputFlops + bwdWeightFlops;
@@ -74,7 +79,7 @@ struct LayerCost {
 };
 
 /// The model's dimensions that decide which tensor-parallel degrees are
-/// possible (and the recomputation formula's fallback). 0: unknown; a model
+/// possible. 0: unknown; a model
 /// with unknown heads only runs with t = 1.
 struct ModelShape {
   int64_t hidden = 0;

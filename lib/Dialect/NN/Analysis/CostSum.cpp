@@ -1,10 +1,14 @@
 //===- CostSum.cpp - Sums of the nn cost model ----------------------------===//
 
 #include "pipeforge/Dialect/NN/Analysis/CostSum.h"
+#include "pipeforge/Dialect/NN/IR/NNOps.h"
+#include "pipeforge/Dialect/NN/IR/NNStash.h"
 
 #include "pipeforge/Support/AttrNames.h"
 
 #include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 #include <algorithm>
 #include <map>
@@ -103,6 +107,52 @@ llvm::Expected<LayerCosts> collectLayerCosts(func::FuncOp func,
       for (size_t c = li; c < last; ++c)
         lc.crossingBytes[c] += bytes;
     }
+  });
+  // What only the cost model keeps: the attention's stash beyond q, k and v
+  // (which it owns: only the attention stashes them), a dropout's mask.
+  lc.unkeptBytes.assign(lc.ids.size(), 0);
+  func.walk([&](Operation *op) {
+    auto a = layerOf(op);
+    if (!a || !isa<AttentionOp, DropoutOp>(op))
+      return;
+    double bytes = double(cast<CostOpInterface>(op).getStashBytes(
+        bytesPerElement));
+    if (auto att = dyn_cast<AttentionOp>(op)) {
+      llvm::SmallPtrSet<Value, 3> qkv(llvm::from_range,
+                                      stashedOperands(att));
+      for (Value v : qkv)
+        bytes -= valueBytes(v, bytesPerElement);
+    }
+    lc.unkeptBytes[index[a.getInt()]] += std::max(0.0, bytes);
+  });
+
+  // Selective recomputation: a cheap op's stashed output whose inputs are
+  // stashed too (or are arguments: parameters, tokens) is dropped and redone
+  // in B. It is charged to the layer the cost model charged it to, that of
+  // its first stashing user.
+  lc.selectiveBytes.assign(lc.ids.size(), 0);
+  llvm::DenseSet<Value> stashed;
+  func.walk([&](CostOpInterface op) {
+    for (Value v : stashedOperands(op))
+      stashed.insert(v);
+  });
+  func.walk([&](Operation *op) {
+    if (!isCheapToRecompute(op) || op->getNumResults() != 1 ||
+        !stashed.contains(op->getResult(0)))
+      return;
+    if (!llvm::all_of(op->getOperands(), [&](Value o) {
+          return isa<BlockArgument>(o) || stashed.contains(o);
+        }))
+      return;
+    Value r = op->getResult(0);
+    Operation *owner = nullptr;
+    for (Operation *user : r.getUsers())
+      if (llvm::is_contained(stashedOperands(user), r) &&
+          (!owner || (user->getBlock() == owner->getBlock() &&
+                      user->isBeforeInBlock(owner))))
+        owner = user;
+    if (auto a = owner ? layerOf(owner) : IntegerAttr())
+      lc.selectiveBytes[index[a.getInt()]] += valueBytes(r, bytesPerElement);
   });
   return lc;
 }

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Dialect/NN/IR/NNOps.h"
+#include "pipeforge/Dialect/NN/IR/NNStash.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallPtrSet.h"
@@ -62,8 +63,7 @@ static int64_t numTokens(Value v) {
   return numElements(v) / last;
 }
 
-/// The operands an op keeps for its backward.
-static SmallVector<Value> stashedOperands(Operation *op) {
+SmallVector<Value> pipeforge::nn::stashedOperands(Operation *op) {
   return TypeSwitch<Operation *, SmallVector<Value>>(op)
       .Case<LinearOp, LayerNormOp, RMSNormOp, GeluOp, SiluOp, MoEOp>(
           [](auto o) { return SmallVector<Value>{o.getInput()}; })
@@ -75,6 +75,10 @@ static SmallVector<Value> stashedOperands(Operation *op) {
       })
       .Case([](CrossEntropyOp o) { return SmallVector<Value>{o.getLogits()}; })
       .Default([](Operation *) { return SmallVector<Value>{}; });
+}
+
+bool pipeforge::nn::isCheapToRecompute(Operation *op) {
+  return isa<LayerNormOp, RMSNormOp, GeluOp, SiluOp, DropoutOp>(op);
 }
 
 /// A value is stored once however many ops read it in their backward (the

@@ -28,6 +28,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Dialect/NN/IR/NNOps.h"
+#include "pipeforge/Dialect/NN/IR/NNStash.h"
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
 #include "pipeforge/Support/AttrNames.h"
@@ -55,13 +56,6 @@ int64_t argIndex(func::FuncOp f, unsigned i, StringRef key) {
 int64_t resultIndex(func::FuncOp f, unsigned i, StringRef key) {
   auto a = f.getResultAttrOfType<IntegerAttr>(i, key);
   return a ? a.getInt() : -1;
-}
-
-/// Ops selective recomputation redoes: cheap (no GEMM) but their outputs
-/// are as large as their inputs.
-static bool cheapToRecompute(Operation *op) {
-  return isa<nn::LayerNormOp, nn::RMSNormOp, nn::GeluOp, nn::SiluOp,
-             nn::DropoutOp>(op);
 }
 
 class StageRecompute {
@@ -126,7 +120,7 @@ void StageRecompute::collectSelective() {
   llvm::SmallPtrSet<Operation *, 8> redo;
   for (auto &[k, v] : oldStash) {
     Operation *op = v.getDefiningOp();
-    if (!op || !cheapToRecompute(op))
+    if (!op || !nn::isCheapToRecompute(op))
       continue;
     bool inputsKept = llvm::all_of(op->getOperands(), [&](Value o) {
       return isParam(o) || isa<BlockArgument>(o) || stashed.contains(o);

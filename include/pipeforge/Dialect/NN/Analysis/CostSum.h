@@ -49,6 +49,15 @@ struct LayerCosts {
   /// Bytes of the values that cross the cut after layer ids[i] (produced at
   /// or before it, used after it): what a pipeline cut there sends.
   std::vector<double> crossingBytes;
+  /// Of layer ids[i]'s stash: the bytes selective recomputation drops (the
+  /// stashed outputs of cheap ops whose inputs are kept anyway, NNStash.h),
+  /// as --pp-recompute=policy=selective does in a stage.
+  std::vector<double> selectiveBytes;
+  /// Of layer ids[i]'s stash: what the cost model counts but a compiled
+  /// stage does not keep between F and B: the attention's scores,
+  /// probabilities and masks (its kernel recomputes or holds them) and the
+  /// dropout masks (drawn again in B).
+  std::vector<double> unkeptBytes;
 };
 
 /// Groups the cost ops of `func` by `nn.layer`. Error: an op with a cost
