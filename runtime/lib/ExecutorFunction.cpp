@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ExecutorImpl.h"
+#include "KernelOperands.h"
 
 #include "cpu/DropoutRng.h"
 
@@ -227,14 +228,23 @@ const KernelCall &Executor::Impl::stageToHost(FnRun &r) {
   return r.hostCall->call;
 }
 
-/// A tensor-parallel kernel: on host memory (staged from a device
-/// backend), blocking on the group's collectives.
+/// A tensor-parallel kernel, blocking on the group's collectives: the
+/// collectives in place on the backend's memory where the transport reduces
+/// there (NCCL), else on host memory (staged from a device backend); the
+/// vocabulary-parallel loss always on the host.
 Status Executor::Impl::runTensorParallel(FnRun &r) {
-  const KernelCall *call = &r.call;
-  if (!be.hostVisible())
-    call = &stageToHost(r);
   double t0 = nowS();
-  Status s = runTensorParallelKernel(*call, tr);
+  Status s = Status::ok();
+  const std::string &op = r.call.kernel->op;
+  if (!be.hostVisible() && tr.deviceCollectives() &&
+      op.compare(0, 3, "tp_") == 0) {
+    s = runTensorParallelDevice(r.call);
+  } else {
+    const KernelCall *call = &r.call;
+    if (!be.hostVisible())
+      call = &stageToHost(r);
+    s = runTensorParallelKernel(*call, tr);
+  }
   if (opts.trace)
     record(r.label + " " + r.call.kernel->op, 1, t0, nowS(), "\"tp\":1");
   if (r.hostCall) {
@@ -245,6 +255,68 @@ Status Executor::Impl::runTensorParallel(FnRun &r) {
     r.hostCall.reset();
   }
   return s;
+}
+
+/// The collectives nn.tp_* on device memory (Transport::*Device). A
+/// gather or scatter along an inner dimension moves each member's blocks
+/// between the tensor's layout and the collective's member-major one with
+/// device copies through a scratch buffer.
+Status Executor::Impl::runTensorParallelDevice(const KernelCall &c) {
+  const Kernel &k = *c.kernel;
+  const int T = tr.tpSize();
+  auto err = [&](const std::string &m) {
+    return Status::error("kernel '" + k.op + "': " + m);
+  };
+  if (c.in.empty() || !c.in[0] || c.out.empty() || !c.out[0] ||
+      !c.inTypes[0] || !c.outTypes[0])
+    return err("missing operand");
+  const float *x = static_cast<const float *>(c.in[0]);
+  float *y = static_cast<float *>(c.out[0]);
+  const int64_t n = c.inTypes[0]->numElements();
+  if (k.op == "tp_copy" || k.op == "tp_all_reduce") {
+    if (y != x)
+      be.copy(y, x, n * 4);
+    return k.op == "tp_copy" ? Status::ok()
+                             : tr.allreduceDevice(y, n, Group::Tensor);
+  }
+  if (k.op != "tp_all_gather" && k.op != "tp_reduce_scatter")
+    return err("not a tensor-parallel collective");
+  const bool gather = k.op == "tp_all_gather";
+  // Blocks of the whole tensor (the gather's result, the scatter's input):
+  // `outer` rows of T member slices of `shard` floats each.
+  const TensorType &whole = gather ? *c.outTypes[0] : *c.inTypes[0];
+  const int64_t dim = ops::attrInt(k, "dim", 0);
+  int64_t outer = 1, extent = 1, inner = 1;
+  for (size_t i = 0; i < whole.shape.size(); ++i)
+    (int64_t(i) < dim ? outer : int64_t(i) == dim ? extent : inner) *=
+        whole.shape[i];
+  if (extent % T)
+    return err("dimension " + std::to_string(dim) + " (" +
+               std::to_string(extent) + ") does not split over " +
+               std::to_string(T) + " ranks");
+  const int64_t shard = extent / T * inner, part = outer * shard;
+  if ((gather ? n : c.outTypes[0]->numElements()) != part)
+    return err("the shard has " +
+               std::to_string(gather ? n : c.outTypes[0]->numElements()) +
+               " elements, expected " + std::to_string(part));
+  // Member-major scratch: member r's part is rows of its slices.
+  BufP tmp = newBuf(std::max<int64_t>(T * part, 1) * 4, MemClass::Messages);
+  float *mm = tmp->f();
+  // Slice r of row o: at (o T + r) shard in the tensor, r part + o shard in
+  // the scratch.
+  auto at = [&](int r, int64_t o) { return (o * T + r) * shard; };
+  if (gather) {
+    if (Status s = tr.allGatherDevice(x, mm, part, Group::Tensor); !s)
+      return s;
+    for (int r = 0; r < T; ++r)
+      for (int64_t o = 0; o < outer; ++o)
+        be.copy(y + at(r, o), mm + r * part + o * shard, shard * 4);
+    return Status::ok();
+  }
+  for (int r = 0; r < T; ++r)
+    for (int64_t o = 0; o < outer; ++o)
+      be.copy(mm + r * part + o * shard, x + at(r, o), shard * 4);
+  return tr.reduceScatterDevice(mm, y, part, Group::Tensor);
 }
 
 Status Executor::Impl::fnStep(FnRun &r, bool &posted) {

@@ -334,6 +334,7 @@ struct Executor::Impl {
   Status fnStep(FnRun &r, bool &posted);
   /// r.call with every operand copied to host memory (r.hostCall).
   const KernelCall &stageToHost(FnRun &r);
+  Status runTensorParallelDevice(const KernelCall &c);
   Status runTensorParallel(FnRun &r);
   void recordMoE(const FnRun &r, MoEPhased &m, const std::string &name);
   Status doOverlap(const Action &a, bool &fusedRun);

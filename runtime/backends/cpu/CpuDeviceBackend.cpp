@@ -51,6 +51,9 @@ public:
     cpu->copyFromHost(reveal(dst), hostSrc, bytes);
   }
   Transfers transfers() const override { return moved; }
+  void *hostAddress(const void *p) override {
+    return const_cast<void *>(reveal(p));
+  }
   void copy(void *dst, const void *src, int64_t bytes) override {
     cpu->copy(reveal(dst), reveal(src), bytes);
   }

@@ -88,7 +88,7 @@ std::string hostName() {
       "         [--skip-step K] [--inject-nan STEP:MB]\n"
       "         [--backend cpu|cpu-device|cuda] [--precision fp32|bf16]\n"
       "         [--device K] [--local-ranks N] [--transport mpi|nccl]\n"
-      "         [--async-compute]\n"
+      "         [--async-compute] [--device-collectives]\n"
       "       pipeforge-run --compare-weights A B [--rtol R] [--atol A]\n"
       "  (an executable from pipeforge-compile --emit exe takes the same\n"
       "  options without PROGRAM.pfp)\n");
@@ -161,6 +161,7 @@ int pipeforge::rt::runDriver(int argc, char **argv,
   std::string backendName = "cpu", precisionName = "fp32", transportName;
   int localRanks = -1, deviceOpt = -1; // -1: not given
   bool asyncCompute = false;
+  bool deviceCollectivesOpt = false;
   int64_t steps = 10;
   double lr = 1e-3, maxNorm = 0, timeout = 120, weightDecay = 0, minLr = 0;
   bool decayAll = false;
@@ -249,6 +250,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
       lookahead = int(integer(0, 1 << 20));
     else if (o == "--memory-report")
       memReport = true;
+    else if (o == "--device-collectives")
+      deviceCollectivesOpt = true;
     else if (o == "--print-placement")
       printPlacement = true;
     else if (o == "--rank-layout")
@@ -331,6 +334,9 @@ int pipeforge::rt::runDriver(int argc, char **argv,
   if (localRanks > 0 && !transportName.empty())
     usage("--local-ranks runs every rank in this process; it takes no "
           "--transport");
+  if (deviceCollectivesOpt && backendName != "cpu-device")
+    usage("--device-collectives needs --backend cpu-device (the NCCL "
+          "transport reduces on the GPU by itself)");
   if (transportName == "nccl" && backendName != "cuda")
     usage("--transport nccl needs --backend cuda");
 
@@ -392,6 +398,12 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     if (!beOr)
       return fail(beOr.message());
     std::unique_ptr<Backend> be = beOr.take();
+    // cpu-device's memory is host memory behind the device interface: the
+    // transport may reduce on it in place, as NCCL does on a GPU.
+    if (deviceCollectivesOpt)
+      tr->setHostAddressableDevice([b = be.get()](const float *p) {
+        return static_cast<float *>(b->hostAddress(p));
+      });
 
     TrainerOptions to;
     to.steps = steps;

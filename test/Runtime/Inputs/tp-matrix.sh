@@ -13,6 +13,10 @@
 #            over the TP group) within the tolerances below
 #   threads  --local-ranks: bitwise equal to `sync`
 #   device   --local-ranks --backend cpu-device: bitwise equal to `sync`
+#   devcoll  the same with --device-collectives: the executor's device path
+#            (the collectives in place on the backend's memory, as with
+#            NCCL on a GPU; tensor-parallel gathers and scatters permuted by
+#            device copies): bitwise equal to `sync`
 #   resume   --local-ranks, a checkpoint after step 2 (one file per rank:
 #            each TP rank's shards), --resume to step 4: bitwise equal to
 #            `threads`
@@ -82,6 +86,12 @@ compare_weights "$run-sync.w" "$run-threads.w" 0 0 "--local-ranks weights differ
   --dump-weights "$run-dev.w" > "$run-dev.log" 2>&1 || { cat "$run-dev.log"; fail "cpu-device run"; }
 diff <(losses "$run-sync.log") <(losses "$run-dev.log") || fail "cpu-device losses differ from mpirun"
 compare_weights "$run-sync.w" "$run-dev.w" 0 0 "cpu-device weights differ from mpirun"
+
+"$tools/pipeforge-run" "$run.pfp" --local-ranks $n --backend cpu-device --device-collectives \
+  "${opt[@]}" --dump-weights "$run-devcoll.w" > "$run-devcoll.log" 2>&1 ||
+  { cat "$run-devcoll.log"; fail "cpu-device --device-collectives run"; }
+diff <(losses "$run-sync.log") <(losses "$run-devcoll.log") || fail "--device-collectives losses differ from mpirun"
+compare_weights "$run-sync.w" "$run-devcoll.w" 0 0 "--device-collectives weights differ from mpirun"
 
 rm -rf "$run-ck"
 "$tools/pipeforge-run" "$run.pfp" --local-ranks $n "${opt[@]}" --steps $half \

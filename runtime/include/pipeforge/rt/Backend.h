@@ -49,6 +49,10 @@ public:
 
   virtual void copyToHost(void *hostDst, const void *src, int64_t bytes) = 0;
   virtual void copyFromHost(void *dst, const void *hostSrc, int64_t bytes) = 0;
+  /// The host address of this backend's memory at `p`, or null where the
+  /// host cannot address it (a GPU). cpu-device: the pointer without its
+  /// opaque tag (the transport's emulated device collectives use it).
+  virtual void *hostAddress(const void *p) { return nullptr; }
   virtual void copy(void *dst, const void *src, int64_t bytes) = 0;
   virtual void fillZero(void *p, int64_t bytes) = 0;
   /// dst[i] += src[i] for n floats, in index order.

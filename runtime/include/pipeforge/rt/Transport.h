@@ -21,6 +21,8 @@
 #include "pipeforge/rt/Program.h"
 
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -134,15 +136,34 @@ public:
   /// In-place allreduce over a group (fixed order per implementation).
   virtual Status allreduce(float *buf, int64_t n, Group g,
                            ReduceOp op = ReduceOp::Sum) = 0;
-  /// The data-parallel / expert allreduce (sum) on the backend's device
-  /// memory, ordered after the work queued on the backend's compute stream,
-  /// which waits for the result: gradients need not cross to the host.
-  /// Only where deviceCollectives() (NCCL); the executor stages through
-  /// allreduce() elsewhere.
-  virtual bool deviceCollectives() const { return false; }
-  virtual Status allreduceDevice(float * /*buf*/, int64_t /*n*/, Group /*g*/) {
-    return Status::error("this transport has no device allreduce");
+  /// Collectives on the backend's device memory, ordered after the work
+  /// queued on the backend's compute stream, which waits for the result:
+  /// gradients and tensor-parallel activations need not cross to the host.
+  /// Only where deviceCollectives(); the executor stages through the host
+  /// collectives elsewhere.
+  ///   allreduceDevice: in-place sum over the data-parallel, expert or
+  ///     tensor group;
+  ///   allGatherDevice: every member's `n` floats into `out` (size n x the
+  ///     group, member-major), tensor group;
+  ///   reduceScatterDevice: `in` holds one block of `n` floats per member
+  ///     (member-major); `out` (n) gets this member's block summed over the
+  ///     group, tensor group.
+  /// NCCL implements them on the GPU. The defaults serve a backend whose
+  /// "device" memory the host can address (cpu-device: the driver's
+  /// --device-collectives passes Backend::hostAddress to
+  /// setHostAddressableDevice): the host collectives run in place on it, so
+  /// the executor's device path runs without a GPU, with the bits of the
+  /// staged path (allreduce and the all-to-all sum in member order).
+  virtual bool deviceCollectives() const { return bool(hostAddress); }
+  using HostAddress = std::function<float *(const float *)>;
+  void setHostAddressableDevice(HostAddress toHost) {
+    hostAddress = std::move(toHost);
   }
+  virtual Status allreduceDevice(float *buf, int64_t n, Group g);
+  virtual Status allGatherDevice(const float *in, float *out, int64_t n,
+                                 Group g);
+  virtual Status reduceScatterDevice(const float *in, float *out, int64_t n,
+                                     Group g);
   /// In-place buf = buf + peer's buf (pipeline peer), both sides get the
   /// same bits (DualPipe GradReduce).
   virtual Status pairwiseSum(int peer, float *buf, int64_t n) = 0;
@@ -189,7 +210,67 @@ public:
 protected:
   double timeoutS = 120.0;
   bool rankDataFastest = false;
+  HostAddress hostAddress; ///< device pointer -> host address (emulation)
 };
+
+// The device collectives on host-addressable "device" memory (cpu-device):
+// the host collectives in place, in the member order they sum in.
+inline Status noDeviceCollectives(const char *what) {
+  return Status::error(std::string("this transport has no device ") + what);
+}
+
+inline Status Transport::allreduceDevice(float *buf, int64_t n, Group g) {
+  if (!hostAddress)
+    return noDeviceCollectives("allreduce");
+  return allreduce(hostAddress(buf), n, g);
+}
+
+inline Status Transport::allGatherDevice(const float *in, float *out, int64_t n,
+                                  Group g) {
+  if (!hostAddress)
+    return noDeviceCollectives("all-gather");
+  in = hostAddress(in);
+  out = hostAddress(out);
+  if (g != Group::Tensor)
+    return Status::error("a device all-gather runs over the tensor group");
+  const int T = tpSize();
+  std::vector<std::vector<float>> send(size_t(T), std::vector<float>(in, in + n)),
+      recv;
+  if (Status s = allToAll(send, recv, g); !s)
+    return s;
+  for (int r = 0; r < T; ++r) {
+    if (recv.size() != size_t(T) || int64_t(recv[size_t(r)].size()) != n)
+      return Status::error("device all-gather: a member sent the wrong size");
+    std::memcpy(out + r * n, recv[size_t(r)].data(), size_t(n) * 4);
+  }
+  return Status::ok();
+}
+
+inline Status Transport::reduceScatterDevice(const float *in, float *out, int64_t n,
+                                      Group g) {
+  if (!hostAddress)
+    return noDeviceCollectives("reduce-scatter");
+  in = hostAddress(in);
+  out = hostAddress(out);
+  if (g != Group::Tensor)
+    return Status::error("a device reduce-scatter runs over the tensor group");
+  const int T = tpSize();
+  std::vector<std::vector<float>> send(static_cast<size_t>(T)), recv;
+  for (int r = 0; r < T; ++r)
+    send[size_t(r)].assign(in + r * n, in + (r + 1) * n);
+  if (Status s = allToAll(send, recv, g); !s)
+    return s;
+  for (int r = 0; r < T; ++r)
+    if (recv.size() != size_t(T) || int64_t(recv[size_t(r)].size()) != n)
+      return Status::error("device reduce-scatter: a member sent the wrong "
+                           "size");
+  std::memcpy(out, recv[0].data(), size_t(n) * 4);
+  for (int r = 1; r < T; ++r)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] += recv[size_t(r)][size_t(i)];
+  return Status::ok();
+}
+
 
 /// One process: P = dp = 1.
 std::unique_ptr<Transport> createLocalTransport();
