@@ -3,15 +3,15 @@
 // An internal MpiTransport does MPI init, the T x P x E x D grid of
 // RankGrid.h (and its error messages), barrier, gatherStrings and the
 // Pipeline / World allreduces (a few scalars per step) and the tensor
-// group's collectives (the executor runs the tensor-parallel ops on host
-// memory: they stay on MPI). Everything else moves device memory with NCCL.
+// group's host collectives (the vocabulary-parallel loss's per-token
+// statistics). Everything else moves device memory with NCCL.
 //
 // Communicators (setupTensorGrid): for every ordered pair (src, dst) of
 // pipeline ranks of this (replica, expert, tensor) slot a two-rank
 // communicator for the directed channel
 // src -> dst (src is its rank 0) with its own non-blocking stream, and one
 // over the data-parallel group (D > 1) and one over the expert group
-// (E > 1). Unique ids travel over MPI (an all-to-all of the channel ids in
+// (E > 1) and one over the tensor group (T > 1). Unique ids travel over MPI (an all-to-all of the channel ids in
 // the pipeline group; a broadcast in each group). All communicators are
 // non-blocking (config.blocking = 0): every init is started, in the same
 // order on every rank, then all are polled against the watchdog; a
@@ -33,8 +33,11 @@
 // after its transfer; a completed receive makes the compute stream wait on
 // it.
 //
-// allreduceDevice: the DataParallel / Expert sum in place on the backend's
-// buffer (the executor's gradient path; no host copy). Otherwise collectives
+// allreduceDevice: the DataParallel / Expert / Tensor sum in place on the
+// backend's buffer (the executor's gradient path and nn.tp_all_reduce; no
+// host copy); allGatherDevice / reduceScatterDevice: ncclAllGather /
+// ncclReduceScatter over the tensor group (nn.tp_all_gather,
+// nn.tp_reduce_scatter). Otherwise collectives
 // take host memory: DataParallel / Expert allreduce is an
 // ncclAllReduce on a device copy (every member gets the same bits; not the
 // bits of the MPI transport's rank-order sum); pairwiseSum exchanges the two
@@ -171,6 +174,12 @@ public:
   Status allreduce(float *buf, int64_t n, Group g, ReduceOp op) override;
   bool deviceCollectives() const override { return true; }
   Status allreduceDevice(float *buf, int64_t n, Group g) override;
+  template <typename Call>
+  Status deviceCollective(Group g, const char *what, Call call, int64_t n);
+  Status allGatherDevice(const float *in, float *out, int64_t n,
+                         Group g) override;
+  Status reduceScatterDevice(const float *in, float *out, int64_t n,
+                             Group g) override;
   Status pairwiseSum(int peer, float *buf, int64_t n) override;
   Status allToAll(const std::vector<std::vector<float>> &send,
                   std::vector<std::vector<float>> &recv, Group g) override {
@@ -234,9 +243,9 @@ private:
   bool ready = false, pumping = false;
   Status fatal = Status::ok(); ///< the first error: every later call fails
   MPI_Comm pipeComm = MPI_COMM_NULL, dpComm = MPI_COMM_NULL,
-           epComm = MPI_COMM_NULL;
+           epComm = MPI_COMM_NULL, tpComm = MPI_COMM_NULL;
   std::vector<Comm> sendCh, recvCh; ///< by pipeline peer: me->p, p->me
-  Comm dpC, epC;
+  Comm dpC, epC, tpC;
   cudaStream_t hostStream = nullptr; ///< host copies; never waits on NCCL
   float *warm = nullptr;
   std::map<RequestId, Req> reqs;
@@ -272,6 +281,7 @@ private:
       f(c);
     f(dpC);
     f(epC);
+    f(tpC);
   }
   /// Aborts every communicator in one group: NCCL raises all the abort
   /// flags before any cleanup waits for the device, so a kernel stuck on a
@@ -453,6 +463,10 @@ Status NcclTransport::setupTensorGrid(int p, int d, int e, int t) {
   MPI_Comm_split(MPI_COMM_WORLD, (dpi * e + epi) * t + tpi, prank, &pipeComm);
   MPI_Comm_split(MPI_COMM_WORLD, prank + p * (epi + e * tpi), dpi, &dpComm);
   MPI_Comm_split(MPI_COMM_WORLD, prank + p * (dpi + d * tpi), epi, &epComm);
+  // The tensor group of this (pipeline rank, replica, expert) slot: its
+  // device collectives (the executor's nn.tp_* on device buffers) run on an
+  // NCCL communicator of their own, its host ones over MPI.
+  MPI_Comm_split(MPI_COMM_WORLD, prank + p * (epi + e * dpi), tpi, &tpComm);
   // The watchdog needs non-blocking communicators, and every communicator
   // its own unique id.
   for (const char *v : {"NCCL_COMM_BLOCKING", "NCCL_COMM_ID"})
@@ -529,11 +543,13 @@ Status NcclTransport::createComms() {
     MPI_Ibcast(&id, idBytes, MPI_BYTE, 0, c, &q);
     return mpiWait(q, "the broadcast of an NCCL id");
   };
-  ncclUniqueId dpId{}, epId{};
+  ncclUniqueId dpId{}, epId{}, tpId{};
   if (D > 1)
     PF_TRY(groupId(dpComm, dpi, dpId));
   if (E > 1)
     PF_TRY(groupId(epComm, epi, epId));
+  if (T > 1)
+    PF_TRY(groupId(tpComm, tpi, tpId));
 
   // Start every init (NCCL runs each in a thread of its own), in the same
   // order on every rank, then poll them all.
@@ -560,6 +576,11 @@ Status NcclTransport::createComms() {
     PF_TRY(startInit(epC, E, epi, epId));
     all.push_back(&epC);
   }
+  tpC.what = "tensor group";
+  if (T > 1) {
+    PF_TRY(startInit(tpC, T, tpi, tpId));
+    all.push_back(&tpC);
+  }
   PF_TRY(settle(all, "NCCL communicator initialization", false));
   if (all.empty())
     return Status::ok();
@@ -567,9 +588,9 @@ Status NcclTransport::createComms() {
   // Warm-up: one float over every channel and a one-float allreduce over
   // every group connect them now rather than in the first step.
   PF_TRY(cudaCheck(
-      cudaMalloc(reinterpret_cast<void **>(&warm), kF * size_t(P + 3)),
+      cudaMalloc(reinterpret_cast<void **>(&warm), kF * size_t(P + 4)),
       "cudaMalloc"));
-  PF_TRY(cudaCheck(cudaMemset(warm, 0, kF * size_t(P + 3)), "cudaMemset"));
+  PF_TRY(cudaCheck(cudaMemset(warm, 0, kF * size_t(P + 4)), "cudaMemset"));
   for (int j = 0; j < P; ++j) {
     if (j == prank)
       continue;
@@ -579,8 +600,8 @@ Status NcclTransport::createComms() {
     PF_TRY(ncclCheck(ncclRecv(warm + 1 + j, 1, ncclFloat32, 0, q.c, q.s),
                      "ncclRecv", q.c, q.what));
   }
-  for (int g = 0; g < 2; ++g) // a float of its own for each group
-    if (Comm &c = g ? epC : dpC; c.c)
+  for (int g = 0; g < 3; ++g) // a float of its own for each group
+    if (Comm &c = g == 0 ? dpC : g == 1 ? epC : tpC; c.c)
       PF_TRY(ncclCheck(ncclAllReduce(warm + P + 1 + g, warm + P + 1 + g, 1,
                                      ncclFloat32, ncclSum, c.c, c.s),
                        "ncclAllReduce", c.c, c.what));
@@ -822,24 +843,52 @@ Status NcclTransport::allreduce(float *buf, int64_t n, Group g, ReduceOp op) {
 }
 
 Status NcclTransport::allreduceDevice(float *buf, int64_t n, Group g) {
-  if (g != Group::DataParallel && g != Group::Expert)
+  if (g != Group::DataParallel && g != Group::Expert && g != Group::Tensor)
     return Status::error("nccl transport: a device allreduce runs over the "
-                         "data-parallel or the expert group");
-  if ((g == Group::DataParallel ? D : E) == 1 || n <= 0)
+                         "data-parallel, expert or tensor group");
+  return deviceCollective(g, "allreduce", [&](Comm &c) {
+    return ncclAllReduce(buf, buf, size_t(n), ncclFloat32, ncclSum, c.c, c.s);
+  }, n);
+}
+
+Status NcclTransport::allGatherDevice(const float *in, float *out, int64_t n,
+                                      Group g) {
+  if (g != Group::Tensor)
+    return Status::error("nccl transport: a device all-gather runs over the "
+                         "tensor group");
+  return deviceCollective(g, "all-gather", [&](Comm &c) {
+    return ncclAllGather(in, out, size_t(n), ncclFloat32, c.c, c.s);
+  }, n);
+}
+
+Status NcclTransport::reduceScatterDevice(const float *in, float *out,
+                                          int64_t n, Group g) {
+  if (g != Group::Tensor)
+    return Status::error("nccl transport: a device reduce-scatter runs over "
+                         "the tensor group");
+  return deviceCollective(g, "reduce-scatter", [&](Comm &c) {
+    return ncclReduceScatter(in, out, size_t(n), ncclFloat32, ncclSum, c.c,
+                             c.s);
+  }, n);
+}
+
+/// One collective on the backend's buffers: after the kernels that wrote
+/// them, and the compute stream after it. No staging, no host copy.
+template <typename Call>
+Status NcclTransport::deviceCollective(Group g, const char *what, Call call,
+                                       int64_t n) {
+  int size = g == Group::DataParallel ? D : g == Group::Expert ? E : T;
+  if (size == 1 || n <= 0)
     return Status::ok();
   PF_TRY(collectiveComm(g));
-  Comm &c = g == Group::DataParallel ? dpC : epC;
-  // In place on the backend's buffer: after the kernels that wrote it, and
-  // the compute stream after the sum. No staging, no host copy.
+  Comm &c = g == Group::DataParallel ? dpC : g == Group::Expert ? epC : tpC;
   if (compute())
     PF_TRY(failed(handoff(compute(), c.s)));
-  PF_TRY(failed(enqueued(c,
-                         ncclAllReduce(buf, buf, size_t(n), ncclFloat32,
-                                       ncclSum, c.c, c.s),
-                         "ncclAllReduce (device)")));
+  PF_TRY(failed(enqueued(c, call(c),
+                         (std::string("nccl ") + what + " (device)").c_str())));
   cudaEvent_t ev = nullptr;
   PF_TRY(failed(record(ev, c.s)));
-  Status w = poll("a device allreduce over the " + c.what,
+  Status w = poll(std::string("a device ") + what + " over the " + c.what,
                   [&]() -> Expected<bool> {
                     PF_TRY(commError(c));
                     return eventDone(ev);
@@ -1053,7 +1102,7 @@ NcclTransport::~NcclTransport() {
     cudaFree(warm);
   if (hostStream)
     cudaStreamDestroy(hostStream);
-  for (MPI_Comm *c : {&pipeComm, &dpComm, &epComm})
+  for (MPI_Comm *c : {&pipeComm, &dpComm, &epComm, &tpComm})
     if (*c != MPI_COMM_NULL)
       MPI_Comm_free(c);
 }

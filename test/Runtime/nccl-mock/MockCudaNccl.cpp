@@ -70,7 +70,8 @@ namespace {
 constexpr double kDeadlockSeconds = 10;
 constexpr int kBusyPolls = 3; ///< a call is done at the third poll
 constexpr int kIdsPerRank = 256;
-constexpr int kTagsPerComm = 8; ///< +0/+1 join, +2 p2p, +3/+4 allreduce
+constexpr int kTagsPerComm = 8; ///< +0/+1 join, +2 p2p, +3/+4 allreduce,
+                                 ///< +5/+6 all-gather and reduce-scatter
 constexpr unsigned kIdMagic = 0x6d6f636b;
 
 MPI_Comm mockComm = MPI_COMM_NULL;
@@ -920,6 +921,107 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
     }
     return true;
   });
+}
+
+namespace {
+/// ncclAllGather and ncclReduceScatter through rank 0, as ncclAllReduce:
+/// every rank sends `sendCount` floats to rank 0, which makes each rank's
+/// `recvCount` result with `result(parts, k, out)` (parts in rank order) and
+/// sends it back.
+ncclResult_t viaRoot(
+    const char *call, ncclComm_t comm, cudaStream_t stream, const void *sendbuff,
+    size_t sendCount, void *recvbuff, size_t recvCount,
+    std::function<void(const std::vector<std::vector<float>> &, int, float *)>
+        result) {
+  ncclComm *c = startCall(comm, call);
+  if (groupDepth > 0)
+    fail(std::string(call) + " in a group (not modelled)");
+  if (sendCount == 0 || recvCount == 0 || sendCount > size_t(INT_MAX) ||
+      recvCount > size_t(INT_MAX))
+    fail(std::string(call) + " of " + std::to_string(sendCount) + " -> " +
+         std::to_string(recvCount) + " elements");
+  bindStream(c, stream, call);
+  auto a = std::make_shared<AllReduce>();
+  const auto *in = static_cast<const float *>(sendbuff);
+  auto *out = static_cast<float *>(recvbuff);
+  return inProgress(c, [=]() -> bool {
+    if (c->state == CommState::Aborted) {
+      graveyard.push_back(a);
+      return true;
+    }
+    if (a->phase == 0) {
+      checkRange(in, sendCount * sizeof(float), call);
+      checkRange(out, recvCount * sizeof(float), call);
+      a->acc.assign(in, in + sendCount);
+      if (c->rank != 0) {
+        a->ts.push_back(transfer(true, c, 0, 5, a->acc.data(), sendCount, call));
+        a->ts.push_back(transfer(false, c, 0, 6, out, recvCount, call));
+        a->phase = 2;
+      } else {
+        a->parts.assign(size_t(c->nranks), std::vector<float>(sendCount));
+        a->parts[0] = a->acc;
+        for (int k = 1; k < c->nranks; ++k)
+          a->ts.push_back(transfer(false, c, k, 5, a->parts[size_t(k)].data(),
+                                   sendCount, call));
+        a->phase = 1;
+      }
+    }
+    if (!pollAll(a->ts))
+      return false;
+    if (a->phase == 1) {
+      // One result per rank, kept alive until its send completes.
+      std::vector<std::vector<float>> res(size_t(c->nranks),
+                                          std::vector<float>(recvCount));
+      for (int k = 0; k < c->nranks; ++k)
+        result(a->parts, k, res[size_t(k)].data());
+      std::memcpy(out, res[0].data(), recvCount * sizeof(float));
+      a->parts = std::move(res);
+      a->ts.clear();
+      for (int k = 1; k < c->nranks; ++k)
+        a->ts.push_back(
+            transfer(true, c, k, 6, a->parts[size_t(k)].data(), recvCount, call));
+      a->phase = 2;
+      return pollAll(a->ts);
+    }
+    return true;
+  });
+}
+} // namespace
+
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff,
+                           size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream) {
+  if (datatype != ncclFloat32)
+    fail("ncclAllGather of type " + std::to_string(int(datatype)));
+  size_t n = sendcount;
+  return viaRoot("ncclAllGather", comm, stream, sendbuff, n, recvbuff,
+                 n * size_t(live(comm, "ncclAllGather")->nranks),
+                 [n](const std::vector<std::vector<float>> &parts, int,
+                     float *out) {
+                   for (size_t k = 0; k < parts.size(); ++k)
+                     std::memcpy(out + k * n, parts[k].data(),
+                                 n * sizeof(float));
+                 });
+}
+
+ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
+                               size_t recvcount, ncclDataType_t datatype,
+                               ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream) {
+  if (datatype != ncclFloat32 || op != ncclSum)
+    fail("ncclReduceScatter of type " + std::to_string(int(datatype)));
+  size_t n = recvcount;
+  return viaRoot("ncclReduceScatter", comm, stream, sendbuff,
+                 n * size_t(live(comm, "ncclReduceScatter")->nranks), recvbuff, n,
+                 [n](const std::vector<std::vector<float>> &parts, int k,
+                     float *out) {
+                   for (size_t i = 0; i < n; ++i) {
+                     float v = parts[0][size_t(k) * n + i];
+                     for (size_t r = 1; r < parts.size(); ++r)
+                       v += parts[r][size_t(k) * n + i];
+                     out[i] = v;
+                   }
+                 });
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {

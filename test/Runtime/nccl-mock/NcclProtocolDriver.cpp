@@ -352,6 +352,35 @@ void runP2P(Transport &t, FakeBackend &be, int D, int E, int T) {
               tgot[size_t(k)] ==
                   std::vector<float>(2, float(k * 10 + t.tpIndex())),
           "tensor all-to-all part from " + std::to_string(k));
+  // The tensor group's device collectives (the executor's nn.tp_* on a
+  // device backend) run on an NCCL communicator of their own.
+  if (T > 1) {
+    const int64_t n = 1000;
+    std::vector<float> ar(n), ag(size_t(n * T)), rs(size_t(n * T)), out(n);
+    for (int64_t i = 0; i < n; ++i)
+      ar[size_t(i)] = float(t.tpIndex() + 1) * float(i % 5 + 1);
+    CHECK_OK(t.allreduceDevice(ar.data(), n, Group::Tensor));
+    bool good = true;
+    for (int64_t i = 0; i < n; ++i)
+      good &= ar[size_t(i)] == float(T * (T + 1) / 2) * float(i % 5 + 1);
+    CHECK(good, "tensor sum on the device");
+    std::vector<float> mine(size_t(n), float(t.tpIndex() * 100));
+    CHECK_OK(t.allGatherDevice(mine.data(), ag.data(), n, Group::Tensor));
+    good = true;
+    for (int r = 0; r < T; ++r)
+      for (int64_t i = 0; i < n; ++i)
+        good &= ag[size_t(r * n + i)] == float(r * 100);
+    CHECK(good, "tensor all-gather on the device");
+    for (int r = 0; r < T; ++r)
+      for (int64_t i = 0; i < n; ++i)
+        rs[size_t(r * n + i)] = float(r * 1000 + t.tpIndex());
+    CHECK_OK(t.reduceScatterDevice(rs.data(), out.data(), n, Group::Tensor));
+    good = true;
+    for (int64_t i = 0; i < n; ++i)
+      good &= out[size_t(i)] ==
+              float(T * t.tpIndex() * 1000 + T * (T - 1) / 2);
+    CHECK(good, "tensor reduce-scatter on the device");
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -523,7 +552,7 @@ int main(int argc, char **argv) {
   t.reset();
   mock::pump();
   mock::Stats s = mock::stats();
-  int comms = 2 * (P - 1) + (Dg > 1) + (Eg > 1);
+  int comms = 2 * (P - 1) + (Dg > 1) + (Eg > 1) + (Tg > 1);
   CHECK(s.commsCreated == comms, std::to_string(s.commsCreated) +
                                      " communicators, " +
                                      std::to_string(comms) + " expected");
