@@ -70,8 +70,7 @@ namespace {
 constexpr double kDeadlockSeconds = 10;
 constexpr int kBusyPolls = 3; ///< a call is done at the third poll
 constexpr int kIdsPerRank = 256;
-constexpr int kTagsPerComm = 8; ///< +0/+1 join, +2 p2p, +3/+4 allreduce,
-                                 ///< +5/+6 all-gather and reduce-scatter
+constexpr int kTagsPerComm = 8; ///< +0/+1 join, +2 p2p, +5/+6 collectives
 constexpr unsigned kIdMagic = 0x6d6f636b;
 
 MPI_Comm mockComm = MPI_COMM_NULL;
@@ -476,7 +475,7 @@ ncclResult_t p2p(bool send, const void *buf, size_t count, ncclDataType_t type,
 
 /// One allreduce: members send to rank 0, which reduces in rank order and
 /// sends the result back.
-struct AllReduce {
+struct RootCollective {
   int phase = 0;
   std::vector<float> acc;
   std::vector<std::vector<float>> parts;
@@ -866,66 +865,9 @@ ncclResult_t ncclGroupEnd() {
   return queueP2P(c, std::move(ops));
 }
 
-ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
-                           ncclDataType_t datatype, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t stream) {
-  ncclComm *c = startCall(comm, "ncclAllReduce");
-  if (groupDepth > 0)
-    fail("ncclAllReduce in a group (not modelled)");
-  if (datatype != ncclFloat32 || count == 0 || count > size_t(INT_MAX))
-    fail("ncclAllReduce of " + std::to_string(count) + " elements of type " +
-         std::to_string(int(datatype)));
-  bindStream(c, stream, "ncclAllReduce");
-  auto a = std::make_shared<AllReduce>();
-  const auto *in = static_cast<const float *>(sendbuff);
-  auto *out = static_cast<float *>(recvbuff);
-  return inProgress(c, [=]() -> bool {
-    if (c->state == CommState::Aborted) {
-      graveyard.push_back(a);
-      return true;
-    }
-    size_t bytes = count * sizeof(float);
-    if (a->phase == 0) {
-      checkRange(in, bytes, "ncclAllReduce (send buffer)");
-      checkRange(out, bytes, "ncclAllReduce (receive buffer)");
-      a->acc.assign(in, in + count);
-      if (c->rank != 0) {
-        a->ts.push_back(
-            transfer(true, c, 0, 3, a->acc.data(), count, "ncclAllReduce"));
-        a->ts.push_back(transfer(false, c, 0, 4, out, count, "ncclAllReduce"));
-        a->phase = 2;
-      } else {
-        a->parts.assign(size_t(c->nranks), std::vector<float>(count));
-        for (int k = 1; k < c->nranks; ++k)
-          a->ts.push_back(transfer(false, c, k, 3, a->parts[size_t(k)].data(),
-                                   count, "ncclAllReduce"));
-        a->phase = 1;
-      }
-    }
-    if (!pollAll(a->ts))
-      return false;
-    if (a->phase == 1) {
-      for (int k = 1; k < c->nranks; ++k)
-        for (size_t i = 0; i < count; ++i) {
-          float v = a->parts[size_t(k)][i];
-          a->acc[i] = op == ncclSum ? a->acc[i] + v : std::max(a->acc[i], v);
-        }
-      checkRange(out, bytes, "ncclAllReduce (receive buffer)");
-      std::memcpy(out, a->acc.data(), bytes);
-      a->ts.clear();
-      for (int k = 1; k < c->nranks; ++k)
-        a->ts.push_back(
-            transfer(true, c, k, 4, a->acc.data(), count, "ncclAllReduce"));
-      a->phase = 2;
-      return pollAll(a->ts);
-    }
-    return true;
-  });
-}
-
 namespace {
-/// ncclAllGather and ncclReduceScatter through rank 0, as ncclAllReduce:
-/// every rank sends `sendCount` floats to rank 0, which makes each rank's
+/// The collectives through rank 0 (ncclAllReduce, ncclAllGather,
+/// ncclReduceScatter): every rank sends `sendCount` floats to rank 0, which makes each rank's
 /// `recvCount` result with `result(parts, k, out)` (parts in rank order) and
 /// sends it back.
 ncclResult_t viaRoot(
@@ -941,7 +883,7 @@ ncclResult_t viaRoot(
     fail(std::string(call) + " of " + std::to_string(sendCount) + " -> " +
          std::to_string(recvCount) + " elements");
   bindStream(c, stream, call);
-  auto a = std::make_shared<AllReduce>();
+  auto a = std::make_shared<RootCollective>();
   const auto *in = static_cast<const float *>(sendbuff);
   auto *out = static_cast<float *>(recvbuff);
   return inProgress(c, [=]() -> bool {
@@ -987,6 +929,26 @@ ncclResult_t viaRoot(
   });
 }
 } // namespace
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream) {
+  if (datatype != ncclFloat32)
+    fail("ncclAllReduce of type " + std::to_string(int(datatype)));
+  // Summed in rank order on rank 0: every rank gets the same bits.
+  return viaRoot("ncclAllReduce", comm, stream, sendbuff, count, recvbuff,
+                 count,
+                 [count, op](const std::vector<std::vector<float>> &parts, int,
+                             float *out) {
+                   for (size_t i = 0; i < count; ++i) {
+                     float v = parts[0][i];
+                     for (size_t r = 1; r < parts.size(); ++r)
+                       v = op == ncclSum ? v + parts[r][i]
+                                         : std::max(v, parts[r][i]);
+                     out[i] = v;
+                   }
+                 });
+}
 
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff,
                            size_t sendcount, ncclDataType_t datatype,
