@@ -12,7 +12,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "ExecutorImpl.h"
-#include "KernelOperands.h"
 
 #include "cpu/DropoutRng.h"
 
@@ -281,42 +280,26 @@ Status Executor::Impl::runTensorParallelDevice(const KernelCall &c) {
   }
   if (k.op != "tp_all_gather" && k.op != "tp_reduce_scatter")
     return err("not a tensor-parallel collective");
-  const bool gather = k.op == "tp_all_gather";
-  // Blocks of the whole tensor (the gather's result, the scatter's input):
-  // `outer` rows of T member slices of `shard` floats each.
-  const TensorType &whole = gather ? *c.outTypes[0] : *c.inTypes[0];
-  const int64_t dim = ops::attrInt(k, "dim", 0);
-  int64_t outer = 1, extent = 1, inner = 1;
-  for (size_t i = 0; i < whole.shape.size(); ++i)
-    (int64_t(i) < dim ? outer : int64_t(i) == dim ? extent : inner) *=
-        whole.shape[i];
-  if (extent % T)
-    return err("dimension " + std::to_string(dim) + " (" +
-               std::to_string(extent) + ") does not split over " +
-               std::to_string(T) + " ranks");
-  const int64_t shard = extent / T * inner, part = outer * shard;
-  if ((gather ? n : c.outTypes[0]->numElements()) != part)
-    return err("the shard has " +
-               std::to_string(gather ? n : c.outTypes[0]->numElements()) +
-               " elements, expected " + std::to_string(part));
-  // Member-major scratch: member r's part is rows of its slices.
-  BufP tmp = newBuf(std::max<int64_t>(T * part, 1) * 4, MemClass::Messages);
+  auto l = tpSlices(c, T);
+  if (!l)
+    return l.status();
+  // Member-major scratch on the device, permuted by device copies.
+  BufP tmp =
+      newBuf(std::max<int64_t>(T * l->part, 1) * 4, MemClass::Messages);
   float *mm = tmp->f();
-  // Slice r of row o: at (o T + r) shard in the tensor, r part + o shard in
-  // the scratch.
-  auto at = [&](int r, int64_t o) { return (o * T + r) * shard; };
-  if (gather) {
-    if (Status s = tr.allGatherDevice(x, mm, part, Group::Tensor); !s)
+  const int64_t bytes = l->shard * 4;
+  if (k.op == "tp_all_gather") {
+    if (Status s = tr.allGatherDevice(x, mm, l->part, Group::Tensor); !s)
       return s;
     for (int r = 0; r < T; ++r)
-      for (int64_t o = 0; o < outer; ++o)
-        be.copy(y + at(r, o), mm + r * part + o * shard, shard * 4);
+      for (int64_t o = 0; o < l->outer; ++o)
+        be.copy(y + l->inWhole(r, o), mm + l->inMembers(r, o), bytes);
     return Status::ok();
   }
   for (int r = 0; r < T; ++r)
-    for (int64_t o = 0; o < outer; ++o)
-      be.copy(mm + r * part + o * shard, x + at(r, o), shard * 4);
-  return tr.reduceScatterDevice(mm, y, part, Group::Tensor);
+    for (int64_t o = 0; o < l->outer; ++o)
+      be.copy(mm + l->inMembers(r, o), x + l->inWhole(r, o), bytes);
+  return tr.reduceScatterDevice(mm, y, l->part, Group::Tensor);
 }
 
 Status Executor::Impl::fnStep(FnRun &r, bool &posted) {

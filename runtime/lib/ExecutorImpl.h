@@ -413,6 +413,19 @@ void sliceTensorParallel(const Param &p, int T, int tpIndex, const float *whole,
                          float *out);
 /// One TP kernel on host memory.
 Status runTensorParallelKernel(const KernelCall &c, Transport &tr);
+/// The layout of nn.tp_all_gather / nn.tp_reduce_scatter: the whole tensor
+/// (the gather's result, the scatter's input) is `outer` rows of T member
+/// slices of `shard` floats; the collectives take it member-major (member
+/// r's `part` = outer x shard floats: its slice of every row).
+struct TPSlices {
+  int T = 1;
+  int64_t outer = 1, shard = 0, part = 0;
+  int64_t inWhole(int r, int64_t o) const { return (o * T + r) * shard; }
+  int64_t inMembers(int r, int64_t o) const { return r * part + o * shard; }
+};
+/// The layout of kernel `c` (a gather or a scatter) over T ranks; errors
+/// name the kernel.
+Expected<TPSlices> tpSlices(const KernelCall &c, int T);
 
 } // namespace pipeforge::rt
 

@@ -107,27 +107,37 @@ void sliceTensorParallel(const Param &p, int T, int tpIndex, const float *whole,
 }
 
 namespace {
-
 int64_t numel(const TensorType *t) { return t ? t->numElements() : 0; }
-
-/// The extents of `t` before, at and after dimension `dim`.
-struct Blocks {
-  int64_t outer = 1, extent = 1, inner = 1;
-};
-Blocks blocksOf(const TensorType &t, int64_t dim) {
-  Blocks b;
-  for (size_t i = 0; i < t.shape.size(); ++i) {
-    if (int64_t(i) < dim)
-      b.outer *= t.shape[i];
-    else if (int64_t(i) == dim)
-      b.extent = t.shape[i];
-    else
-      b.inner *= t.shape[i];
-  }
-  return b;
-}
-
 } // namespace
+
+Expected<TPSlices> tpSlices(const KernelCall &c, int T) {
+  const Kernel &k = *c.kernel;
+  const bool gather = k.op == "tp_all_gather";
+  const TensorType *whole = gather ? c.outTypes[0] : c.inTypes[0];
+  const TensorType *shardT = gather ? c.inTypes[0] : c.outTypes[0];
+  if (!whole || !shardT)
+    return Status::error("kernel '" + k.op + "': missing operand");
+  const int64_t dim = ops::attrInt(k, "dim", 0);
+  int64_t outer = 1, extent = 1, inner = 1;
+  for (size_t i = 0; i < whole->shape.size(); ++i)
+    (int64_t(i) < dim ? outer : int64_t(i) == dim ? extent : inner) *=
+        whole->shape[i];
+  if (T < 1 || extent % T)
+    return Status::error("kernel '" + k.op + "': dimension " +
+                         std::to_string(dim) + " (" + std::to_string(extent) +
+                         ") does not split over " + std::to_string(T) +
+                         " ranks");
+  TPSlices l;
+  l.T = T;
+  l.outer = outer;
+  l.shard = extent / T * inner;
+  l.part = outer * l.shard;
+  if (shardT->numElements() != l.part)
+    return Status::error("kernel '" + k.op + "': the shard has " +
+                         std::to_string(shardT->numElements()) +
+                         " elements, expected " + std::to_string(l.part));
+  return l;
+}
 
 /// One TP kernel on host buffers (`c` points at host memory).
 Status runTensorParallelKernel(const KernelCall &c, Transport &tr) {
@@ -154,44 +164,27 @@ Status runTensorParallelKernel(const KernelCall &c, Transport &tr) {
   }
 
   if (k.op == "tp_all_gather" || k.op == "tp_reduce_scatter") {
-    bool gather = k.op == "tp_all_gather";
-    int64_t dim = ops::attrInt(k, "dim", 0);
-    // Blocks of the whole tensor (the gather's result, the scatter's input).
-    Blocks w = blocksOf(gather ? *c.outTypes[0] : *c.inTypes[0], dim);
-    int64_t shard = w.extent / T * w.inner; // one rank's part of one row
-    std::vector<std::vector<float>> send(static_cast<size_t>(T)), recv;
-    for (int r = 0; r < T; ++r) {
-      std::vector<float> &s = send[size_t(r)];
-      if (gather) { // everyone gets this rank's shard
-        s.assign(x, x + n);
-      } else { // rank r gets slice r of every row of this rank's partial
-        s.resize(size_t(w.outer * shard));
-        for (int64_t o = 0; o < w.outer; ++o)
-          std::memcpy(s.data() + o * shard, x + (o * T + r) * shard,
-                      size_t(shard) * 4);
-      }
-    }
-    if (Status s = tr.allToAll(send, recv, Group::Tensor); !s)
-      return s;
-    if (recv.size() != size_t(T))
-      return err("the all-to-all returned " + std::to_string(recv.size()) +
-                 " parts for a group of " + std::to_string(T));
-    for (int r = 0; r < T; ++r)
-      if (int64_t(recv[size_t(r)].size()) != w.outer * shard)
-        return err("part " + std::to_string(r) + " has the wrong size");
-    if (gather) {
+    auto l = tpSlices(c, T);
+    if (!l)
+      return l.status();
+    // Member-major on the host, then into the tensor's layout (gather), or
+    // the other way (scatter).
+    std::vector<float> mm(size_t(T * l->part));
+    if (k.op == "tp_all_gather") {
+      if (Status s = tr.allGatherHost(x, mm.data(), l->part, Group::Tensor);
+          !s)
+        return s;
       for (int r = 0; r < T; ++r)
-        for (int64_t o = 0; o < w.outer; ++o)
-          std::memcpy(y + (o * T + r) * shard,
-                      recv[size_t(r)].data() + o * shard, size_t(shard) * 4);
-    } else { // sum the ranks' partials of this rank's slice, in rank order
-      int64_t m = w.outer * shard;
-      std::memcpy(y, recv[0].data(), size_t(m) * 4);
-      for (int r = 1; r < T; ++r)
-        for (int64_t i = 0; i < m; ++i)
-          y[i] += recv[size_t(r)][size_t(i)];
+        for (int64_t o = 0; o < l->outer; ++o)
+          std::memcpy(y + l->inWhole(r, o), mm.data() + l->inMembers(r, o),
+                      size_t(l->shard) * 4);
+      return Status::ok();
     }
-    return Status::ok();
+    for (int r = 0; r < T; ++r)
+      for (int64_t o = 0; o < l->outer; ++o)
+        std::memcpy(mm.data() + l->inMembers(r, o), x + l->inWhole(r, o),
+                    size_t(l->shard) * 4);
+    return tr.reduceScatterHost(mm.data(), y, l->part, Group::Tensor);
   }
 
   if (k.op == "vocab_parallel_cross_entropy" ||

@@ -164,6 +164,10 @@ public:
                                  Group g);
   virtual Status reduceScatterDevice(const float *in, float *out, int64_t n,
                                      Group g);
+  /// The same two on host memory, through allToAll (the reduce-scatter
+  /// sums in member order): the staged path and the defaults above.
+  Status allGatherHost(const float *in, float *out, int64_t n, Group g);
+  Status reduceScatterHost(const float *in, float *out, int64_t n, Group g);
   /// In-place buf = buf + peer's buf (pipeline peer), both sides get the
   /// same bits (DualPipe GradReduce).
   virtual Status pairwiseSum(int peer, float *buf, int64_t n) = 0;
@@ -225,36 +229,30 @@ inline Status Transport::allreduceDevice(float *buf, int64_t n, Group g) {
   return allreduce(hostAddress(buf), n, g);
 }
 
-inline Status Transport::allGatherDevice(const float *in, float *out, int64_t n,
-                                  Group g) {
-  if (!hostAddress)
-    return noDeviceCollectives("all-gather");
-  in = hostAddress(in);
-  out = hostAddress(out);
-  if (g != Group::Tensor)
-    return Status::error("a device all-gather runs over the tensor group");
-  const int T = tpSize();
-  std::vector<std::vector<float>> send(size_t(T), std::vector<float>(in, in + n)),
+inline Status Transport::allGatherHost(const float *in, float *out, int64_t n,
+                                       Group g) {
+  const int T = g == Group::Tensor ? tpSize() : 0;
+  if (T < 1)
+    return Status::error("an all-gather runs over the tensor group");
+  std::vector<std::vector<float>> send(static_cast<size_t>(T),
+                                       std::vector<float>(in, in + n)),
       recv;
   if (Status s = allToAll(send, recv, g); !s)
     return s;
   for (int r = 0; r < T; ++r) {
     if (recv.size() != size_t(T) || int64_t(recv[size_t(r)].size()) != n)
-      return Status::error("device all-gather: a member sent the wrong size");
+      return Status::error("all-gather: member " + std::to_string(r) +
+                           " sent the wrong size");
     std::memcpy(out + r * n, recv[size_t(r)].data(), size_t(n) * 4);
   }
   return Status::ok();
 }
 
-inline Status Transport::reduceScatterDevice(const float *in, float *out, int64_t n,
-                                      Group g) {
-  if (!hostAddress)
-    return noDeviceCollectives("reduce-scatter");
-  in = hostAddress(in);
-  out = hostAddress(out);
-  if (g != Group::Tensor)
-    return Status::error("a device reduce-scatter runs over the tensor group");
-  const int T = tpSize();
+inline Status Transport::reduceScatterHost(const float *in, float *out,
+                                           int64_t n, Group g) {
+  const int T = g == Group::Tensor ? tpSize() : 0;
+  if (T < 1)
+    return Status::error("a reduce-scatter runs over the tensor group");
   std::vector<std::vector<float>> send(static_cast<size_t>(T)), recv;
   for (int r = 0; r < T; ++r)
     send[size_t(r)].assign(in + r * n, in + (r + 1) * n);
@@ -262,8 +260,8 @@ inline Status Transport::reduceScatterDevice(const float *in, float *out, int64_
     return s;
   for (int r = 0; r < T; ++r)
     if (recv.size() != size_t(T) || int64_t(recv[size_t(r)].size()) != n)
-      return Status::error("device reduce-scatter: a member sent the wrong "
-                           "size");
+      return Status::error("reduce-scatter: member " + std::to_string(r) +
+                           " sent the wrong size");
   std::memcpy(out, recv[0].data(), size_t(n) * 4);
   for (int r = 1; r < T; ++r)
     for (int64_t i = 0; i < n; ++i)
@@ -271,6 +269,19 @@ inline Status Transport::reduceScatterDevice(const float *in, float *out, int64_
   return Status::ok();
 }
 
+inline Status Transport::allGatherDevice(const float *in, float *out,
+                                         int64_t n, Group g) {
+  if (!hostAddress)
+    return noDeviceCollectives("all-gather");
+  return allGatherHost(hostAddress(in), hostAddress(out), n, g);
+}
+
+inline Status Transport::reduceScatterDevice(const float *in, float *out,
+                                             int64_t n, Group g) {
+  if (!hostAddress)
+    return noDeviceCollectives("reduce-scatter");
+  return reduceScatterHost(hostAddress(in), hostAddress(out), n, g);
+}
 
 /// One process: P = dp = 1.
 std::unique_ptr<Transport> createLocalTransport();
