@@ -1,5 +1,4 @@
-//===- Planner.cpp - The sweep over parallel setups
-//------------------------===//
+//===- Planner.cpp - The sweep over parallel setups -----------------------===//
 //
 // Per setup: time each layer on one tensor-parallel rank (a roofline of its
 // FLOPs / t and the bytes it moves, plus its tensor-parallel all-reduces and
@@ -77,6 +76,8 @@ std::string setupSuffix(const Candidate &c) {
   std::string out;
   if (c.tp > 1)
     out += " tp=" + fmtInt(c.tp);
+  if (c.ep > 1)
+    out += " ep=" + fmtInt(c.ep);
   if (c.recompute != Recompute::None)
     out += std::string(" recompute=") + recomputeName(c.recompute);
   if (c.zero)
@@ -135,6 +136,23 @@ Status plan::checkTensorDegree(const ModelCosts &model, const Cluster &cluster,
   return Status::ok();
 }
 
+Status plan::checkExpertDegree(const ModelCosts &model, int e, int d) {
+  const std::string ep = "ep=" + fmtInt(e);
+  if (e < 1)
+    return Status::error(ep + ": the expert-parallel degree must be >= 1");
+  if (e == 1)
+    return Status::ok();
+  if (model.shape.experts <= 0)
+    return Status::error(ep + ": the model has no mixture-of-experts layers");
+  if (model.shape.experts % e != 0)
+    return Status::error(ep + ": does not divide the experts per layer (" +
+                         fmtInt(model.shape.experts) + ")");
+  if (d % e != 0)
+    return Status::error(ep + ": does not divide the " + fmtInt(d) +
+                         " data-parallel ranks (an expert group is e of them)");
+  return Status::ok();
+}
+
 namespace {
 /// One layer as a tensor-parallel rank runs it for a microbatch of b
 /// sequences under a recomputation policy. Times in seconds, memory in
@@ -142,11 +160,12 @@ namespace {
 struct LayerRun {
   double f = 0, b = 0, w = 0; ///< compute (roofline) of F, B, W
   double tpF = 0, tpB = 0;    ///< tensor-parallel all-reduces in F and B
+  double epF = 0, epB = 0;    ///< expert all-to-alls in F and B
   double rc = 0;              ///< forward work recomputed in B
   double memB = 0;            ///< kept from F until B (M_B)
   double memBFull = 0;        ///< what F produces for B (without recompute)
   double memW = 0;            ///< kept from B until W (M_W)
-  double total() const { return f + b + w + tpF + tpB + rc; }
+  double total() const { return f + b + w + tpF + tpB + epF + epB + rc; }
 };
 
 /// Time of the roofline: compute at peak x efficiency, or moving `bytes`
@@ -158,9 +177,12 @@ double roofline(double flops, double bytes, double rate, double memBw) {
 /// Per-layer times and memory of the whole model on one tensor-parallel rank
 /// (docs/planner.md, "Searching tensor parallelism, recomputation and
 /// ZeRO-1").
+/// `allToAll(bytes)`: the time of one expert all-to-all in which a rank
+/// sends `bytes` (its share of the routed rows, all destinations).
 std::vector<LayerRun> layerRuns(const ModelCosts &model, const Cluster &cl,
-                                const PlanOptions &opts, int t, Recompute rc,
-                                int b) {
+                                const PlanOptions &opts, int t, int e,
+                                Recompute rc, int b,
+                                const std::function<double(double)> &allToAll) {
   const double rate = cl.flopsPerSecond();
   const double memBw = cl.memoryBytesPerSecond();
   const double intraBw = cl.intraNodeGBps * 1e9;
@@ -174,9 +196,14 @@ std::vector<LayerRun> layerRuns(const ModelCosts &model, const Cluster &cl,
     LayerRun r;
     // Tensor parallelism divides the FLOPs, the parameters and (roughly:
     // exactly with sequence parallelism) the activations by t.
-    const double weights = lc.kind == LayerKind::Embedding
-                               ? 0 // a gather reads only the rows it needs
-                               : lc.params * opts.weightBytesPerParam / t;
+    // Expert parallelism divides the routed experts' weights by e (each
+    // rank runs its experts on the rows every rank of the group sends it).
+    const double expert = std::min(lc.expertParams, lc.params);
+    const double weights =
+        lc.kind == LayerKind::Embedding
+            ? 0 // a gather reads only the rows it needs
+            : ((lc.params - expert) / t + expert / (double(t) * e)) *
+                  opts.weightBytesPerParam;
     // What a compiled stage keeps: no score matrix (the GPU backend's
     // attention, as FlashAttention, computes Q K^T again in B, half the
     // core's forward) and no dropout masks.
@@ -203,6 +230,11 @@ std::vector<LayerRun> layerRuns(const ModelCosts &model, const Cluster &cl,
     case LayerKind::Other:
       break;
     }
+    // Dispatch and combine in F; their gradients (combine, then dispatch)
+    // in B. With sequence parallelism a tensor-parallel rank routes its 1/t
+    // of the tokens.
+    if (e > 1 && lc.routedBytes > 0)
+      r.epF = r.epB = 2 * allToAll(b * lc.routedBytes / t);
     r.memBFull = b * stash / t;
     r.memW = b * std::min(lc.weightStashBytes, stash) / t;
     // The runtime's policies (--pp-recompute): selective drops the stashed
@@ -217,6 +249,7 @@ std::vector<LayerRun> layerRuns(const ModelCosts &model, const Cluster &cl,
     } else if (block && rc == Recompute::Full) {
       kept = lc.hiddenBytes > 0 ? std::min(lc.hiddenBytes, stash) : stash;
       r.rc = r.f + r.tpF;
+      r.epB += r.epF; // the forward's all-to-alls again
     }
     r.memB = b * kept / t;
     out.push_back(r);
@@ -234,7 +267,7 @@ std::vector<LayerRun> layerRuns(const ModelCosts &model, const Cluster &cl,
 static Expected<std::vector<Candidate>>
 evaluateZeros(const ModelCosts &model, const Cluster &cluster,
               const PlanOptions &opts, ScheduleKind kind, int pp, int b,
-              Layout layout, int t, Recompute recompute,
+              Layout layout, int t, int e, Recompute recompute,
               const std::vector<int> &zeros,
               double pruneAbove = std::numeric_limits<double>::infinity()) {
   const int L = static_cast<int>(model.layers.size());
@@ -250,6 +283,9 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
   if (b < 1)
     return Status::error("microbatch size must be >= 1");
   const int d = cluster.gpus / (pp * t);
+  if (Status st = checkExpertDegree(model, e, d); !st)
+    return st;
+  const int dE = d / e; // replicas of an expert shard
   if (opts.globalBatch < 1 || opts.globalBatch % (int64_t(d) * b) != 0)
     return Status::error(
         "global batch " + fmtInt(opts.globalBatch) +
@@ -273,9 +309,93 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
       std::max(0.0, opts.stateBytesPerParam - opts.weightBytesPerParam -
                         opts.gradStateBytesPerParam);
 
+  // Links. Tensor-parallel groups fill nodes first (tensor index fastest in
+  // the GPU numbering), so pipelines and replicas see nodes of
+  // GPUs-per-node / t. The d data-parallel ranks are (replica, expert)
+  // pairs, numbered as the runtime's rank layouts do (docs/multi-node.md):
+  // pp-in-node ((replica x e + expert) x p + pipeline) x t + tensor,
+  // dp-in-node ((pipeline x e + expert) x d/e + replica) x t + tensor.
+  const bool multiNode = cluster.gpus > cluster.gpusPerNode;
+  const int nodeSize = std::max(1, cluster.gpusPerNode / t);
+  // How many of `count` ranks `spacing` GPUs apart share a node.
+  auto perNode = [&](int64_t spacing, int count) {
+    if (!multiNode)
+      return count;
+    return spacing >= cluster.gpusPerNode
+               ? 1
+               : std::min<int>(count, int(cluster.gpusPerNode / spacing));
+  };
+  Candidate c;
+  c.kind = kind;
+  c.schedule = name;
+  c.pp = pp;
+  c.dp = d;
+  c.tp = t;
+  c.ep = e;
+  c.recompute = recompute;
+  c.microbatchSize = b;
+  c.microbatches = m;
+  c.stages = S;
+  c.layout = layout;
+  int epLocal = e, expertReplicasLocal = dE;
+  if (multiNode) {
+    if (layout == Layout::PipelineInNode) {
+      c.ppInterNode = pp > nodeSize;
+      c.dpInterNode = d > 1;
+      epLocal = perNode(int64_t(pp) * t, e);
+      expertReplicasLocal = perNode(int64_t(pp) * t * e, dE);
+    } else {
+      c.dpInterNode = d > nodeSize;
+      c.ppInterNode = pp > 1;
+      epLocal = perNode(int64_t(dE) * t, e);
+      expertReplicasLocal = perNode(t, dE);
+    }
+  }
+  c.epInterNode = epLocal < e;
+  const double intraBw = cluster.intraNodeGBps * 1e9;
+  const double interBw = cluster.interNodeGBps * 1e9;
+  const double ppBw = c.ppInterNode ? interBw : intraBw;
+  const double dpBw = c.dpInterNode ? interBw : intraBw;
+  const double expertDpBw = expertReplicasLocal < dE ? interBw : intraBw;
+  // An all-to-all over the expert group: of what a rank sends, (local - 1)
+  // / e goes over NVLink and (e - local) / e over the network, at once.
+  auto allToAll = [&](double bytes) {
+    double intra = bytes * (epLocal - 1) / e / intraBw;
+    double inter = epLocal < e ? bytes * (e - epLocal) / e / interBw : 0;
+    return std::max(intra, inter);
+  };
+
   // Per-layer times on one tensor-parallel rank, and the optimal cut of
   // their sum into S stages.
-  std::vector<LayerRun> runs = layerRuns(model, cluster, opts, t, recompute, b);
+  std::vector<LayerRun> runs =
+      layerRuns(model, cluster, opts, t, e, recompute, b, allToAll);
+  if (e > 1 &&
+      (kind == ScheduleKind::DualPipe || kind == ScheduleKind::DualPipeV)) {
+    // DualPipe's overlapped F&B pairs run one microbatch's all-to-alls
+    // while the other computes: in a pair only what exceeds the pair's
+    // compute stays exposed. The pairs are the steady phase (step 4): per
+    // direction C/2 - p + h + 1 of a rank's C/2 forwards (DualPipeV: C - 2p
+    // + h + 1 of C), h the rank's distance from the end, averaged over the
+    // ranks; warm-up and drain run unpaired.
+    double pairs, passes;
+    if (kind == ScheduleKind::DualPipe) {
+      passes = m / 2.0;
+      pairs = passes - pp + 1 + (pp / 2.0 - 1) / 2;
+    } else {
+      passes = m;
+      pairs = passes - 2.0 * pp + 1 + (pp - 1) / 2.0;
+    }
+    const double overlapped = std::clamp(pairs / passes, 0.0, 1.0);
+    for (LayerRun &r : runs) {
+      const double a2a = r.epF + r.epB;
+      if (a2a <= 0)
+        continue;
+      const double excess = std::max(0.0, a2a - (r.f + r.b + r.w + r.rc));
+      const double keep = (1 - overlapped) + overlapped * excess / a2a;
+      r.epF *= keep;
+      r.epB *= keep;
+    }
+  }
   std::vector<double> layerTime;
   layerTime.reserve(L);
   for (const LayerRun &r : runs)
@@ -283,59 +403,49 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
   auto cut = partition::partitionBalanced(layerTime, S);
   if (!cut)
     return cut.status();
-
-  // Links. Tensor-parallel groups fill nodes first (tensor index fastest in
-  // the GPU numbering), so pipelines and replicas see nodes of
-  // GPUs-per-node / t.
-  const bool multiNode = cluster.gpus > cluster.gpusPerNode;
-  const int nodeSize = std::max(1, cluster.gpusPerNode / t);
-  Candidate c;
-  c.kind = kind;
-  c.schedule = name;
-  c.pp = pp;
-  c.dp = d;
-  c.tp = t;
-  c.recompute = recompute;
-  c.microbatchSize = b;
-  c.microbatches = m;
-  c.stages = S;
-  c.layout = layout;
   c.layerSplit = cut->sizes;
-  if (multiNode) {
-    if (layout == Layout::PipelineInNode) {
-      c.ppInterNode = pp > nodeSize;
-      c.dpInterNode = d > 1;
-    } else {
-      c.dpInterNode = d > nodeSize;
-      c.ppInterNode = pp > 1;
-    }
-  }
-  const double ppBw =
-      (c.ppInterNode ? cluster.interNodeGBps : cluster.intraNodeGBps) * 1e9;
-  const double dpBw =
-      (c.dpInterNode ? cluster.interNodeGBps : cluster.intraNodeGBps) * 1e9;
+
+  // Model state bytes of `dense` replicated and `experts` expert-shard
+  // parameters: weights and gradients, and the optimizer state (ZeRO-1:
+  // sharded over the replicas of each).
+  auto optimizerBytes = [&](double dense, double experts, int zero) {
+    return optimizerPerParam *
+           (dense / (zero ? d : 1) + experts / (zero ? dE : 1));
+  };
+  auto stateBytes = [&](double dense, double experts, int zero) {
+    return (dense + experts) *
+               (opts.weightBytesPerParam + opts.gradStateBytesPerParam) +
+           optimizerBytes(dense, experts, zero);
+  };
 
   // Stage costs (per microbatch of b sequences, per tensor-parallel rank).
   sched::CostModel cost;
-  std::vector<double> stageParams(S, 0);
-  double maxBoundary = 0, computeSum = 0, tpSum = 0, rcSum = 0;
+  // Parameters per stage on one rank: the dense ones (replicated over the
+  // d ranks) and the expert shards (replicated over d / e).
+  std::vector<double> stageParams(S, 0), stageExperts(S, 0);
+  double maxBoundary = 0, computeSum = 0, tpSum = 0, epSum = 0, rcSum = 0;
   double transient = 0; // largest rematerialisation during one B
   for (int s = 0; s < S; ++s) {
-    double f = 0, bi = 0, w = 0, mb = 0, mbFull = 0, mw = 0, params = 0;
+    double f = 0, bi = 0, w = 0, mb = 0, mbFull = 0, mw = 0, params = 0,
+           experts = 0;
     int first = cut->firstLayer(s);
     for (int l = first; l < first + cut->sizes[s]; ++l) {
       const LayerRun &r = runs[l];
-      f += r.f + r.tpF;
-      bi += r.b + r.tpB + r.rc;
+      f += r.f + r.tpF + r.epF;
+      bi += r.b + r.tpB + r.epB + r.rc;
       w += r.w;
       mb += r.memB;
       mbFull += r.memBFull;
       mw += r.memW;
       computeSum += r.f + r.b + r.w;
       tpSum += r.tpF + r.tpB;
+      epSum += r.epF + r.epB;
       rcSum += r.rc;
       transient = std::max(transient, r.memBFull - r.memB);
-      params += model.layers[l].params / t;
+      const LayerCost &lc = model.layers[l];
+      const double expert = std::min(lc.expertParams, lc.params);
+      params += (lc.params - expert) / t;
+      experts += expert / (double(t) * e);
     }
     cost.tfStage.push_back(f);
     cost.tbStage.push_back(bi);
@@ -344,7 +454,8 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
     // W keeps M_W; with recomputation B rebuilds it (B then allocates
     // M_W - M_B when that is positive).
     cost.memWStage.push_back(std::min(mw, mbFull));
-    stageParams[s] = params;
+    stageParams[s] = params + experts;
+    stageExperts[s] = experts;
     // With sequence parallelism each tensor-parallel rank sends its 1/t of
     // the boundary activation.
     if (s + 1 < S)
@@ -362,23 +473,23 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
       return Status::error("auto: no automatic scheduler is built in");
     // No schedule beats the busiest rank's busy time, and a rank runs at
     // least one stage (and holds at least its parameters).
-    double busiest = 0, maxParams = 0;
+    // The activation budget: what memory leaves after the model state of the
+    // fullest rank (a linear placement).
+    const int zero = zeros.empty() ? 0 : zeros.front();
+    double busiest = 0, maxDense = 0, maxState = 0;
     for (int s = 0; s < S; ++s) {
       busiest = std::max(busiest,
                          cost.tfStage[s] + cost.tbStage[s] + cost.twStage[s]);
-      maxParams = std::max(maxParams, stageParams[s]);
+      maxDense = std::max(maxDense, stageParams[s] - stageExperts[s]);
+      maxState = std::max(maxState, stateBytes(stageParams[s] - stageExperts[s],
+                                               stageExperts[s], zero));
     }
     double bound = m * busiest;
     if (d > 1)
-      bound += 2.0 * (d - 1) / d * maxParams * opts.gradBytesPerParam / dpBw;
+      bound += 2.0 * (d - 1) / d * maxDense * opts.gradBytesPerParam / dpBw;
     if (bound > pruneAbove)
       return std::vector<Candidate>{};
-    // The activation budget: what memory leaves after the model state of the
-    // fullest rank (a linear placement).
-    int zero = zeros.empty() ? 0 : zeros.front();
-    double state = opts.weightBytesPerParam + opts.gradStateBytesPerParam +
-                   optimizerPerParam / (zero ? d : 1);
-    double limit = cluster.usableBytes() - maxParams * state - transient;
+    double limit = cluster.usableBytes() - maxState - transient;
     if (limit <= 0)
       return Status::error("auto: the model state alone exceeds the memory");
     auto s = opts.autoScheduler(pp, m, cost, limit);
@@ -415,16 +526,23 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
     c.dualReduceTime = maxStage * opts.gradBytesPerParam / ppBw;
   }
 
-  // Parameters per rank (every stage it holds).
-  std::vector<double> rankParams(pp, 0);
+  // Parameters per rank (every stage it holds); the gradient all-reduce of
+  // the busiest rank: the dense gradients over d replicas, the expert
+  // shards' over d / e.
+  std::vector<double> rankParams(pp, 0), rankExperts(pp, 0);
   for (int copy = 0; copy < pl.numCopies; ++copy)
-    for (int s = 0; s < S; ++s)
+    for (int s = 0; s < S; ++s) {
       rankParams[pl.rank(copy, s)] += stageParams[s];
-  const double maxRankParams =
-      *std::max_element(rankParams.begin(), rankParams.end());
-  if (d > 1)
+      rankExperts[pl.rank(copy, s)] += stageExperts[s];
+    }
+  auto ring = [&](int n, double params, double bw) {
+    return n > 1 ? 2.0 * (n - 1) / n * params * opts.gradBytesPerParam / bw
+                 : 0.0;
+  };
+  for (int r = 0; r < pp; ++r)
     c.dpTime =
-        2.0 * (d - 1) / d * maxRankParams * opts.gradBytesPerParam / dpBw;
+        std::max(c.dpTime, ring(d, rankParams[r] - rankExperts[r], dpBw) +
+                               ring(dE, rankExperts[r], expertDpBw));
   c.stepTime = c.pipelineTime + c.dualReduceTime + c.dpTime;
   if (c.stepTime > 0) {
     c.tokensPerSecond =
@@ -441,9 +559,11 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
   // busy time adds up to m x the stage sums; averaged over the p ranks.
   c.computeTime = m * computeSum / pp;
   c.tpCommTime = m * tpSum / pp;
+  c.epCommTime = m * epSum / pp;
   c.recomputeTime = m * rcSum / pp;
-  const double idle = std::max(0.0, c.pipelineTime - c.computeTime -
-                                        c.tpCommTime - c.recomputeTime);
+  const double idle =
+      std::max(0.0, c.pipelineTime - c.computeTime - c.tpCommTime -
+                        c.epCommTime - c.recomputeTime);
   if (cost.tcomm > 0) {
     sched::CostModel noComm = cost;
     noComm.tcomm = 0;
@@ -462,10 +582,9 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
   for (int zero : zeros) {
     Candidate z = c;
     z.zero = zero;
-    const double opt = optimizerPerParam / (zero ? d : 1);
     for (int r = 0; r < pp; ++r) {
-      double state = rankParams[r] * (opts.weightBytesPerParam +
-                                      opts.gradStateBytesPerParam + opt);
+      const double dense = rankParams[r] - rankExperts[r];
+      double state = stateBytes(dense, rankExperts[r], zero);
       double act = sim->ranks[r].peakMemory + transient;
       double total = state + act;
       if (total > z.memoryBytes || r == 0) {
@@ -474,7 +593,7 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
         z.activationBytes = act;
         z.weightBytes = rankParams[r] * opts.weightBytesPerParam;
         z.gradBytes = rankParams[r] * opts.gradStateBytesPerParam;
-        z.optimizerBytes = rankParams[r] * opt;
+        z.optimizerBytes = optimizerBytes(dense, rankExperts[r], zero);
       }
     }
     z.fits = z.memoryBytes <= cluster.usableBytes();
@@ -492,7 +611,7 @@ Expected<Candidate> plan::evaluate(const ModelCosts &model,
     return Status::error("ZeRO stage " + fmtInt(setup.zero) +
                          ": only 0 and 1 are modelled");
   auto r = evaluateZeros(model, cluster, opts, kind, pp, b, layout, setup.tp,
-                         setup.recompute, {setup.zero});
+                         setup.ep, setup.recompute, {setup.zero});
   if (!r)
     return r.status();
   return std::move(r->front());
@@ -504,8 +623,8 @@ namespace {
 auto rankKey(const Candidate &c) {
   return std::make_tuple(
       std::llround(c.stepTime * 1e9), std::llround(c.memoryBytes), c.pp, c.tp,
-      c.microbatchSize, static_cast<int>(c.kind), static_cast<int>(c.layout),
-      static_cast<int>(c.recompute), c.zero);
+      c.ep, c.microbatchSize, static_cast<int>(c.kind),
+      static_cast<int>(c.layout), static_cast<int>(c.recompute), c.zero);
 }
 } // namespace
 
@@ -584,7 +703,7 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
   // The automatic scheduler's runs, done after the generators' setups (it
   // costs far more: it is pruned against their times).
   struct AutoRun {
-    int p, b, t;
+    int p, b, t, e;
     Layout lay;
     Recompute rc;
     int zero;
@@ -622,41 +741,60 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
             zeros.push_back(z);
         if (zeros.empty())
           continue;
-        for (int b : sizes) {
-          if (opts.globalBatch % (int64_t(d) * b) != 0) {
-            skipped.insert(
-                "pp=" + fmtInt(p) + " tp=" + fmtInt(t) + " b=" + fmtInt(b) +
-                ": global batch " + fmtInt(opts.globalBatch) +
-                " is not a multiple of dp x b = " + fmtInt(int64_t(d) * b));
-            continue;
-          }
-          // On one rank there is no pipeline: every linear schedule is plain
-          // data parallelism, so only the first one listed is evaluated.
-          bool pureDpDone = false;
-          for (ScheduleKind k : kinds) {
-            if (p == 1) {
-              bool linear =
-                  stagesFor(k, 1, 2) == 1 && k != ScheduleKind::DualPipe;
-              if (!linear || pureDpDone)
-                continue;
-              pureDpDone = true;
-            }
-            for (Layout lay : layouts) {
-              // With p = 1 or d = 1 the layouts coincide.
-              if (lay == Layout::DataInNode && (p == 1 || d == 1))
-                continue;
-              // The automatic scheduler's memory budget depends on the ZeRO
-              // stage: one run each. The generators' schedules are shared.
-              if (k == ScheduleKind::Auto) {
-                for (int z : zeros)
-                  autoRuns.push_back({p, b, t, lay, rc, z});
-                continue;
-              }
-              add(evaluateZeros(model, cluster, opts, k, p, b, lay, t, rc,
-                                zeros));
-            }
+        // Expert-parallel degrees: what the model and d allow.
+        std::vector<int> eps;
+        if (opts.expertDegrees.empty()) {
+          for (int e = 1; e <= d; ++e)
+            if (checkExpertDegree(model, e, d))
+              eps.push_back(e);
+        } else {
+          for (int e : opts.expertDegrees) {
+            if (Status st = checkExpertDegree(model, e, d); !st)
+              skipped.insert("pp=" + fmtInt(p) + " tp=" + fmtInt(t) + " " +
+                             st.message());
+            else
+              eps.push_back(e);
           }
         }
+        for (int e : eps)
+          for (int b : sizes) {
+            if (opts.globalBatch % (int64_t(d) * b) != 0) {
+              skipped.insert(
+                  "pp=" + fmtInt(p) + " tp=" + fmtInt(t) + " b=" + fmtInt(b) +
+                  ": global batch " + fmtInt(opts.globalBatch) +
+                  " is not a multiple of dp x b = " + fmtInt(int64_t(d) * b));
+              continue;
+            }
+            // On one rank there is no pipeline: every linear schedule is plain
+            // data parallelism, so only the first one listed is evaluated.
+            bool pureDpDone = false;
+            for (ScheduleKind k : kinds) {
+              if (p == 1) {
+                bool linear =
+                    stagesFor(k, 1, 2) == 1 && k != ScheduleKind::DualPipe;
+                if (!linear || pureDpDone)
+                  continue;
+                pureDpDone = true;
+              }
+              for (Layout lay : layouts) {
+                // With p = 1 or d = 1 the layouts coincide (unless an expert
+                // group and the replicas of its shards take turns inside
+                // the node).
+                if (lay == Layout::DataInNode &&
+                    ((p == 1 && (e == 1 || e == d)) || d == 1))
+                  continue;
+                // The automatic scheduler's memory budget depends on the ZeRO
+                // stage: one run each. The generators' schedules are shared.
+                if (k == ScheduleKind::Auto) {
+                  for (int z : zeros)
+                    autoRuns.push_back({p, b, t, e, lay, rc, z});
+                  continue;
+                }
+                add(evaluateZeros(model, cluster, opts, k, p, b, lay, t, e, rc,
+                                  zeros));
+              }
+            }
+          }
       }
     }
   }
@@ -677,7 +815,7 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
     }
     for (const AutoRun &a : autoRuns) {
       auto c = evaluateZeros(model, cluster, opts, ScheduleKind::Auto, a.p, a.b,
-                             a.lay, a.t, a.rc, {a.zero}, threshold);
+                             a.lay, a.t, a.e, a.rc, {a.zero}, threshold);
       if (c && c->empty()) {
         ++r.pruned;
         continue;
@@ -755,7 +893,8 @@ bool parseInt(const std::string &text, int min, int &out) {
 } // namespace
 
 Expected<SetupSpec> plan::parseSetup(const std::string &text) {
-  static const char *known = "schedule pp tp dp b recompute zero chunks layout";
+  static const char *known =
+      "schedule pp tp ep dp b recompute zero chunks layout";
   SetupSpec spec;
   std::set<std::string> seen;
   std::vector<std::string> words;
@@ -801,6 +940,8 @@ Expected<SetupSpec> plan::parseSetup(const std::string &text) {
       st = intValue(1, spec.pp);
     } else if (key == "tp") {
       st = intValue(1, spec.tp);
+    } else if (key == "ep") {
+      st = intValue(1, spec.ep);
     } else if (key == "dp") {
       st = intValue(1, spec.dp);
     } else if (key == "b") {
@@ -859,18 +1000,22 @@ Expected<Candidate> evaluateSpec(const ModelCosts &model,
                          " GPUs (dp = GPUs / (pp tp) = " + fmtInt(d) + ")");
   if (spec.zero == 1 && d == 1)
     return Status::error("zero=1 needs data parallelism (dp = 1 here)");
+  if (Status st = checkExpertDegree(model, spec.ep, d); !st)
+    return st;
   PlanOptions o = opts;
   if (spec.chunks > 0)
     o.chunksPerRank = spec.chunks;
   SetupOptions setup;
   setup.tp = spec.tp;
+  setup.ep = spec.ep;
   setup.recompute = spec.recompute;
   setup.zero = spec.zero;
 
   std::vector<Layout> layouts;
   if (spec.hasLayout)
     layouts = {spec.layout};
-  else if (cluster.gpus > cluster.gpusPerNode && spec.pp > 1 && d > 1)
+  else if (cluster.gpus > cluster.gpusPerNode && d > 1 &&
+           (spec.pp > 1 || (spec.ep > 1 && spec.ep < d)))
     layouts = {Layout::PipelineInNode, Layout::DataInNode};
   else
     layouts = {Layout::PipelineInNode};
@@ -983,6 +1128,9 @@ Expected<Explanation> plan::explain(const PlanResult &r,
     why.push_back(
         std::string("schedule ") + c.schedule +
         (opts.schedules.empty() ? " is not swept" : " is not in --schedules"));
+  if (!opts.expertDegrees.empty() && !has(opts.expertDegrees, c.ep))
+    why.push_back("ep=" + fmtInt(c.ep) + " is not in --ep " +
+                  joinInts(opts.expertDegrees));
   if (!opts.recomputePolicies.empty() &&
       !has(opts.recomputePolicies, c.recompute))
     why.push_back(std::string("recompute=") + recomputeName(c.recompute) +
@@ -1013,7 +1161,7 @@ Expected<Explanation> plan::explain(const PlanResult &r,
   // Its place among the ranked setups.
   for (size_t i = 0; i < r.ranked.size(); ++i) {
     const Candidate &x = r.ranked[i];
-    if (x.kind == c.kind && x.pp == c.pp && x.tp == c.tp &&
+    if (x.kind == c.kind && x.pp == c.pp && x.tp == c.tp && x.ep == c.ep &&
         x.recompute == c.recompute && x.zero == c.zero &&
         x.microbatchSize == c.microbatchSize && x.layout == c.layout &&
         x.stages == c.stages) {

@@ -1,4 +1,4 @@
-//===- Report.cpp - The planner's table and JSON ---------------------------===//
+//===- Report.cpp - The planner's table and JSON --------------------------===//
 
 #include "pipeforge/Plan/Planner.h"
 
@@ -78,9 +78,10 @@ std::string timeLines(const Candidate &c, const std::string &timeSuffix) {
                  : (c.ppInterNode ? "inter-node" : "intra-node")) +
       ")" + timeSuffix + "\n";
   out += "  split: compute " + msText(c.computeTime * 1e3) +
-         " ms + recompute " + msText(c.recomputeTime * 1e3) +
-         " ms + TP comm " + msText(c.tpCommTime * 1e3) + " ms + bubble " +
-         msText(c.bubbleTime * 1e3) + " ms + PP comm " +
+         " ms + recompute " + msText(c.recomputeTime * 1e3) + " ms + TP comm " +
+         msText(c.tpCommTime * 1e3) + " ms + " +
+         (c.ep > 1 ? "EP comm " + msText(c.epCommTime * 1e3) + " ms + " : "") +
+         "bubble " + msText(c.bubbleTime * 1e3) + " ms + PP comm " +
          msText(c.ppCommTime * 1e3) + " ms + DP comm " +
          msText(c.dpCommTime * 1e3) + " ms\n";
   return out;
@@ -100,6 +101,8 @@ std::string extrasText(const Candidate &c) {
   std::string out;
   if (c.tp > 1)
     out += fmt(" tp=%d", c.tp);
+  if (c.ep > 1)
+    out += fmt(" ep=%d", c.ep);
   if (c.recompute != Recompute::None)
     out += fmt(", recompute %s", recomputeName(c.recompute));
   if (c.zero)
@@ -126,6 +129,7 @@ json candidateJson(const Candidate &c) {
   j["pp"] = c.pp;
   j["dp"] = c.dp;
   j["tp"] = c.tp;
+  j["ep"] = c.ep;
   j["recompute"] = recomputeName(c.recompute);
   j["zero"] = c.zero;
   j["microbatch_size"] = c.microbatchSize;
@@ -135,6 +139,7 @@ json candidateJson(const Candidate &c) {
   j["layout"] = layoutName(c.layout);
   j["pp_inter_node"] = c.ppInterNode;
   j["dp_inter_node"] = c.dpInterNode;
+  j["ep_inter_node"] = c.epInterNode;
   j["step_time_s"] = c.stepTime;
   j["pipeline_time_s"] = c.pipelineTime;
   j["dp_allreduce_time_s"] = c.dpTime;
@@ -149,8 +154,9 @@ json candidateJson(const Candidate &c) {
   j["mfu"] = c.mfu;
   j["time_split_s"] = {
       {"compute", c.computeTime}, {"recompute", c.recomputeTime},
-      {"tp_comm", c.tpCommTime},  {"bubble", c.bubbleTime},
-      {"pp_comm", c.ppCommTime},  {"dp_comm", c.dpCommTime}};
+      {"tp_comm", c.tpCommTime},  {"ep_comm", c.epCommTime},
+      {"bubble", c.bubbleTime},   {"pp_comm", c.ppCommTime},
+      {"dp_comm", c.dpCommTime}};
   j["memory_split_bytes"] = {{"params", c.weightBytes},
                              {"grads", c.gradBytes},
                              {"optimizer", c.optimizerBytes},
@@ -165,14 +171,15 @@ std::string plan::launchCommands(const Candidate &c, const ModelCosts &m,
   std::string compile =
       "pipeforge-compile " + model + " --schedule " +
       sched::scheduleKindName(c.kind) + " --ranks " + std::to_string(c.pp) +
-      (c.dp > 1 ? " --dp " + std::to_string(c.dp) : "") +
+      (c.dp / c.ep > 1 ? " --dp " + std::to_string(c.dp / c.ep) : "") +
+      (c.ep > 1 ? " --ep " + std::to_string(c.ep) : "") +
       (c.tp > 1 ? " --tp " + std::to_string(c.tp) : "") +
       (c.kind == sched::ScheduleKind::Interleaved
            ? " --chunks " + std::to_string(opts.chunksPerRank)
            : "") +
       " --microbatches " + std::to_string(c.microbatches) +
-      " --microbatch-size " + std::to_string(c.microbatchSize) +
-      " --seq-len " + std::to_string(m.seqLen) +
+      " --microbatch-size " + std::to_string(c.microbatchSize) + " --seq-len " +
+      std::to_string(m.seqLen) +
       (c.recompute == Recompute::Full        ? " --recompute=full"
        : c.recompute == Recompute::Selective ? " --recompute=selective"
                                              : "") +
@@ -194,14 +201,14 @@ std::string plan::launchCommands(const Candidate &c, const ModelCosts &m,
 std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
                               const Cluster &cl, const PlanOptions &opts) {
   std::string out;
-  out += fmt("model %s: %zu layers, %.1fM params%s, seq %lld; global batch "
-             "%lld sequences\n",
-             model.name.c_str(), model.layers.size(), totalParams(model) / 1e6,
-             model.tiedParams > 0
-                 ? fmt(" (+ %.1fM in a tied copy)", model.tiedParams / 1e6)
-                       .c_str()
-                 : "",
-             (long long)model.seqLen, (long long)opts.globalBatch);
+  out +=
+      fmt("model %s: %zu layers, %.1fM params%s, seq %lld; global batch "
+          "%lld sequences\n",
+          model.name.c_str(), model.layers.size(), totalParams(model) / 1e6,
+          model.tiedParams > 0
+              ? fmt(" (+ %.1fM in a tied copy)", model.tiedParams / 1e6).c_str()
+              : "",
+          (long long)model.seqLen, (long long)opts.globalBatch);
   out += fmt("cluster %s: %d GPUs (%d per node), %.6g GiB per GPU "
              "(%.6g reserved), %.6g TFLOP/s x %.2f, %.6g GB/s intra-node, %s, "
              "%.6g GB/s memory\n",
@@ -218,46 +225,56 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
                          r.pruned, std::max(2, opts.topN))
                          .c_str()
                    : "");
-  out += fmt("%3s  %-11s %3s %4s %3s %-4s %4s %3s %5s  %-10s %-14s %10s "
+  // Mixture-of-experts models get an expert-parallel column (ep) and its
+  // all-to-all time (ep_ms); dense models' tables are as before.
+  const bool moe = model.shape.experts > 0;
+  auto epCol = [&](const std::string &text) {
+    return moe ? fmt(" %3s", text.c_str()) : std::string();
+  };
+  auto epMsCol = [&](const std::string &text) {
+    return moe ? fmt(" %9s", text.c_str()) : std::string();
+  };
+  out += fmt("%3s  %-11s %3s %4s %3s%s %-4s %4s %3s %5s  %-10s %-14s %10s "
              "%10s %9s %7s %8s %9s %6s\n",
-             "#", "schedule", "pp", "dp", "tp", "rc", "zero", "b", "m",
-             "layout", "layers", "step_ms", "pipe_ms", "dp_ms", "bubble",
-             "mem_GiB", "tokens/s", "MFU");
+             "#", "schedule", "pp", "dp", "tp", epCol("ep").c_str(), "rc",
+             "zero", "b", "m", "layout", "layers", "step_ms", "pipe_ms",
+             "dp_ms", "bubble", "mem_GiB", "tokens/s", "MFU");
   size_t n = std::min<size_t>(r.ranked.size(), std::max(1, opts.topN));
   for (size_t i = 0; i < n; ++i) {
     const Candidate &c = r.ranked[i];
     std::string split = splitText(c.layerSplit);
     if (split.size() > 14)
       split = split.substr(0, 11) + "...";
-    out += fmt("%3zu  %-11s %3d %4d %3d %-4s %4d %3d %5d  %-10s %-14s %10s "
+    out += fmt("%3zu  %-11s %3d %4d %3d%s %-4s %4d %3d %5d  %-10s %-14s %10s "
                "%10s %9s %6.2f%% %8.2f %9s %5.1f%%\n",
                i + 1, c.schedule.c_str(), c.pp, c.dp, c.tp,
-               recomputeShort(c.recompute), c.zero, c.microbatchSize,
-               c.microbatches, layoutName(c.layout), split.c_str(),
-               msText(c.stepTime * 1e3).c_str(),
+               epCol(std::to_string(c.ep)).c_str(), recomputeShort(c.recompute),
+               c.zero, c.microbatchSize, c.microbatches, layoutName(c.layout),
+               split.c_str(), msText(c.stepTime * 1e3).c_str(),
                msText(c.pipelineTime * 1e3).c_str(),
                msText((c.dpTime + c.dualReduceTime) * 1e3).c_str(),
-               c.bubbleRate * 100,
-               gib(c.memoryBytes), tokensText(c.tokensPerSecond).c_str(),
-               c.mfu * 100);
+               c.bubbleRate * 100, gib(c.memoryBytes),
+               tokensText(c.tokensPerSecond).c_str(), c.mfu * 100);
   }
   // The same setups' step time and memory split.
   if (n > 0) {
-    out += fmt("\n%3s  %10s %10s %9s %9s %9s %9s  %9s %9s %9s %9s\n", "#",
-               "compute_ms", "recomp_ms", "tp_ms", "bubble_ms", "pp_ms",
-               "dp_ms", "param_GiB", "grad_GiB", "optim_GiB", "act_GiB");
+    out += fmt("\n%3s  %10s %10s %9s%s %9s %9s %9s  %9s %9s %9s %9s\n", "#",
+               "compute_ms", "recomp_ms", "tp_ms", epMsCol("ep_ms").c_str(),
+               "bubble_ms", "pp_ms", "dp_ms", "param_GiB", "grad_GiB",
+               "optim_GiB", "act_GiB");
     for (size_t i = 0; i < n; ++i) {
       const Candidate &c = r.ranked[i];
-      out += fmt("%3zu  %10s %10s %9s %9s %9s %9s  %9.2f %9.2f "
-                 "%9.2f %9.2f\n",
-                 i + 1, msText(c.computeTime * 1e3).c_str(),
-                 msText(c.recomputeTime * 1e3).c_str(),
-                 msText(c.tpCommTime * 1e3).c_str(),
-                 msText(c.bubbleTime * 1e3).c_str(),
-                 msText(c.ppCommTime * 1e3).c_str(),
-                 msText(c.dpCommTime * 1e3).c_str(), gib(c.weightBytes),
-                 gib(c.gradBytes),
-                 gib(c.optimizerBytes), gib(c.activationBytes));
+      out +=
+          fmt("%3zu  %10s %10s %9s%s %9s %9s %9s  %9.2f %9.2f "
+              "%9.2f %9.2f\n",
+              i + 1, msText(c.computeTime * 1e3).c_str(),
+              msText(c.recomputeTime * 1e3).c_str(),
+              msText(c.tpCommTime * 1e3).c_str(),
+              epMsCol(msText(c.epCommTime * 1e3)).c_str(),
+              msText(c.bubbleTime * 1e3).c_str(),
+              msText(c.ppCommTime * 1e3).c_str(),
+              msText(c.dpCommTime * 1e3).c_str(), gib(c.weightBytes),
+              gib(c.gradBytes), gib(c.optimizerBytes), gib(c.activationBytes));
     }
   }
   if (r.ranked.empty())
@@ -268,8 +285,7 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
       fmt("recommended: %s: step %s ms, bubble %.2f%%, %.3g GiB per GPU "
           "(of %.3g usable), %s tokens/s, MFU %.1f%%\n",
           setupText(best).c_str(), msText(best.stepTime * 1e3).c_str(),
-          best.bubbleRate * 100,
-          gib(best.memoryBytes), gib(cl.usableBytes()),
+          best.bubbleRate * 100, gib(best.memoryBytes), gib(cl.usableBytes()),
           tokensText(best.tokensPerSecond).c_str(), best.mfu * 100);
   out += timeLines(best, "");
   out +=
@@ -284,8 +300,8 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
   for (size_t i = 1; i < r.ranked.size() && !runnerUp; ++i) {
     const Candidate &c = r.ranked[i];
     if (c.kind != best.kind || c.pp != best.pp || c.tp != best.tp ||
-        c.microbatchSize != best.microbatchSize || c.layout != best.layout ||
-        c.recompute != best.recompute)
+        c.ep != best.ep || c.microbatchSize != best.microbatchSize ||
+        c.layout != best.layout || c.recompute != best.recompute)
       runnerUp = &c;
   }
   if (runnerUp) {
@@ -319,9 +335,9 @@ std::string plan::formatExplain(const Explanation &e, const PlanResult &r,
              c.fits ? ", fits" : ", over memory", c.tokensPerSecond,
              c.mfu * cl.peakTflops, c.mfu * 100);
   out += timeLines(c, e.otherLayoutStepTime > 0
-                         ? "; the other layout: step " +
-                               msText(e.otherLayoutStepTime * 1e3) + " ms"
-                         : "");
+                          ? "; the other layout: step " +
+                                msText(e.otherLayoutStepTime * 1e3) + " ms"
+                          : "");
   out += fmt(
       "  memory: %.3g GiB model state + %.3g GiB peak activations "
       "(params %.3g + grads %.3g + optimizer %.3g GiB); layers per stage %s\n",
@@ -352,15 +368,15 @@ std::string plan::formatExplain(const Explanation &e, const PlanResult &r,
     if (e.rank == 1)
       out += "  it is the recommendation\n";
     else
-      out += fmt("  recommendation: %s: step %.6g ms, %.3g GiB per GPU, "
-                 "%s tokens/s, MFU %.1f%%: %.4gx the explained setup's "
-                 "throughput (step %.2f%% %s)\n",
-                 setupText(best).c_str(), best.stepTime * 1e3,
-                 gib(best.memoryBytes), tokensText(best.tokensPerSecond).c_str(),
-                 best.mfu * 100,
-                 c.stepTime / best.stepTime,
-                 std::abs(1 - best.stepTime / c.stepTime) * 100,
-                 best.stepTime <= c.stepTime ? "shorter" : "longer");
+      out +=
+          fmt("  recommendation: %s: step %.6g ms, %.3g GiB per GPU, "
+              "%s tokens/s, MFU %.1f%%: %.4gx the explained setup's "
+              "throughput (step %.2f%% %s)\n",
+              setupText(best).c_str(), best.stepTime * 1e3,
+              gib(best.memoryBytes), tokensText(best.tokensPerSecond).c_str(),
+              best.mfu * 100, c.stepTime / best.stepTime,
+              std::abs(1 - best.stepTime / c.stepTime) * 100,
+              best.stepTime <= c.stepTime ? "shorter" : "longer");
   }
   return out;
 }

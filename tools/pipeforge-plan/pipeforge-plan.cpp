@@ -1,10 +1,10 @@
-//===- pipeforge-plan.cpp - Recommend a parallel setup for a cluster
-//-------===//
+//===- pipeforge-plan.cpp - Recommend a parallel setup --------------------===//
 //
 //   pipeforge-plan examples/gpt2-small.json --cluster
 //   examples/clusters/8xh100.json \
 //       --global-batch 64 [--seq-len 1024] [--microbatch-sizes 1,2,4,8] \
-//       [--schedules 1f1b,zbv] [--tp 1,2] [--recompute none,full] [--zero 0,1]
+//       [--schedules 1f1b,zbv] [--tp 1,2] [--ep 1,8] [--recompute none,full]
+//       [--zero 0,1]
 //       [--top 5] [--format table|json] [-o FILE]
 //       [--explain "schedule=interleaved pp=8 tp=8 b=1 recompute=full zero=1"]
 //
@@ -41,6 +41,7 @@
 #include "llvm/Support/WithColor.h"
 
 #include <map>
+#include <numeric>
 
 using namespace llvm;
 using namespace pipeforge;
@@ -83,6 +84,12 @@ static cl::opt<std::string>
                     "of the GPUs per node that divides the heads, KV heads, "
                     "MLP width, vocabulary and sequence)"),
            cl::init(""), cl::cat(cat));
+static cl::opt<std::string>
+    epList("ep",
+           cl::desc("Expert-parallel degrees to try (default: every divisor "
+                    "of the data-parallel degree that divides every moe "
+                    "layer's experts; 1 for a dense model)"),
+           cl::init(""), cl::cat(cat));
 static cl::opt<std::string> recomputeList(
     "recompute",
     cl::desc("Recomputation policies to try, comma separated: none, "
@@ -120,7 +127,7 @@ static cl::opt<std::string> explainSetup(
     "explain",
     cl::desc("Also evaluate this setup and show its rank, e.g. "
              "\"schedule=interleaved pp=8 tp=8 b=1 recompute=full zero=1 "
-             "chunks=2\" (keys: schedule pp tp dp b recompute zero chunks "
+             "chunks=2\" (keys: schedule pp tp ep dp b recompute zero chunks "
              "layout)"),
     cl::value_desc("setup"), cl::init(""), cl::cat(cat));
 static cl::opt<double> fitThroughput(
@@ -157,9 +164,9 @@ static std::optional<std::vector<int>> parseIntList(StringRef text,
 /// What tensor parallelism and recomputation need beyond the cost sums: the
 /// kind of each layer (embedding, transformer block: one with attention,
 /// head: one with the loss), the model's heads, KV heads, hidden size, MLP
-/// width and vocabulary, and per block the attention core's FLOPs. An IR that is already
-/// tensor-parallel leaves the shape unknown (the planner then only tries
-/// t = 1).
+/// width and vocabulary, and per block the attention core's FLOPs. An IR that
+/// is already tensor-parallel leaves the shape unknown (the planner then only
+/// tries t = 1).
 static void describeLayers(mlir::func::FuncOp func,
                            const std::vector<int64_t> &ids,
                            plan::ModelCosts &model, double perSeq) {
@@ -200,7 +207,23 @@ static void describeLayers(mlir::func::FuncOp func,
       auto t = cast<mlir::RankedTensorType>(op->getResult(0).getType());
       shape.ffn = t.getShape().back();
     } else if (auto moe = dyn_cast<nn::MoEOp>(op)) {
-      shape.ffn = moe.getW1().getType().getDimSize(1);
+      auto w1 = moe.getW1().getType();
+      auto x = cast<mlir::RankedTensorType>(moe.getInput().getType());
+      if (!w1.hasStaticShape() || !x.hasStaticShape())
+        return;
+      shape.ffn = w1.getDimSize(1);
+      shape.experts = std::gcd(shape.experts, moe.getNumExperts());
+      // The routed experts' weights, sharded by expert parallelism.
+      for (mlir::Value w : {moe.getW1(), moe.getW2(), moe.getW3()})
+        if (w)
+          lc.expertParams += double(
+              cast<mlir::RankedTensorType>(w.getType()).getNumElements());
+      // Each token's hidden row goes to top_k experts: one all-to-all moves
+      // tokens x top_k rows.
+      const double hidden = double(x.getShape().back());
+      const double tokens = double(x.getNumElements()) / hidden * perSeq;
+      lc.routedBytes +=
+          tokens * double(moe.getTopK()) * hidden * double(bytesPerElement);
     }
   });
   if (sharded)
@@ -246,8 +269,8 @@ static Expected<plan::ModelCosts> costsOf(mlir::ModuleOp module,
   // The importer's name for the model (its config file's stem) where the IR
   // carries it: a model piped in from pipeforge-import keeps its name.
   auto named = func->getAttrOfType<mlir::StringAttr>(attrs::kModelName);
-  model.name = named && !named.getValue().empty() ? named.getValue().str()
-                                                  : name.str();
+  model.name =
+      named && !named.getValue().empty() ? named.getValue().str() : name.str();
   model.seqLen = seq;
   for (size_t i = 0; i < layers->ids.size(); ++i) {
     const nn::CostSum &c = layers->layers[i];
@@ -308,6 +331,12 @@ int main(int argc, char **argv) {
     if (!tps)
       return fail("--tp: expected positive integers separated by commas");
     opts.tensorDegrees = *tps;
+  }
+  if (!epList.empty()) {
+    auto eps = parseIntList(epList);
+    if (!eps)
+      return fail("--ep: expected positive integers separated by commas");
+    opts.expertDegrees = *eps;
   }
   if (!recomputeList.empty()) {
     SmallVector<StringRef> parts;

@@ -7,6 +7,8 @@
 //
 //   tensor-parallel degree t (a divisor of the GPUs per node that the
 //   model's heads, KV heads, MLP width, vocabulary and sequence allow),
+//   expert-parallel degree e (mixture-of-experts models: a divisor of d
+//   and of every moe layer's experts),
 //   activation recomputation (none, selective, full),
 //   optimizer sharding (ZeRO stage 0 or 1),
 //   pipeline degree p (a divisor of GPUs / t, at most the layers),
@@ -72,6 +74,13 @@ struct LayerCost {
   /// outputs of norms, activations and dropout whose inputs stay), as
   /// --pp-recompute=policy=selective does.
   double selectiveBytes = 0;
+  /// Of `params`: the routed experts' weights (nn.moe's w1, w2, w3), which
+  /// expert parallelism shards over the e ranks of an expert group.
+  double expertParams = 0;
+  /// Bytes of the token rows one all-to-all of this layer moves for one
+  /// sequence (tokens x top_k x hidden x bytes per element): the dispatch
+  /// to the experts' ranks, and the combine back, each, in F and in B.
+  double routedBytes = 0;
 
   double totalFlops() const {
     return fwdFlops + bwdInputFlops + bwdWeightFlops;
@@ -86,6 +95,9 @@ struct ModelShape {
   int64_t heads = 0, kvHeads = 0; ///< attention heads, key/value heads
   int64_t ffn = 0;                ///< MLP (intermediate) width
   int64_t vocab = 0;
+  /// Routed experts per moe layer (the gcd over the layers, which every
+  /// expert-parallel degree must divide); 0: a dense model.
+  int64_t experts = 0;
 };
 
 struct ModelCosts {
@@ -165,6 +177,10 @@ struct SetupOptions {
   int tp = 1;                            ///< tensor-parallel degree t
   Recompute recompute = Recompute::None; ///< activation recomputation
   int zero = 0; ///< 1: the optimizer state is sharded over the d replicas
+  /// Expert-parallel degree e: the experts of every moe layer are split
+  /// over e of the d data-parallel ranks (which stay data-parallel for the
+  /// rest of the model).
+  int ep = 1;
 };
 
 /// Why tensor-parallel degree `t` cannot run `model` on `cluster` (ok when
@@ -174,6 +190,12 @@ struct SetupOptions {
 /// (sequence parallelism).
 Status checkTensorDegree(const ModelCosts &model, const Cluster &cluster,
                          int t);
+
+/// Why expert-parallel degree `e` cannot run `model` with `d` data-parallel
+/// ranks (ok when it can): e must divide d (an expert group is e of the
+/// data-parallel ranks) and every moe layer's expert count; a dense model
+/// only runs with e = 1.
+Status checkExpertDegree(const ModelCosts &model, int e, int d);
 
 struct PlanOptions {
   int64_t globalBatch = 0; ///< sequences per step
@@ -196,6 +218,9 @@ struct PlanOptions {
   /// Tensor-parallel degrees to try; empty means every degree
   /// checkTensorDegree allows (1 always).
   std::vector<int> tensorDegrees;
+  /// Expert-parallel degrees to try; empty means every degree
+  /// checkExpertDegree allows (1 for a dense model).
+  std::vector<int> expertDegrees;
   /// Recomputation policies to try; empty means all three.
   std::vector<Recompute> recomputePolicies;
   /// ZeRO stages to try (0, 1); empty means both (1 only with d > 1, where
@@ -229,6 +254,7 @@ struct Candidate {
   std::string schedule; ///< its name, e.g. "zb-h1"
   int pp = 1, dp = 1;   ///< pipeline and data-parallel degree
   int tp = 1;           ///< tensor-parallel degree
+  int ep = 1;           ///< expert-parallel degree (of the dp ranks)
   Recompute recompute = Recompute::None;
   int zero = 0;           ///< ZeRO stage (0 or 1)
   int microbatchSize = 1; ///< b
@@ -237,10 +263,11 @@ struct Candidate {
   Layout layout = Layout::PipelineInNode;
   bool ppInterNode = false;    ///< pipeline hops cross nodes
   bool dpInterNode = false;    ///< the data-parallel ring crosses nodes
+  bool epInterNode = false;    ///< the expert group spans nodes
   std::vector<int> layerSplit; ///< layers per stage (copy 0)
 
-  double pipelineTime = 0;    ///< simulated makespan
-  double dpTime = 0;          ///< gradient all-reduce over d replicas
+  double pipelineTime = 0; ///< simulated makespan
+  double dpTime = 0; ///< gradient all-reduce over d (experts: d / e) replicas
   double dualReduceTime = 0;  ///< DualPipe: summing the two copies' grads
   double stepTime = 0;        ///< pipelineTime + dualReduceTime + dpTime
   double bubbleRate = 0;      ///< of the pipeline (simulator's bubble_rate)
@@ -262,9 +289,12 @@ struct Candidate {
   double computeTime = 0;   ///< GEMMs and the rest of F, B, W (roofline)
   double recomputeTime = 0; ///< forward work repeated in B
   double tpCommTime = 0;    ///< exposed tensor-parallel all-reduces
-  double bubbleTime = 0;    ///< idle, without the pipeline communication
-  double ppCommTime = 0;    ///< exposed stage-to-stage transfers
-  double dpCommTime = 0;    ///< dpTime + dualReduceTime
+  /// Exposed expert all-to-alls (dispatch and combine in F and B; DualPipe's
+  /// overlapped F&B pairs hide them behind the other microbatch's compute).
+  double epCommTime = 0;
+  double bubbleTime = 0; ///< idle, without the pipeline communication
+  double ppCommTime = 0; ///< exposed stage-to-stage transfers
+  double dpCommTime = 0; ///< dpTime + dualReduceTime
   /// The model state split (on the fullest rank; they add up to
   /// paramBytes).
   double weightBytes = 0, gradBytes = 0, optimizerBytes = 0;
@@ -303,12 +333,13 @@ Expected<PlanResult> plan(const ModelCosts &model, const Cluster &cluster,
 /// A user-given setup (`pipeforge-plan --explain`), parsed from
 /// space-separated KEY=VALUE words:
 ///   schedule=NAME (required), pp=P (required), tp=T (1), dp=D (optional: a
-///   check, d is GPUs / (p t)), b=B (1), recompute=none|selective|full
+///   check, d is GPUs / (p t)), ep=E (1: experts per group of E of the d
+///   ranks), b=B (1), recompute=none|selective|full
 ///   (none), zero=0|1 (0), chunks=V (PlanOptions::chunksPerRank),
 ///   layout=pp-in-node|dp-in-node (optional: the faster of the two).
 struct SetupSpec {
   sched::ScheduleKind kind = sched::ScheduleKind::OneFOneB;
-  int pp = 0, tp = 1;
+  int pp = 0, tp = 1, ep = 1;
   int dp = 0; ///< 0: not given
   int microbatchSize = 1;
   Recompute recompute = Recompute::None;
