@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -258,18 +259,39 @@ std::vector<LayerRun> layerRuns(const ModelCosts &model, const Cluster &cl,
 }
 } // namespace
 
+namespace {
+/// The generators' schedules depend only on (kind, ranks, microbatches,
+/// chunks): a sweep generates each once.
+using ScheduleCache = std::map<std::tuple<int, int, int, int>, sched::Schedule>;
+
+/// What the sweep asks of evaluateZeros beyond one setup.
+struct SweepHooks {
+  /// Auto is not run when a lower bound of its step time is above this.
+  double pruneAbove = std::numeric_limits<double>::infinity();
+  ScheduleCache *schedules = nullptr; ///< shared generated schedules
+  /// Split the idle time into the exposed pipeline communication and the
+  /// bubble (a second simulation, without T_comm). The sweep ranks without
+  /// it and splits the setups it shows.
+  bool splitPipelineComm = true;
+};
+} // namespace
+
 /// Evaluates one setup for every ZeRO stage in `zeros` (they share the
 /// schedule and its times unless the automatic scheduler's memory limit
 /// depends on the stage: callers pass one stage for Auto). With
 /// `pruneAbove`, the automatic scheduler is not run when a lower bound of
-/// the step time (the busiest stage's m passes plus the data-parallel
-/// all-reduce) exceeds it: the result is then empty.
+/// the step time exceeds it: the result is then empty. The bound, for a
+/// linear placement: rank s cannot start before the first microbatch's F
+/// has crossed stages 0..s-1, runs m passes of F, B and W, and after its
+/// last B that microbatch's B still crosses stages s-1..0; the gradient
+/// all-reduce follows.
 static Expected<std::vector<Candidate>>
 evaluateZeros(const ModelCosts &model, const Cluster &cluster,
               const PlanOptions &opts, ScheduleKind kind, int pp, int b,
               Layout layout, int t, int e, Recompute recompute,
-              const std::vector<int> &zeros,
-              double pruneAbove = std::numeric_limits<double>::infinity()) {
+              const std::vector<int> &zeros, const SweepHooks &hooks = {}) {
+  const double pruneAbove = hooks.pruneAbove;
+  ScheduleCache *schedules = hooks.schedules;
   const int L = static_cast<int>(model.layers.size());
   const char *name = sched::scheduleKindName(kind);
   if (L == 0)
@@ -412,6 +434,11 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
     return optimizerPerParam *
            (dense / (zero ? d : 1) + experts / (zero ? dE : 1));
   };
+  // Ring all-reduce of `params` gradients over n replicas.
+  auto ring = [&](int n, double params, double bw) {
+    return n > 1 ? 2.0 * (n - 1) / n * params * opts.gradBytesPerParam / bw
+                 : 0.0;
+  };
   auto stateBytes = [&](double dense, double experts, int zero) {
     return (dense + experts) *
                (opts.weightBytesPerParam + opts.gradStateBytesPerParam) +
@@ -467,27 +494,29 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
   c.commTime = cost.tcomm;
 
   // The schedule.
-  sched::Schedule schedule;
+  sched::Schedule generated;
+  const sched::Schedule *schedule = &generated;
   if (kind == ScheduleKind::Auto) {
     if (!opts.autoScheduler)
       return Status::error("auto: no automatic scheduler is built in");
-    // No schedule beats the busiest rank's busy time, and a rank runs at
-    // least one stage (and holds at least its parameters).
     // The activation budget: what memory leaves after the model state of the
-    // fullest rank (a linear placement).
+    // fullest rank (a linear placement, stage s on rank s).
     const int zero = zeros.empty() ? 0 : zeros.front();
-    double busiest = 0, maxDense = 0, maxState = 0;
+    double pipeBound = 0, gradBound = 0, maxState = 0, fill = 0, drain = 0;
     for (int s = 0; s < S; ++s) {
-      busiest = std::max(busiest,
-                         cost.tfStage[s] + cost.tbStage[s] + cost.twStage[s]);
-      maxDense = std::max(maxDense, stageParams[s] - stageExperts[s]);
-      maxState = std::max(maxState, stateBytes(stageParams[s] - stageExperts[s],
-                                               stageExperts[s], zero));
+      const double tf = cost.tfStage[s], tb = cost.tbStage[s],
+                   tw = cost.twStage[s];
+      pipeBound = std::max(pipeBound, fill + std::max(m * (tf + tb + tw),
+                                                      m * (tf + tb) + drain));
+      fill += tf + cost.tcomm;
+      drain += tb + cost.tcomm;
+      const double dense = stageParams[s] - stageExperts[s];
+      gradBound =
+          std::max(gradBound, ring(d, dense, dpBw) +
+                                  ring(dE, stageExperts[s], expertDpBw));
+      maxState = std::max(maxState, stateBytes(dense, stageExperts[s], zero));
     }
-    double bound = m * busiest;
-    if (d > 1)
-      bound += 2.0 * (d - 1) / d * maxDense * opts.gradBytesPerParam / dpBw;
-    if (bound > pruneAbove)
+    if (pipeBound + gradBound > pruneAbove)
       return std::vector<Candidate>{};
     double limit = cluster.usableBytes() - maxState - transient;
     if (limit <= 0)
@@ -495,31 +524,40 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
     auto s = opts.autoScheduler(pp, m, cost, limit);
     if (!s)
       return Status::error(std::string("auto: ") + s.message());
-    schedule = s.take();
+    generated = s.take();
   } else {
-    sched::GenOptions g;
-    g.ranks = pp;
-    g.microbatches = m;
-    g.chunksPerRank = chunks;
-    auto s = sched::generate(kind, g);
-    if (!s)
-      return Status::error(std::string(name) + " with pp=" + fmtInt(pp) + ", " +
-                           fmtInt(m) + " microbatches: " + s.message());
-    schedule = s.take();
+    const auto key = std::make_tuple(int(kind), pp, m, chunks);
+    if (auto hit = schedules ? schedules->find(key) : ScheduleCache::iterator();
+        schedules && hit != schedules->end()) {
+      schedule = &hit->second;
+    } else {
+      sched::GenOptions g;
+      g.ranks = pp;
+      g.microbatches = m;
+      g.chunksPerRank = chunks;
+      auto s = sched::generate(kind, g);
+      if (!s)
+        return Status::error(std::string(name) + " with pp=" + fmtInt(pp) +
+                             ", " + fmtInt(m) +
+                             " microbatches: " + s.message());
+      generated = s.take();
+      if (schedules)
+        schedule = &schedules->emplace(key, std::move(generated)).first->second;
+    }
   }
-  if (schedule.placement.numStages != S)
+  if (schedule->placement.numStages != S)
     return Status::error(std::string(name) + ": the schedule has " +
-                         fmtInt(schedule.placement.numStages) +
+                         fmtInt(schedule->placement.numStages) +
                          " stages, expected " + fmtInt(S));
 
-  auto sim = sched::simulate(schedule, cost);
+  auto sim = sched::simulate(*schedule, cost);
   if (!sim)
     return Status::error(std::string(name) +
                          ": simulation failed: " + sim.message());
 
   c.pipelineTime = sim->makespan;
   c.bubbleRate = sim->bubbleRate;
-  const sched::Placement &pl = schedule.placement;
+  const sched::Placement &pl = schedule->placement;
   if (pl.numCopies > 1) {
     // Ranks r and p-1-r swap one copy's stage gradients and sum them.
     double maxStage = *std::max_element(stageParams.begin(), stageParams.end());
@@ -535,10 +573,6 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
       rankParams[pl.rank(copy, s)] += stageParams[s];
       rankExperts[pl.rank(copy, s)] += stageExperts[s];
     }
-  auto ring = [&](int n, double params, double bw) {
-    return n > 1 ? 2.0 * (n - 1) / n * params * opts.gradBytesPerParam / bw
-                 : 0.0;
-  };
   for (int r = 0; r < pp; ++r)
     c.dpTime =
         std::max(c.dpTime, ring(d, rankParams[r] - rankExperts[r], dpBw) +
@@ -564,10 +598,10 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
   const double idle =
       std::max(0.0, c.pipelineTime - c.computeTime - c.tpCommTime -
                         c.epCommTime - c.recomputeTime);
-  if (cost.tcomm > 0) {
+  if (cost.tcomm > 0 && hooks.splitPipelineComm) {
     sched::CostModel noComm = cost;
     noComm.tcomm = 0;
-    auto sim0 = sched::simulate(schedule, noComm);
+    auto sim0 = sched::simulate(*schedule, noComm);
     if (!sim0)
       return Status::error(std::string(name) +
                            ": simulation failed: " + sim0.message());
@@ -709,6 +743,10 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
     int zero;
   };
   std::vector<AutoRun> autoRuns;
+  ScheduleCache schedules;
+  SweepHooks sweep;
+  sweep.schedules = &schedules;
+  sweep.splitPipelineComm = false;
   auto add = [&](Expected<std::vector<Candidate>> c) {
     if (!c) {
       skipped.insert(c.message());
@@ -791,7 +829,7 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
                   continue;
                 }
                 add(evaluateZeros(model, cluster, opts, k, p, b, lay, t, e, rc,
-                                  zeros));
+                                  zeros, sweep));
               }
             }
           }
@@ -813,9 +851,11 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
                        fitTimes.end());
       threshold = fitTimes[keep - 1];
     }
+    SweepHooks pruneAt = sweep;
+    pruneAt.pruneAbove = threshold;
     for (const AutoRun &a : autoRuns) {
       auto c = evaluateZeros(model, cluster, opts, ScheduleKind::Auto, a.p, a.b,
-                             a.lay, a.t, a.e, a.rc, {a.zero}, threshold);
+                             a.lay, a.t, a.e, a.rc, {a.zero}, pruneAt);
       if (c && c->empty()) {
         ++r.pruned;
         continue;
@@ -830,6 +870,18 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
                    [](const Candidate &a, const Candidate &b) {
                      return rankKey(a) < rankKey(b);
                    });
+  // The setups the report shows get their idle time split (the same
+  // schedule and times again, with the second simulation).
+  for (size_t i = 0;
+       i < std::min<size_t>(r.ranked.size(), size_t(std::max(1, opts.topN)));
+       ++i) {
+    Candidate &c = r.ranked[i];
+    auto full =
+        evaluateZeros(model, cluster, opts, c.kind, c.pp, c.microbatchSize,
+                      c.layout, c.tp, c.ep, c.recompute, {c.zero});
+    if (full && full->size() == 1)
+      c = std::move(full->front());
+  }
   std::stable_sort(
       r.overMemory.begin(), r.overMemory.end(),
       [](const Candidate &a, const Candidate &b) {
