@@ -428,11 +428,12 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
   c.layerSplit = cut->sizes;
 
   // Model state bytes of `dense` replicated and `experts` expert-shard
-  // parameters: weights and gradients, and the optimizer state (ZeRO-1:
-  // sharded over the replicas of each).
+  // parameters: weights and gradients, and the optimizer state. ZeRO-1
+  // shards it over the runtime's data-parallel group, the d / e replicas
+  // of an expert rank (pipeforge-run --zero 1), for dense and expert
+  // parameters alike: the expert ranks are not in that group.
   auto optimizerBytes = [&](double dense, double experts, int zero) {
-    return optimizerPerParam *
-           (dense / (zero ? d : 1) + experts / (zero ? dE : 1));
+    return optimizerPerParam * (dense + experts) / (zero ? dE : 1);
   };
   // Ring all-reduce of `params` gradients over n replicas.
   auto ring = [&](int n, double params, double bw) {
@@ -757,14 +758,24 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
       all.push_back(std::move(cand));
     }
   };
-  for (int t : tps) {
+  auto pipelineDegrees = [&](int t) {
     std::vector<int> degrees = opts.pipelineDegrees;
     if (degrees.empty())
       for (int p = 1; p <= cluster.gpus / t; ++p)
         if ((cluster.gpus / t) % p == 0 && p <= L)
           degrees.push_back(p);
+    return degrees;
+  };
+  int groups = 0, groupsDone = 0;
+  for (int t : tps)
+    groups += int(pipelineDegrees(t).size() * policies.size());
+  for (int t : tps) {
+    const std::vector<int> degrees = pipelineDegrees(t);
     for (Recompute rc : policies) {
       for (int p : degrees) {
+        if (opts.progress)
+          opts.progress("setup groups", groupsDone, groups, r.evaluated);
+        ++groupsDone;
         if ((cluster.gpus / t) % p != 0) {
           skipped.insert("pp=" + fmtInt(p) + " tp=" + fmtInt(t) +
                          ": p x t does not divide " + fmtInt(cluster.gpus) +
@@ -772,13 +783,6 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
           continue;
         }
         int d = cluster.gpus / (p * t);
-        // ZeRO-1 shards over the d replicas: with d = 1 it is stage 0.
-        std::vector<int> zeros;
-        for (int z : zeroStages)
-          if (z == 0 || d > 1)
-            zeros.push_back(z);
-        if (zeros.empty())
-          continue;
         // Expert-parallel degrees: what the model and d allow.
         std::vector<int> eps;
         if (opts.expertDegrees.empty()) {
@@ -794,7 +798,14 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
               eps.push_back(e);
           }
         }
-        for (int e : eps)
+        for (int e : eps) {
+          // ZeRO-1 shards over the d / e replicas: with one it is stage 0.
+          std::vector<int> zeros;
+          for (int z : zeroStages)
+            if (z == 0 || d / e > 1)
+              zeros.push_back(z);
+          if (zeros.empty())
+            continue;
           for (int b : sizes) {
             if (opts.globalBatch % (int64_t(d) * b) != 0) {
               skipped.insert(
@@ -833,6 +844,7 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
               }
             }
           }
+        }
       }
     }
   }
@@ -853,7 +865,10 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
     }
     SweepHooks pruneAt = sweep;
     pruneAt.pruneAbove = threshold;
-    for (const AutoRun &a : autoRuns) {
+    for (size_t i = 0; i < autoRuns.size(); ++i) {
+      const AutoRun &a = autoRuns[i];
+      if (opts.progress)
+        opts.progress("auto runs", int(i), int(autoRuns.size()), r.evaluated);
       auto c = evaluateZeros(model, cluster, opts, ScheduleKind::Auto, a.p, a.b,
                              a.lay, a.t, a.e, a.rc, {a.zero}, pruneAt);
       if (c && c->empty()) {
@@ -1050,10 +1065,14 @@ Expected<Candidate> evaluateSpec(const ModelCosts &model,
                          ": pp x tp x dp = " + fmtInt(pt * spec.dp) +
                          " differs from the cluster's " + fmtInt(cluster.gpus) +
                          " GPUs (dp = GPUs / (pp tp) = " + fmtInt(d) + ")");
-  if (spec.zero == 1 && d == 1)
-    return Status::error("zero=1 needs data parallelism (dp = 1 here)");
   if (Status st = checkExpertDegree(model, spec.ep, d); !st)
     return st;
+  if (spec.zero == 1 && d / spec.ep == 1)
+    return Status::error(
+        d == 1 ? "zero=1 needs data parallelism (dp = 1 here)"
+               : "zero=1 needs data parallelism beyond the expert group (dp "
+                 "= ep = " +
+                     fmtInt(d) + " here: ZeRO-1 shards over dp / ep)");
   PlanOptions o = opts;
   if (spec.chunks > 0)
     o.chunksPerRank = spec.chunks;

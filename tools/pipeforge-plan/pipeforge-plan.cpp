@@ -33,6 +33,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -40,6 +41,7 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
+#include <chrono>
 #include <map>
 #include <numeric>
 
@@ -136,6 +138,11 @@ static cl::opt<double> fitThroughput(
              "at which the explained setup is predicted at this many tokens/s "
              "(a published run's throughput), then plan with it"),
     cl::value_desc("tokens/s"), cl::init(0), cl::cat(cat));
+static cl::opt<std::string> progressMode(
+    "progress",
+    cl::desc("Progress on stderr: auto (default: on a terminal, once the "
+             "search has run for a second), always, never"),
+    cl::init("auto"), cl::cat(cat));
 static cl::opt<std::string> outputPath("o", cl::desc("Output file"),
                                        cl::value_desc("file"), cl::init("-"),
                                        cl::cat(cat));
@@ -309,6 +316,10 @@ int main(int argc, char **argv) {
                 "'");
   if (globalBatch < 1)
     return fail("--global-batch must be >= 1");
+  if (progressMode != "auto" && progressMode != "always" &&
+      progressMode != "never")
+    return fail("--progress: expected auto, always or never, got '" +
+                progressMode + "'");
   if (bytesPerElement == 0)
     return fail("--bytes-per-element must be > 0");
 
@@ -430,7 +441,36 @@ int main(int argc, char **argv) {
     cluster->efficiency = *eff;
   }
 
+  // Progress: a line every half second (redrawn in place on a terminal).
+  const auto started = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                         started)
+        .count();
+  };
+  const bool terminal = errs().is_displayed();
+  bool shown = false;
+  double lastShown = -1;
+  if (progressMode != "never")
+    opts.progress = [&](const char *phase, int done, int total, int evaluated) {
+      const double now = elapsed();
+      if (progressMode == "auto" && (!terminal || now < 1.0))
+        return;
+      if (shown && now - lastShown < 0.5)
+        return;
+      errs() << (terminal ? "\r" : "")
+             << formatv("pipeforge-plan: {0} {1}/{2}, {3} setups evaluated, "
+                        "{4:f1} s",
+                        phase, done, total, evaluated, now)
+             << (terminal ? "" : "\n");
+      shown = true;
+      lastShown = now;
+    };
   auto result = plan::plan(*model, *cluster, opts);
+  if (shown || progressMode == "always")
+    errs() << (terminal && shown ? "\r" : "")
+           << formatv("pipeforge-plan: searched {0} setups in {1:f1} s\n",
+                      result ? result->evaluated : 0, elapsed());
   if (!result) {
     // The explained setup still says what it needs (against no ranked
     // setups) before the sweep's error.

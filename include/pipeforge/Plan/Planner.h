@@ -227,6 +227,11 @@ struct PlanOptions {
   /// it differs from 0).
   std::vector<int> zeroStages;
   AutoScheduleFn autoScheduler; ///< optional
+  /// Called as the sweep goes: `phase` is "setup groups" (done and total
+  /// count the (t, recomputation, p) groups) or "auto runs" (the automatic
+  /// scheduler's runs), `evaluated` the setups so far. Optional.
+  std::function<void(const char *phase, int done, int total, int evaluated)>
+      progress;
   /// The model file as the user named it, for the launch commands the
   /// report prints ("MODEL" when empty).
   std::string modelPath;
