@@ -312,8 +312,8 @@ SetupOptions setup(int tp, Recompute rc = Recompute::None, int zero = 0) {
 
 /// The parts of the step split add up to the step.
 double splitSum(const Candidate &c) {
-  return c.computeTime + c.recomputeTime + c.tpCommTime + c.bubbleTime +
-         c.ppCommTime + c.dpCommTime;
+  return c.computeTime + c.recomputeTime + c.tpCommTime + c.epCommTime +
+         c.bubbleTime + c.ppCommTime + c.dpCommTime;
 }
 } // namespace
 
@@ -515,6 +515,125 @@ TEST(PlannerZero, OneShardsTheOptimizerStateOverReplicas) {
   ASSERT_TRUE(small.isOk()) << small.message();
   EXPECT_EQ(small->ranked.size(), 1u);
   EXPECT_EQ(small->ranked.front().zero, 1);
+}
+
+namespace {
+/// `blockModel` with a mixture of experts in every block: of each layer's
+/// 1e6 parameters 0.8e6 are 8 routed experts, and one all-to-all moves 1 GB
+/// per sequence.
+ModelCosts moeModel(int layers) {
+  ModelCosts m = blockModel(layers, /*params=*/1e6, /*stash=*/0,
+                            /*hiddenBytes=*/0);
+  for (LayerCost &l : m.layers) {
+    l.expertParams = 0.8e6;
+    l.routedBytes = 1e9;
+  }
+  m.shape.experts = 8;
+  return m;
+}
+
+SetupOptions expertSetup(int ep, int zero = 0) {
+  SetupOptions s = setup(1, Recompute::None, zero);
+  s.ep = ep;
+  return s;
+}
+} // namespace
+
+TEST(PlannerExpert, AllToAllsShardsAndGradientsByHand) {
+  // 4 moe blocks, p = 2, d = 4, e = 4 on 8 GPUs of one node, m = 4.
+  ModelCosts m = moeModel(4);
+  Cluster cl = cluster(8, 1000);
+  auto c = evaluate(m, cl, options(16), ScheduleKind::OneFOneB, 2, 1,
+                    Layout::PipelineInNode, expertSetup(4));
+  ASSERT_TRUE(c.isOk()) << c.message();
+  EXPECT_EQ(c->ep, 4);
+  EXPECT_FALSE(c->epInterNode);
+  // One all-to-all: 3/4 of 1 GB over NVLink at 100 GB/s = 7.5 ms; F and B
+  // each dispatch and combine: a stage of 2 layers adds 30 ms to each.
+  EXPECT_NEAR(c->pipelineTime, 5 * (2.03 + 2.03 + 2), 1e-9);
+  EXPECT_NEAR(c->epCommTime, 4 * (4 * 0.03) / 2, 1e-9);
+  EXPECT_NEAR(splitSum(*c), c->stepTime, 1e-9);
+  // A rank holds 2 layers: 0.2e6 dense + 0.8e6 / 4 expert parameters each.
+  EXPECT_DOUBLE_EQ(c->weightBytes, 2 * 0.4e6 * 2);
+  EXPECT_DOUBLE_EQ(c->paramBytes, 2 * 0.4e6 * 16);
+  // Dense gradients all-reduced over d = 4, the expert shards over d / e = 1
+  // (each expert lives once).
+  EXPECT_NEAR(c->dpTime, 2.0 * 3 / 4 * (2 * 0.2e6) * 4 / 100e9, 1e-15);
+
+  // Without expert parallelism: no all-to-all, every expert on every rank.
+  auto plain = evaluate(m, cl, options(16), ScheduleKind::OneFOneB, 2, 1,
+                        Layout::PipelineInNode, expertSetup(1));
+  ASSERT_TRUE(plain.isOk()) << plain.message();
+  EXPECT_DOUBLE_EQ(plain->epCommTime, 0);
+  EXPECT_DOUBLE_EQ(plain->weightBytes, 2 * 1e6 * 2);
+  EXPECT_NEAR(plain->dpTime, 2.0 * 3 / 4 * 2e6 * 4 / 100e9, 1e-15);
+
+  // ZeRO-1 shards over the runtime's data-parallel group, d / e replicas:
+  // with e = 2 that is 2.
+  auto z = evaluate(m, cl, options(16), ScheduleKind::OneFOneB, 2, 1,
+                    Layout::PipelineInNode, expertSetup(2, 1));
+  ASSERT_TRUE(z.isOk()) << z.message();
+  EXPECT_DOUBLE_EQ(z->optimizerBytes, 2 * (0.2e6 + 0.4e6) * 12 / 2);
+}
+
+TEST(PlannerExpert, DualPipeHidesTheAllToAllsInItsPairs) {
+  ModelCosts m = moeModel(4);
+  Cluster cl = cluster(8, 1000);
+  // m = 16 microbatches per pipeline of p = 2.
+  auto one = evaluate(m, cl, options(64), ScheduleKind::OneFOneB, 2, 1,
+                      Layout::PipelineInNode, expertSetup(4));
+  auto dv = evaluate(m, cl, options(64), ScheduleKind::DualPipeV, 2, 1,
+                     Layout::PipelineInNode, expertSetup(4));
+  ASSERT_TRUE(one.isOk() && dv.isOk());
+  EXPECT_NEAR(one->epCommTime, 16 * (4 * 0.03) / 2, 1e-9);
+  // DualPipeV pairs C - 2p + h + 1 of a rank's C forwards, h = 0..p-1 on
+  // average 0.5: 13.5 of 16. The pairs' compute (3 s a layer) hides their
+  // all-to-alls; the unpaired 2.5 / 16 stay.
+  EXPECT_NEAR(dv->epCommTime, one->epCommTime * 2.5 / 16, 1e-9);
+  EXPECT_NEAR(splitSum(*dv), dv->stepTime, 1e-9);
+}
+
+TEST(PlannerExpert, LayoutsPlaceTheExpertGroup) {
+  // 16 GPUs, 8 per node, p = 1, d = 16, e = 8 (2 replicas of each shard).
+  ModelCosts m = moeModel(4);
+  Cluster cl = cluster(16, 1000);
+  // pp-in-node numbers the expert ranks before the replicas: a group is 8
+  // neighbours, one node (7/8 of 1 GB at 100 GB/s: 8.75 ms an all-to-all).
+  auto inNode = evaluate(m, cl, options(16), ScheduleKind::OneFOneB, 1, 1,
+                         Layout::PipelineInNode, expertSetup(8));
+  ASSERT_TRUE(inNode.isOk()) << inNode.message();
+  EXPECT_FALSE(inNode->epInterNode);
+  EXPECT_NEAR(inNode->epCommTime, 4 * 4 * 0.00875, 1e-9);
+  // dp-in-node numbers the replicas first: members 2 GPUs apart, 4 per
+  // node; 4/8 of the rows cross the 10 GB/s network: 50 ms.
+  auto spread = evaluate(m, cl, options(16), ScheduleKind::OneFOneB, 1, 1,
+                         Layout::DataInNode, expertSetup(8));
+  ASSERT_TRUE(spread.isOk()) << spread.message();
+  EXPECT_TRUE(spread->epInterNode);
+  EXPECT_NEAR(spread->epCommTime, 4 * 4 * 0.05, 1e-9);
+}
+
+TEST(PlannerExpert, DegreesTheModelAllows) {
+  ModelCosts m = moeModel(2);
+  EXPECT_TRUE(checkExpertDegree(m, 1, 3).isOk());
+  EXPECT_TRUE(checkExpertDegree(m, 4, 8).isOk());
+  EXPECT_EQ(checkExpertDegree(m, 3, 6).message(),
+            "ep=3: does not divide the experts per layer (8)");
+  EXPECT_EQ(checkExpertDegree(m, 4, 6).message(),
+            "ep=4: does not divide the 6 data-parallel ranks (an expert "
+            "group is e of them)");
+  EXPECT_EQ(checkExpertDegree(uniformModel(2), 2, 4).message(),
+            "ep=2: the model has no mixture-of-experts layers");
+  // The sweep tries every allowed degree (d = 8 here: 1, 2, 4, 8).
+  PlanOptions o = options(16, {ScheduleKind::OneFOneB});
+  o.pipelineDegrees = {1};
+  o.zeroStages = {0};
+  auto r = plan::plan(m, cluster(8, 1000), o);
+  ASSERT_TRUE(r.isOk()) << r.message();
+  std::set<int> eps;
+  for (const Candidate &c : r->ranked)
+    eps.insert(c.ep);
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4, 8}));
 }
 
 TEST(PlannerRoofline, MemoryBoundPassesAndTheDefaultBandwidth) {
