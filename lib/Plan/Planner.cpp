@@ -546,6 +546,7 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
         schedule = &schedules->emplace(key, std::move(generated)).first->second;
     }
   }
+  c.chunks = S * schedule->placement.numCopies / pp;
   if (schedule->placement.numStages != S)
     return Status::error(std::string(name) + ": the schedule has " +
                          fmtInt(schedule->placement.numStages) +
@@ -658,7 +659,7 @@ namespace {
 auto rankKey(const Candidate &c) {
   return std::make_tuple(
       std::llround(c.stepTime * 1e9), std::llround(c.memoryBytes), c.pp, c.tp,
-      c.ep, c.microbatchSize, static_cast<int>(c.kind),
+      c.ep, c.microbatchSize, static_cast<int>(c.kind), c.chunks,
       static_cast<int>(c.layout), static_cast<int>(c.recompute), c.zero);
 }
 } // namespace
@@ -725,6 +726,22 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
     if (z != 0 && z != 1)
       return Status::error("ZeRO stage " + fmtInt(z) +
                            ": only 0 and 1 are modelled");
+  // Interleaved 1F1B once per chunk count v (virtual stages), each with
+  // its own options (PlanOptions::chunksPerRank is one evaluation's v).
+  std::vector<int> chunkCounts = opts.chunkCounts;
+  if (chunkCounts.empty())
+    chunkCounts = {opts.chunksPerRank};
+  std::sort(chunkCounts.begin(), chunkCounts.end());
+  chunkCounts.erase(std::unique(chunkCounts.begin(), chunkCounts.end()),
+                    chunkCounts.end());
+  std::vector<PlanOptions> chunkOpts;
+  for (int v : chunkCounts) {
+    if (v < 2)
+      return Status::error("interleaved: " + fmtInt(v) +
+                           " chunks per rank (at least 2)");
+    chunkOpts.push_back(opts);
+    chunkOpts.back().chunksPerRank = v;
+  }
   std::vector<int> sizes = opts.microbatchSizes;
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
@@ -839,6 +856,12 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
                     autoRuns.push_back({p, b, t, e, lay, rc, z});
                   continue;
                 }
+                if (k == ScheduleKind::Interleaved) {
+                  for (const PlanOptions &o : chunkOpts)
+                    add(evaluateZeros(model, cluster, o, k, p, b, lay, t, e, rc,
+                                      zeros, sweep));
+                  continue;
+                }
                 add(evaluateZeros(model, cluster, opts, k, p, b, lay, t, e, rc,
                                   zeros, sweep));
               }
@@ -887,16 +910,22 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
                    });
   // The setups the report shows get their idle time split (the same
   // schedule and times again, with the second simulation).
+  PlanOptions shown = opts;
   for (size_t i = 0;
        i < std::min<size_t>(r.ranked.size(), size_t(std::max(1, opts.topN)));
        ++i) {
     Candidate &c = r.ranked[i];
+    shown.chunksPerRank =
+        c.kind == ScheduleKind::Interleaved ? c.chunks : opts.chunksPerRank;
     auto full =
-        evaluateZeros(model, cluster, opts, c.kind, c.pp, c.microbatchSize,
+        evaluateZeros(model, cluster, shown, c.kind, c.pp, c.microbatchSize,
                       c.layout, c.tp, c.ep, c.recompute, {c.zero});
-    if (full && full->size() == 1)
+    if (full && full->size() == 1 && full->front().chunks == c.chunks &&
+        std::llround(full->front().stepTime * 1e9) ==
+            std::llround(c.stepTime * 1e9))
       c = std::move(full->front());
   }
+
   std::stable_sort(
       r.overMemory.begin(), r.overMemory.end(),
       [](const Candidate &a, const Candidate &b) {
@@ -927,10 +956,15 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
         "per GPU (%s, pp=%d dp=%d%s b=%d: %.2f GiB model state + %.2f GiB "
         "activations) but a GPU offers %.2f GiB (memory_gb %.6g - "
         "reserved_memory_gb %.6g); %d setups evaluated",
-        gib(best.memoryBytes), best.schedule.c_str(), best.pp, best.dp,
-        setupSuffix(best).c_str(), best.microbatchSize, gib(best.paramBytes),
-        gib(best.activationBytes), gib(cluster.usableBytes()),
-        cluster.memoryGiB, cluster.reservedGiB, r.evaluated);
+        gib(best.memoryBytes),
+        (best.schedule + (best.kind == ScheduleKind::Interleaved
+                              ? " v=" + fmtInt(best.chunks)
+                              : std::string()))
+            .c_str(),
+        best.pp, best.dp, setupSuffix(best).c_str(), best.microbatchSize,
+        gib(best.paramBytes), gib(best.activationBytes),
+        gib(cluster.usableBytes()), cluster.memoryGiB, cluster.reservedGiB,
+        r.evaluated);
     return Status::error(buf);
   }
   return r;
@@ -1213,10 +1247,13 @@ Expected<Explanation> plan::explain(const PlanResult &r,
     why.push_back("recomputation is searched only for transformer blocks");
   if (!opts.zeroStages.empty() && !has(opts.zeroStages, c.zero))
     why.push_back("zero=" + fmtInt(c.zero) + " is not in --zero");
-  if (o.chunksPerRank != opts.chunksPerRank &&
-      c.kind == sched::ScheduleKind::Interleaved)
-    why.push_back("chunks=" + fmtInt(o.chunksPerRank) +
-                  " but the sweep uses --chunks " + fmtInt(opts.chunksPerRank));
+  const std::vector<int> sweptChunks =
+      opts.chunkCounts.empty() ? std::vector<int>{opts.chunksPerRank}
+                               : opts.chunkCounts;
+  if (c.kind == sched::ScheduleKind::Interleaved &&
+      !has(sweptChunks, o.chunksPerRank))
+    why.push_back("chunks=" + fmtInt(o.chunksPerRank) + " is not in --chunks " +
+                  joinInts(sweptChunks));
   if (c.pp == 1 && has(kinds, c.kind)) {
     // As the sweep: on one rank only the first linear schedule listed.
     auto first = std::find_if(kinds.begin(), kinds.end(), [](auto k) {
@@ -1235,7 +1272,7 @@ Expected<Explanation> plan::explain(const PlanResult &r,
     if (x.kind == c.kind && x.pp == c.pp && x.tp == c.tp && x.ep == c.ep &&
         x.recompute == c.recompute && x.zero == c.zero &&
         x.microbatchSize == c.microbatchSize && x.layout == c.layout &&
-        x.stages == c.stages) {
+        x.stages == c.stages && x.chunks == c.chunks) {
       e.rank = int(i) + 1;
       break;
     }

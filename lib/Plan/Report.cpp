@@ -112,8 +112,11 @@ std::string extrasText(const Candidate &c) {
 
 std::string setupText(const Candidate &c) {
   return fmt(
-      "%s, pp=%d dp=%d%s, microbatch %d x %d%s, %s", c.schedule.c_str(), c.pp,
-      c.dp, extrasText(c).c_str(), c.microbatchSize, c.microbatches,
+      "%s%s, pp=%d dp=%d%s, microbatch %d x %d%s, %s", c.schedule.c_str(),
+      c.kind == sched::ScheduleKind::Interleaved
+          ? fmt(" v=%d", c.chunks).c_str()
+          : "",
+      c.pp, c.dp, extrasText(c).c_str(), c.microbatchSize, c.microbatches,
       c.kind == sched::ScheduleKind::DualPipe ? " (both directions)" : "",
       layoutName(c.layout));
 }
@@ -135,6 +138,7 @@ json candidateJson(const Candidate &c) {
   j["microbatch_size"] = c.microbatchSize;
   j["microbatches"] = c.microbatches;
   j["stages"] = c.stages;
+  j["chunks_per_rank"] = c.chunks;
   j["layer_split"] = c.layerSplit;
   j["layout"] = layoutName(c.layout);
   j["pp_inter_node"] = c.ppInterNode;
@@ -175,7 +179,7 @@ std::string plan::launchCommands(const Candidate &c, const ModelCosts &m,
       (c.ep > 1 ? " --ep " + std::to_string(c.ep) : "") +
       (c.tp > 1 ? " --tp " + std::to_string(c.tp) : "") +
       (c.kind == sched::ScheduleKind::Interleaved
-           ? " --chunks " + std::to_string(opts.chunksPerRank)
+           ? " --chunks " + std::to_string(c.chunks)
            : "") +
       " --microbatches " + std::to_string(c.microbatches) +
       " --microbatch-size " + std::to_string(c.microbatchSize) + " --seq-len " +
@@ -234,10 +238,10 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
   auto epMsCol = [&](const std::string &text) {
     return moe ? fmt(" %9s", text.c_str()) : std::string();
   };
-  out += fmt("%3s  %-11s %3s %4s %3s%s %-4s %4s %3s %5s  %-10s %-14s %10s "
+  out += fmt("%3s  %-11s %3s %4s %3s%s %-4s %4s %3s %5s %2s  %-10s %-14s %10s "
              "%10s %9s %7s %8s %9s %6s\n",
              "#", "schedule", "pp", "dp", "tp", epCol("ep").c_str(), "rc",
-             "zero", "b", "m", "layout", "layers", "step_ms", "pipe_ms",
+             "zero", "b", "m", "v", "layout", "layers", "step_ms", "pipe_ms",
              "dp_ms", "bubble", "mem_GiB", "tokens/s", "MFU");
   size_t n = std::min<size_t>(r.ranked.size(), std::max(1, opts.topN));
   for (size_t i = 0; i < n; ++i) {
@@ -245,16 +249,16 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
     std::string split = splitText(c.layerSplit);
     if (split.size() > 14)
       split = split.substr(0, 11) + "...";
-    out += fmt("%3zu  %-11s %3d %4d %3d%s %-4s %4d %3d %5d  %-10s %-14s %10s "
-               "%10s %9s %6.2f%% %8.2f %9s %5.1f%%\n",
-               i + 1, c.schedule.c_str(), c.pp, c.dp, c.tp,
-               epCol(std::to_string(c.ep)).c_str(), recomputeShort(c.recompute),
-               c.zero, c.microbatchSize, c.microbatches, layoutName(c.layout),
-               split.c_str(), msText(c.stepTime * 1e3).c_str(),
-               msText(c.pipelineTime * 1e3).c_str(),
-               msText((c.dpTime + c.dualReduceTime) * 1e3).c_str(),
-               c.bubbleRate * 100, gib(c.memoryBytes),
-               tokensText(c.tokensPerSecond).c_str(), c.mfu * 100);
+    out += fmt(
+        "%3zu  %-11s %3d %4d %3d%s %-4s %4d %3d %5d %2d  %-10s %-14s "
+        "%10s %10s %9s %6.2f%% %8.2f %9s %5.1f%%\n",
+        i + 1, c.schedule.c_str(), c.pp, c.dp, c.tp,
+        epCol(std::to_string(c.ep)).c_str(), recomputeShort(c.recompute),
+        c.zero, c.microbatchSize, c.microbatches, c.chunks,
+        layoutName(c.layout), split.c_str(), msText(c.stepTime * 1e3).c_str(),
+        msText(c.pipelineTime * 1e3).c_str(),
+        msText((c.dpTime + c.dualReduceTime) * 1e3).c_str(), c.bubbleRate * 100,
+        gib(c.memoryBytes), tokensText(c.tokensPerSecond).c_str(), c.mfu * 100);
   }
   // The same setups' step time and memory split.
   if (n > 0) {

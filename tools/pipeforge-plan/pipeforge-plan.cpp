@@ -103,9 +103,12 @@ static cl::opt<std::string>
                       "optimizer state), 1 (sharded over the data-parallel "
                       "replicas) (default: both)"),
              cl::init(""), cl::cat(cat));
-static cl::opt<int> chunks("chunks",
-                           cl::desc("Chunks per rank for interleaved (2)"),
-                           cl::init(2), cl::cat(cat));
+static cl::opt<std::string>
+    chunkList("chunks",
+              cl::desc("Chunks per rank (virtual stages) to try for "
+                       "interleaved, comma separated (default 2,4,8; p v must "
+                       "not exceed the layers)"),
+              cl::init("2,4,8"), cl::cat(cat));
 static cl::opt<unsigned>
     bytesPerElement("bytes-per-element",
                     cl::desc("Bytes per activation element (default 2)"),
@@ -325,7 +328,14 @@ int main(int argc, char **argv) {
 
   plan::PlanOptions opts;
   opts.globalBatch = globalBatch;
-  opts.chunksPerRank = chunks;
+  auto chunkCounts = parseIntList(chunkList, /*min=*/2);
+  if (!chunkCounts)
+    return fail("--chunks: expected integers >= 2 separated by commas, got '" +
+                chunkList + "'");
+  opts.chunkCounts = *chunkCounts;
+  // An explained interleaved setup without chunks= takes the smallest.
+  opts.chunksPerRank =
+      *std::min_element(chunkCounts->begin(), chunkCounts->end());
   opts.stateBytesPerParam = stateBytes;
   opts.gradBytesPerParam = gradBytes;
   opts.topN = topN;

@@ -203,7 +203,10 @@ struct PlanOptions {
   /// Empty: every kind the planner supports (plus Auto when autoScheduler
   /// is set).
   std::vector<sched::ScheduleKind> schedules;
-  int chunksPerRank = 2;          ///< interleaved 1F1B
+  int chunksPerRank = 2; ///< interleaved 1F1B (one evaluation's v)
+  /// Interleaved: the chunks per rank v to sweep (virtual stages); empty:
+  /// {chunksPerRank}.
+  std::vector<int> chunkCounts;
   double stateBytesPerParam = 16; ///< weights + grads + Adam states
   /// Of stateBytesPerParam: the weights (bf16) and the gradients (bf16); the
   /// rest (fp32 master weights, Adam m and v: 12) is the optimizer state
@@ -265,6 +268,9 @@ struct Candidate {
   int microbatchSize = 1; ///< b
   int microbatches = 1;   ///< m per pipeline (DualPipe: the total C)
   int stages = 1;         ///< stages per model copy
+  /// Stages per rank: v for interleaved, 2 for the V-shapes and DualPipe
+  /// (two copies), 1 for the linear schedules.
+  int chunks = 1;
   Layout layout = Layout::PipelineInNode;
   bool ppInterNode = false;    ///< pipeline hops cross nodes
   bool dpInterNode = false;    ///< the data-parallel ring crosses nodes
