@@ -880,3 +880,30 @@ TEST(PlannerFit, EfficiencyReproducesTheTargetThroughput) {
   EXPECT_NE(high.message().find("even at efficiency 1"), std::string::npos);
   EXPECT_FALSE(fitEfficiency(m, other, o, *s, 0).isOk());
 }
+
+TEST(PlannerSweep, InterleavedVirtualStages) {
+  // 16 layers on p = 2: interleaved with v = 2 (4 stages) and v = 4 (8).
+  ModelCosts m = uniformModel(16, /*params=*/1e6, /*stash=*/1e6);
+  PlanOptions o = options(16, {ScheduleKind::Interleaved});
+  o.pipelineDegrees = {2};
+  o.chunkCounts = {4, 2};
+  o.topN = 100;
+  auto r = plan::plan(m, cluster(2, 1000), o);
+  ASSERT_TRUE(r.isOk()) << r.message();
+  std::set<std::pair<int, int>> seen; // (chunks, stages)
+  for (const Candidate &c : r->ranked)
+    seen.insert({c.chunks, c.stages});
+  EXPECT_EQ(seen, (std::set<std::pair<int, int>>{{2, 4}, {4, 8}}));
+  // More chunks, smaller bubble: (p - 1) / v of a rank's passes.
+  EXPECT_EQ(r->ranked.front().chunks, 4);
+  // An explained v outside the list says so.
+  SetupSpec spec;
+  spec.kind = ScheduleKind::Interleaved;
+  spec.pp = 2;
+  spec.chunks = 8;
+  auto e = explain(*r, m, cluster(2, 1000), o, spec);
+  ASSERT_TRUE(e.isOk()) << e.message();
+  EXPECT_EQ(e->setup.chunks, 8);
+  EXPECT_EQ(e->rank, 0);
+  EXPECT_EQ(e->notSearched, "chunks=8 is not in --chunks 4,2");
+}
