@@ -66,6 +66,15 @@ sched::Status resolveCompileOptions(CompileOptions &o) {
       sched::stageLayoutFor(o.schedule, o.ranks, o.chunks, o.placement == "v");
   if (!layout)
     return layout.status();
+  if (!o.recomputeStages.empty() && o.recompute == "none")
+    return sched::Status::error(
+        "--recompute-stages needs --recompute=full or --recompute=selective");
+  for (int64_t s : o.recomputeStages)
+    if (s < 0 || s >= layout->stages)
+      return sched::Status::error(
+          "--recompute-stages: stage " + std::to_string(s) + " is not one of " +
+          o.schedule + "'s " + std::to_string(layout->stages) + " stages (0.." +
+          std::to_string(layout->stages - 1) + ")");
   if (none) {
     if (o.microbatches == 0)
       o.microbatches = 1;
@@ -126,6 +135,7 @@ void buildCompilePipeline(OpPassManager &pm, const CompileOptions &o) {
   if (o.recompute != "none") {
     pp::PPRecomputeOptions rc;
     rc.policy = o.recompute;
+    rc.stages.assign(o.recomputeStages.begin(), o.recomputeStages.end());
     pm.addPass(pp::createPPRecompute(rc));
   }
   if (o.fuseOverlap)

@@ -81,6 +81,8 @@ std::string setupSuffix(const Candidate &c) {
     out += " ep=" + fmtInt(c.ep);
   if (c.recompute != Recompute::None)
     out += std::string(" recompute=") + recomputeName(c.recompute);
+  for (size_t i = 0; i < c.recomputeStages.size(); ++i)
+    out += (i ? "+" : " recompute-stages=") + fmtInt(c.recomputeStages[i]);
   if (c.zero)
     out += " zero=" + fmtInt(c.zero);
   return out;
@@ -289,6 +291,7 @@ static Expected<std::vector<Candidate>>
 evaluateZeros(const ModelCosts &model, const Cluster &cluster,
               const PlanOptions &opts, ScheduleKind kind, int pp, int b,
               Layout layout, int t, int e, Recompute recompute,
+              const std::vector<int> &recomputeStages,
               const std::vector<int> &zeros, const SweepHooks &hooks = {}) {
   const double pruneAbove = hooks.pruneAbove;
   ScheduleCache *schedules = hooks.schedules;
@@ -389,16 +392,15 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
 
   // Per-layer times on one tensor-parallel rank, and the optimal cut of
   // their sum into S stages.
-  std::vector<LayerRun> runs =
-      layerRuns(model, cluster, opts, t, e, recompute, b, allToAll);
+  // DualPipe's overlapped F&B pairs run one microbatch's all-to-alls while
+  // the other computes: in a pair only what exceeds the pair's compute
+  // stays exposed. The pairs are the steady phase (step 4): per direction
+  // C/2 - p + h + 1 of a rank's C/2 forwards (DualPipeV: C - 2p + h + 1 of
+  // C), h the rank's distance from the end, averaged over the ranks;
+  // warm-up and drain run unpaired.
+  double overlapped = 0;
   if (e > 1 &&
       (kind == ScheduleKind::DualPipe || kind == ScheduleKind::DualPipeV)) {
-    // DualPipe's overlapped F&B pairs run one microbatch's all-to-alls
-    // while the other computes: in a pair only what exceeds the pair's
-    // compute stays exposed. The pairs are the steady phase (step 4): per
-    // direction C/2 - p + h + 1 of a rank's C/2 forwards (DualPipeV: C - 2p
-    // + h + 1 of C), h the rank's distance from the end, averaged over the
-    // ranks; warm-up and drain run unpaired.
     double pairs, passes;
     if (kind == ScheduleKind::DualPipe) {
       passes = m / 2.0;
@@ -407,17 +409,34 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
       passes = m;
       pairs = passes - 2.0 * pp + 1 + (pp - 1) / 2.0;
     }
-    const double overlapped = std::clamp(pairs / passes, 0.0, 1.0);
+    overlapped = std::clamp(pairs / passes, 0.0, 1.0);
+  }
+  auto runsUnder = [&](Recompute rc) {
+    std::vector<LayerRun> runs =
+        layerRuns(model, cluster, opts, t, e, rc, b, allToAll);
     for (LayerRun &r : runs) {
       const double a2a = r.epF + r.epB;
-      if (a2a <= 0)
+      if (overlapped <= 0 || a2a <= 0)
         continue;
       const double excess = std::max(0.0, a2a - (r.f + r.b + r.w + r.rc));
       const double keep = (1 - overlapped) + overlapped * excess / a2a;
       r.epF *= keep;
       r.epB *= keep;
     }
-  }
+    return runs;
+  };
+  // With recomputation on some stages only, the layers are cut as without
+  // it and those stages' layers then recompute.
+  std::vector<int> rcOnly = recomputeStages;
+  std::sort(rcOnly.begin(), rcOnly.end());
+  rcOnly.erase(std::unique(rcOnly.begin(), rcOnly.end()), rcOnly.end());
+  for (int s : rcOnly)
+    if (s < 0 || s >= S)
+      return Status::error("recompute stage " + fmtInt(s) + " is not one of " +
+                           std::string(name) + "'s " + fmtInt(S) +
+                           " stages (0.." + fmtInt(S - 1) + ")");
+  const bool partial = recompute != Recompute::None && !rcOnly.empty();
+  std::vector<LayerRun> runs = runsUnder(partial ? Recompute::None : recompute);
   std::vector<double> layerTime;
   layerTime.reserve(L);
   for (const LayerRun &r : runs)
@@ -426,6 +445,14 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
   if (!cut)
     return cut.status();
   c.layerSplit = cut->sizes;
+  if (partial) {
+    std::vector<LayerRun> redo = runsUnder(recompute);
+    for (int s : rcOnly)
+      for (int l = cut->firstLayer(s); l < cut->firstLayer(s) + cut->sizes[s];
+           ++l)
+        runs[l] = redo[l];
+    c.recomputeStages = rcOnly;
+  }
 
   // Model state bytes of `dense` replicated and `experts` expert-shard
   // parameters: weights and gradients, and the optimizer state. ZeRO-1
@@ -618,11 +645,13 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
   for (int zero : zeros) {
     Candidate z = c;
     z.zero = zero;
+    std::vector<char> over(pp, 0);
     for (int r = 0; r < pp; ++r) {
       const double dense = rankParams[r] - rankExperts[r];
       double state = stateBytes(dense, rankExperts[r], zero);
       double act = sim->ranks[r].peakMemory + transient;
       double total = state + act;
+      over[r] = total > cluster.usableBytes();
       if (total > z.memoryBytes || r == 0) {
         z.memoryBytes = total;
         z.paramBytes = state;
@@ -633,6 +662,12 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
       }
     }
     z.fits = z.memoryBytes <= cluster.usableBytes();
+    for (int s = 0; s < S; ++s)
+      for (int copy = 0; copy < pl.numCopies; ++copy)
+        if (over[pl.rank(copy, s)]) {
+          z.stagesOverMemory.push_back(s);
+          break;
+        }
     out.push_back(std::move(z));
   }
   return out;
@@ -647,7 +682,8 @@ Expected<Candidate> plan::evaluate(const ModelCosts &model,
     return Status::error("ZeRO stage " + fmtInt(setup.zero) +
                          ": only 0 and 1 are modelled");
   auto r = evaluateZeros(model, cluster, opts, kind, pp, b, layout, setup.tp,
-                         setup.ep, setup.recompute, {setup.zero});
+                         setup.ep, setup.recompute, setup.recomputeStages,
+                         {setup.zero});
   if (!r)
     return r.status();
   return std::move(r->front());
@@ -660,7 +696,10 @@ auto rankKey(const Candidate &c) {
   return std::make_tuple(
       std::llround(c.stepTime * 1e9), std::llround(c.memoryBytes), c.pp, c.tp,
       c.ep, c.microbatchSize, static_cast<int>(c.kind), c.chunks,
-      static_cast<int>(c.layout), static_cast<int>(c.recompute), c.zero);
+      static_cast<int>(c.layout), static_cast<int>(c.recompute),
+      // Recomputing fewer stages is simpler (empty: every stage).
+      c.recomputeStages.empty() ? c.stages : int(c.recomputeStages.size()),
+      c.zero);
 }
 } // namespace
 
@@ -765,6 +804,12 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
   SweepHooks sweep;
   sweep.schedules = &schedules;
   sweep.splitPipelineComm = false;
+  // A setup without recomputation that is over memory on some of its ranks
+  // only: the stages those ranks hold, where a recomputation policy is then
+  // also tried alone (per-stage recomputation). Keyed by (t, p, e, b,
+  // schedule, layout, interleaved chunks, ZeRO stage).
+  using SetupKey = std::tuple<int, int, int, int, int, int, int, int>;
+  std::map<SetupKey, std::vector<int>> overStages;
   auto add = [&](Expected<std::vector<Candidate>> c) {
     if (!c) {
       skipped.insert(c.message());
@@ -772,7 +817,32 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
     }
     for (Candidate &cand : *c) {
       ++r.evaluated;
+      if (cand.recompute == Recompute::None && !cand.fits &&
+          !cand.stagesOverMemory.empty() &&
+          int(cand.stagesOverMemory.size()) < cand.stages)
+        overStages[{cand.tp, cand.pp, cand.ep, cand.microbatchSize,
+                    int(cand.kind), int(cand.layout),
+                    cand.kind == ScheduleKind::Interleaved ? cand.chunks : 0,
+                    cand.zero}] = cand.stagesOverMemory;
       all.push_back(std::move(cand));
+    }
+  };
+  // One setup under policy rc on every stage, and (rc != none) on only the
+  // stages whose ranks the same setup without recomputation overfills.
+  auto runSetup = [&](const PlanOptions &o, ScheduleKind k, int p, int b,
+                      Layout lay, int t, int e, Recompute rc,
+                      const std::vector<int> &zeros) {
+    add(evaluateZeros(model, cluster, o, k, p, b, lay, t, e, rc, {}, zeros,
+                      sweep));
+    if (rc == Recompute::None)
+      return;
+    for (int z : zeros) {
+      auto it = overStages.find(
+          {t, p, e, b, int(k), int(lay),
+           k == ScheduleKind::Interleaved ? o.chunksPerRank : 0, z});
+      if (it != overStages.end())
+        add(evaluateZeros(model, cluster, o, k, p, b, lay, t, e, rc, it->second,
+                          {z}, sweep));
     }
   };
   auto pipelineDegrees = [&](int t) {
@@ -858,12 +928,10 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
                 }
                 if (k == ScheduleKind::Interleaved) {
                   for (const PlanOptions &o : chunkOpts)
-                    add(evaluateZeros(model, cluster, o, k, p, b, lay, t, e, rc,
-                                      zeros, sweep));
+                    runSetup(o, k, p, b, lay, t, e, rc, zeros);
                   continue;
                 }
-                add(evaluateZeros(model, cluster, opts, k, p, b, lay, t, e, rc,
-                                  zeros, sweep));
+                runSetup(opts, k, p, b, lay, t, e, rc, zeros);
               }
             }
           }
@@ -893,7 +961,7 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
       if (opts.progress)
         opts.progress("auto runs", int(i), int(autoRuns.size()), r.evaluated);
       auto c = evaluateZeros(model, cluster, opts, ScheduleKind::Auto, a.p, a.b,
-                             a.lay, a.t, a.e, a.rc, {a.zero}, pruneAt);
+                             a.lay, a.t, a.e, a.rc, {}, {a.zero}, pruneAt);
       if (c && c->empty()) {
         ++r.pruned;
         continue;
@@ -917,9 +985,9 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
     Candidate &c = r.ranked[i];
     shown.chunksPerRank =
         c.kind == ScheduleKind::Interleaved ? c.chunks : opts.chunksPerRank;
-    auto full =
-        evaluateZeros(model, cluster, shown, c.kind, c.pp, c.microbatchSize,
-                      c.layout, c.tp, c.ep, c.recompute, {c.zero});
+    auto full = evaluateZeros(model, cluster, shown, c.kind, c.pp,
+                              c.microbatchSize, c.layout, c.tp, c.ep,
+                              c.recompute, c.recomputeStages, {c.zero});
     if (full && full->size() == 1 && full->front().chunks == c.chunks &&
         std::llround(full->front().stepTime * 1e9) ==
             std::llround(c.stepTime * 1e9))
@@ -995,7 +1063,7 @@ bool parseInt(const std::string &text, int min, int &out) {
 
 Expected<SetupSpec> plan::parseSetup(const std::string &text) {
   static const char *known =
-      "schedule pp tp ep dp b recompute zero chunks layout";
+      "schedule pp tp ep dp b recompute recompute-stages zero chunks layout";
   SetupSpec spec;
   std::set<std::string> seen;
   std::vector<std::string> words;
@@ -1058,6 +1126,23 @@ Expected<SetupSpec> plan::parseSetup(const std::string &text) {
       if (!parseRecompute(value, spec.recompute))
         return Status::error("key 'recompute': unknown policy '" + value +
                              "' (known: none selective full)");
+    } else if (key == "recompute-stages") {
+      size_t start = 0;
+      while (true) {
+        size_t plus = value.find('+', start);
+        std::string one =
+            value.substr(start, plus == std::string::npos ? std::string::npos
+                                                          : plus - start);
+        int s;
+        if (!parseInt(one, 0, s))
+          return Status::error("key 'recompute-stages': expected stage "
+                               "indices joined by '+' (e.g. 0+1), got '" +
+                               value + "'");
+        spec.recomputeStages.push_back(s);
+        if (plus == std::string::npos)
+          break;
+        start = plus + 1;
+      }
     } else if (key == "layout") {
       if (value == layoutName(Layout::PipelineInNode))
         spec.layout = Layout::PipelineInNode;
@@ -1077,6 +1162,9 @@ Expected<SetupSpec> plan::parseSetup(const std::string &text) {
   for (const char *required : {"schedule", "pp"})
     if (!seen.count(required))
       return Status::error(std::string("missing key '") + required + "'");
+  if (!spec.recomputeStages.empty() && spec.recompute == Recompute::None)
+    return Status::error("key 'recompute-stages' needs recompute=selective or "
+                         "recompute=full");
   return spec;
 }
 
@@ -1113,6 +1201,7 @@ Expected<Candidate> evaluateSpec(const ModelCosts &model,
   SetupOptions setup;
   setup.tp = spec.tp;
   setup.ep = spec.ep;
+  setup.recomputeStages = spec.recomputeStages;
   setup.recompute = spec.recompute;
   setup.zero = spec.zero;
 
@@ -1272,7 +1361,8 @@ Expected<Explanation> plan::explain(const PlanResult &r,
     if (x.kind == c.kind && x.pp == c.pp && x.tp == c.tp && x.ep == c.ep &&
         x.recompute == c.recompute && x.zero == c.zero &&
         x.microbatchSize == c.microbatchSize && x.layout == c.layout &&
-        x.stages == c.stages && x.chunks == c.chunks) {
+        x.stages == c.stages && x.chunks == c.chunks &&
+        x.recomputeStages == c.recomputeStages) {
       e.rank = int(i) + 1;
       break;
     }

@@ -105,6 +105,10 @@ std::string extrasText(const Candidate &c) {
     out += fmt(" ep=%d", c.ep);
   if (c.recompute != Recompute::None)
     out += fmt(", recompute %s", recomputeName(c.recompute));
+  if (!c.recomputeStages.empty())
+    out += " on stage" +
+           std::string(c.recomputeStages.size() > 1 ? "s " : " ") +
+           splitText(c.recomputeStages);
   if (c.zero)
     out += fmt(", ZeRO-%d", c.zero);
   return out;
@@ -121,9 +125,12 @@ std::string setupText(const Candidate &c) {
       layoutName(c.layout));
 }
 
-/// The recompute column: none, sel, full.
-const char *recomputeShort(Recompute r) {
-  return r == Recompute::Selective ? "sel" : recomputeName(r);
+/// The recompute column: none, sel, full; sel* and ful* on some stages.
+std::string recomputeShort(const Candidate &c) {
+  if (!c.recomputeStages.empty())
+    return c.recompute == Recompute::Selective ? "sel*" : "ful*";
+  return c.recompute == Recompute::Selective ? "sel"
+                                             : recomputeName(c.recompute);
 }
 
 json candidateJson(const Candidate &c) {
@@ -134,6 +141,7 @@ json candidateJson(const Candidate &c) {
   j["tp"] = c.tp;
   j["ep"] = c.ep;
   j["recompute"] = recomputeName(c.recompute);
+  j["recompute_stages"] = c.recomputeStages;
   j["zero"] = c.zero;
   j["microbatch_size"] = c.microbatchSize;
   j["microbatches"] = c.microbatches;
@@ -187,6 +195,9 @@ std::string plan::launchCommands(const Candidate &c, const ModelCosts &m,
       (c.recompute == Recompute::Full        ? " --recompute=full"
        : c.recompute == Recompute::Selective ? " --recompute=selective"
                                              : "") +
+      (c.recomputeStages.empty()
+           ? ""
+           : " --recompute-stages " + splitText(c.recomputeStages)) +
       " -o model.pfp";
   // Open MPI's slot filling keeps consecutive world ranks on a node. With
   // the default rank layout (pp-fastest) they are a TP group, then the
@@ -253,9 +264,9 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
         "%3zu  %-11s %3d %4d %3d%s %-4s %4d %3d %5d %2d  %-10s %-14s "
         "%10s %10s %9s %6.2f%% %8.2f %9s %5.1f%%\n",
         i + 1, c.schedule.c_str(), c.pp, c.dp, c.tp,
-        epCol(std::to_string(c.ep)).c_str(), recomputeShort(c.recompute),
-        c.zero, c.microbatchSize, c.microbatches, c.chunks,
-        layoutName(c.layout), split.c_str(), msText(c.stepTime * 1e3).c_str(),
+        epCol(std::to_string(c.ep)).c_str(), recomputeShort(c).c_str(), c.zero,
+        c.microbatchSize, c.microbatches, c.chunks, layoutName(c.layout),
+        split.c_str(), msText(c.stepTime * 1e3).c_str(),
         msText(c.pipelineTime * 1e3).c_str(),
         msText((c.dpTime + c.dualReduceTime) * 1e3).c_str(), c.bubbleRate * 100,
         gib(c.memoryBytes), tokensText(c.tokensPerSecond).c_str(), c.mfu * 100);
@@ -305,7 +316,8 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
     const Candidate &c = r.ranked[i];
     if (c.kind != best.kind || c.pp != best.pp || c.tp != best.tp ||
         c.ep != best.ep || c.microbatchSize != best.microbatchSize ||
-        c.layout != best.layout || c.recompute != best.recompute)
+        c.layout != best.layout || c.recompute != best.recompute ||
+        c.recomputeStages != best.recomputeStages)
       runnerUp = &c;
   }
   if (runnerUp) {

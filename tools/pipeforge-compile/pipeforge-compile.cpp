@@ -79,6 +79,11 @@ static cl::opt<std::string> recompute(
              "recomputes the rest; selective recomputes norms, activation "
              "functions and dropouts"),
     cl::cat(cat));
+static cl::list<int64_t> recomputeStages(
+    "recompute-stages", cl::CommaSeparated, cl::value_desc("s,s,..."),
+    cl::desc("With --recompute: only these stages (indices of a model "
+             "copy's stages; default every stage)"),
+    cl::cat(cat));
 static cl::opt<int> microbatches(
     "microbatches",
     cl::desc("Microbatches per step, over both copies for DualPipe "
@@ -180,6 +185,7 @@ int main(int argc, char **argv) {
   co.tp = tp;
   co.sequenceParallel = sequenceParallel;
   co.recompute = recompute;
+  co.recomputeStages.assign(recomputeStages.begin(), recomputeStages.end());
   if (sched::Status s = pipelines::resolveCompileOptions(co); !s)
     return fail(s.message());
   if (dp < 1)

@@ -1,4 +1,5 @@
-//===- PlannerTest.cpp - The planner on hand-computable models -------------===//
+//===- PlannerTest.cpp - The planner on hand-computable models
+//-------------===//
 //
 // Synthetic models of uniform layers on a 1 TFLOP/s "GPU" so that one layer's
 // F, B and W of one sequence take exactly 1 s each.
@@ -49,8 +50,7 @@ Cluster cluster(int gpus, double memGiB, int perNode = 8) {
   return c;
 }
 
-PlanOptions options(int64_t globalBatch,
-                    std::vector<ScheduleKind> kinds = {}) {
+PlanOptions options(int64_t globalBatch, std::vector<ScheduleKind> kinds = {}) {
   PlanOptions o;
   o.globalBatch = globalBatch;
   o.microbatchSizes = {1};
@@ -62,8 +62,8 @@ PlanOptions options(int64_t globalBatch,
 TEST(Planner, OneFOneBTimeAndMemoryByHand) {
   // p = 4 stages of one layer, m = 8: makespan (m + p - 1)(F + B + W).
   ModelCosts m = uniformModel(4, /*params=*/1e6, /*stash=*/1e9);
-  auto c = evaluate(m, cluster(4, 1000), options(8), ScheduleKind::OneFOneB,
-                    4, 1, Layout::PipelineInNode);
+  auto c = evaluate(m, cluster(4, 1000), options(8), ScheduleKind::OneFOneB, 4,
+                    1, Layout::PipelineInNode);
   ASSERT_TRUE(c.isOk()) << c.message();
   EXPECT_DOUBLE_EQ(c->pipelineTime, (8 + 3) * 3.0);
   EXPECT_DOUBLE_EQ(c->dpTime, 0);
@@ -159,8 +159,8 @@ TEST(Planner, RejectsSetupsOverMemory) {
     EXPECT_GT(c.memoryBytes, cl.usableBytes());
   }
   // DualPipe holds two copies: two stages' state on every rank.
-  auto d = evaluate(m, cl, o, ScheduleKind::DualPipe, 2, 1,
-                    Layout::PipelineInNode);
+  auto d =
+      evaluate(m, cl, o, ScheduleKind::DualPipe, 2, 1, Layout::PipelineInNode);
   ASSERT_TRUE(d.isOk()) << d.message();
   EXPECT_DOUBLE_EQ(d->paramBytes, 4 * 16e9);
   EXPECT_FALSE(d->fits);
@@ -906,4 +906,46 @@ TEST(PlannerSweep, InterleavedVirtualStages) {
   EXPECT_EQ(e->setup.chunks, 8);
   EXPECT_EQ(e->rank, 0);
   EXPECT_EQ(e->notSearched, "chunks=8 is not in --chunks 4,2");
+}
+
+TEST(PlannerRecompute, OnlyTheStagesOverMemory) {
+  // 4 blocks of 1 GB stash per sequence, 1F1B on p = 2 with m = 4: rank 0
+  // holds 2 microbatches of its 2 layers (4 GB), rank 1 one (2 GB). With 3
+  // GiB per GPU only rank 0 is over; full recomputation on stage 0 alone
+  // brings it under, and recomputes half as much as on every stage.
+  ModelCosts m = blockModel(4, /*params=*/0, /*stash=*/1e9,
+                            /*hiddenBytes=*/1e8);
+  Cluster cl = cluster(2, 3.0);
+  PlanOptions o = options(4, {ScheduleKind::OneFOneB});
+  o.pipelineDegrees = {2};
+  o.recomputePolicies = {Recompute::None, Recompute::Full};
+  o.topN = 10;
+  auto r = plan::plan(m, cl, o);
+  ASSERT_TRUE(r.isOk()) << r.message();
+  ASSERT_FALSE(r->ranked.empty());
+  const Candidate &best = r->ranked.front();
+  EXPECT_EQ(best.recompute, Recompute::Full);
+  EXPECT_EQ(best.recomputeStages, std::vector<int>{0});
+  EXPECT_TRUE(best.fits);
+  EXPECT_NEAR(splitSum(best), best.stepTime, 1e-9);
+  // Full recomputation everywhere is ranked after it (slower).
+  auto all = evaluate(m, cl, o, ScheduleKind::OneFOneB, 2, 1,
+                      Layout::PipelineInNode, setup(1, Recompute::Full));
+  ASSERT_TRUE(all.isOk()) << all.message();
+  EXPECT_GT(all->stepTime, best.stepTime);
+  EXPECT_NEAR(best.recomputeTime, all->recomputeTime / 2, 1e-9);
+  // The same setup by hand, and stages outside the schedule.
+  SetupOptions only = setup(1, Recompute::Full);
+  only.recomputeStages = {0};
+  auto byHand = evaluate(m, cl, o, ScheduleKind::OneFOneB, 2, 1,
+                         Layout::PipelineInNode, only);
+  ASSERT_TRUE(byHand.isOk()) << byHand.message();
+  EXPECT_DOUBLE_EQ(byHand->stepTime, best.stepTime);
+  EXPECT_DOUBLE_EQ(byHand->memoryBytes, best.memoryBytes);
+  only.recomputeStages = {2};
+  auto bad = evaluate(m, cl, o, ScheduleKind::OneFOneB, 2, 1,
+                      Layout::PipelineInNode, only);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.message(), "recompute stage 2 is not one of 1f1b's 2 stages "
+                           "(0..1)");
 }

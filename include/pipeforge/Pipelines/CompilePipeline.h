@@ -27,6 +27,7 @@
 #include "mlir/Pass/PassManager.h"
 
 #include <string>
+#include <vector>
 
 namespace pipeforge::pipelines {
 
@@ -56,6 +57,9 @@ struct CompileOptions {
   /// (recompute norms, activation functions and dropouts). "true" and ""
   /// are read as "full", "false" as "none".
   std::string recompute = "none";
+  /// The stages (indices of a model copy's stages) `recompute` applies to;
+  /// empty: every stage.
+  std::vector<int64_t> recomputeStages;
 };
 
 /// Fills the defaults and checks the options against each other (an unknown

@@ -161,10 +161,11 @@ using AutoScheduleFn = std::function<Expected<sched::Schedule>(
 /// deterministic.
 AutoScheduleFn heuristicAutoScheduler();
 
-/// Activation recomputation (the same policy on every stage).
+/// Activation recomputation: the policy of `pipeforge-compile --recompute`,
+/// on every stage or on some (`--recompute-stages`).
 enum class Recompute {
   None,      ///< keep every activation B and W need
-  Selective, ///< drop the attention scores/probabilities, redo the core in B
+  Selective, ///< drop the stashed outputs of norms, activations and dropout
   Full,      ///< keep each block's input only, redo its forward in B
 };
 const char *recomputeName(Recompute r); ///< "none" / "selective" / "full"
@@ -181,6 +182,10 @@ struct SetupOptions {
   /// over e of the d data-parallel ranks (which stay data-parallel for the
   /// rest of the model).
   int ep = 1;
+  /// The stages (of a model copy, 0..S-1) `recompute` applies to; empty:
+  /// every stage. With some stages only, the layers are cut as without
+  /// recomputation.
+  std::vector<int> recomputeStages;
 };
 
 /// Why tensor-parallel degree `t` cannot run `model` on `cluster` (ok when
@@ -264,6 +269,8 @@ struct Candidate {
   int tp = 1;           ///< tensor-parallel degree
   int ep = 1;           ///< expert-parallel degree (of the dp ranks)
   Recompute recompute = Recompute::None;
+  /// The stages `recompute` applies to (sorted); empty: every stage.
+  std::vector<int> recomputeStages;
   int zero = 0;           ///< ZeRO stage (0 or 1)
   int microbatchSize = 1; ///< b
   int microbatches = 1;   ///< m per pipeline (DualPipe: the total C)
@@ -286,6 +293,9 @@ struct Candidate {
   double paramBytes = 0;      ///< model state bytes on the fullest rank
   double activationBytes = 0; ///< simulated peak activation, fullest rank
   double memoryBytes = 0;     ///< max over ranks of state + activation
+  /// The stages (of copy 0) held by a rank over the memory: where a partial
+  /// recomputation policy would apply.
+  std::vector<int> stagesOverMemory;
   bool fits = false;
   double tokensPerSecond = 0;
   /// Model FLOPs (F + B + W of the cost model, without recomputation) per
@@ -345,7 +355,8 @@ Expected<PlanResult> plan(const ModelCosts &model, const Cluster &cluster,
 /// space-separated KEY=VALUE words:
 ///   schedule=NAME (required), pp=P (required), tp=T (1), dp=D (optional: a
 ///   check, d is GPUs / (p t)), ep=E (1: experts per group of E of the d
-///   ranks), b=B (1), recompute=none|selective|full
+///   ranks), b=B (1), recompute=none|selective|full, recompute-stages=S+S
+///   (every stage),
 ///   (none), zero=0|1 (0), chunks=V (PlanOptions::chunksPerRank),
 ///   layout=pp-in-node|dp-in-node (optional: the faster of the two).
 struct SetupSpec {
@@ -354,6 +365,8 @@ struct SetupSpec {
   int dp = 0; ///< 0: not given
   int microbatchSize = 1;
   Recompute recompute = Recompute::None;
+  /// recompute-stages=S+S+...: only these stages (empty: every stage).
+  std::vector<int> recomputeStages;
   int zero = 0;
   int chunks = 0; ///< 0: not given (the sweep's)
   bool hasLayout = false;
