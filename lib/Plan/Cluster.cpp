@@ -3,7 +3,9 @@
 // Schema (docs/planner.md): gpus, gpus_per_node, memory_gb, peak_tflops,
 // intra_node_gb_per_s, inter_node_gb_per_s (needed with more than one node),
 // and the optional name, reserved_memory_gb, efficiency,
-// memory_bandwidth_gb_per_s (default by the GPU class), description.
+// memory_bandwidth_gb_per_s (default by the GPU class),
+// all_reduce_efficiency, all_to_all_efficiency, p2p_efficiency (default 1),
+// description.
 // Unknown keys are errors, so a misspelt key is not silently ignored.
 //
 //===----------------------------------------------------------------------===//
@@ -71,14 +73,17 @@ Expected<Cluster> plan::parseCluster(const std::string &text) {
       "name",        "description",         "gpus",
       "gpus_per_node", "memory_gb",         "reserved_memory_gb",
       "peak_tflops", "efficiency",          "intra_node_gb_per_s",
-      "inter_node_gb_per_s", "memory_bandwidth_gb_per_s"};
+      "inter_node_gb_per_s", "memory_bandwidth_gb_per_s",
+      "all_reduce_efficiency", "all_to_all_efficiency", "p2p_efficiency"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!known.count(it.key()))
       return Status::error("cluster: unknown key '" + it.key() +
                            "' (known: gpus gpus_per_node memory_gb "
                            "reserved_memory_gb peak_tflops efficiency "
                            "intra_node_gb_per_s inter_node_gb_per_s "
-                           "memory_bandwidth_gb_per_s name description)");
+                           "memory_bandwidth_gb_per_s all_reduce_efficiency "
+                           "all_to_all_efficiency p2p_efficiency name "
+                           "description)");
 
   Cluster c;
   if (auto it = j.find("name"); it != j.end()) {
@@ -126,6 +131,17 @@ Expected<Cluster> plan::parseCluster(const std::string &text) {
     return s;
   if (c.memoryBandwidthGBps <= 0)
     c.memoryBandwidthGBps = c.defaultMemoryBandwidthGBps();
+  for (auto [key, field] :
+       {std::pair<const char *, double *>{"all_reduce_efficiency",
+                                          &c.allReduceEfficiency},
+        {"all_to_all_efficiency", &c.allToAllEfficiency},
+        {"p2p_efficiency", &c.p2pEfficiency}}) {
+    if (Status s = getNumber(j, key, *field, false, true); !s)
+      return s;
+    if (*field > 1)
+      return keyError(key, "expected a fraction of the link bandwidth in "
+                           "(0, 1]");
+  }
   if (c.name.empty())
     c.name = "unnamed";
   return c;

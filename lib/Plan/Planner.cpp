@@ -188,7 +188,7 @@ std::vector<LayerRun> layerRuns(const ModelCosts &model, const Cluster &cl,
                                 const std::function<double(double)> &allToAll) {
   const double rate = cl.flopsPerSecond();
   const double memBw = cl.memoryBytesPerSecond();
-  const double intraBw = cl.intraNodeGBps * 1e9;
+  const double intraBw = cl.intraNodeGBps * 1e9 * cl.allReduceEfficiency;
   // Ring all-reduce of `bytes` over the t ranks of a node.
   auto allReduce = [&](double bytes) {
     return t > 1 ? 2.0 * (t - 1) / t * bytes / intraBw : 0.0;
@@ -377,16 +377,22 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
     }
   }
   c.epInterNode = epLocal < e;
+  // Link bandwidths, each at the achieved fraction of its kind of transfer.
   const double intraBw = cluster.intraNodeGBps * 1e9;
   const double interBw = cluster.interNodeGBps * 1e9;
-  const double ppBw = c.ppInterNode ? interBw : intraBw;
-  const double dpBw = c.dpInterNode ? interBw : intraBw;
-  const double expertDpBw = expertReplicasLocal < dE ? interBw : intraBw;
+  const double ppBw =
+      (c.ppInterNode ? interBw : intraBw) * cluster.p2pEfficiency;
+  const double dpBw =
+      (c.dpInterNode ? interBw : intraBw) * cluster.allReduceEfficiency;
+  const double expertDpBw = (expertReplicasLocal < dE ? interBw : intraBw) *
+                            cluster.allReduceEfficiency;
   // An all-to-all over the expert group: of what a rank sends, (local - 1)
   // / e goes over NVLink and (e - local) / e over the network, at once.
   auto allToAll = [&](double bytes) {
-    double intra = bytes * (epLocal - 1) / e / intraBw;
-    double inter = epLocal < e ? bytes * (e - epLocal) / e / interBw : 0;
+    const double eff = cluster.allToAllEfficiency;
+    double intra = bytes * (epLocal - 1) / e / (intraBw * eff);
+    double inter =
+        epLocal < e ? bytes * (e - epLocal) / e / (interBw * eff) : 0;
     return std::max(intra, inter);
   };
 
@@ -976,12 +982,28 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
                    [](const Candidate &a, const Candidate &b) {
                      return rankKey(a) < rankKey(b);
                    });
-  // The setups the report shows get their idle time split (the same
-  // schedule and times again, with the second simulation).
-  PlanOptions shown = opts;
+  // The runner-up: the next setup that differs in more than the ZeRO stage.
+  for (size_t i = 1; i < r.ranked.size() && r.runnerUp < 0; ++i) {
+    const Candidate &c = r.ranked[i], &best = r.ranked.front();
+    if (c.kind != best.kind || c.pp != best.pp || c.tp != best.tp ||
+        c.ep != best.ep || c.chunks != best.chunks ||
+        c.microbatchSize != best.microbatchSize || c.layout != best.layout ||
+        c.recompute != best.recompute ||
+        c.recomputeStages != best.recomputeStages)
+      r.runnerUp = int(i);
+  }
+  // The setups the report shows (the top N and the runner-up) get their
+  // idle time split (the same schedule and times again, with the second
+  // simulation).
+  std::vector<size_t> shownIdx;
   for (size_t i = 0;
        i < std::min<size_t>(r.ranked.size(), size_t(std::max(1, opts.topN)));
-       ++i) {
+       ++i)
+    shownIdx.push_back(i);
+  if (r.runnerUp >= std::max(1, opts.topN))
+    shownIdx.push_back(size_t(r.runnerUp));
+  PlanOptions shown = opts;
+  for (size_t i : shownIdx) {
     Candidate &c = r.ranked[i];
     shown.chunksPerRank =
         c.kind == ScheduleKind::Interleaved ? c.chunks : opts.chunksPerRank;

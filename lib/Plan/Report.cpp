@@ -87,6 +87,27 @@ std::string timeLines(const Candidate &c, const std::string &timeSuffix) {
   return out;
 }
 
+/// ", most of it in the bubble (+3.2 ms)": the part of the step split in
+/// which `next` loses the most time to `best` ("" when it loses none).
+std::string losesOn(const Candidate &best, const Candidate &next) {
+  const std::pair<const char *, double> parts[] = {
+      {"compute", next.computeTime - best.computeTime},
+      {"recomputation", next.recomputeTime - best.recomputeTime},
+      {"tensor-parallel communication", next.tpCommTime - best.tpCommTime},
+      {"expert all-to-alls", next.epCommTime - best.epCommTime},
+      {"the bubble", next.bubbleTime - best.bubbleTime},
+      {"pipeline communication", next.ppCommTime - best.ppCommTime},
+      {"data-parallel communication", next.dpCommTime - best.dpCommTime}};
+  const auto *worst = &parts[0];
+  for (const auto &p : parts)
+    if (p.second > worst->second)
+      worst = &p;
+  if (worst->second <= 0)
+    return "";
+  return fmt(", most of it in %s (+%s ms)", worst->first,
+             msText(worst->second * 1e3).c_str());
+}
+
 std::string tokensText(double t) {
   if (t >= 1e6)
     return fmt("%.2fM", t / 1e6);
@@ -233,6 +254,12 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
                  ? fmt("%.6g GB/s inter-node", cl.interNodeGBps).c_str()
                  : "one node",
              cl.memoryBytesPerSecond() / 1e9);
+  if (cl.allReduceEfficiency != 1 || cl.allToAllEfficiency != 1 ||
+      cl.p2pEfficiency != 1)
+    out = out.substr(0, out.size() - 1) +
+          fmt("; link efficiency: all-reduce %.3g, all-to-all %.3g, p2p "
+              "%.3g\n",
+              cl.allReduceEfficiency, cl.allToAllEfficiency, cl.p2pEfficiency);
   out +=
       fmt("evaluated %d setups: %zu fit, %zu over memory; %zu skipped%s\n\n",
           r.evaluated, r.ranked.size(), r.overMemory.size(), r.skipped.size(),
@@ -309,21 +336,16 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
           gib(best.paramBytes), gib(best.activationBytes),
           gib(best.weightBytes), gib(best.gradBytes), gib(best.optimizerBytes));
   out += launchCommands(best, model, cl, opts);
-  // The runner-up: the next setup that differs in more than the ZeRO stage
-  // (which changes only memory, so it is usually the same setup again).
-  const Candidate *runnerUp = nullptr;
-  for (size_t i = 1; i < r.ranked.size() && !runnerUp; ++i) {
-    const Candidate &c = r.ranked[i];
-    if (c.kind != best.kind || c.pp != best.pp || c.tp != best.tp ||
-        c.ep != best.ep || c.microbatchSize != best.microbatchSize ||
-        c.layout != best.layout || c.recompute != best.recompute ||
-        c.recomputeStages != best.recomputeStages)
-      runnerUp = &c;
-  }
+  // The runner-up (PlanResult::runnerUp): the next setup that differs in
+  // more than the ZeRO stage (which changes only memory, so it is usually
+  // the same setup again).
+  const Candidate *runnerUp =
+      r.runnerUp > 0 ? &r.ranked[size_t(r.runnerUp)] : nullptr;
   if (runnerUp) {
     const Candidate &next = *runnerUp;
-    out += fmt("  runner-up: %s is %.2f%% slower\n", setupText(next).c_str(),
-               std::max(0.0, next.stepTime / best.stepTime - 1) * 100);
+    out += fmt("  runner-up: %s is %.2f%% slower%s\n", setupText(next).c_str(),
+               std::max(0.0, next.stepTime / best.stepTime - 1) * 100,
+               losesOn(best, next).c_str());
   }
   // A faster setup that memory rules out, if any.
   const Candidate *faster = nullptr;
@@ -417,7 +439,10 @@ std::string plan::formatJson(const PlanResult &r, const ModelCosts &model,
       {"efficiency", cl.efficiency},
       {"intra_node_gb_per_s", cl.intraNodeGBps},
       {"inter_node_gb_per_s", cl.interNodeGBps},
-      {"memory_bandwidth_gb_per_s", cl.memoryBytesPerSecond() / 1e9}};
+      {"memory_bandwidth_gb_per_s", cl.memoryBytesPerSecond() / 1e9},
+      {"all_reduce_efficiency", cl.allReduceEfficiency},
+      {"all_to_all_efficiency", cl.allToAllEfficiency},
+      {"p2p_efficiency", cl.p2pEfficiency}};
   j["global_batch"] = opts.globalBatch;
   j["evaluated"] = r.evaluated;
   j["fit"] = r.ranked.size();

@@ -949,3 +949,35 @@ TEST(PlannerRecompute, OnlyTheStagesOverMemory) {
   EXPECT_EQ(bad.message(), "recompute stage 2 is not one of 1f1b's 2 stages "
                            "(0..1)");
 }
+
+TEST(PlannerExpert, LinkEfficienciesSlowTheirTransfers) {
+  auto cl = parseCluster(R"({"gpus": 8, "gpus_per_node": 8, "memory_gb": 1000,
+      "peak_tflops": 1, "intra_node_gb_per_s": 100,
+      "all_reduce_efficiency": 0.5, "all_to_all_efficiency": 0.25,
+      "p2p_efficiency": 0.8})");
+  ASSERT_TRUE(cl.isOk()) << cl.message();
+  EXPECT_DOUBLE_EQ(cl->allReduceEfficiency, 0.5);
+  EXPECT_DOUBLE_EQ(cl->allToAllEfficiency, 0.25);
+  EXPECT_DOUBLE_EQ(cl->p2pEfficiency, 0.8);
+  auto bad = parseCluster(R"({"gpus": 8, "gpus_per_node": 8, "memory_gb": 80,
+      "peak_tflops": 1, "intra_node_gb_per_s": 100,
+      "p2p_efficiency": 1.5})");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.message(), "cluster: key 'p2p_efficiency': expected a "
+                           "fraction of the link bandwidth in (0, 1]");
+  // Against the same cluster at full efficiency (the by-hand numbers of
+  // AllToAllsShardsAndGradientsByHand): the all-to-alls take 4x, the
+  // gradient all-reduce 2x.
+  ModelCosts m = moeModel(4);
+  Cluster full = cluster(8, 1000);
+  Cluster slow = full;
+  slow.allReduceEfficiency = 0.5;
+  slow.allToAllEfficiency = 0.25;
+  auto a = evaluate(m, full, options(16), ScheduleKind::OneFOneB, 2, 1,
+                    Layout::PipelineInNode, expertSetup(4));
+  auto b = evaluate(m, slow, options(16), ScheduleKind::OneFOneB, 2, 1,
+                    Layout::PipelineInNode, expertSetup(4));
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  EXPECT_NEAR(b->epCommTime, 4 * a->epCommTime, 1e-12);
+  EXPECT_NEAR(b->dpTime, 2 * a->dpTime, 1e-15);
+}

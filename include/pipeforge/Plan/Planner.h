@@ -125,6 +125,12 @@ struct Cluster {
   /// HBM bandwidth per GPU, 1e9 bytes/s; 0: the default for the GPU class
   /// (defaultMemoryBandwidthGBps).
   double memoryBandwidthGBps = 0;
+  /// Achieved fraction of the link bandwidth, per kind of transfer, (0, 1]
+  /// (cluster keys all_reduce_efficiency, all_to_all_efficiency,
+  /// p2p_efficiency; default 1): all-reduces (tensor-parallel and gradient
+  /// rings), the expert all-to-alls, and pipeline sends (and DualPipe's
+  /// gradient swap).
+  double allReduceEfficiency = 1, allToAllEfficiency = 1, p2pEfficiency = 1;
 
   int numNodes() const {
     return gpusPerNode > 0 ? (gpus + gpusPerNode - 1) / gpusPerNode : 0;
@@ -326,6 +332,10 @@ struct PlanResult {
   /// stages, less tensor parallelism, smaller microbatch, schedule order,
   /// layout, less recomputation, ZeRO stage).
   std::vector<Candidate> ranked;
+  /// Index in `ranked` of the runner-up: the next setup that differs from
+  /// the recommendation in more than the ZeRO stage (which changes only
+  /// memory); -1 when there is none.
+  int runnerUp = -1;
   /// Setups over the memory limit, least memory first.
   std::vector<Candidate> overMemory;
   int evaluated = 0;
