@@ -53,6 +53,9 @@ sched::Status resolveCompileOptions(CompileOptions &o) {
   if (o.sequenceParallel && o.tp < 2)
     return sched::Status::error(
         "--sequence-parallel needs tensor parallelism (--tp 2 or more)");
+  if (o.schedule == "interleaved" && o.chunks < 2)
+    return sched::Status::error("--chunks must be at least 2 (got " +
+                                std::to_string(o.chunks) + ")");
   if (o.microbatches < 0)
     return sched::Status::error("--microbatches must be positive (got " +
                                 std::to_string(o.microbatches) + ")");

@@ -550,7 +550,11 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
                                   ring(dE, stageExperts[s], expertDpBw));
       maxState = std::max(maxState, stateBytes(dense, stageExperts[s], zero));
     }
-    if (pipeBound + gradBound > pruneAbove)
+    // Compared at the ranking's resolution (ns): a bound that equals the
+    // threshold can tie it, and ties go to less memory.
+    if (std::isfinite(pruneAbove) &&
+        std::llround((pipeBound + gradBound) * 1e9) >
+            std::llround(pruneAbove * 1e9))
       return std::vector<Candidate>{};
     double limit = cluster.usableBytes() - maxState - transient;
     if (limit <= 0)
@@ -735,6 +739,8 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
                              : opts.schedules;
   std::set<std::string> skipped;
   std::vector<int> tps = opts.tensorDegrees;
+  std::sort(tps.begin(), tps.end());
+  tps.erase(std::unique(tps.begin(), tps.end()), tps.end());
   if (tps.empty()) {
     for (int t = 1; t <= cluster.gpusPerNode; ++t)
       if (checkTensorDegree(model, cluster, t) && cluster.gpus % t == 0)
@@ -764,6 +770,13 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
     if (blocks)
       policies.insert(policies.end(), {Recompute::Selective, Recompute::Full});
   }
+  // `none` first: its setups decide the stages a policy is also tried on
+  // alone (per-stage recomputation).
+  auto sortUnique = [](auto &v) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  };
+  sortUnique(policies);
   std::vector<int> zeroStages = opts.zeroStages;
   if (zeroStages.empty())
     zeroStages = {0, 1};
@@ -857,6 +870,7 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
       for (int p = 1; p <= cluster.gpus / t; ++p)
         if ((cluster.gpus / t) % p == 0 && p <= L)
           degrees.push_back(p);
+    sortUnique(degrees);
     return degrees;
   };
   int groups = 0, groupsDone = 0;
@@ -890,6 +904,7 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
             else
               eps.push_back(e);
           }
+          sortUnique(eps);
         }
         for (int e : eps) {
           // ZeRO-1 shards over the d / e replicas: with one it is stage 0.
@@ -953,7 +968,9 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
     for (const Candidate &c : all)
       if (c.fits)
         fitTimes.push_back(c.stepTime);
-    size_t keep = size_t(std::max(2, opts.topN));
+    // Each setup can come twice (ZeRO-1 and 0, the same times), so twice
+    // the shown setups keep the runner-up too.
+    size_t keep = 2 * size_t(std::max(2, opts.topN));
     double threshold = std::numeric_limits<double>::infinity();
     if (fitTimes.size() >= keep) {
       std::nth_element(fitTimes.begin(), fitTimes.begin() + (keep - 1),
@@ -1365,6 +1382,31 @@ Expected<Explanation> plan::explain(const PlanResult &r,
       !has(sweptChunks, o.chunksPerRank))
     why.push_back("chunks=" + fmtInt(o.chunksPerRank) + " is not in --chunks " +
                   joinInts(sweptChunks));
+  if (!c.recomputeStages.empty()) {
+    // The sweep tries a policy on some stages only where the same setup
+    // without recomputation overfills exactly those stages' ranks.
+    const std::string what =
+        "recompute-stages: the sweep recomputes some stages only where the "
+        "setup without recomputation is over memory on their ranks";
+    if (c.kind == sched::ScheduleKind::Auto) {
+      why.push_back(what + " (not for auto)");
+    } else if (!opts.recomputePolicies.empty() &&
+               !has(opts.recomputePolicies, Recompute::None)) {
+      why.push_back(what + " (none is not in --recompute)");
+    } else {
+      SetupOptions plain;
+      plain.tp = c.tp;
+      plain.ep = c.ep;
+      plain.zero = c.zero;
+      auto none = evaluate(model, cluster, o, c.kind, c.pp, c.microbatchSize,
+                           c.layout, plain);
+      if (none && (none->fits || none->stagesOverMemory != c.recomputeStages))
+        why.push_back(
+            what + (none->fits ? " (here it fits)"
+                               : " (here: stages " +
+                                     joinInts(none->stagesOverMemory) + ")"));
+    }
+  }
   if (c.pp == 1 && has(kinds, c.kind)) {
     // As the sweep: on one rank only the first linear schedule listed.
     auto first = std::find_if(kinds.begin(), kinds.end(), [](auto k) {

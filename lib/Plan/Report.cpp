@@ -455,6 +455,8 @@ std::string plan::formatJson(const PlanResult &r, const ModelCosts &model,
   for (size_t i = 0; i < n; ++i)
     top.push_back(candidateJson(r.ranked[i]));
   j["top"] = top;
+  if (r.runnerUp > 0)
+    j["runner_up"] = candidateJson(r.ranked[size_t(r.runnerUp)]);
   if (explained) {
     json e = candidateJson(explained->setup);
     e["rank"] = explained->rank;

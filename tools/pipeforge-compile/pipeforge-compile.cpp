@@ -84,6 +84,11 @@ static cl::list<int64_t> recomputeStages(
     cl::desc("With --recompute: only these stages (indices of a model "
              "copy's stages; default every stage)"),
     cl::cat(cat));
+static cl::opt<int>
+    chunks("chunks",
+           cl::desc("Interleaved: model chunks per rank (virtual stages; "
+                    "default 2)"),
+           cl::init(2), cl::cat(cat));
 static cl::opt<int> microbatches(
     "microbatches",
     cl::desc("Microbatches per step, over both copies for DualPipe "
@@ -179,6 +184,7 @@ int main(int argc, char **argv) {
   co.schedule = scheduleName;
   co.ranks = ranks;
   co.microbatches = microbatches;
+  co.chunks = chunks;
   co.placement = placement;
   co.memLimit = memLimit;
   co.fuseOverlap = fuseOverlap;

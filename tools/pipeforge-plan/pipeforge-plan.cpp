@@ -468,19 +468,22 @@ int main(int argc, char **argv) {
         return;
       if (shown && now - lastShown < 0.5)
         return;
+      // On a terminal the line is redrawn in place (and cleared to its
+      // end, "\x1b[K", as it may be shorter than the last).
       errs() << (terminal ? "\r" : "")
              << formatv("pipeforge-plan: {0} {1}/{2}, {3} setups evaluated, "
                         "{4:f1} s",
                         phase, done, total, evaluated, now)
-             << (terminal ? "" : "\n");
+             << (terminal ? "\x1b[K" : "\n");
       shown = true;
       lastShown = now;
     };
   auto result = plan::plan(*model, *cluster, opts);
   if (shown || progressMode == "always")
     errs() << (terminal && shown ? "\r" : "")
-           << formatv("pipeforge-plan: searched {0} setups in {1:f1} s\n",
-                      result ? result->evaluated : 0, elapsed());
+           << formatv("pipeforge-plan: searched {0} setups in {1:f1} s",
+                      result ? result->evaluated : 0, elapsed())
+           << (terminal && shown ? "\x1b[K\n" : "\n");
   if (!result) {
     // The explained setup still says what it needs (against no ranked
     // setups) before the sweep's error.
