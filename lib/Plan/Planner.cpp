@@ -211,8 +211,8 @@ std::vector<LayerRun> layerRuns(const ModelCosts &model, const Cluster &cl,
     // attention, as FlashAttention, computes Q K^T again in B, half the
     // core's forward) and no dropout masks.
     const bool block = lc.kind == LayerKind::Block;
-    const double scores = std::min(lc.attnScoreBytes, lc.stashBytes);
-    const double stash = lc.stashBytes - scores;
+    const double unkept = std::min(lc.unkeptBytes, lc.stashBytes);
+    const double stash = lc.stashBytes - unkept;
     const double acts = b * (stash + lc.outputBytes) / t;
     const double rescore = block ? lc.attnCoreFlops / 2 : 0;
     r.f = roofline(b * lc.fwdFlops / t, weights + acts, rate, memBw);

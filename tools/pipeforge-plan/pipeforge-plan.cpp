@@ -293,7 +293,7 @@ static Expected<plan::ModelCosts> costsOf(mlir::ModuleOp module,
     lc.params = double(c.paramElements); // not per sequence
     lc.outputBytes = layers->crossingBytes[i] * perSeq;
     lc.selectiveBytes = layers->selectiveBytes[i] * perSeq;
-    lc.attnScoreBytes = layers->unkeptBytes[i] * perSeq;
+    lc.unkeptBytes = layers->unkeptBytes[i] * perSeq;
     model.layers.push_back(lc);
   }
   describeLayers(func, layers->ids, model, perSeq);

@@ -428,7 +428,7 @@ TEST(PlannerRecompute, StashAndBackwardByHand) {
   // in B from HBM: 2e8 bytes at 100 GB/s, 2 ms); the hidden state is 0.1 GB.
   ModelCosts m = blockModel(2, 0, /*stash=*/1e9, /*hiddenBytes=*/1e8);
   for (LayerCost &l : m.layers) {
-    l.attnScoreBytes = 4e8;
+    l.unkeptBytes = 4e8;
     l.attnCoreFlops = 2e11;
     l.selectiveBytes = 1e8;
   }
@@ -692,7 +692,7 @@ TEST(PlannerSweep, PruningAutoKeepsTheTopAndSplitsAddUp) {
   ModelCosts m = blockModel(8, 1e8, 1e8, 1e7);
   for (LayerCost &l : m.layers) {
     l.outputBytes = 1e7;
-    l.attnScoreBytes = 4e7;
+    l.unkeptBytes = 4e7;
     l.attnCoreFlops = 1e11;
   }
   Cluster cl = cluster(16, 24, 8);

@@ -66,7 +66,7 @@ struct LayerCost {
   /// not keep (nn::LayerCosts::unkeptBytes): the attention scores,
   /// probabilities and masks (the GPU backend's backward recomputes them)
   /// and the dropout masks (drawn again in B).
-  double attnScoreBytes = 0;
+  double unkeptBytes = 0;
   /// Forward FLOPs of the attention core (Q K^T and P V); the GPU
   /// backward computes Q K^T again, half of it.
   double attnCoreFlops = 0;
