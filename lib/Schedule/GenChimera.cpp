@@ -16,9 +16,11 @@
 //
 // on the rank that holds the stage: forwards enter every other cell, the
 // last stage turns a microbatch around at once, and the backwards follow
-// the forwards' pattern back up. No two cells of one rank coincide (the
-// down and the up pipeline's cells on a rank differ in parity, or would
-// need k >= D/2), so a rank's program is its cells in time order. Each rank
+// the forwards' pattern back up. No two cells of one rank coincide (a
+// rank's F and BW cells of one direction, and its two directions' F cells
+// or BW cells, differ in parity; an F of one direction and a BW of the
+// other would need k >= D/2), so a rank's program is its cells in time
+// order; the same holds across concatenated units. Each rank
 // runs 2D cells in a 3D-2 cell unit: D-2 idle cells, i.e. D/2 - 1 bubbles
 // of one F + one BW, against 1F1B's D - 1 (the paper's bubble ratio
 // (D-2) / (2N+D-2)). For D = 4, rank 0 runs
@@ -32,6 +34,13 @@
 // leave idle, so with F = BW there are no bubbles between units. Neither
 // forward doubling nor backward halving (the paper's other two N > D
 // variants) is implemented.
+//
+// Cross-checked (for D = 2..10, one to three units) against a
+// re-derivation of the block construction of a public Chimera reference
+// implementation (a forward block and a backward block per unit, each
+// block merged into the idle cells of the one before from its half on;
+// plain forward blocks, without its forward doubling): the same per-rank
+// orders.
 //
 //===----------------------------------------------------------------------===//
 
