@@ -28,8 +28,7 @@ Generate, verify and simulate a pipeline schedule.
 
 Schedule:
   --schedule NAME       gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev
-                        chimera auto (automatic: heuristic + ILP under
-                        --mem-limit)
+                        chimera auto (heuristic + ILP under --mem-limit)
   --ranks N             pipeline ranks
   --microbatches M      microbatches (DualPipe, Chimera: the total over both
                         directions); default: the smallest the kind accepts
