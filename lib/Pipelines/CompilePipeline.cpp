@@ -171,7 +171,8 @@ struct CompilePipelineOptions
   Option<std::string> schedule{
       *this, "schedule",
       llvm::cl::desc("gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe "
-                     "dualpipev auto, or none (single-process reference)"),
+                     "dualpipev chimera auto, or none (single-process "
+                     "reference)"),
       llvm::cl::init("1f1b")};
   Option<int> ranks{*this, "ranks",
                     llvm::cl::desc("Pipeline ranks (0: 2; none: 1)"),

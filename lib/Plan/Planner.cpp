@@ -928,7 +928,8 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
             for (ScheduleKind k : kinds) {
               if (p == 1) {
                 bool linear =
-                    stagesFor(k, 1, 2) == 1 && k != ScheduleKind::DualPipe;
+                    stagesFor(k, 1, 2) == 1 && k != ScheduleKind::DualPipe &&
+                    k != ScheduleKind::Chimera;
                 if (!linear || pureDpDone)
                   continue;
                 pureDpDone = true;
@@ -1410,7 +1411,8 @@ Expected<Explanation> plan::explain(const PlanResult &r,
   if (c.pp == 1 && has(kinds, c.kind)) {
     // As the sweep: on one rank only the first linear schedule listed.
     auto first = std::find_if(kinds.begin(), kinds.end(), [](auto k) {
-      return stagesFor(k, 1, 2) == 1 && k != sched::ScheduleKind::DualPipe;
+      return stagesFor(k, 1, 2) == 1 && k != sched::ScheduleKind::DualPipe &&
+             k != sched::ScheduleKind::Chimera;
     });
     if (first == kinds.end() || *first != c.kind)
       why.push_back("with pp=1 the sweep evaluates only the first linear "

@@ -51,6 +51,7 @@ constexpr KindName kKindNames[] = {
     {ScheduleKind::Interleaved, "interleaved"}, {ScheduleKind::ZBH1, "zb-h1"},
     {ScheduleKind::ZBH2, "zb-h2"},          {ScheduleKind::ZBV, "zbv"},
     {ScheduleKind::DualPipe, "dualpipe"},   {ScheduleKind::DualPipeV, "dualpipev"},
+    {ScheduleKind::Chimera, "chimera"},
     {ScheduleKind::Auto, "auto"},
 };
 } // namespace

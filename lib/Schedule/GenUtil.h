@@ -50,6 +50,9 @@ Schedule genZBV(const GenOptions &opts);
 Schedule genDualPipe(const GenOptions &opts);
 Schedule genDualPipeV(const GenOptions &opts);
 
+// GenChimera.cpp
+Schedule genChimera(const GenOptions &opts);
+
 } // namespace pipeforge::sched::detail
 
 #endif

@@ -2,7 +2,7 @@
 //
 // Checks a generator request against the rules of its schedule kind and
 // dispatches to the generator families (GenPipeline.cpp, GenZeroBubble.cpp,
-// GenDualPipe.cpp). Every broken rule is reported as a Status error naming
+// GenDualPipe.cpp, GenChimera.cpp). Every broken rule is reported as a Status error naming
 // the rule; nothing asserts on user input.
 //
 //===----------------------------------------------------------------------===//
@@ -30,8 +30,10 @@ Status validate(ScheduleKind kind, const GenOptions &opts) {
                          "scheduler, not by generate()");
 
   const int64_t minRanks =
-      (kind == ScheduleKind::Interleaved || kind == ScheduleKind::DualPipe) ? 2
-                                                                            : 1;
+      (kind == ScheduleKind::Interleaved || kind == ScheduleKind::DualPipe ||
+       kind == ScheduleKind::Chimera)
+          ? 2
+          : 1;
   if (p < minRanks)
     return Status::error(k + " needs at least " + std::to_string(minRanks) +
                          " rank" + (minRanks > 1 ? "s" : "") + ", got " +
@@ -103,6 +105,19 @@ Status validate(ScheduleKind kind, const GenOptions &opts) {
                            std::to_string(m));
     stagesTimesMb = 2 * p * m;
     break;
+  case ScheduleKind::Chimera:
+    if (p % 2 != 0)
+      return Status::error("chimera needs an even number of ranks (a down "
+                           "and an up pipeline of D/2 microbatches each per "
+                           "unit), got " + std::to_string(p));
+    if (m % p != 0)
+      return Status::error(
+          "chimera needs the microbatch count to be a multiple of the rank "
+          "count (units of D microbatches, D/2 per direction, concatenated), "
+          "got " + std::to_string(m) + " microbatches for " +
+          std::to_string(p) + " ranks");
+    stagesTimesMb = p * m; // two copies of p stages, m/2 microbatches each
+    break;
   case ScheduleKind::Auto:
     break;
   }
@@ -142,6 +157,8 @@ int32_t minMicrobatches(ScheduleKind kind, int32_t ranks,
   switch (kind) {
   case ScheduleKind::Interleaved:
     return p; // Megatron: a multiple of the rank count
+  case ScheduleKind::Chimera:
+    return p; // one basic unit: D/2 per direction
   case ScheduleKind::ZBH2:
   case ScheduleKind::DualPipe:  // total C; C/2 >= N per direction
   case ScheduleKind::DualPipeV:
@@ -176,6 +193,8 @@ Expected<Schedule> generate(ScheduleKind kind, const GenOptions &opts) {
     return detail::genDualPipe(opts);
   case ScheduleKind::DualPipeV:
     return detail::genDualPipeV(opts);
+  case ScheduleKind::Chimera:
+    return detail::genChimera(opts);
   case ScheduleKind::Auto:
     break;
   }
@@ -241,8 +260,10 @@ Expected<StageLayout> stageLayoutFor(const std::string &kind, int32_t ranks,
   case ScheduleKind::DualPipeV:
     return StageLayout{"v", 2 * ranks, ranks};
   case ScheduleKind::DualPipe:
+  case ScheduleKind::Chimera:
     if (ranks % 2 != 0)
-      return Status::error("dualpipe needs an even number of ranks (got " +
+      return Status::error(std::string(scheduleKindName(*k)) +
+                           " needs an even number of ranks (got " +
                            std::to_string(ranks) + ")");
     return StageLayout{"dual", ranks, ranks};
   case ScheduleKind::Auto:

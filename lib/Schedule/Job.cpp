@@ -113,12 +113,12 @@ Expected<Schedule> obtainSchedule(const ScheduleJob &j,
   if (j.schedule.empty())
     return Status::error("--schedule is required (one of: gpipe 1f1b "
                          "interleaved zb-h1 zb-h2 zbv dualpipe dualpipev "
-                         "auto)");
+                         "chimera auto)");
   auto kind = parseScheduleKind(j.schedule);
   if (!kind)
     return Status::error("unknown schedule '" + j.schedule +
                          "'; expected one of: gpipe 1f1b interleaved zb-h1 "
-                         "zb-h2 zbv dualpipe dualpipev auto");
+                         "zb-h2 zbv dualpipe dualpipev chimera auto");
   if (j.ranks < 1)
     return Status::error("--ranks is required (>= 1)");
   if (*kind != ScheduleKind::Auto) {

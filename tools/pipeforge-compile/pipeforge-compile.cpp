@@ -49,7 +49,8 @@ static cl::opt<std::string> inputPath(cl::Positional,
 static cl::opt<std::string>
     scheduleName("schedule",
                  cl::desc("gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe "
-                          "dualpipev auto, or none (single-process reference)"),
+                          "dualpipev chimera auto, or none (single-process "
+                          "reference)"),
                  cl::init("1f1b"), cl::cat(cat));
 static cl::opt<int> ranks("ranks",
                           cl::desc("Pipeline ranks (default 2; none: 1)"),
@@ -91,7 +92,8 @@ static cl::opt<int>
            cl::init(2), cl::cat(cat));
 static cl::opt<int> microbatches(
     "microbatches",
-    cl::desc("Microbatches per step, over both copies for DualPipe "
+    cl::desc("Microbatches per step, over both copies for DualPipe and "
+             "Chimera "
              "(default: the smallest the schedule accepts)"),
     cl::init(0), cl::cat(cat));
 static cl::opt<int64_t> microbatchSize("microbatch-size",

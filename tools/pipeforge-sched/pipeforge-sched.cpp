@@ -28,9 +28,9 @@ Generate, verify and simulate a pipeline schedule.
 
 Schedule:
   --schedule NAME       gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev
-                        auto (automatic: heuristic + ILP under --mem-limit)
+                        chimera auto (heuristic + ILP under --mem-limit)
   --ranks N             pipeline ranks
-  --microbatches M      microbatches (DualPipe: the total over both
+  --microbatches M      microbatches (DualPipe, Chimera: the total over both
                         directions); default: the smallest the kind accepts
   --chunks V            model chunks per rank for interleaved (default 2)
   --interleaved-rule R  megatron | pytorch | auto (default: megatron where p

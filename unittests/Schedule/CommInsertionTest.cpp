@@ -191,7 +191,7 @@ TEST(CommInsertion, SweepNoDeadlock) {
       }
     EXPECT_EQ(sends, expectedMessages(*s)) << c.label();
     EXPECT_EQ(reduces,
-              c.kind == ScheduleKind::DualPipe ? size_t(s->numRanks()) : 0u)
+              s->placement.numCopies == 2 ? size_t(s->numRanks()) : 0u)
         << c.label();
     std::string problem = runRendezvous(*s, &msgs);
     ASSERT_EQ(problem, "") << c.label();

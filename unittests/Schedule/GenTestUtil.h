@@ -37,11 +37,11 @@ inline std::vector<GenCase> sweepCases(int maxRanks = 16) {
   const ScheduleKind kinds[] = {
       ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
       ScheduleKind::ZBH1,  ScheduleKind::ZBH2,     ScheduleKind::ZBV,
-      ScheduleKind::DualPipe, ScheduleKind::DualPipeV};
+      ScheduleKind::DualPipe, ScheduleKind::DualPipeV, ScheduleKind::Chimera};
   std::vector<GenCase> out;
   for (ScheduleKind k : kinds) {
     for (int p = 2; p <= maxRanks; ++p) {
-      if (k == ScheduleKind::DualPipe && p % 2)
+      if ((k == ScheduleKind::DualPipe || k == ScheduleKind::Chimera) && p % 2)
         continue;
       for (int v : {2, 3}) {
         if (v == 3 && k != ScheduleKind::Interleaved)
@@ -50,6 +50,8 @@ inline std::vector<GenCase> sweepCases(int maxRanks = 16) {
           if (k == ScheduleKind::Interleaved && m % p)
             continue;
           if (k == ScheduleKind::DualPipe && m % 2)
+            continue;
+          if (k == ScheduleKind::Chimera && m % p)
             continue;
           GenCase c{k, GenOptions{}};
           c.opts.ranks = p;

@@ -396,7 +396,7 @@ TEST(SimulatorTest, GeneratedWithCommMatchComputeOnly) {
   const ScheduleKind kinds[] = {
       ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
       ScheduleKind::ZBH1,  ScheduleKind::ZBH2,     ScheduleKind::ZBV,
-      ScheduleKind::DualPipe, ScheduleKind::DualPipeV};
+      ScheduleKind::DualPipe, ScheduleKind::DualPipeV, ScheduleKind::Chimera};
   for (ScheduleKind k : kinds) {
     GenOptions opts;
     opts.ranks = 4;

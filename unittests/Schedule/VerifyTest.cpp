@@ -86,7 +86,7 @@ TEST(VerifyTest, GeneratedSchedulesAreValid) {
   const ScheduleKind kinds[] = {
       ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
       ScheduleKind::ZBH1,  ScheduleKind::ZBH2,     ScheduleKind::ZBV,
-      ScheduleKind::DualPipe, ScheduleKind::DualPipeV};
+      ScheduleKind::DualPipe, ScheduleKind::DualPipeV, ScheduleKind::Chimera};
   for (ScheduleKind k : kinds)
     for (int p : {2, 4, 6}) {
       int lo = minMicrobatches(k, p);

@@ -33,7 +33,7 @@ namespace pipeforge::pipelines {
 
 struct CompileOptions {
   /// A schedule kind (gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe
-  /// dualpipev auto) or "none", the single-process reference.
+  /// dualpipev chimera auto) or "none", the single-process reference.
   std::string schedule = "1f1b";
   /// Pipeline ranks; 0: 2 (none: 1).
   int ranks = 0;

@@ -9,7 +9,8 @@
 //
 // A schedule is one ordered action list per rank. Stages are numbered per
 // model copy: stage 0 takes the input, stage numStages-1 computes the loss.
-// DualPipe has two copies (copy 0 enters at rank 0, copy 1 at rank N-1);
+// DualPipe and Chimera have two copies (copy 0 enters at rank 0, copy 1 at
+// rank N-1);
 // every other schedule has one. Microbatches are numbered 0..m-1 per copy.
 //
 //===----------------------------------------------------------------------===//
@@ -193,7 +194,7 @@ struct Action {
 struct Placement {
   int32_t numRanks = 0;
   int32_t numStages = 0; ///< stages per copy
-  int32_t numCopies = 1; ///< 2 for DualPipe
+  int32_t numCopies = 1; ///< 2 for DualPipe and Chimera
   /// rankOf[copy][stage]
   std::vector<std::vector<int32_t>> rankOf;
 
@@ -219,11 +220,12 @@ enum class ScheduleKind : uint8_t {
   ZBV,
   DualPipe,
   DualPipeV,
+  Chimera,
   Auto
 };
 
 /// The name used by `--schedule` / `kind=`: gpipe 1f1b interleaved zb-h1 zb-h2
-/// zbv dualpipe dualpipev auto.
+/// zbv dualpipe dualpipev chimera auto.
 const char *scheduleKindName(ScheduleKind k);
 std::optional<ScheduleKind> parseScheduleKind(const std::string &name);
 /// All names, space separated, for help texts and error messages.

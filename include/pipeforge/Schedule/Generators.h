@@ -1,6 +1,7 @@
 //===- Generators.h - Handcrafted pipeline schedules ------------*- C++ -*-===//
 //
-// GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-H2, ZB-V, DualPipe, DualPipeV.
+// GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-H2, ZB-V, DualPipe, DualPipeV,
+// Chimera.
 // The result holds compute actions only (Compute and Overlap); run
 // insertComm() to add the messages. Invalid requests return an error that
 // says which rule was broken; nothing asserts on user input.
@@ -33,8 +34,8 @@ enum class InterleavedRule : uint8_t { Auto, Megatron, PyTorch };
 
 struct GenOptions {
   int32_t ranks = 0;
-  /// Microbatches. For DualPipe this is the total C (C/2 per copy); for
-  /// every other kind it is m, the count per (single) copy.
+  /// Microbatches. For DualPipe and Chimera this is the total C (C/2 per
+  /// copy); for every other kind it is m, the count per (single) copy.
   int32_t microbatches = 0;
   /// Interleaved 1F1B: model chunks per rank (v >= 2).
   int32_t chunksPerRank = 2;
@@ -70,7 +71,7 @@ Expected<Schedule> generateNone(int32_t stages, int32_t microbatches);
 /// copy and the ranks. One table for the compile pipeline, pp-schedule and
 /// the planner. `kind` is a scheduleKindName, "auto" (linear, or v with
 /// `autoV`) or "none" (one stage on one rank; `ranks` must be 1). Errors:
-/// an unknown kind, ranks < 1, DualPipe with an odd rank count.
+/// an unknown kind, ranks < 1, DualPipe or Chimera with an odd rank count.
 struct StageLayout {
   std::string placement;
   int32_t stages = 0;

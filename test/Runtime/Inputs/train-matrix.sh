@@ -24,7 +24,7 @@
 #
 # Tolerances (PF_LOSS_TOL, PF_RTOL, PF_ATOL override): the pipelined run
 # adds the same numbers in another order where microbatches are summed
-# across ranks (dp, ep, DualPipe's two copies), and AdamW divides by
+# across ranks (dp, ep, DualPipe's and Chimera's two copies), and AdamW divides by
 # sqrt(v): where a gradient element is at rounding level the update's
 # rounding is up to ~lr per step. Losses within 2e-5, weights within
 # rtol 1e-3 / atol 5e-5 (lr 1e-3, STEPS 4; measured: at most 9e-6). Pure
@@ -41,7 +41,7 @@ case $mode in
   *) echo "train-matrix.sh: unknown mode '$mode'" >&2; exit 2 ;;
 esac
 pvlosstol=${PF_LOSS_TOL:-2e-5} pvrtol=${PF_RTOL:-1e-3} pvatol=${PF_ATOL:-5e-5}
-if [ $D -eq 1 ] && [ $E -eq 1 ] && [ "$sched" != dualpipe ]; then
+if [ $D -eq 1 ] && [ $E -eq 1 ] && [ "$sched" != dualpipe ] && [ "$sched" != chimera ]; then
   losstol=0 rtol=0 atol=0
 else
   losstol=$pvlosstol rtol=$pvrtol atol=$pvatol

@@ -116,7 +116,7 @@ def PPSchedule : Pass<"pp-schedule", "::mlir::ModuleOp"> {
     For every `pp.pipeline` in the module, appends a `pp.schedule` with one
     ordered compute program per rank, produced by the named generator. The
     pipeline's placement must suit the kind (`zbv` and `dualpipev` need
-    `v`, `dualpipe` needs `dual`, `interleaved` needs `interleaved`, the
+    `v`, `dualpipe` and `chimera` need `dual`, `interleaved` needs `interleaved`, the
     others `linear`). A module without a pipeline gets one schedule built
     from `ranks` (and `chunks` for interleaved) alone, which is handy for
     studying schedules:
@@ -146,10 +146,12 @@ def PPSchedule : Pass<"pp-schedule", "::mlir::ModuleOp"> {
   let options = !listconcat(PP_CostOptions, [
     Option<"kind", "kind", "std::string", /*default=*/"\"1f1b\"",
            "gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | zbv | dualpipe | "
-           "dualpipev | auto (the automatic scheduler, under mem-limit) | "
+           "dualpipev | chimera | auto (the automatic scheduler, under "
+           "mem-limit) | "
            "none (one rank, the single-process reference)">,
     Option<"microbatches", "microbatches", "int", /*default=*/"0",
-           "Microbatches per step (DualPipe: the total over both directions); "
+           "Microbatches per step (DualPipe, Chimera: the total over both "
+           "directions); "
            "0 = the smallest the kind accepts">,
     Option<"ranks", "ranks", "int", /*default=*/"0",
            "Pipeline ranks when the module has no pp.pipeline">,
