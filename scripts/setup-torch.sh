@@ -15,9 +15,11 @@ fi
 log=/tmp/pipeforge-setup-torch.log
 python3 -m venv "$VENV" >"$log" 2>&1 || {
   echo "setup-torch: error: could not create a venv at $VENV (see $log)" >&2; exit 1; }
-# The CPU wheels are a fifth of the default's size; fall back to PyPI's.
-if ! "$PY" -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch >>"$log" 2>&1; then
-  "$PY" -m pip install -q torch >>"$log" 2>&1 || {
+# The CPU wheels are a fifth of the default's size, where their index is
+# reachable (one quick try); else PyPI's default wheel.
+if ! "$PY" -m pip install -q --retries 0 --timeout 15 --no-cache-dir \
+     --index-url https://download.pytorch.org/whl/cpu torch >>"$log" 2>&1; then
+  "$PY" -m pip install -q --no-cache-dir torch >>"$log" 2>&1 || {
     echo "setup-torch: error: pip could not install torch (see $log)" >&2; exit 1; }
 fi
 "$PY" -m pip install -q numpy >>"$log" 2>&1 || true
