@@ -231,6 +231,10 @@ std::string plan::launchCommands(const Candidate &c, const ModelCosts &m,
       (c.layout == Layout::DataInNode ? " --rank-layout dp-fastest" : "") +
       (c.zero == 1 ? " --zero 1" : "");
   (void)cl;
+  // The runtime numbers ranks pp-fastest or dp-fastest only.
+  if (c.layout == Layout::ExpertInNode)
+    run += "\n          (ep-in-node: the runtime has no rank layout that "
+           "packs an expert group into a node; this runs pp-in-node)";
   return "  launch: " + compile + "\n          " + run + "\n";
 }
 
