@@ -78,7 +78,10 @@ private:
         .getResult();
   }
   Value rmsNorm(Value x, const std::string &name) {
-    Value g = param(name + ".weight", {c.hidden}, "ones");
+    return rmsNorm(x, name, c.hidden);
+  }
+  Value rmsNorm(Value x, const std::string &name, int64_t dim) {
+    Value g = param(name + ".weight", {dim}, "ones");
     return tag(nn::RMSNormOp::create(b, loc, x.getType(), x, g,
                                      b.getF32FloatAttr(c.normEpsilon)))
         .getResult();
@@ -112,6 +115,10 @@ private:
 
   Value gptBlock(Value x, int64_t i);
   Value llamaBlock(Value x, int64_t i);
+  Value deepseekBlock(Value x, int64_t i);
+  Value mlaAttention(Value x, const std::string &p);
+  Value swiglu(Value x, const std::string &p, int64_t ffn);
+  Value deepseekMoE(Value x, const std::string &p);
 
   const ModelConfig &c;
   OpBuilder b;
@@ -178,6 +185,109 @@ Value ModelBuilder::llamaBlock(Value x, int64_t i) {
   return residual(r1, mlp);
 }
 
+/// SwiGLU MLP: down(silu(gate x) * up x), HF's gate_proj / up_proj /
+/// down_proj under prefix `p`.
+Value ModelBuilder::swiglu(Value x, const std::string &p, int64_t ffn) {
+  int64_t h = c.hidden;
+  std::string init = normal(c.initStd);
+  Value gate = linear(x, p + "gate_proj", h, ffn, false, init);
+  Value up = linear(x, p + "up_proj", h, ffn, false, init);
+  Value act = tag(nn::SiluOp::create(b, loc, gate)).getResult();
+  Value prod = tag(nn::MulOp::create(b, loc, act, up)).getResult();
+  return linear(prod, p + "down_proj", ffn, h, false, init);
+}
+
+/// Multi-head Latent Attention (DeepSeek-V2 / V3), with H heads, dn =
+/// qk_nope_head_dim, dr = qk_rope_head_dim, dv = v_head_dim:
+///   q     = q_b(rmsnorm(q_a x))            [.., H (dn + dr)]  (or q_proj x)
+///   c_kv  = kv_a.latent x                  [.., kv_lora_rank]
+///   k_pe  = kv_a.rope x                    [.., dr]  one key for all heads
+///   kn    = kv_b.k_nope(rmsnorm(c_kv))     [.., H dn]
+///   v     = kv_b.v(rmsnorm(c_kv))          [.., H dv]
+///   k     = concat_heads(kn, k_pe)         [.., H (dn + dr)]  (broadcast)
+///   o     = o_proj(attention(q, k, v))     RoPE on the trailing dr of each
+///                                          q / k head, scale 1/sqrt(dn+dr)
+/// HF's kv_a_proj_with_mqa ([kv_lora_rank + dr, hidden]) is the two params
+/// kv_a_proj_with_mqa.{latent,rope}.weight (its rows [0, kv_lora_rank) and
+/// the rest), and kv_b_proj ([H (dn + dv), kv_lora_rank], per head dn key
+/// rows then dv value rows) kv_b_proj.{k_nope,v}.weight: the same products.
+Value ModelBuilder::mlaAttention(Value x, const std::string &p) {
+  const MLAConfig &m = c.mla;
+  int64_t h = c.hidden, heads = c.numHeads, dn = m.qkNopeHeadDim,
+          dr = m.qkRopeHeadDim, dv = m.vHeadDim, r = m.kvLoraRank;
+  std::string init = normal(c.initStd);
+  std::string a = p + "self_attn.";
+  Value q;
+  if (m.qLoraRank > 0) {
+    Value qa = linear(x, a + "q_a_proj", h, m.qLoraRank, false, init);
+    Value qn = rmsNorm(qa, a + "q_a_layernorm", m.qLoraRank);
+    q = linear(qn, a + "q_b_proj", m.qLoraRank, heads * (dn + dr), false,
+               init);
+  } else {
+    q = linear(x, a + "q_proj", h, heads * (dn + dr), false, init);
+  }
+  Value ckv = linear(x, a + "kv_a_proj_with_mqa.latent", h, r, false, init);
+  Value kpe = linear(x, a + "kv_a_proj_with_mqa.rope", h, dr, false, init);
+  Value kvn = rmsNorm(ckv, a + "kv_a_layernorm", r);
+  Value kn = linear(kvn, a + "kv_b_proj.k_nope", r, heads * dn, false, init);
+  Value v = linear(kvn, a + "kv_b_proj.v", r, heads * dv, false, init);
+  Value k = tag(nn::ConcatHeadsOp::create(b, loc, act(heads * (dn + dr)), kn,
+                                          kpe, b.getI64IntegerAttr(heads),
+                                          b.getUnitAttr()))
+                .getResult();
+  FloatAttr dropout =
+      c.attnDropout > 0.0 ? b.getF32FloatAttr(c.attnDropout) : FloatAttr();
+  IntegerAttr site =
+      c.attnDropout > 0.0 ? b.getI64IntegerAttr(nextSite++) : IntegerAttr();
+  Value o = tag(nn::AttentionOp::create(
+                    b, loc, act(heads * dv), q, k, v,
+                    b.getI64IntegerAttr(heads), b.getI64IntegerAttr(heads),
+                    b.getUnitAttr(), b.getF32FloatAttr(c.ropeTheta), dropout,
+                    site, b.getI64IntegerAttr(dr)))
+                .getResult();
+  return linear(o, a + "o_proj", heads * dv, h, false, init);
+}
+
+/// The MLP of a DeepSeek MoE layer (HF DeepseekV2MoE / DeepseekV3MoE):
+/// the routed experts, plus the shared experts as one SwiGLU MLP of
+/// n_shared_experts x moe_intermediate_size added to them. The routed part
+/// is the existing nn.moe: softmax scores, top-k renormalised over the
+/// chosen experts (docs/import.md lists the routing keys it does not follow
+/// yet: sigmoid scoring, the correction bias, group-limited routing,
+/// routed_scaling_factor).
+Value ModelBuilder::deepseekMoE(Value x, const std::string &p) {
+  const DeepSeekMoEConfig &e = c.dsMoE;
+  int64_t h = c.hidden, ffn = e.moeIntermediate, n = c.numExperts;
+  std::string init = normal(c.initStd);
+  std::string m = p + "mlp.";
+  Value router = param(m + "gate.weight", {n, h}, init);
+  Value w1 = param(m + "experts.gate_proj", {n, ffn, h}, init);
+  Value w2 = param(m + "experts.down_proj", {n, h, ffn}, init);
+  Value w3 = param(m + "experts.up_proj", {n, ffn, h}, init);
+  Value y = tag(nn::MoEOp::create(b, loc, x.getType(), x, router, w1, w2, w3,
+                                  b.getI64IntegerAttr(c.topK), FloatAttr(),
+                                  b.getStringAttr("silu")))
+                .getResult();
+  if (e.sharedExperts > 0) {
+    Value shared = swiglu(x, m + "shared_experts.", e.sharedExperts * ffn);
+    y = tag(nn::AddOp::create(b, loc, y, shared)).getResult();
+  }
+  return y;
+}
+
+/// A DeepSeek-V2 / V3 decoder layer: MLA, then a dense SwiGLU MLP (the
+/// first first_k_dense_replace layers, and every layer without routed
+/// experts) or the MoE.
+Value ModelBuilder::deepseekBlock(Value x, int64_t i) {
+  std::string p = "layers." + std::to_string(i) + ".";
+  Value n1 = rmsNorm(x, p + "input_layernorm");
+  Value r1 = residual(x, mlaAttention(n1, p));
+  Value n2 = rmsNorm(r1, p + "post_attention_layernorm");
+  Value mlp = c.isDeepSeekMoELayer(i) ? deepseekMoE(n2, p)
+                                      : swiglu(n2, p + "mlp.", c.intermediate);
+  return residual(r1, mlp);
+}
+
 OwningOpRef<ModuleOp> ModelBuilder::build() {
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   b.setInsertionPointToEnd(module->getBody());
@@ -216,7 +326,8 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
   // Layers 1 .. L: the blocks.
   for (int64_t i = 0; i < c.numLayers; ++i) {
     layer = i + 1;
-    x = gpt ? gptBlock(x, i) : llamaBlock(x, i);
+    x = gpt ? gptBlock(x, i)
+            : c.isDeepSeek() ? deepseekBlock(x, i) : llamaBlock(x, i);
   }
 
   // Layer L + 1: final norm, LM head, loss. Tied embeddings: the head's

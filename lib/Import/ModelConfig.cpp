@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 
@@ -130,6 +131,35 @@ public:
     return x;
   }
 
+  /// A non-negative integer (a count that may be 0), `fallback` when
+  /// absent or null.
+  int64_t count(const char *name, int64_t fallback,
+                int64_t max = pipeforge::kMaxDimension) {
+    auto it = obj.find(name);
+    if (it == obj.end() || it->is_null())
+      return fallback;
+    if (!it->is_number_integer() || it->get<double>() < 0 ||
+        it->get<double>() > double(max)) {
+      fail(std::string("key '") + name + "' must be an integer in [0, " +
+           std::to_string(max) + "], got " + describe(*it));
+      return fallback;
+    }
+    return it->get<int64_t>();
+  }
+
+  /// A string, `fallback` when absent or null.
+  std::string text(const char *name, const std::string &fallback) {
+    auto it = obj.find(name);
+    if (it == obj.end() || it->is_null())
+      return fallback;
+    if (!it->is_string()) {
+      fail(std::string("key '") + name + "' must be a string, got " +
+           describe(*it));
+      return fallback;
+    }
+    return it->get<std::string>();
+  }
+
   bool boolean(const char *name, bool fallback) {
     auto it = obj.find(name);
     if (it == obj.end() || it->is_null())
@@ -174,6 +204,80 @@ static llvm::Error configError(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
+/// DeepSeek-V2 / V3 (HF DeepseekV2Config / DeepseekV3Config): the MLA and
+/// DeepSeekMoE keys, with HF's defaults where a key may be absent.
+static void readDeepSeek(KeyReader &r, const json &root, ModelConfig &c) {
+  bool v3 = c.kind == ModelKind::DeepSeekV3;
+  MLAConfig &m = c.mla;
+  m.qLoraRank = r.positiveInt({"q_lora_rank"}, 0); // null: no q compression
+  m.kvLoraRank = r.positiveInt({"kv_lora_rank"});
+  m.qkNopeHeadDim = r.positiveInt({"qk_nope_head_dim"});
+  m.qkRopeHeadDim = r.positiveInt({"qk_rope_head_dim"});
+  m.vHeadDim = r.positiveInt({"v_head_dim"});
+  // Every head has its own keys and values (num_key_value_heads is not
+  // read by MLA).
+  c.numKvHeads = c.numHeads;
+  c.intermediate = r.positiveInt({"intermediate_size"});
+  c.normEpsilon = r.positiveNumber({"rms_norm_eps"}, 1e-6, kMaxNormEpsilon);
+  c.ropeTheta = r.positiveNumber({"rope_theta"}, 10000.0, kMaxRopeTheta);
+  c.attnDropout = r.rate({"attention_dropout"}, 0.0);
+  c.tiedEmbeddings = r.boolean("tie_word_embeddings", false);
+  if (r.boolean("attention_bias", false))
+    r.fail("key 'attention_bias': true is not supported (DeepSeek's "
+           "projections have no biases)");
+  auto rs = root.find("rope_scaling");
+  if (rs != root.end() && !rs->is_null())
+    r.fail("key 'rope_scaling' is not supported (YaRN changes the rotary "
+           "frequencies and the softmax scale): set it to null");
+
+  DeepSeekMoEConfig &e = c.dsMoE;
+  c.numExperts = r.count("n_routed_experts", 0, kMaxExperts); // 0: dense
+  if (c.numExperts > 0) {
+    c.topK = r.positiveInt({"num_experts_per_tok"});
+    e.moeIntermediate = r.positiveInt({"moe_intermediate_size"});
+  }
+  e.sharedExperts = r.count("n_shared_experts", 0, kMaxExperts);
+  e.firstKDense = r.count("first_k_dense_replace", 0, kMaxLayers);
+  e.layerFreq = r.positiveInt({"moe_layer_freq"}, 1, kMaxLayers);
+  e.nGroup = r.positiveInt({"n_group"}, 1, kMaxExperts);
+  e.topkGroup = r.positiveInt({"topk_group"}, 1, kMaxExperts);
+  e.routedScaling = r.positiveNumber({"routed_scaling_factor"}, 1.0, 1e6);
+  e.scoringFunc = r.text("scoring_func", v3 ? "sigmoid" : "softmax");
+  e.topkMethod = r.text("topk_method", v3 ? "noaux_tc" : "greedy");
+  e.normTopkProb = r.boolean("norm_topk_prob", v3);
+  if (r.error.empty() && e.scoringFunc != "softmax" &&
+      e.scoringFunc != "sigmoid")
+    r.fail("key 'scoring_func': unsupported value '" + e.scoringFunc +
+           "' (expected softmax or sigmoid)");
+}
+
+/// The consistency of DeepSeek's keys; "" when consistent.
+static std::string checkDeepSeek(const ModelConfig &c) {
+  const MLAConfig &m = c.mla;
+  const DeepSeekMoEConfig &e = c.dsMoE;
+  if (m.qkRopeHeadDim % 2 != 0)
+    return "rotary embeddings need an even 'qk_rope_head_dim', got " +
+           std::to_string(m.qkRopeHeadDim);
+  if (c.numExperts == 0)
+    return "";
+  if (c.topK > c.numExperts)
+    return "key 'num_experts_per_tok' (" + std::to_string(c.topK) +
+           ") exceeds 'n_routed_experts' (" + std::to_string(c.numExperts) +
+           ")";
+  if (c.numExperts % e.nGroup != 0)
+    return "key 'n_group' (" + std::to_string(e.nGroup) +
+           ") does not divide 'n_routed_experts' (" +
+           std::to_string(c.numExperts) + ")";
+  if (e.topkGroup > e.nGroup)
+    return "key 'topk_group' (" + std::to_string(e.topkGroup) +
+           ") exceeds 'n_group' (" + std::to_string(e.nGroup) + ")";
+  if (c.topK > e.topkGroup * (c.numExperts / e.nGroup))
+    return "key 'num_experts_per_tok' (" + std::to_string(c.topK) +
+           ") exceeds the experts of 'topk_group' groups (" +
+           std::to_string(e.topkGroup * (c.numExperts / e.nGroup)) + ")";
+  return "";
+}
+
 static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
                                                int64_t seqLen, int64_t batch) {
   json root;
@@ -189,7 +293,7 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
   auto typeIt = root.find("model_type");
   if (typeIt == root.end())
     return configError("missing required key 'model_type' "
-                       "(gpt2, llama or mixtral)");
+                       "(gpt2, llama, mixtral, deepseek_v2 or deepseek_v3)");
   if (!typeIt->is_string())
     return configError("key 'model_type' must be a string");
   std::string type = typeIt->get<std::string>();
@@ -201,9 +305,14 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
     c.kind = ModelKind::Llama;
   else if (type == "mixtral")
     c.kind = ModelKind::Mixtral;
+  else if (type == "deepseek_v2")
+    c.kind = ModelKind::DeepSeekV2;
+  else if (type == "deepseek_v3")
+    c.kind = ModelKind::DeepSeekV3;
   else
     return configError("key 'model_type': unsupported model type '" + type +
-                       "' (expected gpt2, llama or mixtral)");
+                       "' (expected gpt2, llama, mixtral, deepseek_v2 or "
+                       "deepseek_v3)");
 
   KeyReader r(root);
   c.numLayers = r.positiveInt({"n_layer", "num_hidden_layers"}, -1, kMaxLayers);
@@ -223,6 +332,8 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
     c.residDropout = r.rate({"resid_pdrop"}, 0.1);
     c.embdDropout = r.rate({"embd_pdrop"}, 0.1);
     c.tiedEmbeddings = r.boolean("tie_word_embeddings", true);
+  } else if (c.isDeepSeek()) {
+    readDeepSeek(r, root, c);
   } else {
     c.numKvHeads =
         r.positiveInt({"num_key_value_heads"}, c.numHeads > 0 ? c.numHeads : 1);
@@ -247,7 +358,10 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
       c.kind == ModelKind::GPT2 ? "n_head" : "num_attention_heads";
   const char *posKey =
       c.kind == ModelKind::GPT2 ? "n_positions" : "max_position_embeddings";
-  if (c.hidden % c.numHeads != 0)
+  if (c.isDeepSeek()) {
+    if (std::string e = checkDeepSeek(c); !e.empty())
+      return configError(e);
+  } else if (c.hidden % c.numHeads != 0)
     return configError(llvm::Twine("key '") + hiddenKey + "' (" +
                        llvm::Twine(c.hidden) + ") is not divisible by '" +
                        headsKey + "' (" + llvm::Twine(c.numHeads) + ")");
@@ -256,7 +370,7 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
                        llvm::Twine(c.numKvHeads) +
                        ") does not divide 'num_attention_heads' (" +
                        llvm::Twine(c.numHeads) + ")");
-  if (c.kind != ModelKind::GPT2 && c.headDim() % 2 != 0)
+  if (c.kind != ModelKind::GPT2 && !c.isDeepSeek() && c.headDim() % 2 != 0)
     return configError(llvm::Twine("rotary embeddings need an even head "
                                    "dimension: 'hidden_size' / "
                                    "'num_attention_heads' is ") +
@@ -319,6 +433,24 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
         {"an expert weight",
          std::string("num_local_experts x ") + hiddenKey + " x " + ffnKey,
          {c.numExperts, c.hidden, c.intermediate}});
+  if (c.isDeepSeek()) {
+    bigs.push_back({"the queries",
+                    std::string("num_attention_heads x (qk_nope_head_dim + "
+                                "qk_rope_head_dim) x ") +
+                        hiddenKey,
+                    {c.numHeads, c.mla.qkHeadDim(),
+                     std::max<int64_t>(c.hidden, c.mla.qLoraRank)}});
+    bigs.push_back({"the keys and values",
+                    "num_attention_heads x (qk_nope_head_dim + v_head_dim) x "
+                    "kv_lora_rank",
+                    {c.numHeads, c.mla.qkNopeHeadDim + c.mla.vHeadDim,
+                     c.mla.kvLoraRank}});
+    if (c.numExperts > 0)
+      bigs.push_back({"an expert weight",
+                      std::string("n_routed_experts x ") + hiddenKey +
+                          " x moe_intermediate_size",
+                      {c.numExperts, c.hidden, c.dsMoE.moeIntermediate}});
+  }
   for (const Big &t : bigs) {
     std::string why = pipeforge::checkTensorShape(t.shape, 4);
     if (!why.empty())

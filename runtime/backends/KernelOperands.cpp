@@ -157,14 +157,37 @@ Status attentionShape(const Kernel &k, const Operands &o, AttentionShape &s) {
     return opError(k, "num_heads / num_kv_heads must be positive");
   s.headDim = q->shape.back() / s.heads;
   s.rotary = attrBool(k, "rotary");
+  s.ropeDim = attrInt(k, "rope_dim", 0);
   s.ropeTheta = attrFloat(k, "rope_theta", 10000.0);
   s.dropout = attrFloat(k, "dropout", 0.0);
   if (!(s.dropout >= 0.0 && s.dropout < 1.0))
     return opError(k, "dropout must be in [0, 1)");
   s.dropoutKey = dropout::siteKey(o.c.rngKey, attrInt(k, "dropout_site", 0));
   s.headStart = attrInt(k, "head_start", 0);
+  const int64_t vw = lastDim(o.t(2));
+  s.vHeadDim = vw > 0 && vw % s.kvHeads == 0 ? vw / s.kvHeads : -1;
   if (!isValid(s) || lastDim(kk) != s.kvHeads * s.headDim)
     return opError(k, "invalid attention shape");
+  return Status::ok();
+}
+
+Status concatHeadsShape(const Kernel &k, const Operands &o, bool bwd,
+                        ConcatHeadsShape &s) {
+  s.heads = attrInt(k, "num_heads", 0);
+  s.broadcast = attrBool(k, "broadcast");
+  if (s.heads <= 0)
+    return opError(k, "num_heads must be positive");
+  const int64_t w0 = lastDim(o.t(0));
+  s.rows = w0 > 0 ? numel(o.t(0)) / w0 : 0;
+  if (bwd) {
+    s.lhsDim = attrInt(k, "lhs_head_dim", 0);
+    s.rhsDim = w0 / s.heads - s.lhsDim;
+  } else {
+    s.lhsDim = w0 / s.heads;
+    s.rhsDim = lastDim(o.t(1)) / s.rhsHeads();
+  }
+  if (!isValid(s))
+    return opError(k, "invalid concat_heads shape");
   return Status::ok();
 }
 

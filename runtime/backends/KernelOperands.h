@@ -85,6 +85,10 @@ cpu::CrossEntropyShape crossEntropyShape(const Operands &o);
 /// attention and attention_bwd: (q, k, v, ...) and the head attributes.
 Status attentionShape(const Kernel &k, const Operands &o,
                       cpu::AttentionShape &s);
+/// concat_heads (lhs, rhs) and, `bwd`, concat_heads_bwd (dy) with its
+/// lhs_head_dim attribute.
+Status concatHeadsShape(const Kernel &k, const Operands &o, bool bwd,
+                        cpu::ConcatHeadsShape &s);
 /// moe and its gradient ops: (x, router, w1, w2, [w3], [dy]).
 Status moeShape(const Kernel &k, const Operands &o, cpu::MoEShape &s);
 /// The moe weights and (withDy) the result gradient.

@@ -449,8 +449,10 @@ R inferEmbeddingBwdWeight(const OpShapeInput &in) {
 
 //===--- attention ---===//
 
-/// The checks of nn.attention on (q, k, v) and its attributes.
-R checkAttention(const OpShapeInput &in, int64_t &numHeads) {
+/// The checks of nn.attention on (q, k, v) and its attributes: q [b, s,
+/// heads x d], k [b, s, kv x d], v [b, s, kv x dv] (dv may differ from d);
+/// the result [b, s, heads x dv].
+R checkAttention(const OpShapeInput &in, int64_t &numHeads, Shape &out) {
   const char *names[] = {"q", "k", "v"};
   for (int i = 0; i < 3; ++i)
     if (rank(*opd(in, size_t(i))) != 3)
@@ -463,7 +465,8 @@ R checkAttention(const OpShapeInput &in, int64_t &numHeads) {
   auto kv = heads ? a.integer("num_kv_heads", true) : std::nullopt;
   auto rotary = kv ? a.flag("rotary") : std::nullopt;
   auto theta = rotary ? a.real("rope_theta", 10000.0) : std::nullopt;
-  if (!theta)
+  auto ropeDim = theta ? a.integer("rope_dim", false, 0) : std::nullopt;
+  if (!ropeDim)
     return fail(-1, a.error);
   if (*heads <= 0 || *kv <= 0)
     return fail(-1, "expects num_heads and num_kv_heads > 0, got " +
@@ -481,51 +484,149 @@ R checkAttention(const OpShapeInput &in, int64_t &numHeads) {
                        " are not divisible by num_heads " +
                        std::to_string(*heads));
   int64_t d = qw / *heads;
-  if (*rotary && d % 2 != 0)
-    return fail(0, "rotary embedding needs an even head dimension, got " +
-                       std::to_string(d));
+  if (*ropeDim < 0 || *ropeDim > d)
+    return fail(-1, "expects rope_dim in [0, " + std::to_string(d) +
+                        "] (the head dimension), got " +
+                        std::to_string(*ropeDim));
+  if (*ropeDim > 0 && !*rotary)
+    return fail(-1, "rope_dim " + std::to_string(*ropeDim) +
+                        " needs the rotary attribute");
+  int64_t rotated = *ropeDim > 0 ? *ropeDim : d;
+  if (*rotary && rotated % 2 != 0)
+    return fail(0, *ropeDim > 0
+                       ? "rotary embedding needs an even rope_dim, got " +
+                             std::to_string(rotated)
+                       : "rotary embedding needs an even head dimension, got " +
+                             std::to_string(d));
   if (R r = checkDropoutRate(a, "dropout"); !r)
     return r;
   numHeads = *heads;
-  Shape kvShape{q.shape[0], q.shape[1], *kv * d};
-  for (int i = 1; i < 3; ++i)
-    if (!agree(opd(in, size_t(i))->shape, kvShape))
-      return fail(i, std::string("expects ") + names[i] + " of shape " +
-                         shapeString(kvShape) + " (" + std::to_string(*kv) +
-                         " kv heads of dimension " + std::to_string(d) +
-                         "), got " + shapeString(opd(in, size_t(i))->shape));
+  Shape kShape{q.shape[0], q.shape[1], *kv * d};
+  if (!agree(opd(in, 1)->shape, kShape))
+    return fail(1, "expects k of shape " + shapeString(kShape) + " (" +
+                       std::to_string(*kv) + " kv heads of dimension " +
+                       std::to_string(d) + "), got " +
+                       shapeString(opd(in, 1)->shape));
+  const TensorType &v = *opd(in, 2);
+  int64_t vw = v.shape[2];
+  if (isDyn(vw))
+    return fail(2, "expects a static feature dimension on v");
+  if (!agree(v.shape[0], q.shape[0]) || !agree(v.shape[1], q.shape[1]) ||
+      vw % *kv != 0 || vw == 0)
+    return fail(2, "expects v of shape [" + num(q.shape[0]) + ", " +
+                       num(q.shape[1]) + ", " + std::to_string(*kv) +
+                       " x dv] (" + std::to_string(*kv) +
+                       " kv heads of value dimension dv > 0), got " +
+                       shapeString(v.shape));
+  out = {q.shape[0], q.shape[1], *heads * (vw / *kv)};
   return R{};
 }
 
 /// Probabilities [batch, heads, seq, seq], the rotated q and k, the [seq,
 /// seq] score gradient of B (and the recomputed output for the gradient op).
-int64_t attentionWorkspace(const OpShapeInput &in, int64_t heads, bool grad) {
+int64_t attentionWorkspace(const OpShapeInput &in, int64_t heads,
+                           const Shape &out, bool grad) {
   const TensorType &q = *opd(in, 0), &k = *opd(in, 1);
   int64_t s = q.shape[1];
   int64_t probs = mulSat(mulSat(q.shape[0], heads), mulSat(s, s));
   int64_t w = addSat(probs, addSat(elements(q.shape), elements(k.shape)));
   if (grad)
-    w = addSat(w, addSat(mulSat(s, s), elements(q.shape)));
+    w = addSat(w, addSat(mulSat(s, s), elements(out)));
   return w;
 }
 
 R inferAttention(const OpShapeInput &in) {
   int64_t heads = 0;
-  if (R r = checkAttention(in, heads); !r)
+  Shape out;
+  if (R r = checkAttention(in, heads, out); !r)
     return r;
-  return done({*opd(in, 0)}, attentionWorkspace(in, heads, false));
+  return done({f32(out)}, attentionWorkspace(in, heads, out, false));
 }
 
 R inferAttentionBwd(const OpShapeInput &in) {
   int64_t heads = 0;
-  if (R r = checkAttention(in, heads); !r)
+  Shape out;
+  if (R r = checkAttention(in, heads, out); !r)
     return r;
-  const TensorType &q = *opd(in, 0);
-  if (auto e =
-          expectShape(3, "result_grad", *opd(in, 3), q.shape, shapeOf("q", q)))
+  if (auto e = expectShape(3, "result_grad", *opd(in, 3), out))
     return *e;
-  return done({q, *opd(in, 1), *opd(in, 2)},
-              attentionWorkspace(in, heads, true));
+  return done({*opd(in, 0), *opd(in, 1), *opd(in, 2)},
+              attentionWorkspace(in, heads, out, true));
+}
+
+//===--- concat_heads ---===//
+
+/// The heads and the broadcast flag of nn.concat_heads(_bwd).
+R checkConcatHeadsAttrs(Attrs &a, int64_t &heads, bool &broadcast) {
+  auto h = a.integer("num_heads", true);
+  auto bc = h ? a.flag("broadcast") : std::nullopt;
+  if (!bc)
+    return fail(-1, a.error);
+  if (*h <= 0)
+    return fail(-1, "expects num_heads > 0, got " + std::to_string(*h));
+  heads = *h;
+  broadcast = *bc;
+  return R{};
+}
+
+/// The per-head width of `t`'s last extent over `heads` heads.
+std::optional<R> headWidth(int operand, const char *name, const TensorType &t,
+                           int64_t heads, int64_t &width) {
+  if (t.shape.empty())
+    return fail(operand, std::string("expects ") + name + " of rank >= 1");
+  int64_t w = t.shape.back();
+  if (isDyn(w))
+    return fail(operand, std::string("expects a static last dimension on ") +
+                             name);
+  if (w == 0 || w % heads != 0)
+    return fail(operand, std::string(name) + " features " + std::to_string(w) +
+                             " are not a positive multiple of " +
+                             std::to_string(heads) + " heads");
+  width = w / heads;
+  return std::nullopt;
+}
+
+R inferConcatHeads(const OpShapeInput &in) {
+  Attrs a{in.attrs, {}};
+  int64_t heads = 0;
+  bool broadcast = false;
+  if (R r = checkConcatHeadsAttrs(a, heads, broadcast); !r)
+    return r;
+  const TensorType &l = *opd(in, 0), &r = *opd(in, 1);
+  int64_t da = 0, db = 0;
+  if (auto e = headWidth(0, "lhs", l, heads, da))
+    return *e;
+  if (auto e = headWidth(1, "rhs", r, broadcast ? 1 : heads, db))
+    return *e;
+  if (auto e = expectShape(1, "rhs", r, append(dropLast(l.shape), r.shape.back()),
+                           "leading shape " + shapeString(dropLast(l.shape)) +
+                               " (that of lhs)"))
+    return *e;
+  return done({f32(append(dropLast(l.shape), heads * (da + db)))});
+}
+
+R inferConcatHeadsBwd(const OpShapeInput &in) {
+  Attrs a{in.attrs, {}};
+  int64_t heads = 0;
+  bool broadcast = false;
+  if (R r = checkConcatHeadsAttrs(a, heads, broadcast); !r)
+    return r;
+  auto lhsDim = a.integer("lhs_head_dim", true);
+  if (!lhsDim)
+    return fail(-1, a.error);
+  const TensorType &dy = *opd(in, 0);
+  int64_t d = 0;
+  if (auto e = headWidth(0, "result_grad", dy, heads, d))
+    return *e;
+  if (*lhsDim <= 0 || *lhsDim >= d)
+    return fail(-1, "expects lhs_head_dim in [1, " + std::to_string(d - 1) +
+                        "] (below the result's head dimension " +
+                        std::to_string(d) + "), got " +
+                        std::to_string(*lhsDim));
+  Shape lead = dropLast(dy.shape);
+  int64_t db = d - *lhsDim;
+  return done({f32(append(lead, heads * *lhsDim)),
+               f32(append(lead, broadcast ? db : heads * db))});
 }
 
 //===--- moe ---===//
@@ -758,6 +859,8 @@ std::vector<OpSpec> buildTable() {
        {{"q", F}, {"k", F}, {"v", F}},
        {{"result", F}},
        inferAttention},
+      {"concat_heads", {{"lhs", F}, {"rhs", F}}, {{"result", F}},
+       inferConcatHeads},
       {"moe",
        {{"input", F}, {"router", F}, {"w1", F}, {"w2", F}, {"w3", F, true}},
        {{"result", F}},
@@ -807,6 +910,10 @@ std::vector<OpSpec> buildTable() {
        {{"q", F}, {"k", F}, {"v", F}, {"result_grad", F}},
        {{"q_grad", F}, {"k_grad", F}, {"v_grad", F}},
        inferAttentionBwd},
+      {"concat_heads_bwd",
+       {{"result_grad", F}},
+       {{"lhs_grad", F}, {"rhs_grad", F}},
+       inferConcatHeadsBwd},
       {"moe_bwd_input",
        {{"input", F},
         {"router", F},

@@ -42,6 +42,15 @@ std::vector<Instance> goodInstances() {
   AttrMap attn{{"num_heads", int64_t(2)},
                {"num_kv_heads", int64_t(1)},
                {"rotary", true}};
+  AttrMap mlaAttn{{"num_heads", int64_t(2)},
+                  {"num_kv_heads", int64_t(2)},
+                  {"rotary", true},
+                  {"rope_dim", int64_t(2)}};
+  AttrMap concat{{"num_heads", int64_t(2)}, {"broadcast", true}};
+  AttrMap perHead{{"num_heads", int64_t(2)}};
+  AttrMap concatBwd{{"num_heads", int64_t(2)},
+                    {"broadcast", true},
+                    {"lhs_head_dim", int64_t(4)}};
   AttrMap tp{{"tp", int64_t(2)}};
   AttrMap tpDim{{"tp", int64_t(2)}, {"dim", int64_t(1)}};
   AttrMap moe{{"top_k", int64_t(2)},
@@ -91,6 +100,28 @@ std::vector<Instance> goodInstances() {
        tp,
        {}},
       {"dropout", {X}, {X}, {{"rate", 0.1}, {"site", int64_t(3)}}, {}},
+      // MLA: value heads of 2, RoPE on the last 2 of each 6-wide q/k head.
+      {"attention",
+       {f32({2, 4, 12}), f32({2, 4, 12}), f32({2, 4, 4})},
+       {f32({2, 4, 4})},
+       mlaAttn,
+       {}},
+      {"concat_heads",
+       {f32({2, 4, 8}), f32({2, 4, 3})},
+       {f32({2, 4, 14})},
+       concat,
+       {}},
+      {"concat_heads", {f32({4, 8}), f32({4, 6})}, {f32({4, 14})}, perHead, {}},
+      {"attention_bwd",
+       {f32({2, 4, 12}), f32({2, 4, 12}), f32({2, 4, 4}), f32({2, 4, 4})},
+       {f32({2, 4, 12}), f32({2, 4, 12}), f32({2, 4, 4})},
+       mlaAttn,
+       {}},
+      {"concat_heads_bwd",
+       {f32({2, 4, 14})},
+       {f32({2, 4, 8}), f32({2, 4, 3})},
+       concatBwd,
+       {}},
   };
 }
 

@@ -529,17 +529,20 @@ namespace {
 // Attention
 //===----------------------------------------------------------------------===//
 
-/// Straightforward loops; rotary written from the formula, not the helpers.
+/// Straightforward loops; rotary written from the formula, not the helpers
+/// (on the trailing R = rope_dim entries of each head, or all of it).
 Vec naiveAttention(const AttentionShape &s, Vec q, Vec k, const Vec &v) {
   const Index S = s.seq, D = s.headDim, A = s.heads, KV = s.kvHeads;
+  const Index DV = s.vHeadDim > 0 ? s.vHeadDim : D;
+  const Index R = s.ropeDim > 0 ? s.ropeDim : D, off = D - R;
   auto rot = [&](Vec &x, Index nh) {
     for (Index b = 0; b < s.batch; ++b)
       for (Index i = 0; i < S; ++i)
         for (Index h = 0; h < nh; ++h)
-          for (Index j = 0; j < D / 2; ++j) {
-            double ang = double(i) / std::pow(s.ropeTheta, 2.0 * j / D);
-            double &x1 = x[((b * S + i) * nh + h) * D + j];
-            double &x2 = x[((b * S + i) * nh + h) * D + j + D / 2];
+          for (Index j = 0; j < R / 2; ++j) {
+            double ang = double(i) / std::pow(s.ropeTheta, 2.0 * j / R);
+            double &x1 = x[((b * S + i) * nh + h) * D + off + j];
+            double &x2 = x[((b * S + i) * nh + h) * D + off + j + R / 2];
             double a1 = x1 * std::cos(ang) - x2 * std::sin(ang);
             double a2 = x2 * std::cos(ang) + x1 * std::sin(ang);
             x1 = a1;
@@ -550,7 +553,7 @@ Vec naiveAttention(const AttentionShape &s, Vec q, Vec k, const Vec &v) {
     rot(q, A);
     rot(k, KV);
   }
-  Vec out(s.batch * S * A * D, 0);
+  Vec out(s.batch * S * A * DV, 0);
   for (Index b = 0; b < s.batch; ++b)
     for (Index h = 0; h < A; ++h) {
       Index g = h / (A / KV);
@@ -568,9 +571,9 @@ Vec naiveAttention(const AttentionShape &s, Vec q, Vec k, const Vec &v) {
         for (Index j = 0; j <= i; ++j)
           z += (sc[j] = std::exp(sc[j] - m));
         for (Index j = 0; j <= i; ++j)
-          for (Index c = 0; c < D; ++c)
-            out[((b * S + i) * A + h) * D + c] +=
-                sc[j] / z * v[((b * S + j) * KV + g) * D + c];
+          for (Index c = 0; c < DV; ++c)
+            out[((b * S + i) * A + h) * DV + c] +=
+                sc[j] / z * v[((b * S + j) * KV + g) * DV + c];
       }
     }
   return out;
@@ -585,14 +588,15 @@ TEST_P(AttentionTest, ForwardMatchesNaiveAndGradCheck) {
   Rng r(61 + s.heads * 7 + s.kvHeads);
   Vec q = r.vec(T * s.heads * s.headDim, -1.5, 1.5),
       k = r.vec(T * s.kvHeads * s.headDim, -1.5, 1.5),
-      v = r.vec(T * s.kvHeads * s.headDim), R = r.vec(q.size());
+      v = r.vec(T * s.kvHeads * s.valueDim()),
+      R = r.vec(T * s.heads * s.valueDim());
   auto loss = [&] {
-    Vec out(q.size());
+    Vec out(R.size());
     AttentionSaved<D> sv;
     attentionF<D>(s, q.data(), k.data(), v.data(), out.data(), sv);
     return dot(R, out.data());
   };
-  Vec out(q.size());
+  Vec out(R.size());
   AttentionSaved<D> sv;
   attentionF<D>(s, q.data(), k.data(), v.data(), out.data(), sv);
   EXPECT_LT(maxAbsDiff(out, naiveAttention(s, q, k, v)), 1e-13);
@@ -600,7 +604,9 @@ TEST_P(AttentionTest, ForwardMatchesNaiveAndGradCheck) {
   Workspace<D> ws;
   attentionB<D>(s, sv, R.data(), dq.data(), dk.data(), dv.data(), ws);
   std::string tag = "attention a" + std::to_string(s.heads) + "/kv" +
-                    std::to_string(s.kvHeads) + (s.rotary ? " rope" : "");
+                    std::to_string(s.kvHeads) + (s.rotary ? " rope" : "") +
+                    (s.ropeDim ? std::to_string(s.ropeDim) : "") + " dv" +
+                    std::to_string(s.valueDim());
   expectGrad(tag + " B dq", loss, q, dq);
   expectGrad(tag + " B dk", loss, k, dk);
   expectGrad(tag + " B dv", loss, v, dv);
@@ -616,16 +622,75 @@ AttentionShape attn(Index b, Index s, Index a, Index kv, Index d, bool rope) {
   sh.rotary = rope;
   return sh;
 }
+/// MLA's attention core: value heads of dv, RoPE on the trailing rope
+/// entries of each q / k head only.
+AttentionShape mla(Index b, Index s, Index a, Index kv, Index d, Index dv,
+                   Index rope) {
+  AttentionShape sh = attn(b, s, a, kv, d, rope > 0);
+  sh.vHeadDim = dv;
+  sh.ropeDim = rope;
+  return sh;
+}
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionTest,
     ::testing::Values(attn(2, 4, 2, 2, 3, false), attn(2, 5, 4, 2, 4, true),
-                      attn(1, 6, 3, 1, 6, true), attn(3, 3, 2, 1, 2, false)),
+                      attn(1, 6, 3, 1, 6, true), attn(3, 3, 2, 1, 2, false),
+                      mla(2, 5, 4, 4, 6, 3, 2), mla(1, 6, 4, 2, 8, 5, 4),
+                      mla(2, 4, 2, 2, 4, 6, 4), mla(2, 4, 3, 1, 5, 2, 0)),
     [](const ::testing::TestParamInfo<AttentionShape> &i) {
       const AttentionShape &s = i.param;
       return "b" + std::to_string(s.batch) + "s" + std::to_string(s.seq) + "a" +
              std::to_string(s.heads) + "kv" + std::to_string(s.kvHeads) + "d" +
-             std::to_string(s.headDim) + (s.rotary ? "rope" : "");
+             std::to_string(s.headDim) + (s.rotary ? "rope" : "") +
+             (s.ropeDim ? std::to_string(s.ropeDim) : "") +
+             (s.vHeadDim ? "dv" + std::to_string(s.vHeadDim) : "");
     });
+
+/// nn.concat_heads against a direct construction; its B is the adjoint
+/// (finite differences), the shared head's gradient summed over the heads.
+TEST(ConcatHeads, ForwardAndGradCheck) {
+  for (bool broadcast : {false, true}) {
+    ConcatHeadsShape s;
+    s.rows = 5;
+    s.heads = 3;
+    s.lhsDim = 4;
+    s.rhsDim = 2;
+    s.broadcast = broadcast;
+    ASSERT_TRUE(isValid(s));
+    Rng r(broadcast ? 17 : 18);
+    const Index W = s.lhsDim + s.rhsDim;
+    Vec a = r.vec(s.rows * s.heads * s.lhsDim),
+        b = r.vec(s.rows * s.rhsHeads() * s.rhsDim),
+        R = r.vec(s.rows * s.heads * W);
+    Vec out(R.size());
+    concatHeadsF<D>(s, a.data(), b.data(), out.data());
+    for (Index row = 0; row < s.rows; ++row)
+      for (Index h = 0; h < s.heads; ++h)
+        for (Index j = 0; j < W; ++j) {
+          double want =
+              j < s.lhsDim
+                  ? a[(row * s.heads + h) * s.lhsDim + j]
+                  : b[(row * s.rhsHeads() + (broadcast ? 0 : h)) * s.rhsDim +
+                      j - s.lhsDim];
+          EXPECT_EQ(out[(row * s.heads + h) * W + j], want);
+        }
+    auto loss = [&] {
+      Vec o(R.size());
+      concatHeadsF<D>(s, a.data(), b.data(), o.data());
+      return dot(R, o.data());
+    };
+    Vec da(a.size(), 7), db(b.size(), 7); // overwritten
+    concatHeadsB<D>(s, R.data(), da.data(), db.data());
+    std::string tag = broadcast ? "concat_heads broadcast" : "concat_heads";
+    expectGrad(tag + " B dlhs", loss, a, da);
+    expectGrad(tag + " B drhs", loss, b, db);
+  }
+  ConcatHeadsShape bad;
+  bad.heads = 2;
+  bad.lhsDim = 0;
+  bad.rhsDim = 1;
+  EXPECT_FALSE(isValid(bad));
+}
 
 TEST(Attention, CausalAndFirstTokenCopiesV) {
   AttentionShape s = attn(2, 5, 2, 1, 4, true);
@@ -799,6 +864,9 @@ TEST(Attention, ShapeValidation) {
   EXPECT_FALSE(isValid(attn(1, 4, 2, 1, 3, true)));  // odd d with rope
   EXPECT_TRUE(isValid(attn(1, 4, 2, 1, 3, false)));
   EXPECT_FALSE(isValid(attn(1, 4, 0, 1, 4, false)));
+  EXPECT_TRUE(isValid(mla(1, 4, 2, 2, 5, 3, 2)));   // odd d, even rope part
+  EXPECT_FALSE(isValid(mla(1, 4, 2, 2, 6, 3, 3)));  // odd rope part
+  EXPECT_FALSE(isValid(mla(1, 4, 2, 2, 4, 3, 6)));  // rope part > d
 }
 
 } // namespace

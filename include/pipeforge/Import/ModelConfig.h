@@ -1,7 +1,7 @@
 //===- ModelConfig.h - HF-style model configuration -------------*- C++ -*-===//
 //
-// The shape of a GPT-2, Llama or Mixtral model as read from a Hugging
-// Face-style config.json, validated: every size positive, heads dividing the
+// The shape of a GPT-2, Llama, Mixtral or DeepSeek-V2/V3 model as read from
+// a Hugging Face-style config.json, validated: every size positive, heads dividing the
 // hidden size, kv heads dividing the heads, the sequence within the
 // positions, top_k within the experts.
 //
@@ -16,7 +16,36 @@
 
 namespace pipeforge::import {
 
-enum class ModelKind { GPT2, Llama, Mixtral };
+enum class ModelKind { GPT2, Llama, Mixtral, DeepSeekV2, DeepSeekV3 };
+
+/// Multi-head Latent Attention (DeepSeek-V2 / V3, docs/import.md): low-rank
+/// q and kv projections, per-head q/k of qkNope + qkRope dimensions (the
+/// RoPE part decoupled: one RoPE key shared by every head), values of
+/// vHeadDim.
+struct MLAConfig {
+  int64_t qLoraRank = 0; ///< 0: `q_lora_rank` null, q = W_q x
+  int64_t kvLoraRank = 0;
+  int64_t qkNopeHeadDim = 0;
+  int64_t qkRopeHeadDim = 0;
+  int64_t vHeadDim = 0;
+  int64_t qkHeadDim() const { return qkNopeHeadDim + qkRopeHeadDim; }
+};
+
+/// DeepSeekMoE's routing and layout keys as read (the routed experts and
+/// top-k are ModelConfig::numExperts / topK). The builder uses the layout
+/// (dense first layers, shared experts); see docs/import.md for which
+/// routing keys the nn.moe it builds follows.
+struct DeepSeekMoEConfig {
+  int64_t sharedExperts = 0;   ///< n_shared_experts (0: none)
+  int64_t moeIntermediate = 0; ///< moe_intermediate_size
+  int64_t firstKDense = 0;     ///< first_k_dense_replace
+  int64_t layerFreq = 1;       ///< moe_layer_freq
+  int64_t nGroup = 1, topkGroup = 1;
+  double routedScaling = 1.0; ///< routed_scaling_factor
+  std::string scoringFunc;    ///< "softmax" or "sigmoid"
+  std::string topkMethod;     ///< as configured (informational)
+  bool normTopkProb = false;
+};
 
 struct ModelConfig {
   ModelKind kind = ModelKind::GPT2;
@@ -45,7 +74,19 @@ struct ModelConfig {
   int64_t seqLen = 0;
   int64_t batch = 1;
 
+  // DeepSeek-V2 / V3 only.
+  MLAConfig mla;
+  DeepSeekMoEConfig dsMoE;
+
   int64_t headDim() const { return hidden / numHeads; }
+  bool isDeepSeek() const {
+    return kind == ModelKind::DeepSeekV2 || kind == ModelKind::DeepSeekV3;
+  }
+  /// Whether block `layer` (0-based) of a DeepSeek model is a MoE layer.
+  bool isDeepSeekMoELayer(int64_t layer) const {
+    return numExperts > 0 && layer >= dsMoE.firstKDense &&
+           layer % dsMoE.layerFreq == 0;
+  }
 };
 
 /// Parses and validates `text` (the contents of a config.json). `seqLen` 0

@@ -45,7 +45,7 @@ inline void assertAttention(const AttentionShape &s, const Operands &o) {
   int64_t rowsQ = s.batch * s.seq;
   assertElems(o.t(0), rowsQ * s.heads * s.headDim);
   assertElems(o.t(1), rowsQ * s.kvHeads * s.headDim);
-  assertElems(o.t(2), rowsQ * s.kvHeads * s.headDim);
+  assertElems(o.t(2), rowsQ * s.kvHeads * s.valueDim());
   (void)rowsQ;
 }
 /// router [E, H], w1 (w3) [E, F, H], w2 [E, H, F].
@@ -255,9 +255,21 @@ CpuBackend::CpuBackend() {
     if (Status s = attentionShape(k, o, sh); !s)
       return s;
     assertAttention(sh, o);
-    assertElems(o.ot(0), numel(o.t(0)));
+    assertElems(o.ot(0), sh.batch * sh.seq * sh.heads * sh.valueDim());
     AttentionSaved<float> sv;
     attentionF(sh, o.f(0), o.f(1), o.f(2), o.o(0), sv);
+    return Status::ok();
+  };
+  table["concat_heads"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s;
+    ConcatHeadsShape sh;
+    if (Status s = concatHeadsShape(k, o, false, sh); !s)
+      return s;
+    assertElems(o.t(0), sh.rows * sh.heads * sh.lhsDim);
+    assertElems(o.t(1), sh.rows * sh.rhsHeads() * sh.rhsDim);
+    assertElems(o.ot(0), sh.rows * sh.heads * (sh.lhsDim + sh.rhsDim));
+    concatHeadsF(sh, o.f(0), o.f(1), o.o(0));
     return Status::ok();
   };
   table["moe"] = [this](const Kernel &k, const Ops &o) -> Status {
@@ -413,12 +425,25 @@ CpuBackend::CpuBackend() {
     if (Status s = attentionShape(k, o, sh); !s)
       return s;
     assertAttention(sh, o);
-    assertElems(o.t(3), numel(o.t(0)));
+    const int64_t outElems = sh.batch * sh.seq * sh.heads * sh.valueDim();
+    assertElems(o.t(3), outElems);
     for (size_t i = 0; i < 3; ++i)
       assertElems(o.ot(i), numel(o.t(i)));
     AttentionSaved<float> sv;
-    attentionF(sh, o.f(0), o.f(1), o.f(2), tmp(numel(o.t(0))), sv);
+    attentionF(sh, o.f(0), o.f(1), o.f(2), tmp(outElems), sv);
     attentionB(sh, sv, o.f(3), o.o(0), o.o(1), o.o(2), ws);
+    return Status::ok();
+  };
+  table["concat_heads_bwd"] = [this](const Kernel &k, const Ops &o) -> Status {
+    if (Status s = need(k, o, 1, 2); !s)
+      return s; // dy -> dlhs, drhs
+    ConcatHeadsShape sh;
+    if (Status s = concatHeadsShape(k, o, true, sh); !s)
+      return s;
+    assertElems(o.t(0), sh.rows * sh.heads * (sh.lhsDim + sh.rhsDim));
+    assertElems(o.ot(0), sh.rows * sh.heads * sh.lhsDim);
+    assertElems(o.ot(1), sh.rows * sh.rhsHeads() * sh.rhsDim);
+    concatHeadsB(sh, o.f(0), o.o(0), o.o(1));
     return Status::ok();
   };
   auto moeBwd = [this](bool weight) {

@@ -92,6 +92,7 @@ enum class OpKind {
   Mul,
   Embedding,
   Attention,
+  ConcatHeads,
   MoE,
   CrossEntropy,
 };
@@ -322,7 +323,14 @@ Index firstInvalidIndex(const int32_t *v, Index n, Index limit);
 
 struct AttentionShape {
   Index batch = 0, seq = 0, heads = 0, kvHeads = 0, headDim = 0;
+  /// The value head dimension (MLA: != headDim); 0 means headDim. v is
+  /// [tokens, kvHeads*vHeadDim], the output [tokens, heads*vHeadDim].
+  Index vHeadDim = 0;
   bool rotary = false;
+  /// With rotary: the trailing ropeDim dimensions of every q / k head are
+  /// rotated (pairs (j, j + ropeDim/2) of that part, angles over ropeDim);
+  /// 0 means the whole head.
+  Index ropeDim = 0;
   double ropeTheta = 10000.0;
   /// Dropout of the probabilities (DropoutShape's scheme): row (sequence b,
   /// head headStart + h, query i) of the whole model's heads, element key j;
@@ -331,6 +339,9 @@ struct AttentionShape {
   double dropout = 0.0;
   uint64_t dropoutKey = 0;
   Index headStart = 0;
+
+  Index valueDim() const { return vHeadDim > 0 ? vHeadDim : headDim; }
+  Index rotatedDim() const { return ropeDim > 0 ? ropeDim : headDim; }
 };
 /// B needs (rotated) q and k, v and the probabilities.
 template <typename T> struct AttentionSaved : SavedBase {
@@ -343,16 +354,39 @@ template <typename T> struct AttentionSaved : SavedBase {
   std::vector<T> dropped;
 };
 
-/// Checks heads % kvHeads == 0, headDim even when rotary, sizes >= 0.
+/// Checks heads % kvHeads == 0, the rotated part even and within the head
+/// when rotary, sizes >= 0.
 bool isValid(const AttentionShape &s);
 
 template <typename T>
 void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
                 T *out, AttentionSaved<T> &saved);
-/// dq [tokens, heads*d], dk, dv [tokens, kvHeads*d]: all overwritten.
+/// dq [tokens, heads*d], dk [tokens, kvHeads*d], dv [tokens, kvHeads*dv]:
+/// all overwritten.
 template <typename T>
 void attentionB(const AttentionShape &s, const AttentionSaved<T> &saved,
                 const T *dout, T *dq, T *dk, T *dv, Workspace<T> &ws);
+
+//===----------------------------------------------------------------------===//
+// Per-head concatenation (nn.concat_heads, MLA's keys).
+//   lhs [rows, heads*lhsDim], rhs [rows, heads*rhsDim] or, broadcast,
+//   [rows, rhsDim]; out [rows, heads*(lhsDim+rhsDim)], head h = [lhs_h |
+//   rhs_h] (or [lhs_h | rhs]). B splits dout back; the broadcast rhs's
+//   gradient is the sum over the heads (in head order).
+//===----------------------------------------------------------------------===//
+
+struct ConcatHeadsShape {
+  Index rows = 0, heads = 0, lhsDim = 0, rhsDim = 0;
+  bool broadcast = false;
+  Index rhsHeads() const { return broadcast ? 1 : heads; }
+};
+bool isValid(const ConcatHeadsShape &s);
+template <typename T>
+void concatHeadsF(const ConcatHeadsShape &s, const T *lhs, const T *rhs,
+                  T *out);
+/// dlhs, drhs overwritten.
+template <typename T>
+void concatHeadsB(const ConcatHeadsShape &s, const T *dout, T *dlhs, T *drhs);
 
 //===----------------------------------------------------------------------===//
 // Cross-entropy over vocab V with integer targets (after the LM head, which is

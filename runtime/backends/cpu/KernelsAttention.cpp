@@ -27,21 +27,24 @@ bool isValid(const AttentionShape &s) {
     return false;
   if (s.heads % s.kvHeads != 0)
     return false;
-  if (s.rotary && s.headDim % 2 != 0)
+  if (s.vHeadDim < 0 || s.ropeDim < 0 || s.ropeDim > s.headDim)
+    return false;
+  if (s.rotary && s.rotatedDim() % 2 != 0)
     return false;
   return true;
 }
 
 /// Rotates (transpose = false) or un-rotates (transpose = true) every head of
-/// x [batch*seq, nHeads*d] in place.
+/// x [batch*seq, nHeads*d] in place: its trailing R = rotatedDim() entries
+/// (the whole head unless ropeDim is set), pairs (j, j + R/2) of them.
 template <typename T>
 static void applyRotary(const AttentionShape &s, Index nHeads, T *x,
                         bool transpose) {
-  const Index D = s.headDim, half = D / 2;
+  const Index D = s.headDim, R = s.rotatedDim(), half = R / 2;
   std::vector<T> cosT(s.seq * half), sinT(s.seq * half);
   for (Index i = 0; i < s.seq; ++i)
     for (Index j = 0; j < half; ++j) {
-      T a = math::rotaryAngle<T>(i, j, D, T(s.ropeTheta));
+      T a = math::rotaryAngle<T>(i, j, R, T(s.ropeTheta));
       cosT[i * half + j] = math::pfCos(a);
       sinT[i * half + j] = math::pfSin(a);
     }
@@ -49,7 +52,7 @@ static void applyRotary(const AttentionShape &s, Index nHeads, T *x,
     for (Index i = 0; i < s.seq; ++i) {
       T *row = x + (b * s.seq + i) * nHeads * D;
       for (Index h = 0; h < nHeads; ++h) {
-        T *v = row + h * D;
+        T *v = row + h * D + (D - R);
         for (Index j = 0; j < half; ++j) {
           T c = cosT[i * half + j], sn = sinT[i * half + j];
           T y1, y2;
@@ -84,9 +87,10 @@ static void dropRows(const AttentionShape &s, Index b, Index h, const T *P,
 template <typename T>
 void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
                 T *out, AttentionSaved<T> &saved) {
-  const Index S = s.seq, D = s.headDim, A = s.heads, KV = s.kvHeads;
+  const Index S = s.seq, D = s.headDim, DV = s.valueDim(), A = s.heads,
+              KV = s.kvHeads;
   const Index group = A / KV, tokens = s.batch * S;
-  const Index ldq = A * D, ldk = KV * D;
+  const Index ldq = A * D, ldk = KV * D, ldv = KV * DV, ldo = A * DV;
   saved.v = v;
   if (s.rotary) {
     saved.qRot.assign(q, q + tokens * ldq);
@@ -113,7 +117,7 @@ void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
       const Index g = h / group;
       const T *Q = saved.q + b * S * ldq + h * D;
       const T *K = saved.k + b * S * ldk + g * D;
-      const T *V = v + b * S * ldk + g * D;
+      const T *V = v + b * S * ldv + g * DV;
       T *P = saved.probs.data() + (b * A + h) * S * S;
       gemm(false, true, S, S, D, scale, Q, ldq, K, ldk, T(0), P, S);
       for (Index i = 0; i < S; ++i) {
@@ -138,21 +142,22 @@ void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
         dropRows(s, b, h, P, PD);
         PV = PD;
       }
-      gemm(false, false, S, D, S, T(1), PV, S, V, ldk, T(0),
-           out + b * S * ldq + h * D, ldq);
+      gemm(false, false, S, DV, S, T(1), PV, S, V, ldv, T(0),
+           out + b * S * ldo + h * DV, ldo);
     }
 }
 
 template <typename T>
 void attentionB(const AttentionShape &s, const AttentionSaved<T> &saved,
                 const T *dout, T *dq, T *dk, T *dv, Workspace<T> &ws) {
-  const Index S = s.seq, D = s.headDim, A = s.heads, KV = s.kvHeads;
+  const Index S = s.seq, D = s.headDim, DV = s.valueDim(), A = s.heads,
+              KV = s.kvHeads;
   const Index group = A / KV, tokens = s.batch * S;
-  const Index ldq = A * D, ldk = KV * D;
-  for (Index i = 0; i < tokens * ldk; ++i) {
+  const Index ldq = A * D, ldk = KV * D, ldv = KV * DV, ldo = A * DV;
+  for (Index i = 0; i < tokens * ldk; ++i)
     dk[i] = T(0);
+  for (Index i = 0; i < tokens * ldv; ++i)
     dv[i] = T(0);
-  }
   T *dS = ws.get(size_t(S * S));
   const bool drop = s.dropout > 0.0;
   const T scale = T(1) / math::pfSqrt(T(D));
@@ -160,10 +165,11 @@ void attentionB(const AttentionShape &s, const AttentionSaved<T> &saved,
     for (Index h = 0; h < A; ++h) {
       const Index g = h / group;
       const Index qOff = b * S * ldq + h * D, kOff = b * S * ldk + g * D;
+      const Index vOff = b * S * ldv + g * DV, oOff = b * S * ldo + h * DV;
       const T *P = saved.probs.data() + (b * A + h) * S * S;
       const T *PV = drop ? saved.dropped.data() + (b * A + h) * S * S : P;
       // dP = D'(dO V^T): the gradient of D(P) is dropped with the same mask.
-      gemm(false, true, S, S, D, T(1), dout + qOff, ldq, saved.v + kOff, ldk,
+      gemm(false, true, S, S, DV, T(1), dout + oOff, ldo, saved.v + vOff, ldv,
            T(0), dS, S);
       if (drop)
         dropRows(s, b, h, dS, dS);
@@ -184,8 +190,8 @@ void attentionB(const AttentionShape &s, const AttentionSaved<T> &saved,
            dq + qOff, ldq);
       gemm(true, false, S, D, S, scale, dS, S, saved.q + qOff, ldq, T(1),
            dk + kOff, ldk);
-      gemm(true, false, S, D, S, T(1), PV, S, dout + qOff, ldq, T(1), dv + kOff,
-           ldk);
+      gemm(true, false, S, DV, S, T(1), PV, S, dout + oOff, ldo, T(1),
+           dv + vOff, ldv);
     }
   if (s.rotary) {
     applyRotary(s, A, dq, true);

@@ -18,6 +18,7 @@ const std::vector<OpInfo> &allOps() {
       {OpKind::Mul, "mul", true, false, false},
       {OpKind::Embedding, "embedding", false, true, false},
       {OpKind::Attention, "attention", true, false, true},
+      {OpKind::ConcatHeads, "concat_heads", true, false, false},
       {OpKind::MoE, "moe", true, true, true},
       {OpKind::CrossEntropy, "cross_entropy", true, false, false},
   };

@@ -69,6 +69,33 @@ __global__ void scoreDropoutKernel(ScoreDropout d, long long n, const float *in,
     scoreDropoutElement(d, i, in, out);
 }
 
+__global__ void concatHeadsKernel(ConcatHeadsLayout l, long long n,
+                                  const float *lhs, const float *rhs,
+                                  float *out) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    concatHeadsElement(l, i, lhs, rhs, out);
+}
+
+__global__ void concatHeadsGradKernel(ConcatHeadsLayout l, long long n,
+                                      const float *dout, float *dlhs,
+                                      float *drhs) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    concatHeadsGradElement(l, i, dout, dlhs, drhs);
+}
+
+__global__ void concatHeadsSharedGradKernel(ConcatHeadsLayout l, long long n,
+                                            const float *dout, float *drhs) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    concatHeadsSharedGradElement(l, i, dout, drhs);
+}
+
+ConcatHeadsLayout concatLayout(const cpu::ConcatHeadsShape &s) {
+  return ConcatHeadsLayout{s.rows, s.heads, s.lhsDim, s.rhsDim, s.broadcast};
+}
+
 /// AttentionPlan.h's executor: everything queued on ctx.stream.
 struct CudaExec : GemmExec {
   Status toHeads(const HeadLayout &l, const float *src, float *dst) {
@@ -132,6 +159,36 @@ Status attentionBackward(GemmCtx &ctx, const cpu::AttentionShape &s,
   carveAttention(s, ws, b);
   CudaExec x{{ctx}};
   return attentionBackwardPlan(x, s, q, k, v, dy, dq, dk, dv, b);
+}
+
+Status concatHeadsForward(GemmCtx &ctx, const cpu::ConcatHeadsShape &s,
+                          const float *lhs, const float *rhs, float *out) {
+  if (!cpu::isValid(s))
+    return Status::error("concat_heads: invalid shape");
+  const long long n = s.rows * s.heads * (s.lhsDim + s.rhsDim);
+  if (n == 0)
+    return Status::ok();
+  concatHeadsKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(
+      concatLayout(s), n, lhs, rhs, out);
+  return launchStatus("concat_heads");
+}
+
+Status concatHeadsBackward(GemmCtx &ctx, const cpu::ConcatHeadsShape &s,
+                           const float *dout, float *dlhs, float *drhs) {
+  if (!cpu::isValid(s))
+    return Status::error("concat_heads_bwd: invalid shape");
+  const long long n = s.rows * s.heads * (s.lhsDim + s.rhsDim);
+  if (n == 0)
+    return Status::ok();
+  ConcatHeadsLayout l = concatLayout(s);
+  concatHeadsGradKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(l, n, dout,
+                                                                   dlhs, drhs);
+  if (Status st = launchStatus("concat_heads_bwd"); !st || !s.broadcast)
+    return st;
+  const long long m = s.rows * s.rhsDim;
+  concatHeadsSharedGradKernel<<<blocksFor(m), kThreads, 0, ctx.stream>>>(
+      l, m, dout, drhs);
+  return launchStatus("concat_heads_bwd shared head");
 }
 
 } // namespace pipeforge::rt::cuda

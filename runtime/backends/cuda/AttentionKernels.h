@@ -36,6 +36,15 @@ Status attentionBackward(GemmCtx &ctx, const cpu::AttentionShape &s,
                          const float *dy, float *dq, float *dk, float *dv,
                          void *ws);
 
+/// nn.concat_heads: out [rows, heads*(a+b)] from lhs and rhs (device
+/// pointers; cpu::concatHeadsF's semantics).
+Status concatHeadsForward(GemmCtx &ctx, const cpu::ConcatHeadsShape &s,
+                          const float *lhs, const float *rhs, float *out);
+/// nn.concat_heads_bwd: dlhs, drhs (overwritten; a broadcast rhs's
+/// gradient summed over the heads in head order, as on the CPU).
+Status concatHeadsBackward(GemmCtx &ctx, const cpu::ConcatHeadsShape &s,
+                           const float *dout, float *dlhs, float *drhs);
+
 } // namespace pipeforge::rt::cuda
 
 #endif // PIPEFORGE_RUNTIME_CUDA_ATTENTIONKERNELS_H

@@ -60,13 +60,26 @@ struct HeadLayout {
   long long batch, seq, heads, headDim;
   bool rotary;
   float ropeTheta; ///< float, as the CPU kernel computes its angles
+  /// With rotary: only the trailing ropeDim entries of a head rotate (MLA's
+  /// decoupled RoPE); 0 means the whole head.
+  long long ropeDim = 0;
 };
 
-/// Threads of one conversion: one per element, or one per rotary pair
-/// (element j and j + d/2 of a head) when rotary.
+/// The rotated part R of a head and the leading entries `nope` it leaves.
+PF_HOST_DEVICE inline long long rotatedDim(const HeadLayout &l) {
+  return l.ropeDim > 0 ? l.ropeDim : l.headDim;
+}
+
+/// Threads per head: one per element, or when rotary one per unrotated
+/// element and one per rotary pair (element j and j + R/2 of the rotated
+/// part): headDim - R/2.
+PF_HOST_DEVICE inline long long headLayoutPerHead(const HeadLayout &l) {
+  return l.rotary ? l.headDim - rotatedDim(l) / 2 : l.headDim;
+}
+
+/// Threads of one conversion.
 PF_HOST_DEVICE inline long long headLayoutThreads(const HeadLayout &l) {
-  long long perHead = l.rotary ? l.headDim / 2 : l.headDim;
-  return l.batch * l.seq * l.heads * perHead;
+  return l.batch * l.seq * l.heads * headLayoutPerHead(l);
 }
 
 /// Thread `idx` of a conversion: the token-layout and head-layout offsets of
@@ -75,7 +88,9 @@ PF_HOST_DEVICE inline void headLayoutOffsets(const HeadLayout &l, long long idx,
                                              long long &tokenOff,
                                              long long &headOff, long long &pos,
                                              long long &j) {
-  long long perHead = l.rotary ? l.headDim / 2 : l.headDim;
+  // Thread j of a head handles element j: below nope = headDim - R a plain
+  // copy, from nope on the first element of a rotary pair.
+  long long perHead = headLayoutPerHead(l);
   j = idx % perHead;
   long long rest = idx / perHead;
   long long h = rest % l.heads;
@@ -107,13 +122,14 @@ PF_HOST_DEVICE inline void toHeadsElement(const HeadLayout &l, long long idx,
                                           const float *src, float *dst) {
   long long tokenOff, headOff, pos, j;
   headLayoutOffsets(l, idx, tokenOff, headOff, pos, j);
-  if (!l.rotary) {
+  const long long r = rotatedDim(l), nope = l.headDim - r;
+  if (!l.rotary || j < nope) {
     dst[headOff] = src[tokenOff];
     return;
   }
-  const long long half = l.headDim / 2;
+  const long long half = r / 2;
   float x1 = src[tokenOff], x2 = src[tokenOff + half];
-  rotaryPair(x1, x2, pos, j, l.headDim, l.ropeTheta, /*transpose=*/false);
+  rotaryPair(x1, x2, pos, j - nope, r, l.ropeTheta, /*transpose=*/false);
   dst[headOff] = x1;
   dst[headOff + half] = x2;
 }
@@ -124,15 +140,67 @@ PF_HOST_DEVICE inline void fromHeadsElement(const HeadLayout &l, long long idx,
                                             const float *src, float *dst) {
   long long tokenOff, headOff, pos, j;
   headLayoutOffsets(l, idx, tokenOff, headOff, pos, j);
-  if (!l.rotary) {
+  const long long r = rotatedDim(l), nope = l.headDim - r;
+  if (!l.rotary || j < nope) {
     dst[tokenOff] = src[headOff];
     return;
   }
-  const long long half = l.headDim / 2;
+  const long long half = r / 2;
   float x1 = src[headOff], x2 = src[headOff + half];
-  rotaryPair(x1, x2, pos, j, l.headDim, l.ropeTheta, /*transpose=*/true);
+  rotaryPair(x1, x2, pos, j - nope, r, l.ropeTheta, /*transpose=*/true);
   dst[tokenOff] = x1;
   dst[tokenOff + half] = x2;
+}
+
+//===--- Per-head concatenation (nn.concat_heads) -------------------------===//
+
+/// Sizes of nn.concat_heads: rows of heads x (a + b) outputs; the rhs has
+/// one head per output head, or one shared head when broadcast.
+struct ConcatHeadsLayout {
+  long long rows, heads, a, b;
+  bool broadcast;
+};
+
+/// Thread `idx` of the forward, one per output element.
+PF_HOST_DEVICE inline void concatHeadsElement(const ConcatHeadsLayout &l,
+                                              long long idx, const float *lhs,
+                                              const float *rhs, float *out) {
+  const long long w = l.a + l.b;
+  const long long j = idx % w, rh = idx / w; // rh = row * heads + h
+  if (j < l.a) {
+    out[idx] = lhs[rh * l.a + j];
+    return;
+  }
+  const long long h = rh % l.heads, r = rh / l.heads;
+  out[idx] = rhs[l.broadcast ? r * l.b + (j - l.a) : (r * l.heads + h) * l.b +
+                                                           (j - l.a)];
+}
+
+/// Thread `idx` of the backward's lhs part and unshared rhs part, one per
+/// element of the result gradient (a broadcast rhs is left to
+/// concatHeadsSharedGradElement).
+PF_HOST_DEVICE inline void concatHeadsGradElement(const ConcatHeadsLayout &l,
+                                                  long long idx,
+                                                  const float *dout,
+                                                  float *dlhs, float *drhs) {
+  const long long w = l.a + l.b;
+  const long long j = idx % w, rh = idx / w;
+  if (j < l.a)
+    dlhs[rh * l.a + j] = dout[idx];
+  else if (!l.broadcast)
+    drhs[rh * l.b + (j - l.a)] = dout[idx];
+}
+
+/// Thread `idx` (one per element of the shared head's gradient [rows, b]):
+/// the sum over the heads, in head order (as the CPU kernel).
+PF_HOST_DEVICE inline void
+concatHeadsSharedGradElement(const ConcatHeadsLayout &l, long long idx,
+                             const float *dout, float *drhs) {
+  const long long j = idx % l.b, r = idx / l.b, w = l.a + l.b;
+  float sum = 0.f;
+  for (long long h = 0; h < l.heads; ++h)
+    sum += dout[(r * l.heads + h) * w + l.a + j];
+  drhs[idx] = sum;
 }
 
 //===--- Causal softmax of one score row (query position i) ---------------===//

@@ -5,8 +5,9 @@
 // kernels (AttentionKernels.cu, Exec launches kernels and cuBLAS) and the
 // CPU test (Exec runs AttentionMath.h with loops) follow the same plan.
 //
-// q, k, v are copied into head layout [batch, heads, seq, d] (rotated when
-// rotary). The heads of one kv group are then adjacent, so group (b, g) is a
+// q, k, v are copied into head layout [batch, heads, seq, d] (q and k
+// rotated when rotary: the whole head, or its trailing rope_dim entries; v
+// and the output in value heads of dv, which may differ from d: MLA). The heads of one kv group are then adjacent, so group (b, g) is a
 // [group*seq, d] block of Q against the [seq, d] K and V of its kv head and
 // every product is ONE strided-batched GEMM over batch*kvHeads groups:
 //   forward   S = scale Q K^T, P = causal softmax(S), O = D(P) V
@@ -54,6 +55,8 @@ inline size_t carveAttention(const cpu::AttentionShape &s, void *base,
                              AttentionBuffers &b) {
   const size_t q = size_t(s.batch * s.heads * s.seq * s.headDim);
   const size_t kv = size_t(s.batch * s.kvHeads * s.seq * s.headDim);
+  const size_t vv = size_t(s.batch * s.kvHeads * s.seq * s.valueDim());
+  const size_t o = size_t(s.batch * s.heads * s.seq * s.valueDim());
   const size_t scores = size_t(s.batch * s.heads * s.seq * s.seq);
   size_t off = 0;
   auto take = [&](size_t floats) {
@@ -64,13 +67,13 @@ inline size_t carveAttention(const cpu::AttentionShape &s, void *base,
   };
   b.qh = take(q);
   b.kh = take(kv);
-  b.vh = take(kv);
-  b.oh = take(q);
+  b.vh = take(vv);
+  b.oh = take(o);
   b.probs = take(scores);
   b.ds = take(scores);
   b.dqh = take(q);
   b.dkh = take(kv);
-  b.dvh = take(kv);
+  b.dvh = take(vv);
   b.pd = s.dropout > 0.0 ? take(scores) : nullptr;
   return off;
 }
@@ -96,10 +99,16 @@ Status droppedProbabilities(Exec &x, const cpu::AttentionShape &s,
                         s.batch * s.heads * s.seq * s.seq);
 }
 
+/// q and k (rotary: their trailing rotatedDim() entries rotate).
 inline HeadLayout headLayout(const cpu::AttentionShape &s, long long heads,
                              bool rotary) {
   return HeadLayout{s.batch,   s.seq,  heads,
-                    s.headDim, rotary, float(s.ropeTheta)};
+                    s.headDim, rotary, float(s.ropeTheta), s.ropeDim};
+}
+/// v, the output and their gradients: value heads, never rotated.
+inline HeadLayout valueLayout(const cpu::AttentionShape &s, long long heads) {
+  return HeadLayout{s.batch,      s.seq, heads, s.valueDim(),
+                    /*rotary=*/false, float(s.ropeTheta)};
 }
 
 /// Head layout of q, k (rotated when rotary) and v, then the causal
@@ -114,7 +123,7 @@ Status attentionProbabilities(Exec &x, const cpu::AttentionShape &s,
     return st;
   if (Status st = x.toHeads(headLayout(s, s.kvHeads, s.rotary), k, b.kh); !st)
     return st;
-  if (Status st = x.toHeads(headLayout(s, s.kvHeads, false), v, b.vh); !st)
+  if (Status st = x.toHeads(valueLayout(s, s.kvHeads), v, b.vh); !st)
     return st;
   const float scale = 1.f / math::pfSqrt(float(D));
   // Per group: S [G*S, S] = scale Q [G*S, D] K^T.
@@ -125,24 +134,24 @@ Status attentionProbabilities(Exec &x, const cpu::AttentionShape &s,
   return x.causalSoftmax(b.probs, s.batch * s.heads * S, S);
 }
 
-/// out [tokens, heads*d] (overwritten). Expects a valid, non-empty shape.
+/// out [tokens, heads*dv] (overwritten). Expects a valid, non-empty shape.
 template <class Exec>
 Status attentionForwardPlan(Exec &x, const cpu::AttentionShape &s,
                             const float *q, const float *k, const float *v,
                             float *out, const AttentionBuffers &b) {
-  const long long S = s.seq, D = s.headDim, G = s.heads / s.kvHeads;
+  const long long S = s.seq, D = s.valueDim(), G = s.heads / s.kvHeads;
   const int groups = int(s.batch * s.kvHeads);
   if (Status st = attentionProbabilities(x, s, q, k, v, b); !st)
     return st;
   const float *pv = nullptr;
   if (Status st = droppedProbabilities(x, s, b, pv); !st)
     return st;
-  // Per group: O [G*S, D] = D(P) [G*S, S] V [S, D].
+  // Per group: O [G*S, Dv] = D(P) [G*S, S] V [S, Dv].
   if (Status st = x.gemm(false, false, G * S, D, S, 1.f, pv, S, b.vh, D, 0.f,
                          b.oh, D, groups, G * S * S, S * D, G * S * D);
       !st)
     return st;
-  return x.fromHeads(headLayout(s, s.heads, false), b.oh, out);
+  return x.fromHeads(valueLayout(s, s.heads), b.oh, out);
 }
 
 /// dq, dk, dv (overwritten). Expects a valid, non-empty shape.
@@ -151,17 +160,18 @@ Status attentionBackwardPlan(Exec &x, const cpu::AttentionShape &s,
                              const float *q, const float *k, const float *v,
                              const float *dy, float *dq, float *dk, float *dv,
                              const AttentionBuffers &b) {
-  const long long S = s.seq, D = s.headDim, G = s.heads / s.kvHeads;
+  const long long S = s.seq, D = s.headDim, DV = s.valueDim(),
+                  G = s.heads / s.kvHeads;
   const int groups = int(s.batch * s.kvHeads);
   const float scale = 1.f / math::pfSqrt(float(D));
   if (Status st = attentionProbabilities(x, s, q, k, v, b); !st)
     return st;
   float *doh = b.oh;
-  if (Status st = x.toHeads(headLayout(s, s.heads, false), dy, doh); !st)
+  if (Status st = x.toHeads(valueLayout(s, s.heads), dy, doh); !st)
     return st;
-  // dP [G*S, S] = D(dO [G*S, D] V^T): the same mask as the forward's.
-  if (Status st = x.gemm(false, true, G * S, S, D, 1.f, doh, D, b.vh, D, 0.f,
-                         b.ds, S, groups, G * S * D, S * D, G * S * S);
+  // dP [G*S, S] = D(dO [G*S, Dv] V^T): the same mask as the forward's.
+  if (Status st = x.gemm(false, true, G * S, S, DV, 1.f, doh, DV, b.vh, DV,
+                         0.f, b.ds, S, groups, G * S * DV, S * DV, G * S * S);
       !st)
     return st;
   const float *pv = nullptr;
@@ -185,9 +195,9 @@ Status attentionBackwardPlan(Exec &x, const cpu::AttentionShape &s,
                          b.dkh, D, groups, G * S * S, G * S * D, S * D);
       !st)
     return st;
-  // dV [S, D] = D(P)^T [S, G*S] dO [G*S, D]: summed over the group.
-  if (Status st = x.gemm(true, false, S, D, G * S, 1.f, pv, S, doh, D, 0.f,
-                         b.dvh, D, groups, G * S * S, G * S * D, S * D);
+  // dV [S, Dv] = D(P)^T [S, G*S] dO [G*S, Dv]: summed over the group.
+  if (Status st = x.gemm(true, false, S, DV, G * S, 1.f, pv, S, doh, DV, 0.f,
+                         b.dvh, DV, groups, G * S * S, G * S * DV, S * DV);
       !st)
     return st;
   if (Status st = x.fromHeads(headLayout(s, s.heads, s.rotary), b.dqh, dq); !st)
@@ -195,7 +205,7 @@ Status attentionBackwardPlan(Exec &x, const cpu::AttentionShape &s,
   if (Status st = x.fromHeads(headLayout(s, s.kvHeads, s.rotary), b.dkh, dk);
       !st)
     return st;
-  return x.fromHeads(headLayout(s, s.kvHeads, false), b.dvh, dv);
+  return x.fromHeads(valueLayout(s, s.kvHeads), b.dvh, dv);
 }
 
 } // namespace pipeforge::rt::cuda

@@ -428,6 +428,24 @@ void CudaBackend::addForwardOps() {
       return w.status();
     return cuda::attentionForward(ctx, sh, o.f(0), o.f(1), o.f(2), o.o(0), *w);
   };
+  table["concat_heads"] = [this](const Kernel &k,
+                                 const Operands &o) -> Status {
+    if (Status s = need(k, o, 2, 1); !s)
+      return s;
+    ConcatHeadsShape sh;
+    if (Status s = concatHeadsShape(k, o, false, sh); !s)
+      return s;
+    return cuda::concatHeadsForward(ctx, sh, o.f(0), o.f(1), o.o(0));
+  };
+  table["concat_heads_bwd"] = [this](const Kernel &k,
+                                     const Operands &o) -> Status {
+    if (Status s = need(k, o, 1, 2); !s)
+      return s; // dy -> dlhs, drhs
+    ConcatHeadsShape sh;
+    if (Status s = concatHeadsShape(k, o, true, sh); !s)
+      return s;
+    return cuda::concatHeadsBackward(ctx, sh, o.f(0), o.o(0), o.o(1));
+  };
   table["moe"] = [this](const Kernel &k, const Operands &o) -> Status {
     MoEShape sh;
     MoEParams<float> p;

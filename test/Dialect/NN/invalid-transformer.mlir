@@ -144,16 +144,16 @@ func.func @f(%q: tensor<2x4x8xf32>, %k: tensor<2x4x8xf32>, %v: tensor<2x4x4xf32>
 
 // -----
 
-func.func @f(%q: tensor<2x4x8xf32>, %k: tensor<2x4x4xf32>, %v: tensor<2x4x8xf32>) {
-  // expected-error @+1 {{'nn.attention' op expects v of shape [2, 4, 4] (1 kv heads of dimension 4), got [2, 4, 8]}}
-  %0 = nn.attention %q, %k, %v {num_heads = 2 : i64, num_kv_heads = 1 : i64} : (tensor<2x4x8xf32>, tensor<2x4x4xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+func.func @f(%q: tensor<2x4x8xf32>, %k: tensor<2x4x4xf32>, %v: tensor<2x3x8xf32>) {
+  // expected-error @+1 {{'nn.attention' op expects v of shape [2, 4, 1 x dv] (1 kv heads of value dimension dv > 0), got [2, 3, 8]}}
+  %0 = nn.attention %q, %k, %v {num_heads = 2 : i64, num_kv_heads = 1 : i64} : (tensor<2x4x8xf32>, tensor<2x4x4xf32>, tensor<2x3x8xf32>) -> tensor<2x4x8xf32>
   return
 }
 
 // -----
 
 func.func @f(%q: tensor<2x4x8xf32>) {
-  // expected-error @+1 {{'nn.attention' op expects the result type to equal the type of q}}
+  // expected-error @+1 {{'nn.attention' op expects the result shape [2, 4, 8] (heads x the value head dimension) and the element type of q}}
   %0 = nn.attention %q, %q, %q {num_heads = 2 : i64, num_kv_heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x8x4xf32>
   return
 }

@@ -11,7 +11,8 @@
 # bitwise: every loss line and every weight bit equal. tolerance: weights
 # within rtol 1e-4 / atol 1e-5, losses within 1e-5 (DualPipe sums the two
 # copies' gradients as two partial sums, so its order of additions differs);
-# PF_LOSS_TOL, PF_RTOL and PF_ATOL override the three numbers.
+# PF_LOSS_TOL, PF_RTOL and PF_ATOL override the three numbers. PF_MODEL
+# names another config under examples/ (default gpt-tiny).
 set -euo pipefail
 tools=$1 src=$2 out=$3 sched=$4 ranks=$5 mode=$6 launch=${7:-mpi}
 read -r -a extra <<< "${PF_RUN_ARGS:-}"
@@ -19,14 +20,15 @@ read -r -a refextra <<< "${PF_REF_ARGS:-}"
 losstol=${PF_LOSS_TOL:-1e-5} rtol=${PF_RTOL:-1e-4} atol=${PF_ATOL:-1e-5}
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+model=$src/examples/${PF_MODEL:-gpt-tiny}.json
 common=(--microbatches 8 --seq-len 32)
 ref=$out/ref$(echo "${PF_REF_ARGS:-}" | tr -c 'a-z0-9\n' '_')
 if [ ! -f "$ref.w" ]; then
-  "$tools/pipeforge-compile" "$src/examples/gpt-tiny.json" --schedule none --ranks 1 "${common[@]}" -o "$ref.pfp"
+  "$tools/pipeforge-compile" "$model" --schedule none --ranks 1 "${common[@]}" -o "$ref.pfp"
   "$tools/pipeforge-run" "$ref.pfp" --steps 10 --dump-weights "$ref.w" "${refextra[@]}" > "$ref.log"
 fi
 run=$out/$sched-$ranks-$launch
-"$tools/pipeforge-compile" "$src/examples/gpt-tiny.json" --schedule "$sched" --ranks "$ranks" "${common[@]}" -o "$run.pfp"
+"$tools/pipeforge-compile" "$model" --schedule "$sched" --ranks "$ranks" "${common[@]}" -o "$run.pfp"
 if [ "$launch" = threads ]; then
   "$tools/pipeforge-run" "$run.pfp" --local-ranks "$ranks" --steps 10 --dump-weights "$run.w" "${extra[@]}" > "$run.log"
 else

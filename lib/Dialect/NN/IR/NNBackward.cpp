@@ -137,6 +137,7 @@ NN_NO_PARAMS(AddOp)
 NN_NO_PARAMS(DropoutOp)
 NN_NO_PARAMS(MulOp)
 NN_NO_PARAMS(AttentionOp)
+NN_NO_PARAMS(ConcatHeadsOp)
 NN_NO_PARAMS(CrossEntropyOp)
 NN_NO_PARAMS(TPCopyOp)
 NN_NO_PARAMS(TPAllReduceOp)
@@ -209,10 +210,29 @@ LogicalResult AttentionOp::buildBackwardInput(OpBuilder &b, FwdMap fwd,
       b, getLoc(), getQ().getType(), getK().getType(), getV().getType(),
       fwd(getQ()), fwd(getK()), fwd(getV()), dy, getNumHeadsAttr(),
       getNumKvHeadsAttr(), getRotaryAttr(), getRopeThetaAttr(),
-      getDropoutAttr(), getDropoutSiteAttr());
+      getDropoutAttr(), getDropoutSiteAttr(), getRopeDimAttr());
   grads[base] = op.getQGrad();
   grads[base + 1] = op.getKGrad();
   grads[base + 2] = op.getVGrad();
+  return success();
+}
+
+/// The per-head split of the gradient (summed over the heads for a
+/// broadcast rhs); reads no forward value.
+LogicalResult ConcatHeadsOp::buildBackwardInput(OpBuilder &b, FwdMap,
+                                                ValueRange resultGrads,
+                                                SmallVectorImpl<Value> &grads) {
+  unsigned base = appendNullGrads(*this, grads);
+  Value dy = resultGrads[0];
+  if (!dy)
+    return success();
+  int64_t lhsHeadDim =
+      getLhs().getType().getShape().back() / getNumHeads();
+  auto op = ConcatHeadsBwdOp::create(
+      b, getLoc(), getLhs().getType(), getRhs().getType(), dy,
+      getNumHeadsAttr(), b.getI64IntegerAttr(lhsHeadDim), getBroadcastAttr());
+  grads[base] = op.getLhsGrad();
+  grads[base + 1] = op.getRhsGrad();
   return success();
 }
 

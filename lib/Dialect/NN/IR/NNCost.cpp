@@ -188,11 +188,15 @@ static OpCost computeCost(EmbeddingOp op) {
 static OpCost computeCost(AttentionOp op) {
   OpCost c;
   auto q = op.getQ().getType();
-  if (!q.hasStaticShape())
+  auto y = op.getResult().getType();
+  if (!q.hasStaticShape() || !y.hasStaticShape())
     return c;
-  double b = q.getDimSize(0), s = q.getDimSize(1), ad = q.getDimSize(2);
-  c.forward = 4.0 * b * s * s * ad;
-  c.backwardInput = 8.0 * b * s * s * ad;
+  // QK^T over the q/k head dimension d, PV over the value head dimension
+  // dv (MLA: d != dv): 2bs^2(ad) + 2bs^2(a dv).
+  double b = q.getDimSize(0), s = q.getDimSize(1), ad = q.getDimSize(2),
+         adv = y.getDimSize(2);
+  c.forward = 2.0 * b * s * s * (ad + adv);
+  c.backwardInput = 2.0 * c.forward;
   int64_t scores =
       q.getDimSize(0) * op.getNumHeads() * q.getDimSize(1) * q.getDimSize(1);
   c.stashElements = ownedStashElements(op) + scores;
@@ -202,6 +206,9 @@ static OpCost computeCost(AttentionOp op) {
   }
   return c;
 }
+
+/// A copy: no FLOPs, nothing stashed (B only splits the gradient).
+static OpCost computeCost(ConcatHeadsOp) { return {}; }
 
 /// Mixture of experts: the router, then top_k expert MLPs per token
 /// (capacity limits ignored: an upper bound). Stash: the input, the router
@@ -280,6 +287,7 @@ NN_DEFINE_COST_METHODS(DropoutOp)
 NN_DEFINE_COST_METHODS(CrossEntropyOp)
 NN_DEFINE_COST_METHODS(EmbeddingOp)
 NN_DEFINE_COST_METHODS(AttentionOp)
+NN_DEFINE_COST_METHODS(ConcatHeadsOp)
 NN_DEFINE_COST_METHODS(MoEOp)
 NN_DEFINE_COST_METHODS(TPCopyOp)
 NN_DEFINE_COST_METHODS(TPAllReduceOp)

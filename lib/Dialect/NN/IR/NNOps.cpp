@@ -174,6 +174,7 @@ PIPEFORGE_NN_SHARED_VERIFIER(GeluBwdOp)
 PIPEFORGE_NN_SHARED_VERIFIER(SiluBwdOp)
 PIPEFORGE_NN_SHARED_VERIFIER(EmbeddingBwdWeightOp)
 PIPEFORGE_NN_SHARED_VERIFIER(AttentionBwdOp)
+PIPEFORGE_NN_SHARED_VERIFIER(ConcatHeadsBwdOp)
 PIPEFORGE_NN_SHARED_VERIFIER(MoEBwdInputOp)
 PIPEFORGE_NN_SHARED_VERIFIER(MoEBwdWeightOp)
 PIPEFORGE_NN_SHARED_VERIFIER(CrossEntropyBwdOp)
@@ -273,10 +274,26 @@ LogicalResult AttentionOp::verify() {
     return failure();
   auto q = getQ().getType();
   auto y = getResult().getType();
-  if (!shapesAgree(y.getShape(), sharedResultShape(*r, 0)) ||
+  SmallVector<int64_t> expected = sharedResultShape(*r, 0);
+  if (!shapesAgree(y.getShape(), expected) ||
       y.getElementType() != q.getElementType())
-    return emitOpError("expects the result type to equal the type of q");
+    return emitOpError("expects the result shape ")
+           << shapeStr(expected)
+           << " (heads x the value head dimension) and the element type of q";
   return checkSameElementType(*this, {getQ(), getK(), getV()});
+}
+
+LogicalResult ConcatHeadsOp::verify() {
+  FailureOr<rt::OpShapeResult> r = inferShared(*this);
+  if (failed(r))
+    return failure();
+  auto y = getResult().getType();
+  SmallVector<int64_t> expected = sharedResultShape(*r, 0);
+  if (!shapesAgree(y.getShape(), expected))
+    return emitOpError("result shape ")
+           << shapeStr(y.getShape()) << " does not match expected "
+           << shapeStr(expected);
+  return checkSameElementType(*this, {getLhs(), getRhs(), getResult()});
 }
 
 LogicalResult MoEOp::verify() {

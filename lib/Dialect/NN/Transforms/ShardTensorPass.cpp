@@ -312,7 +312,9 @@ LogicalResult Sharder::shard(AttentionOp op) {
              << layoutName(layoutOf(v)) << " operand";
   op.setNumHeads(op.getNumHeads() / tp);
   op.setNumKvHeads(op.getNumKvHeads() / tp);
-  op.getResult().setType(op.getQ().getType());
+  auto resultType = op.getResult().getType();
+  op.getResult().setType(
+      scaleDim(resultType, resultType.getRank() - 1, tp, true));
   layout[op.getResult()] = Layout::Split;
   return success();
 }

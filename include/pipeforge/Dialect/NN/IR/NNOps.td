@@ -187,17 +187,23 @@ def NN_AttentionOp : NN_Op<"attention", NN_ModelTraits> {
   let description = [{
     `q` is `[batch, seq, heads * d]`; `k` and `v` are
     `[batch, seq, kv_heads * d]` with `heads % kv_heads == 0` (grouped-query
-    attention: query head i reads kv head `i / (heads / kv_heads)`). With
-    `rotary`, q and k are rotated (RoPE, base `rope_theta`) first. Scores are
-    scaled by `1/sqrt(d)` and causally masked within each sequence;
-    `dropout` is the attention-probability dropout rate, applied as
-    nn.dropout does (site `dropout_site`, each probability's position being
-    (sequence, head, query, key) of the whole model). The result is
-    `[batch, seq, heads * d]`.
+    attention: query head i reads kv head `i / (heads / kv_heads)`); `v` is
+    `[batch, seq, kv_heads * dv]`, where the value head dimension `dv` may
+    differ from `d` (Multi-head Latent Attention). With `rotary`, q and k
+    are rotated (RoPE, base `rope_theta`, pairs `(j, j + r/2)` of the
+    rotated part) first: the whole head, or with `rope_dim = r > 0` only the
+    trailing `r` dimensions of each head (MLA's decoupled RoPE; the leading
+    `d - r` are not rotated). Scores are scaled by `1/sqrt(d)` and causally
+    masked within each sequence; `dropout` is the attention-probability
+    dropout rate, applied as nn.dropout does (site `dropout_site`, each
+    probability's position being (sequence, head, query, key) of the whole
+    model). The result is `[batch, seq, heads * dv]`.
 
     ```mlir
     %o = nn.attention %q, %k, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, rotary}
         : (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>) -> tensor<2x16x64xf32>
+    %m = nn.attention %q2, %k2, %v2 {num_heads = 4 : i64, num_kv_heads = 4 : i64, rotary, rope_dim = 8 : i64}
+        : (tensor<2x16x96xf32>, tensor<2x16x96xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
     ```
   }];
   let arguments = (ins NN_FloatTensor:$q, NN_FloatTensor:$k, NN_FloatTensor:$v,
@@ -206,7 +212,8 @@ def NN_AttentionOp : NN_Op<"attention", NN_ModelTraits> {
                        UnitAttr:$rotary,
                        DefaultValuedAttr<F32Attr, "10000.0">:$rope_theta,
                        DefaultValuedAttr<F32Attr, "0.0">:$dropout,
-                       DefaultValuedAttr<I64Attr, "0">:$dropout_site);
+                       DefaultValuedAttr<I64Attr, "0">:$dropout_site,
+                       DefaultValuedAttr<I64Attr, "0">:$rope_dim);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
     $q `,` $k `,` $v attr-dict `:` functional-type(operands, results)
@@ -216,7 +223,35 @@ def NN_AttentionOp : NN_Op<"attention", NN_ModelTraits> {
     int64_t getHeadDim() {
       return getQ().getType().getShape().back() / getNumHeads();
     }
+    int64_t getValueHeadDim() {
+      return getV().getType().getShape().back() / getNumKvHeads();
+    }
   }];
+}
+
+def NN_ConcatHeadsOp : NN_Op<"concat_heads", NN_ModelTraits> {
+  let summary = "Per-head concatenation over the last dimension (MLA keys)";
+  let description = [{
+    `lhs` is `[..., heads * a]` and `rhs` is `[..., heads * b]`; the result
+    is `[..., heads * (a + b)]` where head h is `[lhs_h | rhs_h]`. With
+    `broadcast`, `rhs` is one head `[..., b]` shared by every head: head h
+    is `[lhs_h | rhs]` (MLA's keys: each head's own no-RoPE part, then the
+    one RoPE key of all heads). Its B splits the result gradient back
+    (nn.concat_heads_bwd), summing the shared head's over the heads.
+
+    ```mlir
+    %k = nn.concat_heads %k_nope, %k_rope {num_heads = 4 : i64, broadcast}
+        : (tensor<2x16x64xf32>, tensor<2x16x8xf32>) -> tensor<2x16x96xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$lhs, NN_FloatTensor:$rhs,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
+                       UnitAttr:$broadcast);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
 }
 
 def NN_MoEOp : NN_Op<"moe", NN_ModelTraits> {
@@ -459,9 +494,24 @@ def NN_AttentionBwdOp : NN_GradOp<"attention_bwd"> {
                        UnitAttr:$rotary,
                        DefaultValuedAttr<F32Attr, "10000.0">:$rope_theta,
                        DefaultValuedAttr<F32Attr, "0.0">:$dropout,
-                       DefaultValuedAttr<I64Attr, "0">:$dropout_site);
+                       DefaultValuedAttr<I64Attr, "0">:$dropout_site,
+                       DefaultValuedAttr<I64Attr, "0">:$rope_dim);
   let results = (outs NN_FloatTensor:$q_grad, NN_FloatTensor:$k_grad,
                       NN_FloatTensor:$v_grad);
+}
+
+def NN_ConcatHeadsBwdOp : NN_GradOp<"concat_heads_bwd"> {
+  let summary = "B of nn.concat_heads: the per-head split of the gradient";
+  let description = [{
+    `result_grad` is `[..., heads * (a + b)]` with `a = lhs_head_dim`; the
+    results are `lhs_grad [..., heads * a]` and `rhs_grad [..., heads * b]`,
+    or with `broadcast` `rhs_grad [..., b]` summed over the heads.
+  }];
+  let arguments = (ins NN_FloatTensor:$result_grad,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$lhs_head_dim,
+                       UnitAttr:$broadcast);
+  let results = (outs NN_FloatTensor:$lhs_grad, NN_FloatTensor:$rhs_grad);
 }
 
 def NN_MoEBwdInputOp : NN_GradOp<"moe_bwd_input"> {
