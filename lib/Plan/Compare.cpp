@@ -106,14 +106,15 @@ std::string plan::formatCompare(const Comparison &cmp, const ModelCosts &model,
                                 const PlanOptions &opts) {
   const Candidate &b = cmp.base;
   std::string out = fmt(
-      "compare: schedules at pp=%d dp=%d%s%s%s, ZeRO-%d, microbatch %d, %s "
+      "compare: schedules at pp=%d dp=%d%s%s%s%s, microbatch %d, %s "
       "(%s); %lld tokens per step\n",
       b.pp, b.dp, b.tp > 1 ? fmt(" tp=%d", b.tp).c_str() : "",
       b.ep > 1 ? fmt(" ep=%d", b.ep).c_str() : "",
       b.recompute != Recompute::None
           ? fmt(", recompute %s", recomputeName(b.recompute)).c_str()
           : "",
-      b.zero, b.microbatchSize, layoutName(b.layout), cmp.why.c_str(),
+      b.zero ? ", ZeRO-1" : "", b.microbatchSize, layoutName(b.layout),
+      cmp.why.c_str(),
       (long long)cmp.tokensPerStep);
   out += fmt("  %-10s %10s %8s %10s %10s %8s %5s %11s %12s\n", "schedule",
              "step_ms", "bubble", "bubble_ms", "a2a_ms", "mem_GiB", "fits",

@@ -534,8 +534,13 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
   // shards it over the runtime's data-parallel group, the d / e replicas
   // of an expert rank (pipeforge-run --zero 1), for dense and expert
   // parameters alike: the expert ranks are not in that group.
+  // With PlanOptions::zeroDenseOverAll (Megatron's distributed optimizer,
+  // DeepSeek-V3) the dense parameters' state is sharded over all d ranks.
   auto optimizerBytes = [&](double dense, double experts, int zero) {
-    return optimizerPerParam * (dense + experts) / (zero ? dE : 1);
+    if (!zero)
+      return optimizerPerParam * (dense + experts);
+    return optimizerPerParam *
+           (dense / (opts.zeroDenseOverAll ? d : dE) + experts / dE);
   };
   // Ring all-reduce of `params` gradients over n replicas.
   auto ring = [&](int n, double params, double bw) {

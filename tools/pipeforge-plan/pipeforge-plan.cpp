@@ -160,6 +160,20 @@ static cl::opt<std::string> layoutList(
              "pp-in-node, dp-in-node, ep-in-node (default: pp-in-node,"
              "dp-in-node, the runtime's)"),
     cl::init(""), cl::cat(cat));
+static cl::opt<std::string> zeroShard(
+    "zero-shard",
+    cl::desc("What ZeRO-1 shards the dense parameters' optimizer state "
+             "over: replicas (default: the d/e replicas of an expert rank, as "
+             "pipeforge-run --zero 1) or all (every data-parallel rank, as "
+             "Megatron's distributed optimizer and DeepSeek-V3)"),
+    cl::init("replicas"), cl::cat(cat));
+static cl::opt<std::string> routingGroupsOpt(
+    "routing-groups",
+    cl::desc("Group-limited routing of every moe layer, G,g: G groups of "
+             "consecutive experts, a token's experts in g of them "
+             "(DeepSeek-V3: 8,4; default: the nn.moe's n_group and "
+             "topk_group attributes when the IR has them)"),
+    cl::value_desc("G,g"), cl::init(""), cl::cat(cat));
 static cl::opt<std::string> outputPath("o", cl::desc("Output file"),
                                        cl::value_desc("file"), cl::init("-"),
                                        cl::cat(cat));
@@ -347,6 +361,9 @@ int main(int argc, char **argv) {
                 "'");
   if (globalBatch < 1)
     return fail("--global-batch must be >= 1");
+  if (zeroShard != "replicas" && zeroShard != "all")
+    return fail("--zero-shard: expected replicas or all, got '" + zeroShard +
+                "'");
   if (compareSchedulesFlag && outFormat == "json")
     return fail("--compare prints a table only (not with --format json)");
   if (progressMode != "auto" && progressMode != "always" &&
@@ -368,6 +385,7 @@ int main(int argc, char **argv) {
       *std::min_element(chunkCounts->begin(), chunkCounts->end());
   opts.stateBytesPerParam = stateBytes;
   opts.gradBytesPerParam = gradBytes;
+  opts.zeroDenseOverAll = zeroShard == "all";
   opts.topN = topN;
   opts.modelPath =
       modelPath == "-" ? std::string("MODEL") : std::string(modelPath);
@@ -474,6 +492,24 @@ int main(int argc, char **argv) {
   if (seqLen > 0 && model->seqLen != seqLen)
     return fail("--seq-len " + Twine(seqLen) + " differs from the IR's " +
                 Twine(model->seqLen) + " (an .mlir model fixes it)");
+
+  if (!routingGroupsOpt.empty()) {
+    auto gs = parseIntList(routingGroupsOpt);
+    if (!gs || gs->size() != 2 || (*gs)[1] > (*gs)[0])
+      return fail("--routing-groups: expected G,g with 1 <= g <= G, got '" +
+                  routingGroupsOpt + "'");
+    if (model->shape.experts <= 0)
+      return fail("--routing-groups: the model has no moe layers");
+    if (model->shape.experts % (*gs)[0] != 0)
+      return fail("--routing-groups: " + Twine((*gs)[0]) +
+                  " groups do not divide the " + Twine(model->shape.experts) +
+                  " experts per layer");
+    for (plan::LayerCost &lc : model->layers)
+      if (lc.topK > 0) {
+        lc.routingGroups = (*gs)[0] > 1 ? (*gs)[0] : 0;
+        lc.groupsPerToken = (*gs)[1];
+      }
+  }
 
   std::string fitLine;
   if (fitThroughput.getNumOccurrences()) {

@@ -249,3 +249,23 @@ TEST(PlannerCompare, SchedulesAtOneSetup) {
   EXPECT_NE(c3.rows[3].error.find("needs 4 stages"), std::string::npos)
       << c3.rows[3].error;
 }
+
+TEST(PlannerZero, DenseStateOverAllRanks) {
+  // 8 GPUs, p = 2, d = 4, e = 2: a rank's 2 layers hold 0.4e6 dense and
+  // 0.8e6 expert parameters. ZeRO-1 over the d / e = 2 replicas shards
+  // both by 2; over all ranks the dense state by d = 4.
+  ModelCosts m = moeModel(4);
+  m.shape.experts = 8;
+  Cluster cl = cluster(8);
+  PlanOptions o = options(16);
+  auto rep = evaluate(m, cl, o, ScheduleKind::OneFOneB, 2, 1,
+                      Layout::PipelineInNode, expertSetup(2, 1));
+  ASSERT_TRUE(rep.isOk()) << rep.message();
+  EXPECT_DOUBLE_EQ(rep->optimizerBytes, 12 * (0.4e6 + 0.8e6) / 2);
+  o.zeroDenseOverAll = true;
+  auto all = evaluate(m, cl, o, ScheduleKind::OneFOneB, 2, 1,
+                      Layout::PipelineInNode, expertSetup(2, 1));
+  ASSERT_TRUE(all.isOk()) << all.message();
+  EXPECT_DOUBLE_EQ(all->optimizerBytes, 12 * (0.4e6 / 4 + 0.8e6 / 2));
+  EXPECT_DOUBLE_EQ(all->stepTime, rep->stepTime);
+}

@@ -271,6 +271,11 @@ struct PlanOptions {
   double weightBytesPerParam = 2;
   double gradStateBytesPerParam = 2;
   double gradBytesPerParam = 4; ///< bytes all-reduced per param
+  /// ZeRO-1 shards the dense parameters' optimizer state over all d
+  /// data-parallel ranks (Megatron's distributed optimizer, DeepSeek-V3),
+  /// not only over the d / e replicas of an expert rank (the runtime's
+  /// `pipeforge-run --zero 1`, the default). Expert shards: d / e always.
+  bool zeroDenseOverAll = false;
   int topN = 5;
   /// Pipeline degrees to try; empty means every divisor of the GPU count.
   std::vector<int> pipelineDegrees;
