@@ -49,6 +49,13 @@ for sched in gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev; do
 done
 "$bin/pipeforge-compile" examples/gpt-tiny.json --schedule 1f1b --ranks 2 "${common[@]}" \
   -o "$out/programs/1f1b-2.pfp" >/dev/null
+# The tiny DeepSeek (MLA + MoE): the reference and the schedules gpu-check.sh runs.
+"$bin/pipeforge-compile" examples/deepseek-tiny.json --schedule none --ranks 1 "${common[@]}" \
+  -o "$out/programs/ds-none-1.pfp" >/dev/null
+for sr in 1f1b:4 zb-h1:2 dualpipev:2; do
+  "$bin/pipeforge-compile" examples/deepseek-tiny.json --schedule "${sr%:*}" --ranks "${sr#*:}" \
+    "${common[@]}" -o "$out/programs/ds-${sr%:*}-${sr#*:}.pfp" >/dev/null
+done
 git rev-parse HEAD >"$out/COMMIT" 2>/dev/null || true
 if [ "${GPU_BUNDLE_TAR:-1}" = 0 ]; then
   echo "gpu-bundle: $out: $(ls "$out/bin" | tr '\n' ' ')"

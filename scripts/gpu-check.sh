@@ -9,7 +9,10 @@
 #      the CPU reference,
 #   4. the same through MPI processes sharing the GPU (host-staged messages),
 #      and with NCCL when there are at least 2 GPUs,
-#   5. prints tokens/s per schedule and the GEMM TFLOP/s (fp32, bf16).
+#   5. the tiny DeepSeek (examples/deepseek-tiny.json: MLA, MoE) on the GPU
+#      against the CPU reference, and pipelined (1f1b, zb-h1, dualpipev)
+#      against the single-GPU run,
+#   6. prints tokens/s per schedule and the GEMM TFLOP/s (fp32, bf16).
 # Exits non-zero on any mismatch; exits 2 when there is no GPU.
 #   BUILD_DIR (default build-gpu)  STEPS (default 10)
 #   GPU_BUNDLE=DIR or DIR.tar.xz: use the binaries, libraries and programs
@@ -173,6 +176,34 @@ if [ "$ngpu" -ge 2 ] && [ "$be" = cuda ]; then
 else
   row "(nccl)" "needs 2 GPUs: not run" - skip
 fi
+
+say "DeepSeek-tiny (Multi-head Latent Attention, MoE): GPU vs CPU, pipelined vs one GPU"
+dscompile() { # schedule ranks out
+  if [ -n "${GPU_BUNDLE:-}" ]; then
+    cp "$GPU_BUNDLE/programs/ds-$1-$2.pfp" "$3"
+  else
+    "$bin/pipeforge-compile" examples/deepseek-tiny.json --schedule "$1" --ranks "$2" "${common[@]}" -o "$3"
+  fi
+}
+ds=$work/ds
+if dscompile none 1 "$ds-ref.pfp" >/dev/null &&
+    "$bin/pipeforge-run" "$ds-ref.pfp" --steps "$STEPS" --dump-weights "$ds-cpu-ref.w" >"$ds-cpu-ref.log" &&
+    "$bin/pipeforge-run" "$ds-ref.pfp" --steps "$STEPS" --backend "$be" --dump-weights "$ds-gpu-ref.w" >"$ds-gpu-ref.log" &&
+    compare "deepseek gpu vs cpu" "$ds-cpu-ref" "$ds-gpu-ref" 2e-4 0 5e-3; then
+  row deepseek "1 GPU vs CPU reference" "$(tokps "$ds-gpu-ref.log")" ok
+else
+  row deepseek "1 GPU vs CPU reference" - FAIL; status=1
+fi
+for sr in 1f1b:4 zb-h1:2 dualpipev:2; do
+  sched=${sr%:*} ranks=${sr#*:} run=$ds-${sr%:*}-${sr#*:}
+  if dscompile "$sched" "$ranks" "$run.pfp" >/dev/null &&
+      "$bin/pipeforge-run" "$run.pfp" --local-ranks "$ranks" --backend "$be" --steps "$STEPS" \
+        --dump-weights "$run.w" >"$run.log" 2>&1 && compare "deepseek $sched" "$ds-gpu-ref" "$run" 1e-5 1e-4 1e-5; then
+    row "ds $sched" "$ranks ranks, 1 GPU, threads" "$(tokps "$run.log")" ok
+  else
+    row "ds $sched" "$ranks ranks, 1 GPU, threads" - FAIL; tail -3 "$run.log"; status=1
+  fi
+done
 
 say "GEMM throughput"
 "$bin/cuda_gemm" || status=1

@@ -373,6 +373,41 @@ TEST(CudaBackend, Attention) {
   }
 }
 
+/// MLA's attention core (q/k heads of 24 rotating their last 8, value heads
+/// of 16) and nn.concat_heads with a shared head, and per head.
+TEST(CudaBackend, MultiHeadLatentAttention) {
+  REQUIRE_GPU();
+  Case f = makeCase("attention",
+                    {f32({2, 40, 96}), f32({2, 40, 96}), f32({2, 40, 64})},
+                    {f32({2, 40, 64})}, 23, 0);
+  f.k.attrs["num_heads"] = int64_t(4);
+  f.k.attrs["num_kv_heads"] = int64_t(4);
+  f.k.attrs["rotary"] = true;
+  f.k.attrs["rope_dim"] = int64_t(8);
+  expectMatch(f);
+  Case b = makeCase(
+      "attention_bwd",
+      {f32({2, 40, 96}), f32({2, 40, 96}), f32({2, 40, 64}), f32({2, 40, 64})},
+      {f32({2, 40, 96}), f32({2, 40, 96}), f32({2, 40, 64})}, 24, 0);
+  b.k.attrs = f.k.attrs;
+  expectMatch(b);
+  for (bool broadcast : {false, true}) {
+    Case c = makeCase("concat_heads",
+                      {f32({2, 40, 64}), f32({2, 40, broadcast ? 8 : 32})},
+                      {f32({2, 40, broadcast ? 96 : 96})}, 25, 0);
+    c.k.attrs["num_heads"] = int64_t(4);
+    if (broadcast)
+      c.k.attrs["broadcast"] = true;
+    expectMatch(c, 0, 0); // copies: exact
+    Case g = makeCase("concat_heads_bwd", {f32({2, 40, 96})},
+                      {f32({2, 40, 64}), f32({2, 40, broadcast ? 8 : 32})},
+                      26, 0);
+    g.k.attrs = c.k.attrs;
+    g.k.attrs["lhs_head_dim"] = int64_t(16);
+    expectMatch(g, 0, 0); // the same order of additions: exact
+  }
+}
+
 TEST(CudaBackend, MoE) {
   REQUIRE_GPU();
   for (bool gated : {false, true}) {

@@ -167,6 +167,8 @@ struct AttentionCase {
   double ropeTheta;
   double dropout = 0.0;     ///< probabilities' dropout rate
   cpu::Index headStart = 0; ///< a tensor-parallel rank's first head
+  cpu::Index vHeadDim = 0;  ///< MLA: value heads of their own width
+  cpu::Index ropeDim = 0;   ///< MLA: rotate the trailing ropeDim only
 };
 
 void PrintTo(const AttentionCase &c, std::ostream *os) {
@@ -175,6 +177,8 @@ void PrintTo(const AttentionCase &c, std::ostream *os) {
       << (c.rotary ? " rotary" : "");
   if (c.dropout > 0)
     *os << " dropout " << c.dropout << " headStart " << c.headStart;
+  if (c.vHeadDim || c.ropeDim)
+    *os << " vHeadDim " << c.vHeadDim << " ropeDim " << c.ropeDim;
 }
 
 class AttentionPlanTest : public ::testing::TestWithParam<AttentionCase> {};
@@ -193,15 +197,19 @@ TEST_P(AttentionPlanTest, MatchesCpuReference) {
   s.dropout = c.dropout;
   s.dropoutKey = dropout::siteKey(dropout::stepKey(5, 2, 3), 1);
   s.headStart = c.headStart;
+  s.vHeadDim = c.vHeadDim;
+  s.ropeDim = c.ropeDim;
   ASSERT_TRUE(cpu::isValid(s));
   const size_t tokens = size_t(s.batch * s.seq);
   const size_t nq = tokens * size_t(s.heads * s.headDim);
   const size_t nkv = tokens * size_t(s.kvHeads * s.headDim);
-  VecF q = randomVec(nq, 1), k = randomVec(nkv, 2), v = randomVec(nkv, 3),
-       dy = randomVec(nq, 4);
+  const size_t nv = tokens * size_t(s.kvHeads * s.valueDim());
+  const size_t no = tokens * size_t(s.heads * s.valueDim());
+  VecF q = randomVec(nq, 1), k = randomVec(nkv, 2), v = randomVec(nv, 3),
+       dy = randomVec(no, 4);
 
   // Reference.
-  VecF outRef(nq), dqRef(nq), dkRef(nkv), dvRef(nkv);
+  VecF outRef(no), dqRef(nq), dkRef(nkv), dvRef(nv);
   cpu::AttentionSaved<float> saved;
   cpu::attentionF(s, q.data(), k.data(), v.data(), outRef.data(), saved);
   cpu::Workspace<float> cws;
@@ -215,7 +223,7 @@ TEST_P(AttentionPlanTest, MatchesCpuReference) {
     Scratch ws(bytes);
     AttentionBuffers b;
     carveAttention(s, ws.data(), b);
-    VecF out(nq, kNaN);
+    VecF out(no, kNaN);
     ASSERT_TRUE(attentionForwardPlan(x, s, q.data(), k.data(), v.data(),
                                      out.data(), b));
     EXPECT_TRUE(ws.guardIntact());
@@ -225,7 +233,7 @@ TEST_P(AttentionPlanTest, MatchesCpuReference) {
     Scratch ws(bytes);
     AttentionBuffers b;
     carveAttention(s, ws.data(), b);
-    VecF dq(nq, kNaN), dk(nkv, kNaN), dv(nkv, kNaN);
+    VecF dq(nq, kNaN), dk(nkv, kNaN), dv(nv, kNaN);
     ASSERT_TRUE(attentionBackwardPlan(x, s, q.data(), k.data(), v.data(),
                                       dy.data(), dq.data(), dk.data(),
                                       dv.data(), b));
@@ -246,7 +254,43 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{3, 33, 8, 2, 16, false, 10000.0}, // group 4, seq 33
         // Dropout of the probabilities: the same mask as the CPU kernel.
         AttentionCase{2, 5, 4, 2, 8, true, 10000.0, 0.2, 0},
-        AttentionCase{2, 40, 4, 1, 6, true, 500.0, 0.1, 4}));
+        AttentionCase{2, 40, 4, 1, 6, true, 500.0, 0.1, 4},
+        // MLA: q/k heads of 24 rotating their last 8, value heads of 16.
+        AttentionCase{2, 9, 4, 4, 24, true, 10000.0, 0.0, 0, 16, 8},
+        AttentionCase{1, 37, 2, 1, 10, true, 500.0, 0.1, 2, 6, 4},
+        AttentionCase{2, 5, 4, 2, 6, false, 10000.0, 0.0, 0, 12, 0}));
+
+/// nn.concat_heads's per-thread bodies against cpu::concatHeadsF/B.
+TEST(AttentionMath, ConcatHeadsMatchesCpu) {
+  for (bool broadcast : {false, true}) {
+    cpu::ConcatHeadsShape s;
+    s.rows = 7;
+    s.heads = 4;
+    s.lhsDim = 5;
+    s.rhsDim = 3;
+    s.broadcast = broadcast;
+    const size_t nout = size_t(s.rows * s.heads * (s.lhsDim + s.rhsDim));
+    const size_t nl = size_t(s.rows * s.heads * s.lhsDim);
+    const size_t nr = size_t(s.rows * s.rhsHeads() * s.rhsDim);
+    VecF a = randomVec(nl, 5), b = randomVec(nr, 6), dy = randomVec(nout, 7);
+    VecF outRef(nout), daRef(nl), dbRef(nr);
+    cpu::concatHeadsF(s, a.data(), b.data(), outRef.data());
+    cpu::concatHeadsB(s, dy.data(), daRef.data(), dbRef.data());
+    ConcatHeadsLayout l{s.rows, s.heads, s.lhsDim, s.rhsDim, s.broadcast};
+    VecF out(nout, kNaN), da(nl, kNaN), db(nr, kNaN);
+    for (long long i = 0; i < (long long)nout; ++i)
+      concatHeadsElement(l, i, a.data(), b.data(), out.data());
+    for (long long i = 0; i < (long long)nout; ++i)
+      concatHeadsGradElement(l, i, dy.data(), da.data(), db.data());
+    if (broadcast)
+      for (long long i = 0; i < (long long)nr; ++i)
+        concatHeadsSharedGradElement(l, i, dy.data(), db.data());
+    // Copies and the same order of additions: bitwise.
+    EXPECT_EQ(0, std::memcmp(out.data(), outRef.data(), nout * 4));
+    EXPECT_EQ(0, std::memcmp(da.data(), daRef.data(), nl * 4));
+    EXPECT_EQ(0, std::memcmp(db.data(), dbRef.data(), nr * 4));
+  }
+}
 
 /// rotaryPair un-rotates what it rotated.
 TEST(AttentionMath, RotaryPairTransposeInverts) {
