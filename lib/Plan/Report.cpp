@@ -173,6 +173,9 @@ json candidateJson(const Candidate &c) {
   j["pp_inter_node"] = c.ppInterNode;
   j["dp_inter_node"] = c.dpInterNode;
   j["ep_inter_node"] = c.epInterNode;
+  j["ep_nodes"] = c.epNodes;
+  j["ep_node_limit"] = c.epNodeLimit;
+  j["second_copy_bytes"] = c.secondCopyBytes;
   j["step_time_s"] = c.stepTime;
   j["pipeline_time_s"] = c.pipelineTime;
   j["dp_allreduce_time_s"] = c.dpTime;
