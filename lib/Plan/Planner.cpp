@@ -88,6 +88,24 @@ DispatchRows plan::nodeLimitedRows(int topK, int nodes, int perNode,
   return rows;
 }
 
+Status plan::setRoutingGroups(ModelCosts &model, int groups,
+                              int groupsPerToken) {
+  if (groups < 1 || groupsPerToken < 1 || groupsPerToken > groups)
+    return Status::error("expected G,g with 1 <= g <= G, got '" +
+                         std::to_string(groups) + "," + std::to_string(groupsPerToken) + "'");
+  if (model.shape.experts <= 0)
+    return Status::error("the model has no moe layers");
+  if (model.shape.experts % groups != 0)
+    return Status::error(std::to_string(groups) + " groups do not divide the " +
+                         std::to_string(model.shape.experts) + " experts per layer");
+  for (LayerCost &lc : model.layers)
+    if (lc.topK > 0) {
+      lc.routingGroups = groups > 1 ? groups : 0;
+      lc.groupsPerToken = groupsPerToken;
+    }
+  return Status::ok();
+}
+
 int plan::nodeLimit(int groups, int groupsPerToken, int nodes) {
   if (groups <= 0 || groupsPerToken <= 0 || nodes <= 0)
     return 0;

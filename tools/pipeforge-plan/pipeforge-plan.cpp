@@ -495,20 +495,11 @@ int main(int argc, char **argv) {
 
   if (!routingGroupsOpt.empty()) {
     auto gs = parseIntList(routingGroupsOpt);
-    if (!gs || gs->size() != 2 || (*gs)[1] > (*gs)[0])
+    if (!gs || gs->size() != 2)
       return fail("--routing-groups: expected G,g with 1 <= g <= G, got '" +
                   routingGroupsOpt + "'");
-    if (model->shape.experts <= 0)
-      return fail("--routing-groups: the model has no moe layers");
-    if (model->shape.experts % (*gs)[0] != 0)
-      return fail("--routing-groups: " + Twine((*gs)[0]) +
-                  " groups do not divide the " + Twine(model->shape.experts) +
-                  " experts per layer");
-    for (plan::LayerCost &lc : model->layers)
-      if (lc.topK > 0) {
-        lc.routingGroups = (*gs)[0] > 1 ? (*gs)[0] : 0;
-        lc.groupsPerToken = (*gs)[1];
-      }
+    if (plan::Status st = plan::setRoutingGroups(*model, (*gs)[0], (*gs)[1]); !st)
+      return fail("--routing-groups: " + st.message());
   }
 
   std::string fitLine;

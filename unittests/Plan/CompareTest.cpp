@@ -269,3 +269,21 @@ TEST(PlannerZero, DenseStateOverAllRanks) {
   EXPECT_DOUBLE_EQ(all->optimizerBytes, 12 * (0.4e6 / 4 + 0.8e6 / 2));
   EXPECT_DOUBLE_EQ(all->stepTime, rep->stepTime);
 }
+
+TEST(PlannerNodeLimited, SetRoutingGroups) {
+  ModelCosts m = moeModel(2);
+  ASSERT_TRUE(setRoutingGroups(m, 8, 4).isOk());
+  EXPECT_EQ(m.layers[0].routingGroups, 8);
+  EXPECT_EQ(m.layers[1].groupsPerToken, 4);
+  // One group is no limit.
+  ASSERT_TRUE(setRoutingGroups(m, 1, 1).isOk());
+  EXPECT_EQ(m.layers[0].routingGroups, 0);
+  EXPECT_EQ(setRoutingGroups(m, 4, 8).message(),
+            "expected G,g with 1 <= g <= G, got '4,8'");
+  EXPECT_EQ(setRoutingGroups(m, 3, 1).message(),
+            "3 groups do not divide the 16 experts per layer");
+  ModelCosts dense = moeModel(2);
+  dense.shape.experts = 0;
+  EXPECT_EQ(setRoutingGroups(dense, 2, 1).message(),
+            "the model has no moe layers");
+}

@@ -223,6 +223,11 @@ DispatchRows nodeLimitedRows(int topK, int nodes, int perNode, int maxNodes);
 /// when routing is not group-limited (groups <= 0).
 int nodeLimit(int groups, int groupsPerToken, int nodes);
 
+/// Sets group-limited routing on every moe layer of `model` (G groups, g
+/// per token; G = 1 is no limit). Errors: g outside 1..G, a dense model,
+/// G not dividing the experts per layer.
+Status setRoutingGroups(ModelCosts &model, int groups, int groupsPerToken);
+
 /// The choices inside a pipeline stage: tensor-parallel degree, recomputation
 /// and optimizer sharding.
 struct SetupOptions {
