@@ -11,7 +11,8 @@
 # "--backend cpu-device": the moe kernels staged through host memory).
 # The optimizer options of both runs come from PF_OPT_ARGS (default
 # "--optimizer sgd --lr 0.1"; "" is the default AdamW), the step count from
-# PF_STEPS (default 3), the tolerances from PF_LOSS_TOL, PF_RTOL, PF_ATOL.
+# PF_STEPS (default 3), the tolerances from PF_LOSS_TOL, PF_RTOL, PF_ATOL;
+# PF_MODEL names another config under examples/ (default moe-tiny).
 set -euo pipefail
 tools=$1 src=$2 out=$3 sched=$4 ranks=$5 ep=$6 m=$7
 read -r -a extra <<< "${PF_RUN_ARGS:-}"
@@ -20,14 +21,15 @@ steps=${PF_STEPS:-3}
 losstol=${PF_LOSS_TOL:-1e-5} rtol=${PF_RTOL:-1e-4} atol=${PF_ATOL:-1e-5}
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+model=$src/examples/${PF_MODEL:-moe-tiny}.json
 common=(--seq-len 8 --microbatch-size 2)
 ref=$out/ref-$((ep * m))-$steps$(echo "${opt[*]:-adamw}" | tr -c 'a-z0-9\n' '_')
 if [ ! -f "$ref.w" ]; then
-  "$tools/pipeforge-compile" "$src/examples/moe-tiny.json" --schedule none --ranks 1 --microbatches $((ep * m)) "${common[@]}" -o "$ref.pfp"
+  "$tools/pipeforge-compile" "$model" --schedule none --ranks 1 --microbatches $((ep * m)) "${common[@]}" -o "$ref.pfp"
   "$tools/pipeforge-run" "$ref.pfp" --steps $steps "${opt[@]}" --dump-weights "$ref.w" > "$ref.log"
 fi
 run=$out/$sched-$ranks-ep$ep
-"$tools/pipeforge-compile" "$src/examples/moe-tiny.json" --schedule "$sched" --ranks "$ranks" --ep "$ep" --microbatches "$m" "${common[@]}" -o "$run.pfp"
+"$tools/pipeforge-compile" "$model" --schedule "$sched" --ranks "$ranks" --ep "$ep" --microbatches "$m" "${common[@]}" -o "$run.pfp"
 mpirun --oversubscribe -np $((ranks * ep)) "$tools/pipeforge-run" "$run.pfp" --steps $steps "${opt[@]}" --dump-weights "$run.w" "${extra[@]}" > "$run.log"
 grep -o '^step [0-9]* loss [0-9.e+-]*' "$ref.log" > "$ref.loss"
 grep -o '^step [0-9]* loss [0-9.e+-]*' "$run.log" > "$run.loss"
