@@ -48,7 +48,69 @@ AutoScheduleFn plan::heuristicAutoScheduler() {
 }
 
 const char *plan::layoutName(Layout l) {
-  return l == Layout::PipelineInNode ? "pp-in-node" : "dp-in-node";
+  switch (l) {
+  case Layout::PipelineInNode:
+    return "pp-in-node";
+  case Layout::DataInNode:
+    return "dp-in-node";
+  case Layout::ExpertInNode:
+    return "ep-in-node";
+  }
+  return "?";
+}
+
+bool plan::parseLayout(const std::string &text, Layout &out) {
+  for (Layout l :
+       {Layout::PipelineInNode, Layout::DataInNode, Layout::ExpertInNode})
+    if (text == layoutName(l)) {
+      out = l;
+      return true;
+    }
+  return false;
+}
+
+DispatchRows plan::nodeLimitedRows(int topK, int nodes, int perNode,
+                                   int maxNodes) {
+  DispatchRows rows;
+  if (topK <= 0)
+    return rows;
+  const double k = topK, n = std::max(1, nodes), l = std::max(1, perNode);
+  rows.nvlink = k * (l - 1) / l;
+  if (n <= 1)
+    return rows;
+  // Expected distinct remote nodes of k experts drawn uniformly over n
+  // nodes, and of M nodes drawn uniformly (the own one among them with
+  // probability M / n).
+  const double uniform = (n - 1) * (1 - std::pow(1 - 1 / n, k));
+  const double limited =
+      maxNodes > 0 && maxNodes < n ? maxNodes * (n - 1) / n : uniform;
+  rows.network = std::min(uniform, limited);
+  return rows;
+}
+
+Status plan::setRoutingGroups(ModelCosts &model, int groups,
+                              int groupsPerToken) {
+  if (groups < 1 || groupsPerToken < 1 || groupsPerToken > groups)
+    return Status::error("expected G,g with 1 <= g <= G, got '" +
+                         std::to_string(groups) + "," + std::to_string(groupsPerToken) + "'");
+  if (model.shape.experts <= 0)
+    return Status::error("the model has no moe layers");
+  if (model.shape.experts % groups != 0)
+    return Status::error(std::to_string(groups) + " groups do not divide the " +
+                         std::to_string(model.shape.experts) + " experts per layer");
+  for (LayerCost &lc : model.layers)
+    if (lc.topK > 0) {
+      lc.routingGroups = groups > 1 ? groups : 0;
+      lc.groupsPerToken = groupsPerToken;
+    }
+  return Status::ok();
+}
+
+int plan::nodeLimit(int groups, int groupsPerToken, int nodes) {
+  if (groups <= 0 || groupsPerToken <= 0 || nodes <= 0)
+    return 0;
+  const int nodesPerGroup = std::max(1, (nodes + groups - 1) / groups);
+  return std::min(nodes, groupsPerToken * nodesPerGroup);
 }
 
 std::vector<ScheduleKind> plan::defaultSchedules(bool withAuto) {
@@ -180,12 +242,13 @@ double roofline(double flops, double bytes, double rate, double memBw) {
 /// Per-layer times and memory of the whole model on one tensor-parallel rank
 /// (docs/planner.md, "Searching tensor parallelism, recomputation and
 /// ZeRO-1").
-/// `allToAll(bytes)`: the time of one expert all-to-all in which a rank
-/// sends `bytes` (its share of the routed rows, all destinations).
-std::vector<LayerRun> layerRuns(const ModelCosts &model, const Cluster &cl,
-                                const PlanOptions &opts, int t, int e,
-                                Recompute rc, int b,
-                                const std::function<double(double)> &allToAll) {
+/// `allToAll(bytes, layer)`: the time of one expert all-to-all of `layer`
+/// in which a rank sends `bytes` (its share of the routed rows, all
+/// destinations).
+std::vector<LayerRun>
+layerRuns(const ModelCosts &model, const Cluster &cl, const PlanOptions &opts,
+          int t, int e, Recompute rc, int b,
+          const std::function<double(double, const LayerCost &)> &allToAll) {
   const double rate = cl.flopsPerSecond();
   const double memBw = cl.memoryBytesPerSecond();
   const double intraBw = cl.intraNodeGBps * 1e9 * cl.allReduceEfficiency;
@@ -237,7 +300,7 @@ std::vector<LayerRun> layerRuns(const ModelCosts &model, const Cluster &cl,
     // in B. With sequence parallelism a tensor-parallel rank routes its 1/t
     // of the tokens.
     if (e > 1 && lc.routedBytes > 0)
-      r.epF = r.epB = 2 * allToAll(b * lc.routedBytes / t);
+      r.epF = r.epB = 2 * allToAll(b * lc.routedBytes / t, lc);
     r.memBFull = b * stash / t;
     r.memW = b * std::min(lc.weightStashBytes, stash) / t;
     // The runtime's policies (--pp-recompute): selective drops the stashed
@@ -369,14 +432,26 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
       c.dpInterNode = d > 1;
       epLocal = perNode(int64_t(pp) * t, e);
       expertReplicasLocal = perNode(int64_t(pp) * t * e, dE);
-    } else {
+    } else if (layout == Layout::DataInNode) {
       c.dpInterNode = d > nodeSize;
       c.ppInterNode = pp > 1;
       epLocal = perNode(int64_t(dE) * t, e);
       expertReplicasLocal = perNode(t, dE);
+    } else {
+      // ((pipeline x d/e + replica) x e + expert) x t + tensor.
+      c.dpInterNode = d > nodeSize;
+      c.ppInterNode = pp > 1;
+      epLocal = perNode(t, e);
+      expertReplicasLocal = perNode(int64_t(e) * t, dE);
     }
   }
   c.epInterNode = epLocal < e;
+  c.epNodes = (e + epLocal - 1) / epLocal;
+  if (e > 1)
+    for (const LayerCost &lc : model.layers)
+      if (lc.topK > 0 && lc.routingGroups > 0)
+        c.epNodeLimit =
+            nodeLimit(lc.routingGroups, lc.groupsPerToken, c.epNodes);
   // Link bandwidths, each at the achieved fraction of its kind of transfer.
   const double intraBw = cluster.intraNodeGBps * 1e9;
   const double interBw = cluster.interNodeGBps * 1e9;
@@ -388,8 +463,20 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
                             cluster.allReduceEfficiency;
   // An all-to-all over the expert group: of what a rank sends, (local - 1)
   // / e goes over NVLink and (e - local) / e over the network, at once.
-  auto allToAll = [&](double bytes) {
+  // Under group-limited routing whose groups sit on nodes (nodeLimit), a
+  // row crosses the network once per distinct remote node and NVLink
+  // forwards it (nodeLimitedRows): the two links at once.
+  auto allToAll = [&](double bytes, const LayerCost &lc) {
     const double eff = cluster.allToAllEfficiency;
+    const int limit =
+        nodeLimit(lc.routingGroups, lc.groupsPerToken, c.epNodes);
+    if (limit > 0 && lc.topK > 0) {
+      DispatchRows rows =
+          nodeLimitedRows(lc.topK, c.epNodes, epLocal, limit);
+      const double row = bytes / lc.topK;
+      return std::max(row * rows.nvlink / (intraBw * eff),
+                      row * rows.network / (interBw * eff));
+    }
     double intra = bytes * (epLocal - 1) / e / (intraBw * eff);
     double inter =
         epLocal < e ? bytes * (e - epLocal) / e / (interBw * eff) : 0;
@@ -465,8 +552,13 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
   // shards it over the runtime's data-parallel group, the d / e replicas
   // of an expert rank (pipeforge-run --zero 1), for dense and expert
   // parameters alike: the expert ranks are not in that group.
+  // With PlanOptions::zeroDenseOverAll (Megatron's distributed optimizer,
+  // DeepSeek-V3) the dense parameters' state is sharded over all d ranks.
   auto optimizerBytes = [&](double dense, double experts, int zero) {
-    return optimizerPerParam * (dense + experts) / (zero ? dE : 1);
+    if (!zero)
+      return optimizerPerParam * (dense + experts);
+    return optimizerPerParam *
+           (dense / (opts.zeroDenseOverAll ? d : dE) + experts / dE);
   };
   // Ring all-reduce of `params` gradients over n replicas.
   auto ring = [&](int n, double params, double bw) {
@@ -672,6 +764,17 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
       }
     }
     z.fits = z.memoryBytes <= cluster.usableBytes();
+    // DualPipe's second copy: the copy-1 stage a rank holds beside its
+    // copy-0 stage.
+    if (pl.numCopies > 1)
+      for (int s = 0; s < S; ++s) {
+        const double bytes =
+            stateBytes(stageParams[s] - stageExperts[s], stageExperts[s], zero);
+        if (bytes > z.secondCopyBytes) {
+          z.secondCopyBytes = bytes;
+          z.secondCopyParams = stageParams[s];
+        }
+      }
     for (int s = 0; s < S; ++s)
       for (int copy = 0; copy < pl.numCopies; ++copy)
         if (over[pl.rank(copy, s)]) {
@@ -804,9 +907,14 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
 
+  // On one node the layouts coincide.
   std::vector<Layout> layouts = {Layout::PipelineInNode};
-  if (cluster.gpus > cluster.gpusPerNode)
-    layouts.push_back(Layout::DataInNode);
+  if (cluster.gpus > cluster.gpusPerNode) {
+    layouts = opts.layouts;
+    if (layouts.empty())
+      layouts = {Layout::PipelineInNode, Layout::DataInNode};
+    sortUnique(layouts);
+  }
 
   PlanResult r;
   std::vector<Candidate> all;
@@ -940,6 +1048,10 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
                 // the node).
                 if (lay == Layout::DataInNode &&
                     ((p == 1 && (e == 1 || e == d)) || d == 1))
+                  continue;
+                // Expert ranks fastest differs from dp-in-node only when
+                // the group is some of the d ranks.
+                if (lay == Layout::ExpertInNode && !(e > 1 && e < d))
                   continue;
                 // The automatic scheduler's memory budget depends on the ZeRO
                 // stage: one run each. The generators' schedules are shared.
@@ -1184,13 +1296,9 @@ Expected<SetupSpec> plan::parseSetup(const std::string &text) {
         start = plus + 1;
       }
     } else if (key == "layout") {
-      if (value == layoutName(Layout::PipelineInNode))
-        spec.layout = Layout::PipelineInNode;
-      else if (value == layoutName(Layout::DataInNode))
-        spec.layout = Layout::DataInNode;
-      else
-        return Status::error("key 'layout': expected pp-in-node or "
-                             "dp-in-node, got '" +
+      if (!parseLayout(value, spec.layout))
+        return Status::error("key 'layout': expected pp-in-node, dp-in-node "
+                             "or ep-in-node, got '" +
                              value + "'");
       spec.hasLayout = true;
     } else {
@@ -1374,6 +1482,13 @@ Expected<Explanation> plan::explain(const PlanResult &r,
           model.layers.begin(), model.layers.end(),
           [](const LayerCost &l) { return l.kind == LayerKind::Block; }))
     why.push_back("recomputation is searched only for transformer blocks");
+  if (cluster.gpus > cluster.gpusPerNode &&
+      (opts.layouts.empty() ? c.layout == Layout::ExpertInNode
+                            : !has(opts.layouts, c.layout)))
+    why.push_back(std::string("layout ") + layoutName(c.layout) +
+                  (opts.layouts.empty() ? " is tried only when --layouts "
+                                          "names it"
+                                        : " is not in --layouts"));
   if (!opts.zeroStages.empty() && !has(opts.zeroStages, c.zero))
     why.push_back("zero=" + fmtInt(c.zero) + " is not in --zero");
   const std::vector<int> sweptChunks =

@@ -173,6 +173,9 @@ json candidateJson(const Candidate &c) {
   j["pp_inter_node"] = c.ppInterNode;
   j["dp_inter_node"] = c.dpInterNode;
   j["ep_inter_node"] = c.epInterNode;
+  j["ep_nodes"] = c.epNodes;
+  j["ep_node_limit"] = c.epNodeLimit;
+  j["second_copy_bytes"] = c.secondCopyBytes;
   j["step_time_s"] = c.stepTime;
   j["pipeline_time_s"] = c.pipelineTime;
   j["dp_allreduce_time_s"] = c.dpTime;
@@ -231,6 +234,10 @@ std::string plan::launchCommands(const Candidate &c, const ModelCosts &m,
       (c.layout == Layout::DataInNode ? " --rank-layout dp-fastest" : "") +
       (c.zero == 1 ? " --zero 1" : "");
   (void)cl;
+  // The runtime numbers ranks pp-fastest or dp-fastest only.
+  if (c.layout == Layout::ExpertInNode)
+    run += "\n          (ep-in-node: the runtime has no rank layout that "
+           "packs an expert group into a node; this runs pp-in-node)";
   return "  launch: " + compile + "\n          " + run + "\n";
 }
 

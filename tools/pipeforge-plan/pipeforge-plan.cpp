@@ -22,6 +22,7 @@
 #include "pipeforge/Dialect/NN/Analysis/CostSum.h"
 #include "pipeforge/Dialect/NN/IR/NNDialect.h"
 #include "pipeforge/Dialect/NN/IR/NNOps.h"
+#include "pipeforge/Plan/Compare.h"
 #include "pipeforge/Plan/Planner.h"
 #include "pipeforge/Support/AttrNames.h"
 #include "pipeforge/Support/OutputFile.h"
@@ -146,6 +147,33 @@ static cl::opt<std::string> progressMode(
     cl::desc("Progress on stderr: auto (default: on a terminal, once the "
              "search has run for a second), always, never"),
     cl::init("auto"), cl::cat(cat));
+static cl::opt<bool> compareSchedulesFlag(
+    "compare",
+    cl::desc("After the report, the explained setup (or the recommendation) "
+             "under dualpipe, dualpipev, 1f1b and zbv: bubble, exposed "
+             "all-to-all time, GPU-hours per million tokens, what 1F1B "
+             "loses, DualPipe's second parameter copy"),
+    cl::init(false), cl::cat(cat));
+static cl::opt<std::string> layoutList(
+    "layouts",
+    cl::desc("GPU layouts to try on more than one node, comma separated: "
+             "pp-in-node, dp-in-node, ep-in-node (default: pp-in-node,"
+             "dp-in-node, the runtime's)"),
+    cl::init(""), cl::cat(cat));
+static cl::opt<std::string> zeroShard(
+    "zero-shard",
+    cl::desc("What ZeRO-1 shards the dense parameters' optimizer state "
+             "over: replicas (default: the d/e replicas of an expert rank, as "
+             "pipeforge-run --zero 1) or all (every data-parallel rank, as "
+             "Megatron's distributed optimizer and DeepSeek-V3)"),
+    cl::init("replicas"), cl::cat(cat));
+static cl::opt<std::string> routingGroupsOpt(
+    "routing-groups",
+    cl::desc("Group-limited routing of every moe layer, G,g: G groups of "
+             "consecutive experts, a token's experts in g of them "
+             "(DeepSeek-V3: 8,4; default: the nn.moe's n_group and "
+             "topk_group attributes when the IR has them)"),
+    cl::value_desc("G,g"), cl::init(""), cl::cat(cat));
 static cl::opt<std::string> outputPath("o", cl::desc("Output file"),
                                        cl::value_desc("file"), cl::init("-"),
                                        cl::cat(cat));
@@ -169,6 +197,18 @@ static std::optional<std::vector<int>> parseIntList(StringRef text,
   if (out.empty())
     return std::nullopt;
   return out;
+}
+
+/// Group-limited routing of a moe layer (DeepSeek-V3's n_group and
+/// topk_group), when the op carries it.
+static void routingGroups(nn::MoEOp moe, plan::LayerCost &lc) {
+  auto groups = moe->getAttrOfType<mlir::IntegerAttr>("n_group");
+  auto perToken = moe->getAttrOfType<mlir::IntegerAttr>("topk_group");
+  // One group (the default) is no limit.
+  if (!groups || !perToken || groups.getInt() <= 1)
+    return;
+  lc.routingGroups = int(groups.getInt());
+  lc.groupsPerToken = int(perToken.getInt());
 }
 
 /// What tensor parallelism and recomputation need beyond the cost sums: the
@@ -234,6 +274,8 @@ static void describeLayers(mlir::func::FuncOp func,
       const double tokens = double(x.getNumElements()) / hidden * perSeq;
       lc.routedBytes +=
           tokens * double(moe.getTopK()) * hidden * double(bytesPerElement);
+      lc.topK = int(moe.getTopK());
+      routingGroups(moe, lc);
     }
   });
   if (sharded)
@@ -319,6 +361,11 @@ int main(int argc, char **argv) {
                 "'");
   if (globalBatch < 1)
     return fail("--global-batch must be >= 1");
+  if (zeroShard != "replicas" && zeroShard != "all")
+    return fail("--zero-shard: expected replicas or all, got '" + zeroShard +
+                "'");
+  if (compareSchedulesFlag && outFormat == "json")
+    return fail("--compare prints a table only (not with --format json)");
   if (progressMode != "auto" && progressMode != "always" &&
       progressMode != "never")
     return fail("--progress: expected auto, always or never, got '" +
@@ -338,6 +385,7 @@ int main(int argc, char **argv) {
       *std::min_element(chunkCounts->begin(), chunkCounts->end());
   opts.stateBytesPerParam = stateBytes;
   opts.gradBytesPerParam = gradBytes;
+  opts.zeroDenseOverAll = zeroShard == "all";
   opts.topN = topN;
   opts.modelPath =
       modelPath == "-" ? std::string("MODEL") : std::string(modelPath);
@@ -376,6 +424,17 @@ int main(int argc, char **argv) {
       return fail("--zero: expected 0 and/or 1 separated by commas, got '" +
                   zeroList + "'");
     opts.zeroStages = *zs;
+  }
+  if (!layoutList.empty()) {
+    SmallVector<StringRef> parts;
+    StringRef(layoutList).split(parts, ',', -1, false);
+    for (StringRef p : parts) {
+      plan::Layout l;
+      if (!plan::parseLayout(p.trim().str(), l))
+        return fail("--layouts: unknown layout '" + p.trim() +
+                    "' (known: pp-in-node dp-in-node ep-in-node)");
+      opts.layouts.push_back(l);
+    }
   }
   if (!ppList.empty()) {
     auto pps = parseIntList(ppList);
@@ -433,6 +492,15 @@ int main(int argc, char **argv) {
   if (seqLen > 0 && model->seqLen != seqLen)
     return fail("--seq-len " + Twine(seqLen) + " differs from the IR's " +
                 Twine(model->seqLen) + " (an .mlir model fixes it)");
+
+  if (!routingGroupsOpt.empty()) {
+    auto gs = parseIntList(routingGroupsOpt);
+    if (!gs || gs->size() != 2)
+      return fail("--routing-groups: expected G,g with 1 <= g <= G, got '" +
+                  routingGroupsOpt + "'");
+    if (plan::Status st = plan::setRoutingGroups(*model, (*gs)[0], (*gs)[1]); !st)
+      return fail("--routing-groups: " + st.message());
+  }
 
   std::string fitLine;
   if (fitThroughput.getNumOccurrences()) {
@@ -513,6 +581,14 @@ int main(int argc, char **argv) {
     out->os() << fitLine << plan::formatTable(*result, *model, *cluster, opts);
     if (explained)
       out->os() << "\n" << plan::formatExplain(*explained, *result, *cluster);
+    if (compareSchedulesFlag) {
+      const bool atExplained = explained.has_value();
+      auto cmp = plan::compareSchedules(
+          *model, *cluster, opts,
+          atExplained ? explained->setup : result->ranked.front(),
+          atExplained ? "the explained setup" : "the recommendation");
+      out->os() << "\n" << plan::formatCompare(cmp, *model, *cluster, opts);
+    }
   }
   if (auto err = pipeforge::finishOutput(*out))
     return fail(*err);

@@ -81,6 +81,15 @@ struct LayerCost {
   /// sequence (tokens x top_k x hidden x bytes per element): the dispatch
   /// to the experts' ranks, and the combine back, each, in F and in B.
   double routedBytes = 0;
+  /// Routed experts per token (nn.moe's top_k); 0: not a moe layer.
+  int topK = 0;
+  /// Group-limited routing (DeepSeek-V3's n_group and topk_group): the
+  /// routed experts are cut into `routingGroups` groups of consecutive
+  /// experts and a token picks its top_k among `groupsPerToken` of them.
+  /// 0: every token may reach every expert. With the groups on nodes this
+  /// is node-limited routing, and the planner charges the dispatch a
+  /// row per distinct destination node (nodeLimitedRows).
+  int routingGroups = 0, groupsPerToken = 0;
 
   double totalFlops() const {
     return fwdFlops + bwdInputFlops + bwdWeightFlops;
@@ -178,6 +187,47 @@ const char *recomputeName(Recompute r); ///< "none" / "selective" / "full"
 /// Parses a recomputeName; false when unknown.
 bool parseRecompute(const std::string &text, Recompute &out);
 
+/// Where the ranks sit: `PipelineInNode` numbers the GPUs with the pipeline
+/// stage varying fastest (a pipeline stays inside a node when p <= GPUs per
+/// node), `DataInNode` with the data-parallel index varying fastest.
+/// `ExpertInNode` numbers the expert ranks of a group fastest, then the
+/// replicas of the expert shards, then the pipeline stage (an expert group
+/// fills whole nodes, as DeepSeek-V3's 64-way groups span 8 nodes); the
+/// runtime has no rank layout for it, so the sweep tries it only when
+/// PlanOptions::layouts names it.
+enum class Layout { PipelineInNode, DataInNode, ExpertInNode };
+/// "pp-in-node" / "dp-in-node" / "ep-in-node"
+const char *layoutName(Layout l);
+/// Parses a layoutName; false when unknown.
+bool parseLayout(const std::string &text, Layout &out);
+
+/// Rows of one token that a node-limited dispatch (or combine) moves, per
+/// link (docs/planner.md, "Node-limited routing").
+struct DispatchRows {
+  double network = 0; ///< over the inter-node links (one per remote node)
+  double nvlink = 0;  ///< forwarded inside a node to the experts' GPUs
+};
+/// A token's top_k rows to an expert group over `nodes` nodes of
+/// `perNode` members each, with every token's experts on at most
+/// `maxNodes` nodes (DeepSeek-V3's dispatch: a row crosses the network
+/// once per distinct remote node, then NVLink forwards it to each
+/// expert's GPU): network = min(M (N-1)/N, (N-1)(1 - (1 - 1/N)^k)), the
+/// expected distinct remote nodes with the M nodes chosen uniformly (the
+/// own node among them with probability M/N) and with k uniform experts;
+/// nvlink = k (L-1)/L, the rows whose expert is not on the GPU they land
+/// on. One node (N = 1): network 0.
+DispatchRows nodeLimitedRows(int topK, int nodes, int perNode, int maxNodes);
+/// The nodes a token can reach under group-limited routing of `groups`
+/// groups, `groupsPerToken` chosen, when the expert group spans `nodes`
+/// nodes holding consecutive experts: min(N, g x max(1, ceil(N / G))). 0
+/// when routing is not group-limited (groups <= 0).
+int nodeLimit(int groups, int groupsPerToken, int nodes);
+
+/// Sets group-limited routing on every moe layer of `model` (G groups, g
+/// per token; G = 1 is no limit). Errors: g outside 1..G, a dense model,
+/// G not dividing the experts per layer.
+Status setRoutingGroups(ModelCosts &model, int groups, int groupsPerToken);
+
 /// The choices inside a pipeline stage: tensor-parallel degree, recomputation
 /// and optimizer sharding.
 struct SetupOptions {
@@ -226,6 +276,11 @@ struct PlanOptions {
   double weightBytesPerParam = 2;
   double gradStateBytesPerParam = 2;
   double gradBytesPerParam = 4; ///< bytes all-reduced per param
+  /// ZeRO-1 shards the dense parameters' optimizer state over all d
+  /// data-parallel ranks (Megatron's distributed optimizer, DeepSeek-V3),
+  /// not only over the d / e replicas of an expert rank (the runtime's
+  /// `pipeforge-run --zero 1`, the default). Expert shards: d / e always.
+  bool zeroDenseOverAll = false;
   int topN = 5;
   /// Pipeline degrees to try; empty means every divisor of the GPU count.
   std::vector<int> pipelineDegrees;
@@ -235,6 +290,10 @@ struct PlanOptions {
   /// Expert-parallel degrees to try; empty means every degree
   /// checkExpertDegree allows (1 for a dense model).
   std::vector<int> expertDegrees;
+  /// GPU layouts to try on more than one node; empty means the runtime's
+  /// two (pp-in-node, dp-in-node). ExpertInNode is tried only for
+  /// setups with 1 < e < d, where it differs from dp-in-node.
+  std::vector<Layout> layouts;
   /// Recomputation policies to try; empty means all three.
   std::vector<Recompute> recomputePolicies;
   /// ZeRO stages to try (0, 1); empty means both (1 only with d > 1, where
@@ -261,11 +320,6 @@ std::string launchCommands(const struct Candidate &c, const ModelCosts &m,
 /// The schedule kinds swept by default, in tie-breaking order.
 std::vector<sched::ScheduleKind> defaultSchedules(bool withAuto);
 
-/// Where the ranks sit: `PipelineInNode` numbers the GPUs with the pipeline
-/// stage varying fastest (a pipeline stays inside a node when p <= GPUs per
-/// node), `DataInNode` with the data-parallel index varying fastest.
-enum class Layout { PipelineInNode, DataInNode };
-const char *layoutName(Layout l); ///< "pp-in-node" / "dp-in-node"
 
 /// One evaluated setup. Times in seconds, memory in bytes.
 struct Candidate {
@@ -325,6 +379,13 @@ struct Candidate {
   /// The model state split (on the fullest rank; they add up to
   /// paramBytes).
   double weightBytes = 0, gradBytes = 0, optimizerBytes = 0;
+  /// DualPipe: the model state of the second copy's stage on the rank
+  /// where it is largest (weights, gradients, optimizer state under the
+  /// ZeRO stage), and its parameters; 0 for one-copy schedules.
+  double secondCopyBytes = 0, secondCopyParams = 0;
+  /// Nodes an expert group spans (1: inside one node) and the most nodes a
+  /// token's experts can be on under group-limited routing (0: no limit).
+  int epNodes = 1, epNodeLimit = 0;
 };
 
 struct PlanResult {
@@ -368,7 +429,8 @@ Expected<PlanResult> plan(const ModelCosts &model, const Cluster &cluster,
 ///   ranks), b=B (1), recompute=none|selective|full, recompute-stages=S+S
 ///   (every stage),
 ///   (none), zero=0|1 (0), chunks=V (PlanOptions::chunksPerRank),
-///   layout=pp-in-node|dp-in-node (optional: the faster of the two).
+///   layout=pp-in-node|dp-in-node|ep-in-node (optional: the faster of
+///   the runtime's two).
 struct SetupSpec {
   sched::ScheduleKind kind = sched::ScheduleKind::OneFOneB;
   int pp = 0, tp = 1, ep = 1;
