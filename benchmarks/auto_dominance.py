@@ -1,23 +1,28 @@
 #!/usr/bin/env python3
 """Is `--schedule auto` ever slower than a handcrafted schedule at equal memory?
 
-For every point of a grid (ranks p, microbatches m, per-rank costs F:B:W and
-tcomm) and every single-copy handcrafted schedule (gpipe, 1f1b, interleaved,
-zb-h1, zb-h2, zbv, dualpipev) that the point admits, the schedule's makespan
-and peak activation (max over ranks) come from `pipeforge-sched`; then
-`pipeforge-sched --schedule auto --placement any` runs with that peak as its
-memory limit. Costs are per rank's share of the model (`--cost-unit rank`),
-so every placement runs the same model (a V stage takes half a rank's
-share). Prints one row per point with each schedule's margin
-(auto - handcrafted) / handcrafted (negative: auto faster) and the worst
-margin; exits 1 if auto is slower anywhere.
+For every point of a grid (ranks p, microbatches m, costs F:B:W and tcomm)
+and every single-copy handcrafted schedule (gpipe, 1f1b, interleaved, zb-h1,
+zb-h2, zbv, dualpipev) that the point admits, the schedule's makespan and
+peak activation (max over ranks) come from `pipeforge-sched`; then
+`pipeforge-sched --schedule auto` runs with that peak as its memory limit
+and otherwise its default flags: every placement (`--placement any`), costs
+per rank's share of the model (`--cost-unit rank`, so every placement runs
+the same model: a V stage takes half a rank's share), the default work
+budgets and time limit. Prints one row per point with each schedule's
+margin (auto - handcrafted) / handcrafted (negative: auto faster) and the
+worst margin; exits 1 if auto is slower anywhere.
 
 With `--copies 2` DualPipe (two parameter copies) joins the handcrafted
 schedules and auto may choose it.
 
     auto_dominance.py [--sched BIN] [--ranks 4,8] [--mult 1,2,3,4]
                       [--costs "1:1:1:0,1:2:1:0,1:1:1:0.1,1.2:1:0.9:0.05"]
-                      [--time-limit 2] [--copies 1|2]
+                      [--time-limit S] [--copies 1|2]
+
+The issue's grid (p in 4, 8, 16; m in p..4p; four cost ratios):
+
+    auto_dominance.py --ranks 4,8,16
 """
 import argparse
 import json
@@ -28,7 +33,7 @@ KINDS = ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipev"]
 
 
 def sched(binary, args):
-    p = subprocess.run([binary] + args + ["--cost-unit", "rank", "--format", "json"],
+    p = subprocess.run([binary] + args + ["--format", "json"],
                        capture_output=True, text=True)
     if p.returncode != 0:
         return None, p.stderr.strip()
@@ -42,7 +47,8 @@ def main():
     ap.add_argument("--ranks", default="4,8")
     ap.add_argument("--mult", default="1,2,3,4")
     ap.add_argument("--costs", default="1:1:1:0,1:2:1:0,1:1:1:0.1,1.2:1:0.9:0.05")
-    ap.add_argument("--time-limit", default="2")
+    ap.add_argument("--time-limit", default=None,
+                    help="auto's --time-limit (default: the tool's)")
     ap.add_argument("--copies", default="1", choices=["1", "2"])
     a = ap.parse_args()
     kinds = KINDS + (["dualpipe"] if a.copies == "2" else [])
@@ -64,10 +70,12 @@ def main():
                         continue
                     mk, peak = hand
                     if peak not in autos:
+                        extra = ["--time-limit", a.time_limit] if a.time_limit else []
+                        if a.copies != "1":
+                            extra += ["--copies", a.copies]
                         autos[peak], err = sched(
-                            a.sched, ["--schedule", "auto", "--placement", "any",
-                                      "--mem-limit", repr(peak), "--time-limit",
-                                      a.time_limit, "--copies", a.copies] + costs)
+                            a.sched, ["--schedule", "auto", "--mem-limit",
+                                      repr(peak)] + extra + costs)
                         if autos[peak] is None:
                             sys.exit(f"auto failed at p={p} m={m} {c} limit {peak}: {err}")
                     margin = (autos[peak][0] - mk) / mk

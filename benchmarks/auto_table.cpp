@@ -57,6 +57,9 @@ int main(int argc, char **argv) {
   base.computeOnly = true;
   base.useIlp = false;
   base.timeLimit = 600;
+  // The paper's ZB-1p / ZB-2p: the linear placement, times per stage.
+  base.anyPlacement = false;
+  base.costsPerRank = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--search-moves") && i + 1 < argc)
       base.searchMoves = std::atoll(argv[++i]);

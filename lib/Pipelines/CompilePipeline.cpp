@@ -4,7 +4,10 @@
 
 #include "pipeforge/Dialect/NN/Transforms/Passes.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
+#include "pipeforge/Dialect/PP/IR/PPOps.h"
+#include "pipeforge/Dialect/PP/Transforms/StageCostModel.h"
 #include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/Job.h"
 #include "pipeforge/Schedule/MemoryLimit.h"
 #include "pipeforge/Target/Program/Prepare.h"
 
@@ -13,6 +16,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassOptions.h"
 #include "mlir/Pass/PassRegistry.h"
+
+#include <cstdio>
 
 using namespace mlir;
 
@@ -59,12 +64,14 @@ sched::Status resolveCompileOptions(CompileOptions &o) {
   if (o.microbatches < 0)
     return sched::Status::error("--microbatches must be positive (got " +
                                 std::to_string(o.microbatches) + ")");
-  if (o.placement != "linear" && o.placement != "v")
-    return sched::Status::error("--placement must be linear or v (got '" +
+  if (o.placement != "any" && o.placement != "linear" && o.placement != "v")
+    return sched::Status::error("--placement must be any, linear or v (got '" +
                                 o.placement + "')");
   if (o.placement == "v" && kind != sched::ScheduleKind::Auto)
     return sched::Status::error("--placement applies to --schedule auto "
                                 "only; the other schedules imply theirs");
+  if (kind != sched::ScheduleKind::Auto)
+    o.placement = "linear"; // unused: the schedule implies its placement
   auto layout =
       sched::stageLayoutFor(o.schedule, o.ranks, o.chunks, o.placement == "v");
   if (!layout)
@@ -99,6 +106,104 @@ sched::Status resolveCompileOptions(CompileOptions &o) {
   return sched::Status::ok();
 }
 
+namespace {
+int countLayers(ModuleOp module) {
+  auto model = module.lookupSymbol<func::FuncOp>("model");
+  if (!model)
+    return 0;
+  llvm::DenseSet<int64_t> layers;
+  model.walk([&](Operation *op) {
+    if (auto l = op->getAttrOfType<IntegerAttr>(attrs::kNNLayer))
+      layers.insert(l.getInt());
+  });
+  return int(layers.size());
+}
+
+/// The passes before pp-schedule (shard, partition, split, recompute).
+void addStagePasses(OpPassManager &pm, const CompileOptions &o, int stages,
+                    const std::string &placement) {
+  if (o.tp > 1) {
+    nn::NNShardTensorOptions shard;
+    shard.tp = o.tp;
+    shard.sequenceParallel = o.sequenceParallel;
+    pm.addPass(nn::createNNShardTensor(shard));
+  }
+  pp::PPPartitionOptions part;
+  part.stages = stages;
+  part.placement = placement;
+  part.ranks = o.ranks;
+  pm.addPass(pp::createPPPartition(part));
+  pm.addPass(pp::createPPSplitBackward());
+  if (o.recompute != "none") {
+    pp::PPRecomputeOptions rc;
+    rc.policy = o.recompute;
+    rc.stages.assign(o.recomputeStages.begin(), o.recomputeStages.end());
+    pm.addPass(pp::createPPRecompute(rc));
+  }
+}
+
+/// One microbatch's stash over all stages / ranks (M_B in bytes, as
+/// pp-schedule kind=auto resolves a byte limit), from a linear partition of
+/// a copy of `module`; 0 when it cannot be costed.
+double modelBytesPerMB(ModuleOp module, const CompileOptions &o) {
+  OwningOpRef<ModuleOp> copy = module.clone();
+  PassManager pm(module.getContext());
+  addStagePasses(pm, o, o.ranks, "linear");
+  ScopedDiagnosticHandler quiet(module.getContext(),
+                                [](Diagnostic &) { return success(); });
+  if (failed(pm.run(*copy)))
+    return 0;
+  for (auto p : copy->getOps<pp::PipelineOp>()) {
+    auto c = pp::collectStageCosts(p, /*bytesPerElement=*/2);
+    if (succeeded(c) && *c)
+      return (*c)->bytesPerMB();
+  }
+  return 0;
+}
+} // namespace
+
+sched::Status chooseAutoPlacement(ModuleOp module, CompileOptions &o,
+                                  std::string &note) {
+  if (o.schedule != "auto" || o.placement != "any")
+    return sched::Status::ok();
+  // Whatever fails below, the linear search runs and reports it.
+  o.placement = "linear";
+  if (countLayers(module) < 2 * o.ranks) {
+    note = "the linear placement: the model has too few layers for a V";
+    return sched::Status::ok();
+  }
+  sched::ScheduleJob j;
+  j.schedule = "auto";
+  j.ranks = o.ranks;
+  j.microbatches = o.microbatches;
+  j.chunks = o.chunks;
+  j.computeOnly = true;
+  if (!o.memLimit.empty()) {
+    auto l = sched::parseMemoryLimit(o.memLimit);
+    if (!l)
+      return sched::Status::error("--mem-limit: " + l.message());
+    double perMB = l->isBytes() ? modelBytesPerMB(module, o) : 0;
+    auto v = sched::resolveMemoryLimit(*l, o.ranks, perMB, "");
+    if (!v)
+      return sched::Status::ok();
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", *v);
+    j.memLimit = buf;
+  }
+  auto r = sched::runScheduleJob(j);
+  if (!r)
+    return sched::Status::ok();
+  const sched::Placement &pl = r->schedule.placement;
+  if (r->chosenKind == "auto")
+    o.placement = pl.numStages == 2 * pl.numRanks ? "v" : "linear";
+  else
+    o.schedule = r->chosenKind;
+  std::string n = r->autoResult ? r->autoResult->note : "";
+  size_t at = n.find("placement any: ");
+  note = at == std::string::npos ? n : n.substr(at + 15);
+  return sched::Status::ok();
+}
+
 sched::Status checkModelFits(ModuleOp module, const CompileOptions &o) {
   auto model = module.lookupSymbol<func::FuncOp>("model");
   if (!model)
@@ -123,31 +228,17 @@ sched::Status checkModelFits(ModuleOp module, const CompileOptions &o) {
 void buildCompilePipeline(OpPassManager &pm, const CompileOptions &o) {
   auto layout =
       sched::stageLayoutFor(o.schedule, o.ranks, o.chunks, o.placement == "v");
-  if (o.tp > 1) {
-    nn::NNShardTensorOptions shard;
-    shard.tp = o.tp;
-    shard.sequenceParallel = o.sequenceParallel;
-    pm.addPass(nn::createNNShardTensor(shard));
-  }
-  pp::PPPartitionOptions part;
-  part.stages = layout ? layout->stages : o.ranks;
-  part.placement = layout ? layout->placement : "linear";
-  part.ranks = o.ranks;
-  pm.addPass(pp::createPPPartition(part));
-  pm.addPass(pp::createPPSplitBackward());
-  if (o.recompute != "none") {
-    pp::PPRecomputeOptions rc;
-    rc.policy = o.recompute;
-    rc.stages.assign(o.recomputeStages.begin(), o.recomputeStages.end());
-    pm.addPass(pp::createPPRecompute(rc));
-  }
+  addStagePasses(pm, o, layout ? layout->stages : o.ranks,
+                 layout ? layout->placement : "linear");
   if (o.fuseOverlap)
     pm.addPass(pp::createPPSplitComponents());
   pp::PPScheduleOptions sch;
   sch.kind = o.schedule;
   sch.microbatches = o.microbatches;
   sch.chunks = o.chunks;
-  sch.autoPlacement = o.placement;
+  // A pipeline's placement decides; "any" is resolved before
+  // (chooseAutoPlacement), else it means the linear partition here.
+  sch.autoPlacement = o.placement == "v" ? "v" : "linear";
   if (o.schedule == "auto")
     sch.memLimit = o.memLimit;
   pm.addPass(pp::createPPSchedule(sch));
@@ -186,7 +277,9 @@ struct CompilePipelineOptions
                      llvm::cl::desc("Interleaved: model chunks per rank"),
                      llvm::cl::init(2)};
   Option<std::string> placement{*this, "placement",
-                                llvm::cl::desc("auto: linear or v"),
+                                llvm::cl::desc("auto: linear or v (any, "
+                                               "pipeforge-compile's "
+                                               "default, is linear here)"),
                                 llvm::cl::init("linear")};
   Option<std::string> memLimit{
       *this, "mem-limit",

@@ -256,20 +256,26 @@ Expected<AutoOptions> autoOptionsForJob(const ScheduleJob &jobIn) {
 
 Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn);
 
-/// --schedule auto --placement any: the search on both placements and
-/// every single-copy handcrafted schedule that fits the memory limit (a
-/// candidate over it fails verification and drops out), compared by
+/// --schedule auto (--placement any, the default): the search on both
+/// placements and every single-copy handcrafted schedule (DualPipe too
+/// with copies = 2) that fits the memory limit (a candidate over it fails
+/// verification and drops out), compared by
 /// makespan under per-rank costs; ties keep the earlier candidate (the
 /// searches first). The winner is reported as auto with a note naming it.
 Expected<ScheduleJobResult> runAnyPlacement(const ScheduleJob &j) {
   if (Status st = checkJob(j); !st)
     return st;
   if (!j.costsPerRank)
-    return Status::error("--placement any compares placements: give the "
-                         "times per rank's share of the model (--cost-unit "
-                         "rank)");
+    return Status::error(
+        "--schedule auto compares placements, which needs the times per "
+        "rank's share of the model (--cost-unit rank, the default); with "
+        "--cost-unit stage choose the placement (--placement linear or v)");
+  // The time limit bounds the whole comparison: the linear search may use
+  // half of it, the V search what is left; the handcrafted orders cost
+  // next to nothing.
+  auto deadline = detail::Deadline::in(j.timeLimit);
   std::optional<ScheduleJobResult> best;
-  std::string bestName, tried;
+  std::string bestName, bestKind, tried;
   Status firstError = Status::ok();
   std::optional<AutoResult> searched[2]; // linear, V
   auto consider = [&](ScheduleJob c, const std::string &name) {
@@ -286,11 +292,13 @@ Expected<ScheduleJobResult> runAnyPlacement(const ScheduleJob &j) {
     if (!best || r->sim.makespan < best->sim.makespan - 1e-9) {
       best = r.take();
       bestName = name;
+      bestKind = c.schedule;
     }
   };
   for (bool v : {false, true}) {
     ScheduleJob c = j;
     c.vPlacement = v;
+    c.timeLimit = v ? deadline.left() : deadline.left() / 2;
     consider(c, v ? "auto on the V placement" : "auto on the linear placement");
   }
   std::vector<const char *> kinds = {"1f1b", "gpipe",       "zb-h1",
@@ -308,6 +316,7 @@ Expected<ScheduleJobResult> runAnyPlacement(const ScheduleJob &j) {
     return Status::error("no placement fits: " + firstError.message());
   ScheduleJobResult r = std::move(*best);
   r.schedule.name = "auto";
+  r.chosenKind = bestKind;
   if (!r.autoResult) {
     // A handcrafted order won: report it with the bound of the search on
     // its placement (none for interleaved).

@@ -112,9 +112,11 @@ static cl::opt<std::string>
              cl::init(""), cl::cat(cat));
 static cl::opt<std::string>
     placement("placement",
-              cl::desc("--schedule auto: linear or v (the others imply "
-                       "theirs)"),
-              cl::init("linear"), cl::cat(cat));
+              cl::desc("--schedule auto: any (default: the placement, or "
+                       "the handcrafted order, that pipeforge-sched "
+                       "--schedule auto picks for the model's M_B; a note "
+                       "names it), linear or v (the others imply theirs)"),
+              cl::init("any"), cl::cat(cat));
 static cl::opt<uint64_t> seed("seed", cl::desc("Initialisation seed"),
                               cl::init(1234), cl::cat(cat));
 static cl::opt<std::string> outputPath("o", cl::desc("Write the program file"),
@@ -227,6 +229,12 @@ int main(int argc, char **argv) {
   auto module = import::loadModel(inputPath, &ctx, srcMgr, load);
   if (!module)
     return fail(toString(module.takeError()));
+  std::string autoNote;
+  if (sched::Status s = pipelines::chooseAutoPlacement(**module, co, autoNote);
+      !s)
+    return fail(s.message());
+  if (!autoNote.empty())
+    errs() << "pipeforge-compile: note: --schedule auto: " << autoNote << "\n";
   if (sched::Status s = pipelines::checkModelFits(**module, co); !s)
     return fail(s.message());
 

@@ -39,8 +39,15 @@ Schedule:
   --compute-only        do not insert send/recv
 
 Cost model (time units are yours; memory in units of M_B):
-  --tf T  --tb T  --tw T       times of F, B and W (default 1) per stage, or
-  --cost-unit rank             per rank's share of the model (V stage: half)
+  --tf T  --tb T  --tw T       times of F, B and W (default 1) of one rank's
+                               share of the model (1/ranks of it, as M_B is
+                               its activation): a V stage takes half, an
+                               interleaved stage 1/chunks, so every
+                               placement runs the same model
+  --cost-unit U                rank (default, as above) or stage: the times
+                               are per stage whatever the placement (the
+                               Zero Bubble paper's tables); auto then needs
+                               --placement linear or v
   --tbw T  --tfb T             full backward BW, overlapped F&B (default: sums)
   --tcomm T                    time on every cross-rank edge (default 0)
   --ta2a T                     time of one all-to-all (MoE dispatch or
@@ -57,13 +64,17 @@ Cost model (time units are yours; memory in units of M_B):
                                needs --hidden --heads --seq
 
 Automatic schedule (--schedule auto; docs/auto-scheduler.md):
-  --placement P         linear (default), v (auto ZB-V), or any: both, and
-                        every order with <= --copies model copies (1 or 2)
-  --time-limit S        wall-clock ceiling of the whole search in seconds
-                        (default 10); only a ceiling: when it stops the
-                        search early the output says "cut short by the time
-                        limit", otherwise the result depends on the inputs
-                        alone
+  --placement P         any (default): the search on the linear and the V
+                        placement and every single-copy handcrafted order
+                        under --mem-limit, the fastest wins (a note names
+                        it); linear or v: the search on that placement only
+  --copies N            parameter copies a rank may hold under any (1, or 2:
+                        DualPipe joins the comparison; default 1)
+  --time-limit S        wall-clock ceiling of the whole command in seconds
+                        (default 10): search, messages, checks and output;
+                        only a ceiling: when it stops the search early the
+                        output says "cut short by the time limit", otherwise
+                        the result depends on the inputs alone
   --search-moves N      local-search work budget, moves tried (default
                         20000; 0: no local search)
   --ilp-nodes N         CBC work budget, branch-and-bound nodes (default 20)
@@ -133,7 +144,7 @@ struct Options {
 Options parseArgs(int argc, char **argv) {
   Options o;
   ScheduleJob &j = o.job;
-  std::string placement = "linear", costUnit = "stage";
+  std::string placement = "any", costUnit = "rank";
   const double inf = HUGE_VAL, maxInt = double(1 << 30);
   double searchMoves = double(j.searchMoves), ilpNodes = double(j.ilpNodes);
   const NumberOption numbers[] = {

@@ -42,8 +42,8 @@ struct CompileOptions {
   int microbatches = 0;
   /// Interleaved 1F1B: model chunks per rank.
   int chunks = 2;
-  /// auto: the placement, linear or v.
-  std::string placement = "linear";
+  /// auto: the placement, any (chooseAutoPlacement picks it), linear or v.
+  std::string placement = "any";
   /// Per-rank activation limit (M_B units, <k>p, or bytes: 12GB, 512MiB):
   /// the auto scheduler's constraint, and checked by pp-verify-schedule.
   std::string memLimit;
@@ -67,6 +67,17 @@ struct CompileOptions {
 /// microbatches, a malformed memory limit, placement other than linear/v).
 /// Errors name the option.
 sched::Status resolveCompileOptions(CompileOptions &o);
+
+/// --schedule auto --placement any (the default): chooses what to compile
+/// as pipeforge-sched --schedule auto would for the model's M_B (the search
+/// on the linear and the V placement and every single-copy handcrafted
+/// order under the memory limit, uniform stages, times per rank's share):
+/// sets o.placement to the winning search's placement, or o.schedule to the
+/// handcrafted kind that won; `note` names it. When no candidate fits,
+/// o.placement becomes linear and the pipeline reports why. A no-op for
+/// other options.
+sched::Status chooseAutoPlacement(mlir::ModuleOp module, CompileOptions &o,
+                                  std::string &note);
 
 /// Checks that the model in `module` (func @model, nn.layer on its ops) has
 /// at least as many layers as the resolved options need stages: a message

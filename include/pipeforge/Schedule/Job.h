@@ -46,24 +46,30 @@ struct ScheduleJob {
   int layers = 0; ///< transformer layers of the model; 0: one per stage
 
   /// --schedule auto (AutoOptions). timeLimit: wall-clock ceiling of the
-  /// whole automatic search, seconds (>= 0); the work budgets
-  /// searchMoves (local-search moves) and ilpNodes (CBC nodes) decide how
-  /// far it goes, so the result does not depend on the machine unless the
-  /// ceiling fires (then the result says so).
+  /// whole job in seconds (>= 0): the automatic search, and the rest of
+  /// the job; the work budgets searchMoves (local-search moves) and
+  /// ilpNodes (CBC nodes) decide how far the search goes, so the result
+  /// does not depend on the machine unless the ceiling fires (then the
+  /// result says so).
+  ///
+  /// Placement of --schedule auto: anyPlacement (the default) searches the
+  /// linear and the V placement and tries every single-copy handcrafted
+  /// order (and DualPipe with copies = 2) under the memory limit; the
+  /// fastest wins and a note names it. anyPlacement = false: the search
+  /// on one placement, V when vPlacement, else linear.
   bool vPlacement = false;
-  /// --placement any: the automatic search on the linear and the V
-  /// placement, and every single-copy handcrafted schedule, under the
-  /// memory limit; the fastest wins. Needs costsPerRank.
-  bool anyPlacement = false;
-  /// Parameter copies a rank may hold under --placement any (2 admits
+  bool anyPlacement = true;
+  /// Parameter copies a rank may hold under anyPlacement (2 admits
   /// DualPipe's two model copies as a candidate).
   int copies = 1;
-  /// --cost-unit rank: tf, tb, tw (and tbw, tfb) are the times of one
-  /// rank's share of the model (1/p of it), as M_B is its activation
-  /// memory; a placement with k stages per rank per copy (V: 2,
-  /// interleaved: v) runs each stage in 1/k of them. false (stage): the
-  /// times are per stage, whatever the placement.
-  bool costsPerRank = false;
+  /// true (the default, --cost-unit rank): tf, tb, tw (and tbw, tfb) are
+  /// the times of one rank's share of the model (1/p of it), as M_B is its
+  /// activation memory; a placement with k stages per rank per copy (V: 2,
+  /// interleaved: v) runs each stage in 1/k of them, so every placement
+  /// runs the same model. false (--cost-unit stage, for the paper's
+  /// per-stage tables): the times are per stage, whatever the placement;
+  /// placements cannot be compared then, so anyPlacement is refused.
+  bool costsPerRank = true;
   double timeLimit = 10, gap = 1e-4;
   int64_t searchMoves = kDefaultSearchMoves;
   int64_t ilpNodes = kDefaultIlpNodes;
@@ -75,6 +81,10 @@ struct ScheduleJobResult {
   CostModel cost;
   SimResult sim;
   std::optional<AutoResult> autoResult;
+  /// --schedule auto on any placement: the kind that won ("auto" for the
+  /// search, on the schedule's placement, or a handcrafted kind's name);
+  /// empty otherwise.
+  std::string chosenKind;
   /// --import-csv: FSDP actions of a PyTorch compute_comms dump skipped.
   int64_t ignoredFsdpActions = 0;
 };

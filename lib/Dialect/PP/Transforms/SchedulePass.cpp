@@ -12,8 +12,10 @@
 #include "pipeforge/Dialect/PP/Transforms/StageCostModel.h"
 #include "pipeforge/Schedule/AutoScheduler.h"
 #include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/Job.h"
 #include "pipeforge/Schedule/MemoryLimit.h"
 
+#include <algorithm>
 #include <optional>
 
 namespace pipeforge::pp {
@@ -39,9 +41,12 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
     o.ranks = ranks;
     o.microbatches = microbatches > 0 ? microbatches : 2 * ranks;
     o.vShape = v;
-    o.cost.tf = tf;
-    o.cost.tb = tb;
-    o.cost.tw = tw;
+    // tf/tb/tw: one rank's share of the model (as M_B), so a V stage, half
+    // of a rank's share, takes half of them.
+    double share = v ? 0.5 : 1.0;
+    o.cost.tf = tf * share;
+    o.cost.tb = tb * share;
+    o.cost.tw = tw * share;
     o.cost.tcomm = tcomm;
     o.cost.memB = v ? 0.5 : 1.0; // M_B units: a V stage is half a rank
     o.cost.memW = o.cost.memB * memW;
@@ -65,8 +70,9 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
         costs.reset(); // nothing stashes: keep the uniform model
     }
     if (costs)
-      o.cost = stageCostModel(*costs, flopsPerTime, tf, tb, tw, tcomm,
-                              o.cost.memB, o.cost.memW, tpBytesPerTime);
+      o.cost = stageCostModel(*costs, flopsPerTime, o.cost.tf, o.cost.tb,
+                              o.cost.tw, tcomm, o.cost.memB, o.cost.memW,
+                              tpBytesPerTime);
 
     std::optional<sched::MemoryLimit> limit;
     if (!memLimit.empty()) {
@@ -127,6 +133,43 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
     return r->schedule;
   }
 
+  /// kind=auto placement=any without a pp.pipeline: what pipeforge-sched
+  /// --schedule auto does (sched::runScheduleJob): the search on the linear
+  /// and the V placement and every single-copy handcrafted order under
+  /// mem-limit, on the uniform per-rank costs; the fastest wins.
+  FailureOr<sched::Schedule> generateAnyPlacement(Location loc, int ranks) {
+    sched::ScheduleJob j;
+    j.schedule = "auto";
+    j.ranks = ranks;
+    j.microbatches = microbatches > 0 ? microbatches : 2 * ranks;
+    j.chunks = chunks;
+    j.computeOnly = true;
+    j.tf = tf;
+    j.tb = tb;
+    j.tw = tw;
+    j.tfb = tfb;
+    j.tcomm = tcomm;
+    j.memW = memW;
+    j.memLimit = memLimit;
+    j.useIlp = timeLimit > 0;
+    j.timeLimit = timeLimit > 0 ? double(timeLimit) : 10.0;
+    j.gap = gap;
+    auto r = sched::runScheduleJob(j);
+    if (!r) {
+      emitError(loc) << "cannot build schedule 'auto': " << r.message();
+      return failure();
+    }
+    sched::Schedule s = std::move(r->schedule);
+    for (auto &prog : s.programs) // compute actions only, as the others
+      prog.erase(std::remove_if(prog.begin(), prog.end(),
+                                [](const sched::Action &a) {
+                                  return a.isComm();
+                                }),
+                 prog.end());
+    s.hasComm = false;
+    return s;
+  }
+
   FailureOr<sched::Schedule> generate(Location loc, sched::ScheduleKind k,
                                       int ranks, int chunksPerRank) {
     sched::GenOptions opts;
@@ -166,8 +209,9 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
       return signalPassFailure();
     }
     bool isAuto = k && *k == sched::ScheduleKind::Auto;
-    if (isAuto && autoPlacement != "linear" && autoPlacement != "v") {
-      module.emitError() << "placement expects linear or v, got '"
+    if (isAuto && autoPlacement != "linear" && autoPlacement != "v" &&
+        autoPlacement != "any") {
+      module.emitError() << "placement expects any, linear or v, got '"
                          << autoPlacement << "'";
       return signalPassFailure();
     }
@@ -186,6 +230,8 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
         return signalPassFailure();
       }
       auto s = isNone   ? generateNone(module.getLoc(), 1)
+               : isAuto && autoPlacement == "any"
+                   ? generateAnyPlacement(module.getLoc(), ranks)
                : isAuto ? generateAuto(module.getLoc(), ranks,
                                        autoPlacement == "v")
                         : generate(module.getLoc(), *k, ranks, chunks);

@@ -129,8 +129,13 @@ def PPSchedule : Pass<"pp-schedule", "::mlir::ModuleOp"> {
     m < 2p, ...) are errors that name the rule.
 
     `kind=auto` runs the automatic scheduler (docs/auto-scheduler.md) under
-    `mem-limit`, on a `linear` or `v` placement (the pipeline's, else
-    `placement`); an impossible limit is an error. The limit is a number of
+    `mem-limit`, on the pipeline's placement (`linear` or `v`). Without a
+    pipeline, `placement=any` (the default) does what `pipeforge-sched
+    --schedule auto` does: the search on both placements and every
+    single-copy handcrafted order, the fastest under the limit wins;
+    `placement=linear` or `v` searches one. `tf`/`tb`/`tw` are the times
+    of one rank's share of the model (a `v` stage takes half of them). An
+    impossible limit is an error. The limit is a number of
     M_B, `<k>p` (k x ranks M_B) or bytes (`12GB`, `512MiB`, `1e9B`). When the
     pipeline's stages have bodies (`@forward`, from --pp-partition), the
     costs come from the nn cost model instead of `tf`/`tb`/`tw`/`mem-w`:
@@ -170,8 +175,10 @@ def PPSchedule : Pass<"pp-schedule", "::mlir::ModuleOp"> {
     Option<"tpBytesPerTime", "tp-bytes-per-time", "double", /*default=*/"0.0",
            "kind=auto with stage bodies: tensor-parallel bytes per time unit "
            "(needs flops-per-time; 0 = collectives are free)">,
-    Option<"autoPlacement", "placement", "std::string", /*default=*/"\"linear\"",
-           "kind=auto without a pp.pipeline: linear or v">,
+    Option<"autoPlacement", "placement", "std::string", /*default=*/"\"any\"",
+           "kind=auto without a pp.pipeline: any (the search on linear and "
+           "v and every single-copy handcrafted order; the fastest wins), "
+           "linear or v">,
     Option<"timeLimit", "time-limit", "double", /*default=*/"10.0",
            "kind=auto: ILP time limit in seconds (0 = heuristic only)">,
     Option<"gap", "gap", "double", /*default=*/"0.0001",
