@@ -1,49 +1,29 @@
 //===- pipeforge-plan.cpp - Recommend a parallel setup --------------------===//
 //
-//   pipeforge-plan examples/gpt2-small.json --cluster
-//   examples/clusters/8xh100.json \
-//       --global-batch 64 [--seq-len 1024] [--microbatch-sizes 1,2,4,8] \
-//       [--schedules 1f1b,zbv] [--tp 1,2] [--ep 1,8] [--recompute none,full]
-//       [--zero 0,1]
-//       [--top 5] [--format table|json] [-o FILE]
-//       [--explain "schedule=interleaved pp=8 tp=8 b=1 recompute=full zero=1"]
+//   pipeforge-plan examples/gpt2-small.json \
+//       --cluster examples/clusters/8xh100.json --global-batch 64 \
+//       [--seq-len 1024] [--microbatch-sizes 1,2,4,8] [--schedules 1f1b,zbv]
+//       [--tp 1,2] [--ep 1,8] [--recompute none,full] [--zero 0,1] [--top 5]
+//       [--format table|json] [-o FILE] [--explain "schedule=zbv pp=2"]
 //
-// Reads the model (a config.json through the importer, or an nn .mlir with
-// func @model), takes its per-layer costs from the nn cost analysis
-// (nn/Analysis/CostSum.h), and hands them to the planner library
-// (pipeforge/Plan/Planner.h).
+// Reads the model and its per-layer costs (pipeforge/Plan/CostsFromIR.h),
+// turns the flags into the planner's options (pipeforge/Plan/Options.h) and
+// prints what the planner library (pipeforge/Plan/Planner.h) finds.
 // Errors go to stderr with exit code 1.
 //
 //===----------------------------------------------------------------------===//
 
-#include "pipeforge/Import/ModelLoader.h"
+#include "pipeforge/Plan/CostsFromIR.h"
+#include "pipeforge/Plan/Options.h"
+#include "pipeforge/Support/OutputFile.h"
 #include "pipeforge/Support/ToolHelp.h"
 
-#include "pipeforge/Dialect/NN/Analysis/CostSum.h"
-#include "pipeforge/Dialect/NN/IR/NNDialect.h"
-#include "pipeforge/Dialect/NN/IR/NNOps.h"
-#include "pipeforge/Plan/Planner.h"
-#include "pipeforge/Support/AttrNames.h"
-#include "pipeforge/Support/OutputFile.h"
-
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/BuiltinTypes.h"
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/IR/SymbolTable.h"
 #include "mlir/Support/FileUtilities.h"
-#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/Support/CommandLine.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
-#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
-
-#include <chrono>
-#include <map>
-#include <numeric>
 
 using namespace llvm;
 using namespace pipeforge;
@@ -123,6 +103,13 @@ static cl::opt<double>
               cl::desc("Bytes per parameter in the gradient all-reduce "
                        "(default 4)"),
               cl::init(4), cl::cat(cat));
+static cl::opt<std::string> gradOverlap(
+    "overlap-grad-reduce",
+    cl::desc("When the gradient all-reduce starts: off (default: after the "
+             "pipeline), stage (a stage's once its last W is done), layer "
+             "(per-layer buckets as the last microbatches' backward finishes "
+             "them, as DDP and Megatron do)"),
+    cl::init("off"), cl::cat(cat));
 static cl::opt<int> topN("top", cl::desc("Setups to list (default 5)"),
                          cl::init(5), cl::cat(cat));
 static cl::opt<std::string> outFormat("format",
@@ -155,157 +142,6 @@ static int fail(const Twine &msg) {
   return 1;
 }
 
-static std::optional<std::vector<int>> parseIntList(StringRef text,
-                                                    int min = 1) {
-  std::vector<int> out;
-  SmallVector<StringRef> parts;
-  text.split(parts, ',', -1, false);
-  for (StringRef p : parts) {
-    int v;
-    if (p.trim().getAsInteger(10, v) || v < min)
-      return std::nullopt;
-    out.push_back(v);
-  }
-  if (out.empty())
-    return std::nullopt;
-  return out;
-}
-
-/// What tensor parallelism and recomputation need beyond the cost sums: the
-/// kind of each layer (embedding, transformer block: one with attention,
-/// head: one with the loss), the model's heads, KV heads, hidden size, MLP
-/// width and vocabulary, and per block the attention core's FLOPs. An IR that
-/// is already tensor-parallel leaves the shape unknown (the planner then only
-/// tries t = 1).
-static void describeLayers(mlir::func::FuncOp func,
-                           const std::vector<int64_t> &ids,
-                           plan::ModelCosts &model, double perSeq) {
-  std::map<int64_t, size_t> index;
-  for (size_t i = 0; i < ids.size(); ++i)
-    index[ids[i]] = i;
-  plan::ModelShape shape;
-  bool sharded = false;
-  func.walk([&](mlir::Operation *op) {
-    if (isa<nn::TPCopyOp, nn::TPAllReduceOp, nn::TPAllGatherOp,
-            nn::TPReduceScatterOp, nn::VocabParallelCrossEntropyOp>(op))
-      sharded = true;
-    auto layerAttr = op->getAttrOfType<mlir::IntegerAttr>(attrs::kNNLayer);
-    if (!layerAttr)
-      return;
-    auto it = index.find(layerAttr.getInt());
-    if (it == index.end())
-      return;
-    plan::LayerCost &lc = model.layers[it->second];
-    if (auto a = dyn_cast<nn::AttentionOp>(op)) {
-      auto q = cast<mlir::RankedTensorType>(a.getQ().getType());
-      if (!q.hasStaticShape())
-        return;
-      lc.kind = plan::LayerKind::Block;
-      shape.heads = a.getNumHeads();
-      shape.kvHeads = a.getNumKvHeads();
-      shape.hidden = q.getDimSize(2);
-      auto cost = cast<nn::CostOpInterface>(op);
-      lc.attnCoreFlops += cost.getForwardFlops() * perSeq;
-    } else if (auto e = dyn_cast<nn::EmbeddingOp>(op)) {
-      if (lc.kind == plan::LayerKind::Other)
-        lc.kind = plan::LayerKind::Embedding;
-      shape.vocab = e.getTable().getType().getDimSize(0);
-    } else if (isa<nn::CrossEntropyOp, nn::VocabParallelCrossEntropyOp>(op)) {
-      if (lc.kind == plan::LayerKind::Other)
-        lc.kind = plan::LayerKind::Head;
-    } else if (isa<nn::GeluOp, nn::SiluOp>(op)) {
-      auto t = cast<mlir::RankedTensorType>(op->getResult(0).getType());
-      shape.ffn = t.getShape().back();
-    } else if (auto moe = dyn_cast<nn::MoEOp>(op)) {
-      auto w1 = moe.getW1().getType();
-      auto x = cast<mlir::RankedTensorType>(moe.getInput().getType());
-      if (!w1.hasStaticShape() || !x.hasStaticShape())
-        return;
-      shape.ffn = w1.getDimSize(1);
-      shape.experts = std::gcd(shape.experts, moe.getNumExperts());
-      // The routed experts' weights, sharded by expert parallelism.
-      for (mlir::Value w : {moe.getW1(), moe.getW2(), moe.getW3()})
-        if (w)
-          lc.expertParams += double(
-              cast<mlir::RankedTensorType>(w.getType()).getNumElements());
-      // Each token's hidden row goes to top_k experts: one all-to-all moves
-      // tokens x top_k rows.
-      const double hidden = double(x.getShape().back());
-      const double tokens = double(x.getNumElements()) / hidden * perSeq;
-      lc.routedBytes +=
-          tokens * double(moe.getTopK()) * hidden * double(bytesPerElement);
-    }
-  });
-  if (sharded)
-    shape = {};
-  model.shape = shape;
-  // The hidden state (seq x hidden) of the embedding's output, a block's
-  // input and the head's input: the tensor-parallel all-reduce size.
-  if (shape.hidden > 0)
-    for (plan::LayerCost &lc : model.layers)
-      if (lc.kind != plan::LayerKind::Other)
-        lc.hiddenBytes = double(model.seqLen) * double(shape.hidden) *
-                         double(bytesPerElement);
-}
-
-/// Per-layer costs of func @model (nn/Analysis/CostSum.h), divided by its
-/// batch (the tokens argument's leading dimension) to get per-sequence
-/// numbers.
-static Expected<plan::ModelCosts> costsOf(mlir::ModuleOp module,
-                                          StringRef name) {
-  auto func = dyn_cast_or_null<mlir::func::FuncOp>(
-      mlir::SymbolTable::lookupSymbolIn(module, "model"));
-  if (!func || func.isExternal())
-    return createStringError("no func.func @model with a body (an nn model "
-                             "as pipeforge-import writes it)");
-  int64_t batch = 0, seq = 0;
-  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-    auto role = func.getArgAttrOfType<mlir::StringAttr>(i, "nn.role");
-    auto t = dyn_cast<mlir::RankedTensorType>(func.getArgument(i).getType());
-    if (role && role.getValue() == "tokens" && t && t.getRank() == 2 &&
-        t.hasStaticShape()) {
-      batch = t.getDimSize(0);
-      seq = t.getDimSize(1);
-    }
-  }
-  if (batch <= 0 || seq <= 0)
-    return createStringError("@model has no static [batch, seq] argument "
-                             "with nn.role = \"tokens\"");
-  auto layers = nn::collectLayerCosts(func, bytesPerElement);
-  if (!layers)
-    return layers.takeError();
-  const double perSeq = 1.0 / static_cast<double>(batch);
-  plan::ModelCosts model;
-  // The importer's name for the model (its config file's stem) where the IR
-  // carries it: a model piped in from pipeforge-import keeps its name.
-  auto named = func->getAttrOfType<mlir::StringAttr>(attrs::kModelName);
-  model.name =
-      named && !named.getValue().empty() ? named.getValue().str() : name.str();
-  model.seqLen = seq;
-  for (size_t i = 0; i < layers->ids.size(); ++i) {
-    const nn::CostSum &c = layers->layers[i];
-    plan::LayerCost lc;
-    lc.fwdFlops = c.forward * perSeq;
-    lc.bwdInputFlops = c.backwardInput * perSeq;
-    lc.bwdWeightFlops = c.backwardWeight * perSeq;
-    lc.stashBytes = double(c.stash) * perSeq;
-    lc.weightStashBytes = double(c.weightStash) * perSeq;
-    lc.params = double(c.paramElements); // not per sequence
-    lc.outputBytes = layers->crossingBytes[i] * perSeq;
-    lc.selectiveBytes = layers->selectiveBytes[i] * perSeq;
-    lc.unkeptBytes = layers->unkeptBytes[i] * perSeq;
-    model.layers.push_back(lc);
-  }
-  describeLayers(func, layers->ids, model, perSeq);
-  for (unsigned i = 0; i < func.getNumArguments(); ++i)
-    if (func.getArgAttr(i, "nn.tied"))
-      if (auto t =
-              dyn_cast<mlir::RankedTensorType>(func.getArgument(i).getType());
-          t && t.hasStaticShape())
-        model.tiedParams += double(t.getNumElements());
-  return model;
-}
-
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
   pipeforge::hideForeignOptions({&cat});
@@ -314,89 +150,28 @@ int main(int argc, char **argv) {
       "PipeForge planner: the fastest pipeline x data x tensor-parallel setup "
       "(with recomputation and ZeRO-1) that fits a cluster\n");
 
-  if (outFormat != "table" && outFormat != "json")
-    return fail("--format: expected 'table' or 'json', got '" + outFormat +
-                "'");
-  if (globalBatch < 1)
-    return fail("--global-batch must be >= 1");
-  if (progressMode != "auto" && progressMode != "always" &&
-      progressMode != "never")
-    return fail("--progress: expected auto, always or never, got '" +
-                progressMode + "'");
-  if (bytesPerElement == 0)
-    return fail("--bytes-per-element must be > 0");
-
-  plan::PlanOptions opts;
-  opts.globalBatch = globalBatch;
-  auto chunkCounts = parseIntList(chunkList, /*min=*/2);
-  if (!chunkCounts)
-    return fail("--chunks: expected integers >= 2 separated by commas, got '" +
-                chunkList + "'");
-  opts.chunkCounts = *chunkCounts;
-  // An explained interleaved setup without chunks= takes the smallest.
-  opts.chunksPerRank =
-      *std::min_element(chunkCounts->begin(), chunkCounts->end());
-  opts.stateBytesPerParam = stateBytes;
-  opts.gradBytesPerParam = gradBytes;
-  opts.topN = topN;
-  opts.modelPath =
-      modelPath == "-" ? std::string("MODEL") : std::string(modelPath);
-  auto sizes = parseIntList(mbSizes);
-  if (!sizes)
-    return fail("--microbatch-sizes: expected positive integers separated by "
-                "commas, got '" +
-                mbSizes + "'");
-  opts.microbatchSizes = *sizes;
-  if (!tpList.empty()) {
-    auto tps = parseIntList(tpList);
-    if (!tps)
-      return fail("--tp: expected positive integers separated by commas");
-    opts.tensorDegrees = *tps;
-  }
-  if (!epList.empty()) {
-    auto eps = parseIntList(epList);
-    if (!eps)
-      return fail("--ep: expected positive integers separated by commas");
-    opts.expertDegrees = *eps;
-  }
-  if (!recomputeList.empty()) {
-    SmallVector<StringRef> parts;
-    StringRef(recomputeList).split(parts, ',', -1, false);
-    for (StringRef p : parts) {
-      plan::Recompute r;
-      if (!plan::parseRecompute(p.trim().str(), r))
-        return fail("--recompute: unknown policy '" + p.trim() +
-                    "' (known: none selective full)");
-      opts.recomputePolicies.push_back(r);
-    }
-  }
-  if (!zeroList.empty()) {
-    auto zs = parseIntList(zeroList, /*min=*/0);
-    if (!zs || llvm::any_of(*zs, [](int z) { return z > 1; }))
-      return fail("--zero: expected 0 and/or 1 separated by commas, got '" +
-                  zeroList + "'");
-    opts.zeroStages = *zs;
-  }
-  if (!ppList.empty()) {
-    auto pps = parseIntList(ppList);
-    if (!pps)
-      return fail("--pp: expected positive integers separated by commas");
-    opts.pipelineDegrees = *pps;
-  }
-  // The automatic scheduler, heuristic only, under the activation memory
-  // the model state leaves free.
-  opts.autoScheduler = plan::heuristicAutoScheduler();
-  if (!scheduleList.empty()) {
-    SmallVector<StringRef> parts;
-    StringRef(scheduleList).split(parts, ',', -1, false);
-    for (StringRef p : parts) {
-      auto k = sched::parseScheduleKind(p.trim().str());
-      if (!k)
-        return fail("--schedules: unknown schedule '" + p.trim() +
-                    "' (known: " + sched::scheduleKindNames() + ")");
-      opts.schedules.push_back(*k);
-    }
-  }
+  plan::PlanFlags flags;
+  flags.globalBatch = globalBatch;
+  flags.microbatchSizes = mbSizes;
+  flags.schedules = scheduleList;
+  flags.pp = ppList;
+  flags.tp = tpList;
+  flags.ep = epList;
+  flags.recompute = recomputeList;
+  flags.zero = zeroList;
+  flags.chunks = chunkList;
+  flags.stateBytesPerParam = stateBytes;
+  flags.gradBytesPerParam = gradBytes;
+  flags.topN = topN;
+  flags.gradOverlap = gradOverlap;
+  flags.modelPath = modelPath;
+  flags.format = outFormat;
+  flags.progress = progressMode;
+  flags.bytesPerElement = bytesPerElement;
+  auto parsed = plan::optionsFromFlags(flags);
+  if (!parsed)
+    return fail(parsed.message());
+  plan::PlanOptions opts = parsed.take();
 
   std::optional<plan::SetupSpec> spec;
   if (explainSetup.getNumOccurrences()) {
@@ -416,23 +191,9 @@ int main(int argc, char **argv) {
     return fail(clusterPath + ": " + cluster.message());
 
   // Model.
-  mlir::MLIRContext ctx;
-  ctx.loadDialect<nn::NNDialect, mlir::func::FuncDialect>();
-  SourceMgr sm;
-  mlir::SourceMgrDiagnosticHandler handler(sm, &ctx);
-  import::LoadOptions load;
-  load.seqLen = import::isConfigPath(modelPath) ? int64_t(seqLen) : 0;
-  auto module = import::loadModel(modelPath, &ctx, sm, load);
-  if (!module)
-    return fail(toString(module.takeError()));
-  StringRef stem =
-      modelPath == "-" ? StringRef("model") : sys::path::stem(modelPath);
-  auto model = costsOf(**module, stem);
+  auto model = plan::loadModelCosts(modelPath, seqLen, bytesPerElement);
   if (!model)
-    return fail(modelPath + ": " + toString(model.takeError()));
-  if (seqLen > 0 && model->seqLen != seqLen)
-    return fail("--seq-len " + Twine(seqLen) + " differs from the IR's " +
-                Twine(model->seqLen) + " (an .mlir model fixes it)");
+    return fail(toString(model.takeError()));
 
   std::string fitLine;
   if (fitThroughput.getNumOccurrences()) {
@@ -442,48 +203,16 @@ int main(int argc, char **argv) {
         plan::fitEfficiency(*model, *cluster, opts, *spec, fitThroughput);
     if (!eff)
       return fail("--fit-throughput: " + eff.message());
-    char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  "fit: efficiency %.4f (the cluster file has %.4g): the "
-                  "explained setup is predicted at %.0f tokens/s\n",
-                  *eff, cluster->efficiency, double(fitThroughput));
-    fitLine = buf;
+    fitLine = plan::formatFitLine(*eff, cluster->efficiency, fitThroughput);
     cluster->efficiency = *eff;
   }
 
   // Progress: a line every half second (redrawn in place on a terminal).
-  const auto started = std::chrono::steady_clock::now();
-  auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                         started)
-        .count();
-  };
-  const bool terminal = errs().is_displayed();
-  bool shown = false;
-  double lastShown = -1;
-  if (progressMode != "never")
-    opts.progress = [&](const char *phase, int done, int total, int evaluated) {
-      const double now = elapsed();
-      if (progressMode == "auto" && (!terminal || now < 1.0))
-        return;
-      if (shown && now - lastShown < 0.5)
-        return;
-      // On a terminal the line is redrawn in place (and cleared to its
-      // end, "\x1b[K", as it may be shorter than the last).
-      errs() << (terminal ? "\r" : "")
-             << formatv("pipeforge-plan: {0} {1}/{2}, {3} setups evaluated, "
-                        "{4:f1} s",
-                        phase, done, total, evaluated, now)
-             << (terminal ? "\x1b[K" : "\n");
-      shown = true;
-      lastShown = now;
-    };
+  plan::ProgressLine progress(progressMode, errs().is_displayed(),
+                              [](const std::string &line) { errs() << line; });
+  opts.progress = progress.callback();
   auto result = plan::plan(*model, *cluster, opts);
-  if (shown || progressMode == "always")
-    errs() << (terminal && shown ? "\r" : "")
-           << formatv("pipeforge-plan: searched {0} setups in {1:f1} s",
-                      result ? result->evaluated : 0, elapsed())
-           << (terminal && shown ? "\x1b[K\n" : "\n");
+  progress.finish(result ? result->evaluated : 0);
   if (!result) {
     // The explained setup still says what it needs (against no ranked
     // setups) before the sweep's error.

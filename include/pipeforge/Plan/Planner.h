@@ -25,6 +25,7 @@
 #ifndef PIPEFORGE_PLAN_PLANNER_H
 #define PIPEFORGE_PLAN_PLANNER_H
 
+#include "pipeforge/Plan/GradReduce.h"
 #include "pipeforge/Schedule/Action.h"
 #include "pipeforge/Schedule/Simulator.h"
 
@@ -226,6 +227,11 @@ struct PlanOptions {
   double weightBytesPerParam = 2;
   double gradStateBytesPerParam = 2;
   double gradBytesPerParam = 4; ///< bytes all-reduced per param
+  /// When the data-parallel gradient all-reduce may start
+  /// (--overlap-grad-reduce; GradReduce.h): by default after the pipeline
+  /// (off); layer buckets it per layer, overlapped with the backward work of
+  /// the last microbatches.
+  GradOverlap gradOverlap = GradOverlap::Off;
   int topN = 5;
   /// Pipeline degrees to try; empty means every divisor of the GPU count.
   std::vector<int> pipelineDegrees;
@@ -291,7 +297,17 @@ struct Candidate {
   std::vector<int> layerSplit; ///< layers per stage (copy 0)
 
   double pipelineTime = 0; ///< simulated makespan
-  double dpTime = 0; ///< gradient all-reduce over d (experts: d / e) replicas
+  /// The exposed part of the gradient all-reduce over d (experts: d / e)
+  /// replicas: what ends after the pipeline's makespan (GradReduce.h).
+  double dpTime = 0;
+  /// The busiest rank's gradient all-reduce in full (what the step would see
+  /// without overlap); dpTime <= dpReduceTime.
+  double dpReduceTime = 0;
+  /// The rank whose all-reduce ends last, and the window its reduction
+  /// overlaps: from its first ready bucket to its last compute.
+  int dpTailRank = 0;
+  double dpOverlapWindow = 0;
+  GradOverlap gradOverlap = GradOverlap::Off;
   double dualReduceTime = 0;  ///< DualPipe: summing the two copies' grads
   double stepTime = 0;        ///< pipelineTime + dualReduceTime + dpTime
   double bubbleRate = 0;      ///< of the pipeline (simulator's bubble_rate)
