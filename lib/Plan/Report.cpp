@@ -126,22 +126,17 @@ std::string diffText(const Candidate &c, const Candidate &best) {
 /// ", most of it in the bubble (+3.2 ms)": the part of the step split in
 /// which `next` loses the most time to `best` ("" when it loses none).
 std::string losesOn(const Candidate &best, const Candidate &next) {
-  const std::pair<const char *, double> parts[] = {
-      {"compute", next.computeTime - best.computeTime},
-      {"recomputation", next.recomputeTime - best.recomputeTime},
-      {"tensor-parallel communication", next.tpCommTime - best.tpCommTime},
-      {"expert all-to-alls", next.epCommTime - best.epCommTime},
-      {"the bubble", next.bubbleTime - best.bubbleTime},
-      {"pipeline communication", next.ppCommTime - best.ppCommTime},
-      {"data-parallel communication", next.dpCommTime - best.dpCommTime}};
-  const auto *worst = &parts[0];
-  for (const auto &p : parts)
-    if (p.second > worst->second)
-      worst = &p;
-  if (worst->second <= 0)
+  const auto mine = splitParts(best), theirs = splitParts(next);
+  size_t worst = 0;
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (theirs[i].second - mine[i].second >
+        theirs[worst].second - mine[worst].second)
+      worst = i;
+  const double loss = theirs[worst].second - mine[worst].second;
+  if (loss <= 0)
     return "";
-  return fmt(", most of it in %s (+%s ms)", worst->first,
-             msText(worst->second * 1e3).c_str());
+  return fmt(", most of it in %s (+%s ms)", mine[worst].first,
+             msText(loss * 1e3).c_str());
 }
 
 std::string tokensText(double t) {
