@@ -14,7 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <set>
 
 using namespace pipeforge;
@@ -145,4 +149,16 @@ Expected<Cluster> plan::parseCluster(const std::string &text) {
   if (c.name.empty())
     c.name = "unnamed";
   return c;
+}
+
+Expected<Cluster> plan::readClusterFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return Status::error(path + ": cannot read: " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto cluster = parseCluster(text.str());
+  if (!cluster)
+    return Status::error(path + ": " + cluster.message());
+  return cluster;
 }

@@ -41,6 +41,26 @@ std::string msText(double v) {
     return fmt("%.0f", v);
   return fmt("%.4g", v);
 }
+std::string formatPlanOutput(const PlanResult &result, const ModelCosts &model,
+                             const Cluster &cluster, const PlanOptions &opts,
+                             const Explanation *explained,
+                             const std::string &fitLine,
+                             const std::string &format, bool compare) {
+  if (format == "json")
+    return formatJson(result, model, cluster, opts, explained);
+  std::string out = fitLine + formatTable(result, model, cluster, opts);
+  if (explained)
+    out += "\n" + formatExplain(*explained, result, cluster);
+  if (compare) {
+    auto cmp = compareSchedules(
+        model, cluster, opts,
+        explained ? explained->setup : result.ranked.front(),
+        explained ? "the explained setup" : "the recommendation");
+    out += "\n" + formatCompare(cmp, model, cluster, opts);
+  }
+  return out;
+}
+
 } // namespace
 
 std::vector<ScheduleKind> plan::comparedSchedules() {

@@ -637,9 +637,11 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
       fill += tf + cost.tcomm;
       drain += tb + cost.tcomm;
       const double dense = stageParams[s] - stageExperts[s];
-      gradBound =
-          std::max(gradBound, ring(d, dense, dpBw) +
-                                  ring(dE, stageExperts[s], expertDpBw));
+      // Overlapped with the backward, the all-reduce may hide entirely.
+      if (opts.gradOverlap == GradOverlap::Off)
+        gradBound =
+            std::max(gradBound, ring(d, dense, dpBw) +
+                                    ring(dE, stageExperts[s], expertDpBw));
       maxState = std::max(maxState, stateBytes(dense, stageExperts[s], zero));
     }
     // Compared at the ranking's resolution (ns): a bound that equals the
@@ -705,9 +707,29 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
       rankExperts[pl.rank(copy, s)] += stageExperts[s];
     }
   for (int r = 0; r < pp; ++r)
-    c.dpTime =
-        std::max(c.dpTime, ring(d, rankParams[r] - rankExperts[r], dpBw) +
-                               ring(dE, rankExperts[r], expertDpBw));
+    c.dpReduceTime = std::max(c.dpReduceTime,
+                              ring(d, rankParams[r] - rankExperts[r], dpBw) +
+                                  ring(dE, rankExperts[r], expertDpBw));
+  // What the step sees of it: the reductions start as the last microbatches'
+  // weight gradients are done (GradReduce.h), one bucket per layer.
+  StageBuckets buckets(S);
+  for (int s = 0; s < S; ++s)
+    for (int l = cut->firstLayer(s); l < cut->firstLayer(s) + cut->sizes[s];
+         ++l) {
+      const LayerRun &r = runs[l];
+      const LayerCost &lc = model.layers[l];
+      const double expert = std::min(lc.expertParams, lc.params);
+      buckets[s].push_back(
+          {r.w, r.b + r.tpB + r.epB + r.rc + r.w,
+           ring(d, (lc.params - expert) / t, dpBw) +
+               ring(dE, expert / (double(t) * e), expertDpBw)});
+    }
+  const GradReduceTiming grad = gradReduceTiming(
+      *schedule, *sim, buckets, c.dpReduceTime, opts.gradOverlap);
+  c.gradOverlap = pl.numCopies > 1 ? GradOverlap::Off : opts.gradOverlap;
+  c.dpTime = grad.exposed;
+  c.dpTailRank = grad.rank;
+  c.dpOverlapWindow = std::max(0.0, grad.lastCompute - grad.firstReady);
   c.stepTime = c.pipelineTime + c.dualReduceTime + c.dpTime;
   if (c.stepTime > 0) {
     c.tokensPerSecond =

@@ -77,6 +77,16 @@ std::string timeLines(const Candidate &c, const std::string &timeSuffix) {
       (c.pp == 1 ? "no pipeline"
                  : (c.ppInterNode ? "inter-node" : "intra-node")) +
       ")" + timeSuffix + "\n";
+  if (c.gradOverlap != GradOverlap::Off && c.dpReduceTime > 0)
+    out += "  grad all-reduce: " + msText(c.dpReduceTime * 1e3) +
+           " ms on the busiest rank, " +
+           (c.gradOverlap == GradOverlap::Layer ? "per layer" : "per stage") +
+           " as the last microbatches' W/BW finish: " +
+           msText((c.dpReduceTime - c.dpTime) * 1e3) +
+           " ms hidden, exposed tail " + msText(c.dpTime * 1e3) +
+           " ms (rank " + std::to_string(c.dpTailRank) + ": " +
+           msText(c.dpOverlapWindow * 1e3) +
+           " ms of compute after its first gradients are final)\n";
   out += "  split: compute " + msText(c.computeTime * 1e3) +
          " ms + recompute " + msText(c.recomputeTime * 1e3) + " ms + TP comm " +
          msText(c.tpCommTime * 1e3) + " ms + " +
@@ -87,25 +97,46 @@ std::string timeLines(const Candidate &c, const std::string &timeSuffix) {
   return out;
 }
 
+/// The parts of the step split, named.
+std::vector<std::pair<const char *, double>> splitParts(const Candidate &c) {
+  return {{"compute", c.computeTime},
+          {"recomputation", c.recomputeTime},
+          {"tensor-parallel communication", c.tpCommTime},
+          {"expert all-to-alls", c.epCommTime},
+          {"the bubble", c.bubbleTime},
+          {"pipeline communication", c.ppCommTime},
+          {"data-parallel communication", c.dpCommTime}};
+}
+
+/// "the bubble -3.2 ms, data-parallel communication +0.4 ms": where `best`
+/// gains (-) and loses (+) against `c`, parts that differ by 1 us or more.
+std::string diffText(const Candidate &c, const Candidate &best) {
+  std::string out;
+  const auto mine = splitParts(c), theirs = splitParts(best);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const double d = theirs[i].second - mine[i].second;
+    if (std::fabs(d) < 1e-6)
+      continue;
+    out += std::string(out.empty() ? "" : ", ") + mine[i].first + " " +
+           (d > 0 ? "+" : "-") + msText(std::fabs(d) * 1e3) + " ms";
+  }
+  return out;
+}
+
 /// ", most of it in the bubble (+3.2 ms)": the part of the step split in
 /// which `next` loses the most time to `best` ("" when it loses none).
 std::string losesOn(const Candidate &best, const Candidate &next) {
-  const std::pair<const char *, double> parts[] = {
-      {"compute", next.computeTime - best.computeTime},
-      {"recomputation", next.recomputeTime - best.recomputeTime},
-      {"tensor-parallel communication", next.tpCommTime - best.tpCommTime},
-      {"expert all-to-alls", next.epCommTime - best.epCommTime},
-      {"the bubble", next.bubbleTime - best.bubbleTime},
-      {"pipeline communication", next.ppCommTime - best.ppCommTime},
-      {"data-parallel communication", next.dpCommTime - best.dpCommTime}};
-  const auto *worst = &parts[0];
-  for (const auto &p : parts)
-    if (p.second > worst->second)
-      worst = &p;
-  if (worst->second <= 0)
+  const auto mine = splitParts(best), theirs = splitParts(next);
+  size_t worst = 0;
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (theirs[i].second - mine[i].second >
+        theirs[worst].second - mine[worst].second)
+      worst = i;
+  const double loss = theirs[worst].second - mine[worst].second;
+  if (loss <= 0)
     return "";
-  return fmt(", most of it in %s (+%s ms)", worst->first,
-             msText(worst->second * 1e3).c_str());
+  return fmt(", most of it in %s (+%s ms)", mine[worst].first,
+             msText(loss * 1e3).c_str());
 }
 
 std::string tokensText(double t) {
@@ -179,6 +210,10 @@ json candidateJson(const Candidate &c) {
   j["step_time_s"] = c.stepTime;
   j["pipeline_time_s"] = c.pipelineTime;
   j["dp_allreduce_time_s"] = c.dpTime;
+  if (c.gradOverlap != GradOverlap::Off) {
+    j["dp_allreduce_total_s"] = c.dpReduceTime;
+    j["grad_overlap"] = gradOverlapName(c.gradOverlap);
+  }
   j["dual_grad_reduce_time_s"] = c.dualReduceTime;
   j["comm_time_per_edge_s"] = c.commTime;
   j["bubble_rate"] = c.bubbleRate;
@@ -422,6 +457,9 @@ std::string plan::formatExplain(const Explanation &e, const PlanResult &r,
               best.mfu * 100, c.stepTime / best.stepTime,
               std::abs(1 - best.stepTime / c.stepTime) * 100,
               best.stepTime <= c.stepTime ? "shorter" : "longer");
+    if (e.rank != 1)
+      if (std::string d = diffText(c, best); !d.empty())
+        out += "  the recommendation against it: " + d + "\n";
   }
   return out;
 }

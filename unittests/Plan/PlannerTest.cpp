@@ -981,3 +981,47 @@ TEST(PlannerExpert, LinkEfficienciesSlowTheirTransfers) {
   EXPECT_NEAR(b->epCommTime, 4 * a->epCommTime, 1e-12);
   EXPECT_NEAR(b->dpTime, 2 * a->dpTime, 1e-15);
 }
+
+TEST(PlannerGradOverlap, LayerBucketsHideAllButTheLastByHand) {
+  // Pure data parallelism, d = 2, one microbatch of 4 layers (F = B = W =
+  // 1 s each): the backward runs 4..12 s and finishes a layer's gradients
+  // every 2 s, last layer first (at 6, 8, 10, 12 s). Each layer's ring
+  // all-reduce takes 2 (1/2) 4e9 bytes / 100 GB/s = 0.04 s: per layer, only
+  // the first layer's, which starts at 12 s, is exposed; per stage and
+  // off, all four.
+  ModelCosts m = uniformModel(4, /*params=*/1e9);
+  const double bucket = 2.0 * 0.5 * 4e9 / 100e9;
+  for (GradOverlap g :
+       {GradOverlap::Off, GradOverlap::Stage, GradOverlap::Layer}) {
+    PlanOptions o = options(2);
+    o.gradOverlap = g;
+    auto c = evaluate(m, cluster(2, 1000), o, ScheduleKind::OneFOneB, 1, 1,
+                      Layout::PipelineInNode);
+    ASSERT_TRUE(c.isOk()) << c.message();
+    EXPECT_NEAR(c->pipelineTime, 12, 1e-9);
+    EXPECT_NEAR(c->dpReduceTime, 4 * bucket, 1e-12);
+    EXPECT_NEAR(c->dpTime, g == GradOverlap::Layer ? bucket : 4 * bucket,
+                1e-12)
+        << gradOverlapName(g);
+    EXPECT_NEAR(c->stepTime, c->pipelineTime + c->dpTime, 1e-12);
+  }
+}
+
+TEST(PlannerGradOverlap, SlowLinksExposeWhatTheBackwardCannotHide) {
+  // The same at 1 GB/s: each bucket takes 4 s, the link is busy from 6 s
+  // on and ends at 6 + 16 = 22 s: 10 s after the pipeline.
+  ModelCosts m = uniformModel(4, /*params=*/1e9);
+  Cluster cl = cluster(2, 1000);
+  cl.intraNodeGBps = 1;
+  PlanOptions o = options(2);
+  o.gradOverlap = GradOverlap::Layer;
+  auto c = evaluate(m, cl, o, ScheduleKind::OneFOneB, 1, 1,
+                    Layout::PipelineInNode);
+  ASSERT_TRUE(c.isOk()) << c.message();
+  EXPECT_NEAR(c->dpReduceTime, 16, 1e-9);
+  EXPECT_NEAR(c->dpTime, 10, 1e-9);
+  GradOverlap parsed;
+  EXPECT_TRUE(parseGradOverlap("stage", parsed));
+  EXPECT_EQ(parsed, GradOverlap::Stage);
+  EXPECT_FALSE(parseGradOverlap("bucket", parsed));
+}

@@ -62,6 +62,16 @@ Comparison compareSchedules(const ModelCosts &model, const Cluster &cluster,
 std::string formatCompare(const Comparison &cmp, const ModelCosts &model,
                           const Cluster &cluster, const PlanOptions &opts);
 
+/// pipeforge-plan's whole output: as JSON (`format` "json"), or the
+/// --fit-throughput line, the table, the explained setup and, with
+/// `compare`, the schedules compared at the explained setup (else at the
+/// recommendation).
+std::string formatPlanOutput(const PlanResult &result, const ModelCosts &model,
+                             const Cluster &cluster, const PlanOptions &opts,
+                             const Explanation *explained,
+                             const std::string &fitLine,
+                             const std::string &format, bool compare);
+
 } // namespace pipeforge::plan
 
 #endif // PIPEFORGE_PLAN_COMPARE_H

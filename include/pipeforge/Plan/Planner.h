@@ -25,6 +25,7 @@
 #ifndef PIPEFORGE_PLAN_PLANNER_H
 #define PIPEFORGE_PLAN_PLANNER_H
 
+#include "pipeforge/Plan/GradReduce.h"
 #include "pipeforge/Schedule/Action.h"
 #include "pipeforge/Schedule/Simulator.h"
 
@@ -163,6 +164,8 @@ struct Cluster {
 /// Parses and validates a cluster JSON text. Errors name the key, e.g.
 /// "cluster: key 'memory_gb': expected a positive number".
 Expected<Cluster> parseCluster(const std::string &jsonText);
+/// parseCluster of a file's text; errors start with the path.
+Expected<Cluster> readClusterFile(const std::string &path);
 
 /// The automatic scheduler, when one is wired in: returns a schedule for
 /// `ranks` ranks, `microbatches` microbatches under the per-rank activation
@@ -281,6 +284,11 @@ struct PlanOptions {
   /// not only over the d / e replicas of an expert rank (the runtime's
   /// `pipeforge-run --zero 1`, the default). Expert shards: d / e always.
   bool zeroDenseOverAll = false;
+  /// When the data-parallel gradient all-reduce may start
+  /// (--overlap-grad-reduce; GradReduce.h): by default after the pipeline
+  /// (off); layer buckets it per layer, overlapped with the backward work of
+  /// the last microbatches.
+  GradOverlap gradOverlap = GradOverlap::Off;
   int topN = 5;
   /// Pipeline degrees to try; empty means every divisor of the GPU count.
   std::vector<int> pipelineDegrees;
@@ -345,7 +353,17 @@ struct Candidate {
   std::vector<int> layerSplit; ///< layers per stage (copy 0)
 
   double pipelineTime = 0; ///< simulated makespan
-  double dpTime = 0; ///< gradient all-reduce over d (experts: d / e) replicas
+  /// The exposed part of the gradient all-reduce over d (experts: d / e)
+  /// replicas: what ends after the pipeline's makespan (GradReduce.h).
+  double dpTime = 0;
+  /// The busiest rank's gradient all-reduce in full (what the step would see
+  /// without overlap); dpTime <= dpReduceTime.
+  double dpReduceTime = 0;
+  /// The rank whose all-reduce ends last, and the window its reduction
+  /// overlaps: from its first ready bucket to its last compute.
+  int dpTailRank = 0;
+  double dpOverlapWindow = 0;
+  GradOverlap gradOverlap = GradOverlap::Off;
   double dualReduceTime = 0;  ///< DualPipe: summing the two copies' grads
   double stepTime = 0;        ///< pipelineTime + dualReduceTime + dpTime
   double bubbleRate = 0;      ///< of the pipeline (simulator's bubble_rate)
