@@ -41,25 +41,6 @@ std::string msText(double v) {
     return fmt("%.0f", v);
   return fmt("%.4g", v);
 }
-std::string formatPlanOutput(const PlanResult &result, const ModelCosts &model,
-                             const Cluster &cluster, const PlanOptions &opts,
-                             const Explanation *explained,
-                             const std::string &fitLine,
-                             const std::string &format, bool compare) {
-  if (format == "json")
-    return formatJson(result, model, cluster, opts, explained);
-  std::string out = fitLine + formatTable(result, model, cluster, opts);
-  if (explained)
-    out += "\n" + formatExplain(*explained, result, cluster);
-  if (compare) {
-    auto cmp = compareSchedules(
-        model, cluster, opts,
-        explained ? explained->setup : result.ranked.front(),
-        explained ? "the explained setup" : "the recommendation");
-    out += "\n" + formatCompare(cmp, model, cluster, opts);
-  }
-  return out;
-}
 
 } // namespace
 
@@ -189,6 +170,27 @@ std::string plan::formatCompare(const Comparison &cmp, const ModelCosts &model,
                  "= %.3g%% for a dense model\n",
                  c.pp * c.tp * c.ep, 100 * cmp.expertParams / cmp.modelParams,
                  100 * share, 100.0 / (c.pp * c.tp));
+  }
+  return out;
+}
+
+std::string plan::formatPlanOutput(const PlanResult &result,
+                                   const ModelCosts &model,
+                                   const Cluster &cluster, const PlanOptions &opts,
+                             const Explanation *explained,
+                             const std::string &fitLine,
+                             const std::string &format, bool compare) {
+  if (format == "json")
+    return formatJson(result, model, cluster, opts, explained);
+  std::string out = fitLine + formatTable(result, model, cluster, opts);
+  if (explained)
+    out += "\n" + formatExplain(*explained, result, cluster);
+  if (compare) {
+    auto cmp = compareSchedules(
+        model, cluster, opts,
+        explained ? explained->setup : result.ranked.front(),
+        explained ? "the explained setup" : "the recommendation");
+    out += "\n" + formatCompare(cmp, model, cluster, opts);
   }
   return out;
 }

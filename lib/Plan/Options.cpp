@@ -158,7 +158,8 @@ Expected<PlanOptions> plan::optionsFromFlags(const PlanFlags &f) {
   return opts;
 }
 
-Status applyRoutingGroupsFlag(ModelCosts &model, const std::string &text) {
+Status plan::applyRoutingGroupsFlag(ModelCosts &model,
+                                   const std::string &text) {
   if (text.empty())
     return Status::ok();
   auto gs = parseIntList(text);
