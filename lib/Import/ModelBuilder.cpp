@@ -166,7 +166,9 @@ Value ModelBuilder::llamaBlock(Value x, int64_t i) {
     Value w3 = param(m + "experts.w3", {e, ffn, h}, init);
     mlp = tag(nn::MoEOp::create(b, loc, n2.getType(), n2, router, w1, w2, w3,
                                 b.getI64IntegerAttr(c.topK), FloatAttr(),
-                                b.getStringAttr("silu")))
+                                b.getStringAttr("silu"), StringAttr(),
+                                BoolAttr(), FloatAttr(), IntegerAttr(),
+                                IntegerAttr()))
               .getResult();
   } else {
     Value gate = linear(n2, p + "mlp.gate_proj", h, ffn, false, init);
