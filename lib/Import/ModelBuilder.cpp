@@ -111,6 +111,11 @@ private:
   }
 
   Value gptBlock(Value x, int64_t i);
+  Value denseMlp(Value x, const std::string &p, int64_t ffn);
+  Value moeMlp(Value x, const std::string &m);
+  Value moe(Value x, Value router, Value w1, Value w2, Value w3, int64_t topK,
+            StringRef scoring, bool norm, double scale, int64_t groups,
+            int64_t topkGroup);
   Value llamaBlock(Value x, int64_t i);
 
   const ModelConfig &c;
@@ -144,39 +149,84 @@ Value ModelBuilder::gptBlock(Value x, int64_t i) {
   return residual(r1, proj);
 }
 
+/// The SwiGLU MLP: down(silu(gate x) * up x).
+Value ModelBuilder::denseMlp(Value x, const std::string &p, int64_t ffn) {
+  int64_t h = c.hidden;
+  std::string init = normal(c.initStd);
+  Value gate = linear(x, p + "gate_proj", h, ffn, false, init);
+  Value up = linear(x, p + "up_proj", h, ffn, false, init);
+  Value act = tag(nn::SiluOp::create(b, loc, gate)).getResult();
+  Value prod = tag(nn::MulOp::create(b, loc, act, up)).getResult();
+  return linear(prod, p + "down_proj", ffn, h, false, init);
+}
+
+/// nn.moe with the routing attributes; the defaults stay unset (elided).
+Value ModelBuilder::moe(Value x, Value router, Value w1, Value w2, Value w3,
+                        int64_t topK, StringRef scoring, bool norm,
+                        double scale, int64_t groups, int64_t topkGroup) {
+  return tag(nn::MoEOp::create(
+                 b, loc, x.getType(), x, router, w1, w2, w3,
+                 b.getI64IntegerAttr(topK), FloatAttr(),
+                 b.getStringAttr("silu"),
+                 scoring == "softmax" ? StringAttr() : b.getStringAttr(scoring),
+                 norm ? BoolAttr() : b.getBoolAttr(false),
+                 scale == 1.0 ? FloatAttr() : b.getF32FloatAttr(scale),
+                 groups == 1 ? IntegerAttr() : b.getI64IntegerAttr(groups),
+                 topkGroup == 1 ? IntegerAttr()
+                                : b.getI64IntegerAttr(topkGroup)))
+      .getResult();
+}
+
+/// An MoE MLP (prefix m): the routed experts (stacked [E, ...] weights),
+/// plus the shared experts: DeepSeek's plain SwiGLU MLP added to the routed
+/// output, or Qwen2-MoE's gated one, sigmoid(W_g x) * shared(x), which is
+/// exactly a one-expert nn.moe with sigmoid scoring and raw weights.
+Value ModelBuilder::moeMlp(Value x, const std::string &m) {
+  int64_t e = c.numExperts, h = c.hidden, ffn = c.expertFfn;
+  std::string init = normal(c.initStd);
+  bool qwen = c.kind == ModelKind::Qwen2MoE;
+  Value router = param(m + "gate.weight", {e, h}, init);
+  Value w1 = param(m + (qwen ? "experts.gate_proj" : "experts.w1"),
+                   {e, ffn, h}, init);
+  Value w2 = param(m + (qwen ? "experts.down_proj" : "experts.w2"),
+                   {e, h, ffn}, init);
+  Value w3 = param(m + (qwen ? "experts.up_proj" : "experts.w3"),
+                   {e, ffn, h}, init);
+  Value y = moe(x, router, w1, w2, w3, c.topK, c.scoring, c.normTopkProb,
+                c.routedScaling, c.nGroup, c.topkGroup);
+  if (c.sharedFfn == 0)
+    return y;
+  Value shared;
+  if (c.sharedGate) {
+    std::string s = m + "shared_expert.";
+    int64_t f = c.sharedFfn;
+    Value gate = param(m + "shared_expert_gate.weight", {1, h}, init);
+    Value g1 = param(s + "gate_proj.weight", {1, f, h}, init);
+    Value g2 = param(s + "down_proj.weight", {1, h, f}, init);
+    Value g3 = param(s + "up_proj.weight", {1, f, h}, init);
+    shared = moe(x, gate, g1, g2, g3, 1, "sigmoid", false, 1.0, 1, 1);
+  } else {
+    shared = denseMlp(x, m + "shared_experts.", c.sharedFfn);
+  }
+  return tag(nn::AddOp::create(b, loc, y, shared)).getResult();
+}
+
 Value ModelBuilder::llamaBlock(Value x, int64_t i) {
   std::string p = "layers." + std::to_string(i) + ".";
-  int64_t h = c.hidden, kvw = c.numKvHeads * c.headDim(), ffn = c.intermediate;
+  int64_t h = c.hidden, kvw = c.numKvHeads * c.headDim();
   std::string init = normal(c.initStd);
   Value n1 = rmsNorm(x, p + "input_layernorm");
-  Value q = linear(n1, p + "self_attn.q_proj", h, h, false, init);
-  Value k = linear(n1, p + "self_attn.k_proj", h, kvw, false, init);
-  Value v = linear(n1, p + "self_attn.v_proj", h, kvw, false, init);
+  Value q = linear(n1, p + "self_attn.q_proj", h, h, c.qkvBias, init);
+  Value k = linear(n1, p + "self_attn.k_proj", h, kvw, c.qkvBias, init);
+  Value v = linear(n1, p + "self_attn.v_proj", h, kvw, c.qkvBias, init);
   Value a = attention(q, k, v, /*rotary=*/true);
   Value o = linear(a, p + "self_attn.o_proj", h, h, false, init);
   Value r1 = residual(x, o);
   Value n2 = rmsNorm(r1, p + "post_attention_layernorm");
-  Value mlp;
-  if (c.kind == ModelKind::Mixtral) {
-    std::string m = p + "block_sparse_moe.";
-    int64_t e = c.numExperts;
-    Value router = param(m + "gate.weight", {e, h}, init);
-    Value w1 = param(m + "experts.w1", {e, ffn, h}, init);
-    Value w2 = param(m + "experts.w2", {e, h, ffn}, init);
-    Value w3 = param(m + "experts.w3", {e, ffn, h}, init);
-    mlp = tag(nn::MoEOp::create(b, loc, n2.getType(), n2, router, w1, w2, w3,
-                                b.getI64IntegerAttr(c.topK), FloatAttr(),
-                                b.getStringAttr("silu"), StringAttr(),
-                                BoolAttr(), FloatAttr(), IntegerAttr(),
-                                IntegerAttr()))
-              .getResult();
-  } else {
-    Value gate = linear(n2, p + "mlp.gate_proj", h, ffn, false, init);
-    Value up = linear(n2, p + "mlp.up_proj", h, ffn, false, init);
-    Value act = tag(nn::SiluOp::create(b, loc, gate)).getResult();
-    Value prod = tag(nn::MulOp::create(b, loc, act, up)).getResult();
-    mlp = linear(prod, p + "mlp.down_proj", ffn, h, false, init);
-  }
+  Value mlp = c.moeLayer(i) ? moeMlp(n2, p + (c.kind == ModelKind::Mixtral
+                                                   ? "block_sparse_moe."
+                                                   : "mlp."))
+                            : denseMlp(n2, p + "mlp.", c.intermediate);
   return residual(r1, mlp);
 }
 

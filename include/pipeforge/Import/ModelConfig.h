@@ -13,10 +13,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pipeforge::import {
 
-enum class ModelKind { GPT2, Llama, Mixtral };
+enum class ModelKind { GPT2, Llama, Mixtral, Qwen2MoE };
 
 struct ModelConfig {
   ModelKind kind = ModelKind::GPT2;
@@ -27,8 +28,28 @@ struct ModelConfig {
   int64_t intermediate = 0; // MLP (or per-expert) width
   int64_t vocab = 0;
   int64_t maxPositions = 0;
-  int64_t numExperts = 0; // Mixtral only
-  int64_t topK = 0;       // Mixtral only
+  int64_t numExperts = 0; // MoE models only
+  int64_t topK = 0;       // MoE models only
+
+  // MoE layers (docs/import.md, "MoE models"): the routing of nn.moe, the
+  // shared experts and which layers are dense.
+  int64_t expertFfn = 0;        // moe_intermediate_size (else intermediate)
+  std::string scoring = "softmax"; // scoring_func
+  bool normTopkProb = true;     // norm_topk_prob
+  double routedScaling = 1.0;   // routed_scaling_factor
+  int64_t nGroup = 1, topkGroup = 1;
+  int64_t sharedFfn = 0;        // shared experts' width; 0: none
+  bool sharedGate = false;      // Qwen2-MoE: sigmoid(W x) * shared(x)
+  int64_t firstDense = 0;       // first_k_dense_replace
+  int64_t sparseStep = 1;       // decoder_sparse_step (Qwen2-MoE)
+  std::vector<int64_t> mlpOnlyLayers; // mlp_only_layers (Qwen2-MoE)
+  bool qkvBias = false;         // Qwen2: q, k, v projections with bias
+
+  bool isMoE() const {
+    return kind == ModelKind::Mixtral || kind == ModelKind::Qwen2MoE;
+  }
+  /// Whether decoder layer i (0-based) has an MoE MLP (else a dense one).
+  bool moeLayer(int64_t i) const;
   double ropeTheta = 10000.0;
   double normEpsilon = 1e-5;
   double initStd = 0.02;       // initializer_range
