@@ -45,17 +45,37 @@ if config.pipeforge_cuda_enabled:
 if config.pipeforge_cuda_enabled and _gpu_present():
     config.available_features.add("cuda")
 
-# `REQUIRES: torch`: Debian's python3-torch as an independent reference
-# (not installed by scripts/setup.sh; the tests are skipped without it).
-def _torch_present():
-    try:
-        return subprocess.run(["/usr/bin/python3", "-c", "import torch"],
-                              capture_output=True, timeout=60).returncode == 0
-    except Exception:
-        return False
+# `REQUIRES: torch`: PyTorch as an independent reference, run by
+# %torch_python: $PIPEFORGE_TORCH_PYTHON, else the venv of
+# scripts/setup-torch.sh (${PIPEFORGE_TORCH_VENV:-~/.cache/pipeforge/
+# torch-venv}/bin/python), else /usr/bin/python3 (Debian's python3-torch).
+# Without one the tests are reported unsupported, with a note saying so.
+def _torch_python():
+    venv = os.environ.get("PIPEFORGE_TORCH_VENV") or os.path.join(
+        os.path.expanduser("~"), ".cache", "pipeforge", "torch-venv")
+    candidates = [os.environ.get("PIPEFORGE_TORCH_PYTHON"),
+                  os.path.join(venv, "bin", "python"), "/usr/bin/python3"]
+    for py in candidates:
+        if not py or not os.path.exists(py):
+            continue
+        try:
+            if subprocess.run([py, "-c", "import torch"], capture_output=True,
+                              timeout=120).returncode == 0:
+                return py
+        except Exception:
+            pass
+    return None
 
-if _torch_present():
+_torch_py = _torch_python()
+if _torch_py:
     config.available_features.add("torch")
+    config.substitutions.append(("%torch_python", _torch_py))
+else:
+    config.substitutions.append(("%torch_python", "false"))
+    lit_config.note("PyTorch not found: the tests that compare with PyTorch "
+                    "(REQUIRES: torch) are skipped; run `bash "
+                    "scripts/setup-torch.sh` (or set PIPEFORGE_TORCH_PYTHON) "
+                    "to enable them")
 
 # `REQUIRES: netns`: root may create network namespaces (the multi-host
 # test builds its hosts from them); probed by creating and deleting one.

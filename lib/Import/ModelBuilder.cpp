@@ -114,11 +114,14 @@ private:
   }
 
   Value gptBlock(Value x, int64_t i);
+  Value denseMlp(Value x, const std::string &p, int64_t ffn);
+  Value moeMlp(Value x, const std::string &m);
+  Value moe(Value x, Value router, Value w1, Value w2, Value w3, int64_t topK,
+            StringRef scoring, bool norm, double scale, int64_t groups,
+            int64_t topkGroup);
   Value llamaBlock(Value x, int64_t i);
   Value deepseekBlock(Value x, int64_t i);
   Value mlaAttention(Value x, const std::string &p);
-  Value swiglu(Value x, const std::string &p, int64_t ffn);
-  Value deepseekMoE(Value x, const std::string &p);
 
   const ModelConfig &c;
   OpBuilder b;
@@ -151,43 +154,8 @@ Value ModelBuilder::gptBlock(Value x, int64_t i) {
   return residual(r1, proj);
 }
 
-Value ModelBuilder::llamaBlock(Value x, int64_t i) {
-  std::string p = "layers." + std::to_string(i) + ".";
-  int64_t h = c.hidden, kvw = c.numKvHeads * c.headDim(), ffn = c.intermediate;
-  std::string init = normal(c.initStd);
-  Value n1 = rmsNorm(x, p + "input_layernorm");
-  Value q = linear(n1, p + "self_attn.q_proj", h, h, false, init);
-  Value k = linear(n1, p + "self_attn.k_proj", h, kvw, false, init);
-  Value v = linear(n1, p + "self_attn.v_proj", h, kvw, false, init);
-  Value a = attention(q, k, v, /*rotary=*/true);
-  Value o = linear(a, p + "self_attn.o_proj", h, h, false, init);
-  Value r1 = residual(x, o);
-  Value n2 = rmsNorm(r1, p + "post_attention_layernorm");
-  Value mlp;
-  if (c.kind == ModelKind::Mixtral) {
-    std::string m = p + "block_sparse_moe.";
-    int64_t e = c.numExperts;
-    Value router = param(m + "gate.weight", {e, h}, init);
-    Value w1 = param(m + "experts.w1", {e, ffn, h}, init);
-    Value w2 = param(m + "experts.w2", {e, h, ffn}, init);
-    Value w3 = param(m + "experts.w3", {e, ffn, h}, init);
-    mlp = tag(nn::MoEOp::create(b, loc, n2.getType(), n2, router, w1, w2, w3,
-                                b.getI64IntegerAttr(c.topK), FloatAttr(),
-                                b.getStringAttr("silu")))
-              .getResult();
-  } else {
-    Value gate = linear(n2, p + "mlp.gate_proj", h, ffn, false, init);
-    Value up = linear(n2, p + "mlp.up_proj", h, ffn, false, init);
-    Value act = tag(nn::SiluOp::create(b, loc, gate)).getResult();
-    Value prod = tag(nn::MulOp::create(b, loc, act, up)).getResult();
-    mlp = linear(prod, p + "mlp.down_proj", ffn, h, false, init);
-  }
-  return residual(r1, mlp);
-}
-
-/// SwiGLU MLP: down(silu(gate x) * up x), HF's gate_proj / up_proj /
-/// down_proj under prefix `p`.
-Value ModelBuilder::swiglu(Value x, const std::string &p, int64_t ffn) {
+/// The SwiGLU MLP: down(silu(gate x) * up x).
+Value ModelBuilder::denseMlp(Value x, const std::string &p, int64_t ffn) {
   int64_t h = c.hidden;
   std::string init = normal(c.initStd);
   Value gate = linear(x, p + "gate_proj", h, ffn, false, init);
@@ -195,6 +163,77 @@ Value ModelBuilder::swiglu(Value x, const std::string &p, int64_t ffn) {
   Value act = tag(nn::SiluOp::create(b, loc, gate)).getResult();
   Value prod = tag(nn::MulOp::create(b, loc, act, up)).getResult();
   return linear(prod, p + "down_proj", ffn, h, false, init);
+}
+
+/// nn.moe with the routing attributes; the defaults stay unset (elided).
+Value ModelBuilder::moe(Value x, Value router, Value w1, Value w2, Value w3,
+                        int64_t topK, StringRef scoring, bool norm,
+                        double scale, int64_t groups, int64_t topkGroup) {
+  return tag(nn::MoEOp::create(
+                 b, loc, x.getType(), x, router, w1, w2, w3,
+                 b.getI64IntegerAttr(topK), FloatAttr(),
+                 b.getStringAttr("silu"),
+                 scoring == "softmax" ? StringAttr() : b.getStringAttr(scoring),
+                 norm ? BoolAttr() : b.getBoolAttr(false),
+                 scale == 1.0 ? FloatAttr() : b.getF32FloatAttr(scale),
+                 groups == 1 ? IntegerAttr() : b.getI64IntegerAttr(groups),
+                 topkGroup == 1 ? IntegerAttr()
+                                : b.getI64IntegerAttr(topkGroup)))
+      .getResult();
+}
+
+/// An MoE MLP (prefix m): the routed experts (stacked [E, ...] weights),
+/// plus the shared experts: DeepSeek's plain SwiGLU MLP added to the routed
+/// output, or Qwen2-MoE's gated one, sigmoid(W_g x) * shared(x), which is
+/// exactly a one-expert nn.moe with sigmoid scoring and raw weights.
+Value ModelBuilder::moeMlp(Value x, const std::string &m) {
+  int64_t e = c.numExperts, h = c.hidden, ffn = c.expertFfn;
+  std::string init = normal(c.initStd);
+  // HF's expert names: Mixtral's w1/w2/w3, the others' gate/down/up_proj.
+  bool hfProj = c.kind != ModelKind::Mixtral;
+  Value router = param(m + "gate.weight", {e, h}, init);
+  Value w1 = param(m + (hfProj ? "experts.gate_proj" : "experts.w1"),
+                   {e, ffn, h}, init);
+  Value w2 = param(m + (hfProj ? "experts.down_proj" : "experts.w2"),
+                   {e, h, ffn}, init);
+  Value w3 = param(m + (hfProj ? "experts.up_proj" : "experts.w3"),
+                   {e, ffn, h}, init);
+  Value y = moe(x, router, w1, w2, w3, c.topK, c.scoring, c.normTopkProb,
+                c.routedScaling, c.nGroup, c.topkGroup);
+  if (c.sharedFfn == 0)
+    return y;
+  Value shared;
+  if (c.sharedGate) {
+    std::string s = m + "shared_expert.";
+    int64_t f = c.sharedFfn;
+    Value gate = param(m + "shared_expert_gate.weight", {1, h}, init);
+    Value g1 = param(s + "gate_proj.weight", {1, f, h}, init);
+    Value g2 = param(s + "down_proj.weight", {1, h, f}, init);
+    Value g3 = param(s + "up_proj.weight", {1, f, h}, init);
+    shared = moe(x, gate, g1, g2, g3, 1, "sigmoid", false, 1.0, 1, 1);
+  } else {
+    shared = denseMlp(x, m + "shared_experts.", c.sharedFfn);
+  }
+  return tag(nn::AddOp::create(b, loc, y, shared)).getResult();
+}
+
+Value ModelBuilder::llamaBlock(Value x, int64_t i) {
+  std::string p = "layers." + std::to_string(i) + ".";
+  int64_t h = c.hidden, kvw = c.numKvHeads * c.headDim();
+  std::string init = normal(c.initStd);
+  Value n1 = rmsNorm(x, p + "input_layernorm");
+  Value q = linear(n1, p + "self_attn.q_proj", h, h, c.qkvBias, init);
+  Value k = linear(n1, p + "self_attn.k_proj", h, kvw, c.qkvBias, init);
+  Value v = linear(n1, p + "self_attn.v_proj", h, kvw, c.qkvBias, init);
+  Value a = attention(q, k, v, /*rotary=*/true);
+  Value o = linear(a, p + "self_attn.o_proj", h, h, false, init);
+  Value r1 = residual(x, o);
+  Value n2 = rmsNorm(r1, p + "post_attention_layernorm");
+  Value mlp = c.moeLayer(i) ? moeMlp(n2, p + (c.kind == ModelKind::Mixtral
+                                                   ? "block_sparse_moe."
+                                                   : "mlp."))
+                            : denseMlp(n2, p + "mlp.", c.intermediate);
+  return residual(r1, mlp);
 }
 
 /// Multi-head Latent Attention (DeepSeek-V2 / V3), with H heads, dn =
@@ -248,43 +287,19 @@ Value ModelBuilder::mlaAttention(Value x, const std::string &p) {
   return linear(o, a + "o_proj", heads * dv, h, false, init);
 }
 
-/// The MLP of a DeepSeek MoE layer (HF DeepseekV2MoE / DeepseekV3MoE):
-/// the routed experts, plus the shared experts as one SwiGLU MLP of
-/// n_shared_experts x moe_intermediate_size added to them. The routed part
-/// is the existing nn.moe: softmax scores, top-k renormalised over the
-/// chosen experts (docs/import.md lists the routing keys it does not follow
-/// yet: sigmoid scoring, the correction bias, group-limited routing,
-/// routed_scaling_factor).
-Value ModelBuilder::deepseekMoE(Value x, const std::string &p) {
-  const DeepSeekMoEConfig &e = c.dsMoE;
-  int64_t h = c.hidden, ffn = e.moeIntermediate, n = c.numExperts;
-  std::string init = normal(c.initStd);
-  std::string m = p + "mlp.";
-  Value router = param(m + "gate.weight", {n, h}, init);
-  Value w1 = param(m + "experts.gate_proj", {n, ffn, h}, init);
-  Value w2 = param(m + "experts.down_proj", {n, h, ffn}, init);
-  Value w3 = param(m + "experts.up_proj", {n, ffn, h}, init);
-  Value y = tag(nn::MoEOp::create(b, loc, x.getType(), x, router, w1, w2, w3,
-                                  b.getI64IntegerAttr(c.topK), FloatAttr(),
-                                  b.getStringAttr("silu")))
-                .getResult();
-  if (e.sharedExperts > 0) {
-    Value shared = swiglu(x, m + "shared_experts.", e.sharedExperts * ffn);
-    y = tag(nn::AddOp::create(b, loc, y, shared)).getResult();
-  }
-  return y;
-}
-
-/// A DeepSeek-V2 / V3 decoder layer: MLA, then a dense SwiGLU MLP (the
-/// first first_k_dense_replace layers, and every layer without routed
-/// experts) or the MoE.
+/// A DeepSeek-V2 / V3 decoder layer (HF DeepseekV2/V3DecoderLayer): MLA,
+/// then a dense SwiGLU MLP (the first first_k_dense_replace layers, the
+/// layers off moe_layer_freq, and every layer of a model without routed
+/// experts) or DeepSeekMoE: the routed experts with DeepSeek's routing
+/// (nn.moe's scoring, norm_topk_prob, routed_scaling_factor, n_group /
+/// topk_group) plus the shared experts.
 Value ModelBuilder::deepseekBlock(Value x, int64_t i) {
   std::string p = "layers." + std::to_string(i) + ".";
   Value n1 = rmsNorm(x, p + "input_layernorm");
   Value r1 = residual(x, mlaAttention(n1, p));
   Value n2 = rmsNorm(r1, p + "post_attention_layernorm");
-  Value mlp = c.isDeepSeekMoELayer(i) ? deepseekMoE(n2, p)
-                                      : swiglu(n2, p + "mlp.", c.intermediate);
+  Value mlp = c.moeLayer(i) ? moeMlp(n2, p + "mlp.")
+                            : denseMlp(n2, p + "mlp.", c.intermediate);
   return residual(r1, mlp);
 }
 

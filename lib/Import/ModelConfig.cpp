@@ -200,6 +200,86 @@ private:
 };
 } // namespace
 
+bool ModelConfig::moeLayer(int64_t i) const {
+  if (!isMoE() || i < firstDense)
+    return false;
+  if (isDeepSeek()) // HF: layer_idx % moe_layer_freq == 0
+    return i % layerFreq == 0;
+  if ((i + 1) % sparseStep != 0)
+    return false;
+  for (int64_t l : mlpOnlyLayers)
+    if (l == i)
+      return false;
+  return true;
+}
+
+/// The MoE keys of Qwen2-MoE and DeepSeek-V2/V3 (read for every MoE model
+/// type; a Mixtral config has none of them and keeps Mixtral's routing).
+static void readMoEKeys(KeyReader &r, const json &root, ModelConfig &c) {
+  bool qwen = c.kind == ModelKind::Qwen2MoE;
+  if (qwen) {
+    c.numExperts = r.positiveInt({"num_experts"}, -1, kMaxExperts);
+    c.topK = r.positiveInt({"num_experts_per_tok"});
+  } else {
+    c.numExperts = r.positiveInt({"num_local_experts", "n_routed_experts"}, -1,
+                                 kMaxExperts);
+    c.topK = r.positiveInt({"num_experts_per_tok"});
+  }
+  c.expertFfn = r.positiveInt({"moe_intermediate_size"}, c.intermediate);
+  // Qwen2-MoE's default is false, Mixtral's routing renormalises.
+  c.normTopkProb = r.boolean("norm_topk_prob", !qwen);
+  c.routedScaling = r.positiveNumber({"routed_scaling_factor"}, 1.0, 1e30);
+  c.nGroup = r.positiveInt({"n_group"}, 1, 64);
+  c.topkGroup = r.positiveInt({"topk_group"}, 1, 64);
+  auto it = root.find("scoring_func");
+  if (it != root.end() && !it->is_null()) {
+    if (!it->is_string() || (it->get<std::string>() != "softmax" &&
+                             it->get<std::string>() != "sigmoid"))
+      r.fail("key 'scoring_func' must be \"softmax\" or \"sigmoid\", got " +
+             it->dump());
+    else
+      c.scoring = it->get<std::string>();
+  }
+  // Layers: the first k dense (DeepSeek), every sparse_step-th MoE and the
+  // listed ones dense (Qwen2-MoE).
+  auto nonNegative = [&](const char *key) -> int64_t {
+    auto v = root.find(key);
+    if (v == root.end() || v->is_null())
+      return 0;
+    if (!v->is_number_integer() || v->get<int64_t>() < 0) {
+      r.fail(std::string("key '") + key +
+             "' must be a non-negative integer, got " + v->dump());
+      return 0;
+    }
+    return v->get<int64_t>();
+  };
+  c.firstDense = nonNegative("first_k_dense_replace");
+  c.sparseStep = r.positiveInt({"decoder_sparse_step"}, 1, kMaxLayers);
+  if (auto v = root.find("mlp_only_layers");
+      v != root.end() && !v->is_null()) {
+    if (!v->is_array())
+      r.fail("key 'mlp_only_layers' must be a list of layer indices");
+    else
+      for (const json &l : *v) {
+        if (!l.is_number_integer() || l.get<int64_t>() < 0) {
+          r.fail("key 'mlp_only_layers' must be a list of layer indices, "
+                 "got " + l.dump());
+          break;
+        }
+        c.mlpOnlyLayers.push_back(l.get<int64_t>());
+      }
+  }
+  // Shared experts: DeepSeek's n_shared_experts plain MLPs of the expert
+  // width (one MLP of n times that width), Qwen2-MoE's one gated MLP.
+  if (qwen) {
+    c.sharedFfn = nonNegative("shared_expert_intermediate_size");
+    c.sharedGate = c.sharedFfn > 0;
+    c.qkvBias = true;
+  } else {
+    c.sharedFfn = nonNegative("n_shared_experts") * c.expertFfn;
+  }
+}
+
 static llvm::Error configError(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
@@ -230,51 +310,35 @@ static void readDeepSeek(KeyReader &r, const json &root, ModelConfig &c) {
     r.fail("key 'rope_scaling' is not supported (YaRN changes the rotary "
            "frequencies and the softmax scale): set it to null");
 
-  DeepSeekMoEConfig &e = c.dsMoE;
+  // DeepSeekMoE, into the MoE fields nn.moe consumes (HF's defaults: V3
+  // sigmoid scores renormalised, V2 softmax with raw top-k weights).
   c.numExperts = r.count("n_routed_experts", 0, kMaxExperts); // 0: dense
   if (c.numExperts > 0) {
     c.topK = r.positiveInt({"num_experts_per_tok"});
-    e.moeIntermediate = r.positiveInt({"moe_intermediate_size"});
+    c.expertFfn = r.positiveInt({"moe_intermediate_size"});
   }
-  e.sharedExperts = r.count("n_shared_experts", 0, kMaxExperts);
-  e.firstKDense = r.count("first_k_dense_replace", 0, kMaxLayers);
-  e.layerFreq = r.positiveInt({"moe_layer_freq"}, 1, kMaxLayers);
-  e.nGroup = r.positiveInt({"n_group"}, 1, kMaxExperts);
-  e.topkGroup = r.positiveInt({"topk_group"}, 1, kMaxExperts);
-  e.routedScaling = r.positiveNumber({"routed_scaling_factor"}, 1.0, 1e6);
-  e.scoringFunc = r.text("scoring_func", v3 ? "sigmoid" : "softmax");
-  e.topkMethod = r.text("topk_method", v3 ? "noaux_tc" : "greedy");
-  e.normTopkProb = r.boolean("norm_topk_prob", v3);
-  if (r.error.empty() && e.scoringFunc != "softmax" &&
-      e.scoringFunc != "sigmoid")
-    r.fail("key 'scoring_func': unsupported value '" + e.scoringFunc +
+  c.sharedFfn = r.count("n_shared_experts", 0, kMaxExperts) * c.expertFfn;
+  c.firstDense = r.count("first_k_dense_replace", 0, kMaxLayers);
+  c.layerFreq = r.positiveInt({"moe_layer_freq"}, 1, kMaxLayers);
+  c.nGroup = r.positiveInt({"n_group"}, 1, kMaxExperts);
+  c.topkGroup = r.positiveInt({"topk_group"}, 1, kMaxExperts);
+  c.routedScaling = r.positiveNumber({"routed_scaling_factor"}, 1.0, 1e6);
+  c.scoring = r.text("scoring_func", v3 ? "sigmoid" : "softmax");
+  c.normTopkProb = r.boolean("norm_topk_prob", v3);
+  // topk_method (greedy, group_limited_greedy, noaux_tc) follows from
+  // n_group / topk_group and the scoring; read for its type only.
+  (void)r.text("topk_method", "");
+  if (r.error.empty() && c.scoring != "softmax" && c.scoring != "sigmoid")
+    r.fail("key 'scoring_func': unsupported value '" + c.scoring +
            "' (expected softmax or sigmoid)");
 }
 
 /// The consistency of DeepSeek's keys; "" when consistent.
 static std::string checkDeepSeek(const ModelConfig &c) {
   const MLAConfig &m = c.mla;
-  const DeepSeekMoEConfig &e = c.dsMoE;
   if (m.qkRopeHeadDim % 2 != 0)
     return "rotary embeddings need an even 'qk_rope_head_dim', got " +
            std::to_string(m.qkRopeHeadDim);
-  if (c.numExperts == 0)
-    return "";
-  if (c.topK > c.numExperts)
-    return "key 'num_experts_per_tok' (" + std::to_string(c.topK) +
-           ") exceeds 'n_routed_experts' (" + std::to_string(c.numExperts) +
-           ")";
-  if (c.numExperts % e.nGroup != 0)
-    return "key 'n_group' (" + std::to_string(e.nGroup) +
-           ") does not divide 'n_routed_experts' (" +
-           std::to_string(c.numExperts) + ")";
-  if (e.topkGroup > e.nGroup)
-    return "key 'topk_group' (" + std::to_string(e.topkGroup) +
-           ") exceeds 'n_group' (" + std::to_string(e.nGroup) + ")";
-  if (c.topK > e.topkGroup * (c.numExperts / e.nGroup))
-    return "key 'num_experts_per_tok' (" + std::to_string(c.topK) +
-           ") exceeds the experts of 'topk_group' groups (" +
-           std::to_string(e.topkGroup * (c.numExperts / e.nGroup)) + ")";
   return "";
 }
 
@@ -293,7 +357,8 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
   auto typeIt = root.find("model_type");
   if (typeIt == root.end())
     return configError("missing required key 'model_type' "
-                       "(gpt2, llama, mixtral, deepseek_v2 or deepseek_v3)");
+                       "(gpt2, llama, mixtral, qwen2_moe, deepseek_v2 or "
+                       "deepseek_v3)");
   if (!typeIt->is_string())
     return configError("key 'model_type' must be a string");
   std::string type = typeIt->get<std::string>();
@@ -305,14 +370,16 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
     c.kind = ModelKind::Llama;
   else if (type == "mixtral")
     c.kind = ModelKind::Mixtral;
+  else if (type == "qwen2_moe")
+    c.kind = ModelKind::Qwen2MoE;
   else if (type == "deepseek_v2")
     c.kind = ModelKind::DeepSeekV2;
   else if (type == "deepseek_v3")
     c.kind = ModelKind::DeepSeekV3;
   else
     return configError("key 'model_type': unsupported model type '" + type +
-                       "' (expected gpt2, llama, mixtral, deepseek_v2 or "
-                       "deepseek_v3)");
+                       "' (expected gpt2, llama, mixtral, qwen2_moe, "
+                       "deepseek_v2 or deepseek_v3)");
 
   KeyReader r(root);
   c.numLayers = r.positiveInt({"n_layer", "num_hidden_layers"}, -1, kMaxLayers);
@@ -344,10 +411,8 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
     c.residDropout = r.rate({"resid_pdrop"}, 0.0);
     c.embdDropout = r.rate({"embd_pdrop"}, 0.0);
     c.tiedEmbeddings = r.boolean("tie_word_embeddings", false);
-    if (c.kind == ModelKind::Mixtral) {
-      c.numExperts = r.positiveInt({"num_local_experts"}, -1, kMaxExperts);
-      c.topK = r.positiveInt({"num_experts_per_tok"});
-    }
+    if (c.isMoE())
+      readMoEKeys(r, root, c);
   }
   if (!r.error.empty())
     return configError(r.error);
@@ -375,10 +440,26 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
                                    "dimension: 'hidden_size' / "
                                    "'num_attention_heads' is ") +
                        llvm::Twine(c.headDim()));
-  if (c.kind == ModelKind::Mixtral && c.topK > c.numExperts)
+  const char *expertsKey = c.kind == ModelKind::Qwen2MoE ? "num_experts"
+                           : c.isDeepSeek()               ? "n_routed_experts"
+                                                          : "num_local_experts";
+  if (c.isMoE() && c.topK > c.numExperts)
     return configError(llvm::Twine("key 'num_experts_per_tok' (") +
-                       llvm::Twine(c.topK) + ") exceeds 'num_local_experts' (" +
+                       llvm::Twine(c.topK) + ") exceeds '" + expertsKey +
+                       "' (" + llvm::Twine(c.numExperts) + ")");
+  if (c.isMoE() && c.numExperts % c.nGroup != 0)
+    return configError(llvm::Twine("key 'n_group' (") + llvm::Twine(c.nGroup) +
+                       ") does not divide '" + expertsKey + "' (" +
                        llvm::Twine(c.numExperts) + ")");
+  if (c.isMoE() && c.topkGroup > c.nGroup)
+    return configError(llvm::Twine("key 'topk_group' (") +
+                       llvm::Twine(c.topkGroup) + ") exceeds 'n_group' (" +
+                       llvm::Twine(c.nGroup) + ")");
+  if (c.isMoE() && c.topkGroup * (c.numExperts / c.nGroup) < c.topK)
+    return configError(llvm::Twine("key 'num_experts_per_tok' (") +
+                       llvm::Twine(c.topK) + ") exceeds the " +
+                       llvm::Twine(c.topkGroup * (c.numExperts / c.nGroup)) +
+                       " experts of the 'topk_group' best groups");
 
   if (seqLen < 0 || seqLen > pipeforge::kMaxDimension)
     return configError("--seq-len must be an integer in [1, " +
@@ -428,11 +509,14 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
     bigs.push_back({"the position table",
                     std::string(posKey) + " x " + hiddenKey,
                     {c.maxPositions, c.hidden}});
-  if (c.kind == ModelKind::Mixtral)
+  if (c.isMoE())
     bigs.push_back(
         {"an expert weight",
-         std::string("num_local_experts x ") + hiddenKey + " x " + ffnKey,
-         {c.numExperts, c.hidden, c.intermediate}});
+         std::string(expertsKey) + " x " + hiddenKey + " x " +
+             (c.expertFfn != c.intermediate || c.isDeepSeek()
+                  ? "moe_intermediate_size"
+                  : ffnKey),
+         {c.numExperts, c.hidden, c.expertFfn}});
   if (c.isDeepSeek()) {
     bigs.push_back({"the queries",
                     std::string("num_attention_heads x (qk_nope_head_dim + "
@@ -445,11 +529,6 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
                     "kv_lora_rank",
                     {c.numHeads, c.mla.qkNopeHeadDim + c.mla.vHeadDim,
                      c.mla.kvLoraRank}});
-    if (c.numExperts > 0)
-      bigs.push_back({"an expert weight",
-                      std::string("n_routed_experts x ") + hiddenKey +
-                          " x moe_intermediate_size",
-                      {c.numExperts, c.hidden, c.dsMoE.moeIntermediate}});
   }
   for (const Big &t : bigs) {
     std::string why = pipeforge::checkTensorShape(t.shape, 4);

@@ -209,8 +209,27 @@ Status moeShape(const Kernel &k, const Operands &o, MoEShape &s) {
     s.act = Activation::Silu;
   else
     return opError(k, "unknown activation '" + act + "'");
+  if (Status st = moeRouting(k, s); !st)
+    return st;
   if (!isValid(s))
     return opError(k, "invalid moe shape");
+  return Status::ok();
+}
+
+Status moeRouting(const Kernel &k, MoEShape &s) {
+  std::string scoring = attrStr(k, "scoring", "softmax");
+  if (scoring == "softmax")
+    s.scoring = MoEScoring::Softmax;
+  else if (scoring == "sigmoid")
+    s.scoring = MoEScoring::Sigmoid;
+  else
+    return opError(k, "unknown scoring '" + scoring + "'");
+  s.renormalize = k.attrs.count("norm_topk_prob")
+                      ? attrBool(k, "norm_topk_prob")
+                      : true;
+  s.scale = float(attrFloat(k, "routed_scaling_factor", 1.0));
+  s.groups = attrInt(k, "n_group", 1);
+  s.topkGroup = attrInt(k, "topk_group", 1);
   return Status::ok();
 }
 

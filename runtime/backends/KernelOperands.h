@@ -91,6 +91,10 @@ Status concatHeadsShape(const Kernel &k, const Operands &o, bool bwd,
                         cpu::ConcatHeadsShape &s);
 /// moe and its gradient ops: (x, router, w1, w2, [w3], [dy]).
 Status moeShape(const Kernel &k, const Operands &o, cpu::MoEShape &s);
+/// The routing attributes of a moe kernel (scoring, norm_topk_prob,
+/// routed_scaling_factor, n_group, topk_group; absent: the defaults) into
+/// `s`; isValid(s) checks them against the shape.
+Status moeRouting(const Kernel &k, cpu::MoEShape &s);
 /// The moe weights and (withDy) the result gradient.
 void moeParams(const Operands &o, bool withDy, cpu::MoEParams<float> &p,
                const float *&dy);

@@ -12,6 +12,7 @@
 #include "cpu/Blas.h"
 #include "cpu/ElementwiseMath.h"
 #include "cpu/Kernels.h"
+#include "cpu/MoERouting.h"
 
 #include <algorithm>
 #include <chrono>
@@ -74,6 +75,7 @@ struct EpMoE {
   int64_t N = 0, H = 0, F = 0, E = 0, El = 0, K = 1, cap = 0;
   int ranks = 1, me = 0;
   bool gelu = false, gated = false;
+  cpu::MoEShape route; ///< the routing fields (experts, topK, scoring, ...)
   const float *x = nullptr, *router = nullptr, *w1 = nullptr, *w2 = nullptr,
               *w3 = nullptr;
   Transport *tr = nullptr;
@@ -97,43 +99,16 @@ struct EpMoE {
   /// Phase 1 of the forward: router, top-k, capacity, and the dispatch
   /// all-to-all posted (into `inflight`).
   Expected<RequestId> routeAndDispatch() {
-    // Router.
+    // Router: scores, top-k and gates as the local kernel (MoERouting.h).
     probs.assign(static_cast<size_t>(N * E), 0.f);
     gemm(false, true, N, E, H, 1.f, x, H, router, H, 0.f, probs.data(), E);
-    for (int64_t t = 0; t < N; ++t) {
-      float *row = probs.data() + t * E;
-      float m = row[0];
-      for (int64_t e = 1; e < E; ++e)
-        m = row[e] > m ? row[e] : m;
-      float sum = 0;
-      for (int64_t e = 0; e < E; ++e) {
-        row[e] = math::softmaxExp(row[e], m);
-        sum += row[e];
-      }
-      float inv = 1.f / sum;
-      for (int64_t e = 0; e < E; ++e)
-        row[e] *= inv;
-    }
     topIdx.assign(static_cast<size_t>(N * K), 0);
     gates.assign(static_cast<size_t>(N * K), 0.f);
-    std::vector<char> taken(static_cast<size_t>(E));
     for (int64_t t = 0; t < N; ++t) {
-      const float *row = probs.data() + t * E;
-      std::fill(taken.begin(), taken.end(), 0);
-      float sum = 0;
-      for (int64_t r = 0; r < K; ++r) {
-        int64_t best = -1;
-        for (int64_t e = 0; e < E; ++e)
-          if (!taken[static_cast<size_t>(e)] &&
-              (best < 0 || row[e] > row[best]))
-            best = e;
-        taken[static_cast<size_t>(best)] = 1;
-        topIdx[static_cast<size_t>(t * K + r)] = int32_t(best);
-        sum += row[best];
-      }
-      for (int64_t r = 0; r < K; ++r)
-        gates[static_cast<size_t>(t * K + r)] =
-            row[topIdx[static_cast<size_t>(t * K + r)]] / sum;
+      cpu::moeScoreToken(route, probs.data() + t * E);
+      cpu::moeSelectToken(route, probs.data() + t * E,
+                          static_cast<const float *>(nullptr),
+                          topIdx.data() + t * K, gates.data() + t * K);
     }
     // Capacity: per expert, in assignment order (as the local kernel).
     std::vector<int64_t> count(static_cast<size_t>(E), 0);
@@ -269,14 +244,12 @@ struct EpMoE {
     return Status::ok();
   }
 
-  /// dlogits [N, E] (as runtime/backends/cpu routerGrads, renormalised gates).
+  /// dlogits [N, E] (as runtime/backends/cpu routerGrads).
   void routerGrads(const float *dy, std::vector<float> &dlogits) const {
     dlogits.assign(static_cast<size_t>(N * E), 0.f);
-    std::vector<float> dg(static_cast<size_t>(K)), dp(static_cast<size_t>(E));
+    std::vector<float> dg(static_cast<size_t>(K));
     for (int64_t t = 0; t < N; ++t) {
-      const float *p = probs.data() + t * E;
       const float *dyr = dy + t * H;
-      float sumP = 0, dotG = 0;
       for (int64_t r = 0; r < K; ++r) {
         int64_t a = t * K + r;
         float d = 0;
@@ -286,19 +259,10 @@ struct EpMoE {
             d += dyr[j] * eo[j];
         }
         dg[static_cast<size_t>(r)] = d;
-        sumP += p[topIdx[static_cast<size_t>(a)]];
-        dotG += d * gates[static_cast<size_t>(a)];
       }
-      std::fill(dp.begin(), dp.end(), 0.f);
-      for (int64_t r = 0; r < K; ++r)
-        dp[static_cast<size_t>(topIdx[static_cast<size_t>(t * K + r)])] =
-            (dg[static_cast<size_t>(r)] - dotG) / sumP;
-      float dot = 0;
-      for (int64_t e = 0; e < E; ++e)
-        dot += p[e] * dp[static_cast<size_t>(e)];
-      float *dl = dlogits.data() + t * E;
-      for (int64_t e = 0; e < E; ++e)
-        dl[e] = math::softmaxGrad(p[e], dp[static_cast<size_t>(e)], dot);
+      cpu::moeRouterGradToken(route, probs.data() + t * E, topIdx.data() + t * K,
+                              gates.data() + t * K, dg.data(),
+                              dlogits.data() + t * E);
     }
   }
 
@@ -563,6 +527,15 @@ Expected<std::unique_ptr<MoEPhased>> MoEPhased::begin(const KernelCall &call,
   m.gelu = a == "gelu";
   if (m.K < 1 || m.K > m.E)
     return err("invalid top_k");
+  m.route.tokens = m.N;
+  m.route.hidden = m.H;
+  m.route.ffn = m.F;
+  m.route.experts = m.E;
+  m.route.topK = m.K;
+  if (Status s = ops::moeRouting(k, m.route); !s)
+    return s;
+  if (!cpu::isValid(m.route))
+    return err("invalid routing");
   m.x = static_cast<const float *>(call.in[0]);
   m.router = static_cast<const float *>(call.in[1]);
   m.w1 = static_cast<const float *>(call.in[2]);

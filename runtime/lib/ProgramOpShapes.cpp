@@ -145,11 +145,12 @@ struct Attrs {
     error = std::string("attribute '") + name + "' must be a number";
     return std::nullopt;
   }
-  /// A unit attribute: absent, or present as true / false.
-  std::optional<bool> flag(const char *name) {
+  /// A unit attribute: absent, or present as true / false; a boolean
+  /// attribute with a default.
+  std::optional<bool> flag(const char *name, bool dflt = false) {
     const AttrValue *v = find(name);
     if (!v)
-      return false;
+      return dflt;
     if (auto *b = std::get_if<bool>(v))
       return *b;
     error = std::string("attribute '") + name + "' must be a flag";
@@ -631,6 +632,40 @@ R inferConcatHeadsBwd(const OpShapeInput &in) {
 
 //===--- moe ---===//
 
+/// The routing attributes of nn.moe (cpu/MoERouting.h) for `e` experts.
+R checkMoERouting(Attrs &a, int64_t e, int64_t topK) {
+  auto scoring = a.text("scoring", "softmax");
+  auto norm = scoring ? a.flag("norm_topk_prob", true) : std::nullopt;
+  auto scale = norm ? a.real("routed_scaling_factor", 1.0) : std::nullopt;
+  auto groups = scale ? a.integer("n_group", false, 1) : std::nullopt;
+  auto topkGroup = groups ? a.integer("topk_group", false, 1) : std::nullopt;
+  if (!topkGroup)
+    return fail(-1, a.error);
+  if (*scoring != "softmax" && *scoring != "sigmoid")
+    return fail(-1, "scoring must be \"softmax\" or \"sigmoid\", got \"" +
+                        *scoring + "\"");
+  if (!(*scale > 0.0) || *scale > 3.4e38)
+    return fail(-1, "expects a finite routed_scaling_factor > 0");
+  if (*groups < 1 || *groups > 64)
+    return fail(-1, "expects 1 <= n_group <= 64, got " +
+                        std::to_string(*groups));
+  if (*topkGroup < 1 || *topkGroup > *groups)
+    return fail(-1, "expects 1 <= topk_group <= n_group (" +
+                        std::to_string(*groups) + "), got " +
+                        std::to_string(*topkGroup));
+  if (isDyn(e))
+    return R{};
+  if (e % *groups)
+    return fail(-1, "n_group " + std::to_string(*groups) +
+                        " does not divide the " + std::to_string(e) +
+                        " experts");
+  if (*topkGroup * (e / *groups) < topK)
+    return fail(-1, "top_k " + std::to_string(topK) + " exceeds the " +
+                        std::to_string(*topkGroup * (e / *groups)) +
+                        " experts of the topk_group best groups");
+  return R{};
+}
+
 /// The checks of nn.moe on (input, router, w1, w2, w3?) and its attributes.
 R checkMoE(const OpShapeInput &in, int64_t &workspace, bool grad) {
   const TensorType &x = *opd(in, 0), &r = *opd(in, 1), &w1 = *opd(in, 2),
@@ -667,6 +702,8 @@ R checkMoE(const OpShapeInput &in, int64_t &workspace, bool grad) {
   if (*act != "gelu" && *act != "silu")
     return fail(-1, "activation must be \"gelu\" or \"silu\", got \"" + *act +
                         "\"");
+  if (R r = checkMoERouting(a, e, *topK); !r)
+    return r;
   // Routing: probabilities (and their gradient) [tokens, E], top-k ids,
   // gates and rows [tokens, k]; per dispatched row (at most tokens x k)
   // gathered inputs and expert outputs [hidden], pre-activations,

@@ -435,6 +435,37 @@ TEST(CudaBackend, MoE) {
   }
 }
 
+/// DeepSeek routing on the device (cpu/MoERouting.h in the CUDA kernels):
+/// sigmoid scores, 4 groups of 2 with the best 2, scaled gates; softmax
+/// groups with raw weights (DeepSeek-V2).
+TEST(CudaBackend, MoEDeepSeekRouting) {
+  REQUIRE_GPU();
+  for (bool sigmoid : {true, false}) {
+    std::vector<TensorType> in = {f32(kX), f32({8, 16}), f32({8, 32, 16}),
+                                  f32({8, 16, 32}), f32({8, 32, 16})};
+    Case f = makeCase("moe", in, {f32(kX)}, 23, 0);
+    f.k.attrs["top_k"] = int64_t(3);
+    f.k.attrs["activation"] = std::string("silu");
+    f.k.attrs["scoring"] = std::string(sigmoid ? "sigmoid" : "softmax");
+    f.k.attrs["norm_topk_prob"] = sigmoid;
+    f.k.attrs["routed_scaling_factor"] = sigmoid ? 2.5 : 16.0;
+    f.k.attrs["n_group"] = int64_t(4);
+    f.k.attrs["topk_group"] = int64_t(2);
+    expectMatch(f);
+    std::vector<TensorType> bin = in;
+    bin.push_back(f32(kX));
+    Case b = makeCase("moe_bwd_input", bin, {f32(kX)}, 23, 0);
+    b.k.attrs = f.k.attrs;
+    expectMatch(b);
+    Case w = makeCase("moe_bwd_weight", bin,
+                      {f32({8, 16}), f32({8, 32, 16}), f32({8, 16, 32}),
+                       f32({8, 32, 16})},
+                      23, 0);
+    w.k.attrs = f.k.attrs;
+    expectMatch(w);
+  }
+}
+
 TEST(CudaBackend, CrossEntropy) {
   REQUIRE_GPU();
   expectMatch(makeCase("cross_entropy", {f32({2, 8, 32}), i32({2, 8})},

@@ -314,12 +314,11 @@ struct HostMoEExec {
     return hostGemm(transA, transB, m, n, k, alpha, A, lda, B, ldb, beta, C,
                     ldc, batch, strideA, strideB, strideC);
   }
-  Status route(float *probs, long long tokens, long long experts,
-               long long topK, bool renormalize, int32_t *topIdx,
+  Status route(float *probs, const cpu::MoEShape &s, int32_t *topIdx,
                float *gates) {
-    for (long long t = 0; t < tokens; ++t)
-      moeRouteToken(probs + t * experts, probs + t * experts, experts, topK,
-                    renormalize, topIdx + t * topK, gates + t * topK);
+    for (long long t = 0; t < s.tokens; ++t)
+      moeRouteToken(s, probs + t * s.experts, topIdx + t * s.topK,
+                    gates + t * s.topK);
     return Status::ok();
   }
   Status assign(const int32_t *topIdx, long long assignments, long long experts,
@@ -360,13 +359,13 @@ struct HostMoEExec {
     }
     return Status::ok();
   }
-  Status routerGrad(const float *probs, long long tokens, long long experts,
-                    long long topK, const int32_t *topIdx, const float *gates,
-                    const float *dg, bool renormalize, float *dlogits) {
-    for (long long t = 0; t < tokens; ++t)
-      moeRouterGradToken(probs + t * experts, experts, topK, topIdx + t * topK,
-                         gates + t * topK, dg + t * topK, renormalize,
-                         dlogits + t * experts);
+  Status routerGrad(const float *probs, const cpu::MoEShape &s,
+                    const int32_t *topIdx, const float *gates, const float *dg,
+                    float *dlogits) {
+    for (long long t = 0; t < s.tokens; ++t)
+      moeRouterGradToken(s, probs + t * s.experts, topIdx + t * s.topK,
+                         gates + t * s.topK, dg + t * s.topK,
+                         dlogits + t * s.experts);
     return Status::ok();
   }
   Status dye(long long n, long long hidden, long long topK,
@@ -400,6 +399,9 @@ struct MoECase {
   Activation act;
   bool renormalize, gated;
   float routerScale; ///< 0: all-equal probabilities (top-k ties)
+  cpu::MoEScoring scoring = cpu::MoEScoring::Softmax;
+  cpu::Index groups = 1, topkGroup = 1;
+  float scale = 1.f;
 };
 
 void PrintTo(const MoECase &c, std::ostream *os) {
@@ -407,7 +409,9 @@ void PrintTo(const MoECase &c, std::ostream *os) {
       << " experts " << c.experts << " topK " << c.topK << " capacity "
       << c.capacity << (c.act == Activation::Gelu ? " gelu" : " silu")
       << (c.renormalize ? " renormalize" : "") << (c.gated ? " gated" : "")
-      << " routerScale " << c.routerScale;
+      << " routerScale " << c.routerScale
+      << (c.scoring == cpu::MoEScoring::Sigmoid ? " sigmoid" : "")
+      << " groups " << c.groups << "/" << c.topkGroup << " scale " << c.scale;
 }
 
 class MoEPlanTest : public ::testing::TestWithParam<MoECase> {};
@@ -424,6 +428,10 @@ TEST_P(MoEPlanTest, MatchesCpuReference) {
   s.capacity = c.capacity;
   s.act = c.act;
   s.renormalize = c.renormalize;
+  s.scoring = c.scoring;
+  s.groups = c.groups;
+  s.topkGroup = c.topkGroup;
+  s.scale = c.scale;
   ASSERT_TRUE(cpu::isValid(s));
   const size_t N = size_t(s.tokens), H = size_t(s.hidden), F = size_t(s.ffn),
                E = size_t(s.experts), K = size_t(s.topK);
@@ -514,6 +522,8 @@ TEST_P(MoEPlanTest, MatchesCpuReference) {
 }
 
 constexpr Activation kGelu = Activation::Gelu, kSilu = Activation::Silu;
+constexpr cpu::MoEScoring kSoftmax = cpu::MoEScoring::Softmax,
+                          kSigmoid = cpu::MoEScoring::Sigmoid;
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MoEPlanTest,
@@ -525,14 +535,124 @@ INSTANTIATE_TEST_SUITE_P(
         MoECase{12, 8, 6, 4, 2, 5, kSilu, true, false, 0.f},    // ties, drops
         MoECase{10, 6, 5, 3, 3, 100, kGelu, false, false, 1.f}, // k = E, C > N
         MoECase{37, 40, 24, 8, 3, 14, kSilu, true, true, 2.f},  // hidden > warp
-        MoECase{1, 4, 3, 2, 1, 1, kGelu, true, false, 1.f}      // one token
-        ));
+        MoECase{1, 4, 3, 2, 1, 1, kGelu, true, false, 1.f},     // one token
+        // DeepSeek-V3: sigmoid, 4 groups of 2, the best 2, scaled gates.
+        MoECase{16, 8, 12, 8, 3, 0, kSilu, true, true, 1.f, kSigmoid, 4, 2,
+                2.5f},
+        MoECase{16, 8, 12, 8, 2, 5, kSilu, false, false, 1.f, kSigmoid, 2, 1,
+                1.f},
+        // DeepSeek-V2: softmax group-limited greedy.
+        MoECase{12, 8, 6, 6, 2, 0, kGelu, true, true, 1.f, kSoftmax, 3, 2,
+                16.f}));
+
+/// Group-limited sigmoid routing by hand: 8 experts in 4 groups of 2, the
+/// best 2 groups by the sum of their two scores, the top-3 of those.
+TEST(MoEMath, GroupLimitedSigmoidByHand) {
+  cpu::MoEShape s;
+  s.tokens = 1;
+  s.hidden = 1;
+  s.ffn = 1;
+  s.experts = 8;
+  s.topK = 3;
+  s.scoring = cpu::MoEScoring::Sigmoid;
+  s.groups = 4;
+  s.topkGroup = 2;
+  s.scale = 2.f;
+  ASSERT_TRUE(cpu::isValid(s));
+  // Expert 6 has the largest score, but group 3 (experts 6, 7) sums less
+  // than groups 0 and 1.
+  float logits[8] = {1.f, 1.f, 0.5f, 2.f, -3.f, -3.f, 3.f, -5.f};
+  float probs[8], gates[3];
+  std::copy(logits, logits + 8, probs);
+  int32_t top[3];
+  moeRouteToken(s, probs, top, gates);
+  auto sig = [](float x) { return 1.f / (1.f + std::exp(-x)); };
+  for (int e = 0; e < 8; ++e)
+    EXPECT_FLOAT_EQ(probs[e], sig(logits[e]));
+  // Groups: 0: s(1)+s(1) = 1.462, 1: s(.5)+s(2) = 1.503, 2: 0.095,
+  // 3: s(3)+s(-5) = 0.959. Best two: 1, 0. Top-3 of experts 0..3: 3, 0, 1.
+  EXPECT_EQ(top[0], 3);
+  EXPECT_EQ(top[1], 0);
+  EXPECT_EQ(top[2], 1);
+  float sum = sig(2.f) + 2 * sig(1.f);
+  EXPECT_FLOAT_EQ(gates[0], 2.f * sig(2.f) / sum);
+  EXPECT_FLOAT_EQ(gates[1], 2.f * sig(1.f) / sum);
+  EXPECT_FLOAT_EQ(gates[2], 2.f * sig(1.f) / sum);
+
+  // Softmax groups (DeepSeek-V2) score the max: groups 3 (expert 6) and 1
+  // (expert 3); the top-3 of experts 2, 3, 6, 7 are 6, 3, 2.
+  s.scoring = cpu::MoEScoring::Softmax;
+  std::copy(logits, logits + 8, probs);
+  moeRouteToken(s, probs, top, gates);
+  EXPECT_EQ(top[0], 6);
+  EXPECT_EQ(top[1], 3);
+  EXPECT_EQ(top[2], 2);
+  float z = 0;
+  for (float l : logits)
+    z += std::exp(l);
+  EXPECT_FLOAT_EQ(probs[6], std::exp(3.f) / z);
+  float topSum = probs[6] + probs[3] + probs[2];
+  EXPECT_FLOAT_EQ(gates[0], 2.f * probs[6] / topSum);
+  EXPECT_FLOAT_EQ(gates[2], 2.f * probs[2] / topSum);
+}
+
+/// The balancing bias moves the choice, never the weights: the gates are
+/// the unbiased scores of the chosen experts.
+TEST(MoEMath, BiasChoosesButDoesNotWeigh) {
+  cpu::MoEShape s;
+  s.tokens = 1;
+  s.hidden = 1;
+  s.ffn = 1;
+  s.experts = 8;
+  s.topK = 2;
+  s.scoring = cpu::MoEScoring::Sigmoid;
+  float logits[8] = {1.f, 1.f, 0.5f, 2.f, -3.f, -3.f, 3.f, -5.f};
+  float bias[8] = {0, 0, 0, 0, 0, 0, 0, 2.f};
+  float scores[8], gates[2];
+  std::copy(logits, logits + 8, scores);
+  cpu::moeScoreToken(s, scores);
+  int32_t top[2];
+  cpu::moeSelectToken(s, scores, bias, top, gates);
+  EXPECT_EQ(top[0], 7); // s(-5) + 2 > s(3)
+  EXPECT_EQ(top[1], 6);
+  EXPECT_FLOAT_EQ(gates[0], scores[7] / (scores[7] + scores[6]));
+  cpu::moeSelectToken(s, scores, static_cast<const float *>(nullptr), top,
+                      gates);
+  EXPECT_EQ(top[0], 6);
+  EXPECT_EQ(top[1], 3);
+}
+
+/// The sigmoid router gradient by hand: g_r = c s_r / S, dlogit_e =
+/// dw_e s_e (1 - s_e) for the chosen experts, 0 elsewhere.
+TEST(MoEMath, SigmoidRouterGradientByHand) {
+  cpu::MoEShape s;
+  s.experts = 3;
+  s.topK = 2;
+  s.scoring = cpu::MoEScoring::Sigmoid;
+  s.scale = 3.f;
+  double scores[3] = {0.2, 0.7, 0.6}, gates[2], dg[2] = {0.5, -1.0}, dl[3];
+  int32_t top[2];
+  cpu::moeSelectToken(s, scores, static_cast<const double *>(nullptr), top,
+                      gates);
+  ASSERT_EQ(top[0], 1);
+  ASSERT_EQ(top[1], 2);
+  cpu::moeRouterGradToken(s, scores, top, gates, dg, dl);
+  const double S = 1.3, g1 = 3 * 0.7 / S, g2 = 3 * 0.6 / S,
+               dot = 0.5 * g1 - 1.0 * g2;
+  EXPECT_DOUBLE_EQ(dl[0], 0.0);
+  EXPECT_NEAR(dl[1], (3 * 0.5 - dot) / S * 0.7 * 0.3, 1e-15);
+  EXPECT_NEAR(dl[2], (3 * -1.0 - dot) / S * 0.6 * 0.4, 1e-15);
+}
+
 
 /// Top-k without a "taken" array: equal probabilities pick 0, 1, 2, ...
 TEST(MoEMath, RouteTokenTiesGoToLowerIndex) {
-  float logits[5] = {0.5f, 1.f, 0.5f, 1.f, 0.5f}, probs[5], gates[4];
+  float probs[5] = {0.5f, 1.f, 0.5f, 1.f, 0.5f}, gates[4];
   int32_t top[4];
-  moeRouteToken(logits, probs, 5, 4, true, top, gates);
+  cpu::MoEShape s;
+  s.experts = 5;
+  s.topK = 4;
+  moeRouteToken(s, probs, top, gates);
   EXPECT_EQ(top[0], 1);
   EXPECT_EQ(top[1], 3);
   EXPECT_EQ(top[2], 0);

@@ -291,6 +291,35 @@ TEST(OpShapes, Messages) {
   EXPECT_EQ(check(attn).error, "expects the integer attribute 'num_kv_heads'");
 }
 
+/// nn.moe's routing attributes as a program carries them (the MLIR side's
+/// messages are tested in test/Dialect/NN/moe-routing-invalid.mlir).
+TEST(OpShapes, MoERoutingAttributes) {
+  TensorType r = f32({8, 3}), w1 = f32({8, 6, 3}), w2 = f32({8, 3, 6});
+  Instance moe{"moe",
+               {X, r, w1, w2},
+               {X},
+               {{"top_k", int64_t(3)},
+                {"scoring", std::string("sigmoid")},
+                {"norm_topk_prob", false},
+                {"routed_scaling_factor", 2.5},
+                {"n_group", int64_t(4)},
+                {"topk_group", int64_t(2)}},
+               {}};
+  EXPECT_EQ(check(moe).error, "");
+  moe.attrs["topk_group"] = int64_t(1);
+  EXPECT_EQ(check(moe).error,
+            "top_k 3 exceeds the 2 experts of the topk_group best groups");
+  moe.attrs["topk_group"] = int64_t(2);
+  moe.attrs["norm_topk_prob"] = std::string("yes");
+  EXPECT_EQ(check(moe).error, "attribute 'norm_topk_prob' must be a flag");
+  moe.attrs["norm_topk_prob"] = true;
+  moe.attrs["n_group"] = int64_t(65);
+  EXPECT_EQ(check(moe).error, "expects 1 <= n_group <= 64, got 65");
+  moe.attrs["n_group"] = int64_t(4);
+  moe.attrs["routed_scaling_factor"] = -1.0;
+  EXPECT_EQ(check(moe).error, "expects a finite routed_scaling_factor > 0");
+}
+
 TEST(OpShapes, WorkspaceIsBounded) {
   // One sequence of 2^21 tokens and one head: [batch, heads, seq, seq]
   // probabilities are 2^42 elements, past kMaxElements, though every tensor

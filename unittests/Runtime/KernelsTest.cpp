@@ -906,12 +906,37 @@ Vec naiveMoE(const MoEShape &s, const MoEData &d) {
         p[e] += d.x[t * H + j] * d.router[e * H + j];
       m = std::max(m, p[e]);
     }
-    for (double &v : p)
-      z += (v = std::exp(v - m));
-    for (double &v : p)
-      v /= z;
-    std::vector<Index> idx(E);
-    std::iota(idx.begin(), idx.end(), 0);
+    if (s.scoring == MoEScoring::Sigmoid) {
+      for (double &v : p)
+        v = 1 / (1 + std::exp(-v));
+    } else {
+      for (double &v : p)
+        z += (v = std::exp(v - m));
+      for (double &v : p)
+        v /= z;
+    }
+    // Group-limited: the experts of the topkGroup best groups (max score,
+    // or the sum of the two best under sigmoid), then the top-k of those.
+    std::vector<Index> idx;
+    const Index per = E / s.groups;
+    std::vector<Index> gidx(s.groups);
+    std::iota(gidx.begin(), gidx.end(), 0);
+    Vec gscore(s.groups);
+    for (Index g = 0; g < s.groups; ++g) {
+      Vec v(p.begin() + g * per, p.begin() + (g + 1) * per);
+      std::sort(v.rbegin(), v.rend());
+      gscore[g] = s.scoring == MoEScoring::Sigmoid && per > 1 ? v[0] + v[1]
+                                                              : v[0];
+    }
+    std::stable_sort(gidx.begin(), gidx.end(),
+                     [&](Index a, Index b) { return gscore[a] > gscore[b]; });
+    std::vector<char> eligible(E, s.groups == 1);
+    for (Index r = 0; r < s.topkGroup && s.groups > 1; ++r)
+      for (Index e = gidx[r] * per; e < (gidx[r] + 1) * per; ++e)
+        eligible[e] = 1;
+    for (Index e = 0; e < E; ++e)
+      if (eligible[e])
+        idx.push_back(e);
     std::stable_sort(idx.begin(), idx.end(),
                      [&](Index a, Index b) { return p[a] > p[b]; });
     double sum = 0;
@@ -939,7 +964,7 @@ Vec naiveMoE(const MoEShape &s, const MoEData &d) {
         double o = 0;
         for (Index i = 0; i < F; ++i)
           o += d.w2[(e * H + j) * F + i] * a[i];
-        y[t * H + j] += (s.renormalize ? p[e] / sum : p[e]) * o;
+        y[t * H + j] += (s.renormalize ? p[e] / sum : p[e]) * s.scale * o;
       }
     }
   }
@@ -989,6 +1014,11 @@ void checkMoE(const MoEShape &s, bool gated) {
                     std::to_string(s.experts) +
                     (s.capacity ? " cap" + std::to_string(s.capacity) : "") +
                     (s.renormalize ? "" : " raw") + (gated ? " swiglu" : "") +
+                    (s.scoring == MoEScoring::Sigmoid ? " sigmoid" : "") +
+                    (s.groups > 1 ? " groups" + std::to_string(s.groups) + "/" +
+                                        std::to_string(s.topkGroup)
+                                  : "") +
+                    (s.scale != 1.f ? " scaled" : "") +
                     (s.act == Activation::Gelu ? " gelu" : " silu");
   expectGrad(tag + " B dx", loss, d.x, dx);
   // Top-1 with renormalisation has gate 1: the router gets no gradient.
@@ -1010,6 +1040,46 @@ TEST_P(MoETest, ForwardMatchesNaiveAndGradCheck) {
 TEST(MoE, GatedSwiGLUGradCheck) {
   checkMoE(moeShape(7, 5, 6, 4, 2, 0, Activation::Silu), true);
   checkMoE(moeShape(9, 4, 5, 3, 2, 4, Activation::Gelu), true);
+}
+
+/// DeepSeek routing: sigmoid scores, group-limited choice, the scaling
+/// factor, with and without renormalisation; softmax groups (V2).
+MoEShape deepSeekShape(Index n, Index e, Index k, Index groups,
+                       Index topkGroup, MoEScoring scoring, bool renorm,
+                       float scale, Index cap = 0) {
+  MoEShape s = moeShape(n, 5, 4, e, k, cap, Activation::Silu, renorm);
+  s.scoring = scoring;
+  s.groups = groups;
+  s.topkGroup = topkGroup;
+  s.scale = scale;
+  return s;
+}
+
+TEST(MoE, DeepSeekRoutingMatchesNaiveAndGradCheck) {
+  const MoEScoring sig = MoEScoring::Sigmoid, soft = MoEScoring::Softmax;
+  checkMoE(deepSeekShape(9, 8, 2, 4, 2, sig, true, 2.5f), true);
+  checkMoE(deepSeekShape(9, 8, 3, 4, 2, sig, false, 1.f), false);
+  checkMoE(deepSeekShape(8, 6, 2, 3, 1, sig, true, 1.f, 3), true);
+  checkMoE(deepSeekShape(8, 8, 2, 4, 2, soft, true, 1.f), true);
+  checkMoE(deepSeekShape(7, 6, 2, 1, 1, sig, true, 0.5f), false);
+  checkMoE(deepSeekShape(7, 6, 1, 6, 1, soft, false, 16.f), false);
+}
+
+TEST(MoE, RoutingValidity) {
+  MoEShape s = deepSeekShape(4, 8, 2, 4, 1, MoEScoring::Sigmoid, true, 1.f);
+  EXPECT_TRUE(isValid(s)); // one group of 2 experts holds the top-2
+  s.topK = 3;
+  EXPECT_FALSE(isValid(s)); // 3 > 1 group * 2 experts
+  s.topkGroup = 2;
+  EXPECT_TRUE(isValid(s));
+  s.groups = 3; // does not divide 8
+  EXPECT_FALSE(isValid(s));
+  s.groups = 4;
+  s.topkGroup = 5;
+  EXPECT_FALSE(isValid(s));
+  s.topkGroup = 2;
+  s.scale = 0.f;
+  EXPECT_FALSE(isValid(s));
 }
 
 TEST(MoE, CapacityFromFactor) {

@@ -1,8 +1,8 @@
 //===- ModelConfig.h - HF-style model configuration -------------*- C++ -*-===//
 //
-// The shape of a GPT-2, Llama, Mixtral or DeepSeek-V2/V3 model as read from
-// a Hugging Face-style config.json, validated: every size positive, heads dividing the
-// hidden size, kv heads dividing the heads, the sequence within the
+// The shape of a GPT-2, Llama, Mixtral, Qwen2-MoE or DeepSeek-V2/V3 model as
+// read from a Hugging Face-style config.json, validated: every size positive,
+// heads dividing the hidden size, kv heads dividing the heads, the sequence within the
 // positions, top_k within the experts.
 //
 //===----------------------------------------------------------------------===//
@@ -13,10 +13,18 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pipeforge::import {
 
-enum class ModelKind { GPT2, Llama, Mixtral, DeepSeekV2, DeepSeekV3 };
+enum class ModelKind {
+  GPT2,
+  Llama,
+  Mixtral,
+  Qwen2MoE,
+  DeepSeekV2,
+  DeepSeekV3
+};
 
 /// Multi-head Latent Attention (DeepSeek-V2 / V3, docs/import.md): low-rank
 /// q and kv projections, per-head q/k of qkNope + qkRope dimensions (the
@@ -31,22 +39,6 @@ struct MLAConfig {
   int64_t qkHeadDim() const { return qkNopeHeadDim + qkRopeHeadDim; }
 };
 
-/// DeepSeekMoE's routing and layout keys as read (the routed experts and
-/// top-k are ModelConfig::numExperts / topK). The builder uses the layout
-/// (dense first layers, shared experts); see docs/import.md for which
-/// routing keys the nn.moe it builds follows.
-struct DeepSeekMoEConfig {
-  int64_t sharedExperts = 0;   ///< n_shared_experts (0: none)
-  int64_t moeIntermediate = 0; ///< moe_intermediate_size
-  int64_t firstKDense = 0;     ///< first_k_dense_replace
-  int64_t layerFreq = 1;       ///< moe_layer_freq
-  int64_t nGroup = 1, topkGroup = 1;
-  double routedScaling = 1.0; ///< routed_scaling_factor
-  std::string scoringFunc;    ///< "softmax" or "sigmoid"
-  std::string topkMethod;     ///< as configured (informational)
-  bool normTopkProb = false;
-};
-
 struct ModelConfig {
   ModelKind kind = ModelKind::GPT2;
   int64_t numLayers = 0;
@@ -56,8 +48,30 @@ struct ModelConfig {
   int64_t intermediate = 0; // MLP (or per-expert) width
   int64_t vocab = 0;
   int64_t maxPositions = 0;
-  int64_t numExperts = 0; // Mixtral only
-  int64_t topK = 0;       // Mixtral only
+  int64_t numExperts = 0; // MoE models only (DeepSeek: 0 when dense)
+  int64_t topK = 0;       // MoE models only
+
+  // MoE layers (docs/import.md, "MoE models"): the routing of nn.moe, the
+  // shared experts and which layers are dense.
+  int64_t expertFfn = 0;        // moe_intermediate_size (else intermediate)
+  std::string scoring = "softmax"; // scoring_func
+  bool normTopkProb = true;     // norm_topk_prob
+  double routedScaling = 1.0;   // routed_scaling_factor
+  int64_t nGroup = 1, topkGroup = 1;
+  int64_t sharedFfn = 0;        // shared experts' width; 0: none
+  bool sharedGate = false;      // Qwen2-MoE: sigmoid(W x) * shared(x)
+  int64_t firstDense = 0;       // first_k_dense_replace
+  int64_t sparseStep = 1;       // decoder_sparse_step (Qwen2-MoE)
+  int64_t layerFreq = 1;        // moe_layer_freq (DeepSeek)
+  std::vector<int64_t> mlpOnlyLayers; // mlp_only_layers (Qwen2-MoE)
+  bool qkvBias = false;         // Qwen2: q, k, v projections with bias
+
+  bool isMoE() const {
+    return kind == ModelKind::Mixtral || kind == ModelKind::Qwen2MoE ||
+           (isDeepSeek() && numExperts > 0);
+  }
+  /// Whether decoder layer i (0-based) has an MoE MLP (else a dense one).
+  bool moeLayer(int64_t i) const;
   double ropeTheta = 10000.0;
   double normEpsilon = 1e-5;
   double initStd = 0.02;       // initializer_range
@@ -74,18 +88,12 @@ struct ModelConfig {
   int64_t seqLen = 0;
   int64_t batch = 1;
 
-  // DeepSeek-V2 / V3 only.
+  // DeepSeek-V2 / V3 only (their MoE keys are the fields above).
   MLAConfig mla;
-  DeepSeekMoEConfig dsMoE;
 
   int64_t headDim() const { return hidden / numHeads; }
   bool isDeepSeek() const {
     return kind == ModelKind::DeepSeekV2 || kind == ModelKind::DeepSeekV3;
-  }
-  /// Whether block `layer` (0-based) of a DeepSeek model is a MoE layer.
-  bool isDeepSeekMoELayer(int64_t layer) const {
-    return numExperts > 0 && layer >= dsMoE.firstKDense &&
-           layer % dsMoE.layerFreq == 0;
   }
 };
 

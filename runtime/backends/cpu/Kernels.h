@@ -414,7 +414,8 @@ void crossEntropyB(const CrossEntropyShape &s,
 // Mixture of experts.
 //   logits = x Wr^T [tokens, E]; p = softmax(logits); top-k of p (ties to the
 //   lower expert index); gates g = p[topk] / sum p[topk] (or g = p[topk]
-//   when !renormalize); expert e is w2_e act(w1_e x), or with w3 the gated
+//   when !renormalize); sigmoid scores, group-limited routing and the
+//   routed scaling factor as MoERouting.h says; expert e is w2_e act(w1_e x), or with w3 the gated
 //   (SwiGLU) form w2_e (act(w1_e x) * (w3_e x)), no biases;
 //   y[t] = sum_{kept (t,e)} g_te expert_e(x_t).
 //   Capacity C > 0: each expert keeps its first C assignments in token order
@@ -427,6 +428,9 @@ void crossEntropyB(const CrossEntropyShape &s,
 // extra GEMM per expert, so that W reads only saved tensors and dy.
 //===----------------------------------------------------------------------===//
 
+/// nn.moe's `scoring`: the router's scores from its logits.
+enum class MoEScoring { Softmax, Sigmoid };
+
 struct MoEShape {
   Index tokens = 0, hidden = 0, ffn = 0, experts = 0, topK = 1;
   Index capacity = 0; ///< 0 = unlimited
@@ -434,6 +438,12 @@ struct MoEShape {
   /// true: gates = p / sum of the top-k p (Mixtral); false: gates = p
   /// (Switch / GShard style; with top-1 only this trains the router).
   bool renormalize = true;
+  /// The routing of DeepSeek-V2/V3 (MoERouting.h): the router's scores,
+  /// the gates' factor (routed_scaling_factor) and group-limited routing
+  /// (the experts in `groups` groups, the top-k from the `topkGroup` best).
+  MoEScoring scoring = MoEScoring::Softmax;
+  float scale = 1.f;
+  Index groups = 1, topkGroup = 1;
 };
 template <typename T> struct MoEParams {
   const T *router = nullptr; ///< [E, hidden]
@@ -465,7 +475,9 @@ template <typename T> struct MoESaved : SavedBase {
   Index dropped() const; ///< assignments over capacity
 };
 
-/// Checks 1 <= topK <= experts and sizes >= 0.
+/// Checks 1 <= topK <= experts, sizes >= 0 and the routing: scale > 0,
+/// 1 <= topkGroup <= groups <= 64, groups dividing the experts and the
+/// eligible experts (topkGroup * experts / groups) at least topK.
 bool isValid(const MoEShape &s);
 
 /// nn.moe's capacity_factor as a per-expert capacity:

@@ -10,6 +10,7 @@
 #include "Blas.h"
 #include "ElementwiseMath.h"
 #include "Kernels.h"
+#include "MoERouting.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,8 +23,14 @@ namespace cpu {
 using detail::gemm;
 
 bool isValid(const MoEShape &s) {
-  return s.tokens >= 0 && s.hidden > 0 && s.ffn > 0 && s.experts > 0 &&
-         s.topK >= 1 && s.topK <= s.experts && s.capacity >= 0;
+  if (!(s.tokens >= 0 && s.hidden > 0 && s.ffn > 0 && s.experts > 0 &&
+        s.topK >= 1 && s.topK <= s.experts && s.capacity >= 0))
+    return false;
+  if (!(s.scale > 0.f) || !std::isfinite(s.scale) || s.groups < 1 ||
+      s.groups > 64 || s.experts % s.groups != 0 || s.topkGroup < 1 ||
+      s.topkGroup > s.groups)
+    return false;
+  return s.topkGroup * (s.experts / s.groups) >= s.topK;
 }
 
 Index moeCapacity(double capacityFactor, Index tokens, Index topK,
@@ -56,46 +63,16 @@ void moeF(const MoEShape &s, const MoEParams<T> &p, const T *x, T *y,
   saved.x = x;
   saved.params = p;
 
-  // Router: probs = softmax(x Wr^T).
+  // Router: scores of x Wr^T, then top-k and gates (MoERouting.h).
   saved.probs.assign(N * E, T(0));
   T *probs = saved.probs.data();
   gemm(false, true, N, E, H, T(1), x, H, p.router, H, T(0), probs, E);
-  for (Index t = 0; t < N; ++t) {
-    T *row = probs + t * E;
-    T m = row[0];
-    for (Index e = 1; e < E; ++e)
-      m = row[e] > m ? row[e] : m;
-    T sum = 0;
-    for (Index e = 0; e < E; ++e) {
-      row[e] = math::softmaxExp(row[e], m);
-      sum += row[e];
-    }
-    T inv = T(1) / sum;
-    for (Index e = 0; e < E; ++e)
-      row[e] *= inv;
-  }
-
-  // Top-k, ties to the lower index; renormalised gates.
   saved.topIdx.assign(N * K, 0);
   saved.gates.assign(N * K, T(0));
-  std::vector<char> taken(E);
   for (Index t = 0; t < N; ++t) {
-    const T *row = probs + t * E;
-    std::fill(taken.begin(), taken.end(), 0);
-    T sum = 0;
-    for (Index r = 0; r < K; ++r) {
-      Index best = -1;
-      for (Index e = 0; e < E; ++e)
-        if (!taken[e] && (best < 0 || row[e] > row[best]))
-          best = e;
-      taken[best] = 1;
-      saved.topIdx[t * K + r] = int32_t(best);
-      sum += row[best];
-    }
-    for (Index r = 0; r < K; ++r) {
-      T pr = row[saved.topIdx[t * K + r]];
-      saved.gates[t * K + r] = s.renormalize ? pr / sum : pr;
-    }
+    moeScoreToken(s, probs + t * E);
+    moeSelectToken(s, probs + t * E, static_cast<const T *>(nullptr),
+                   saved.topIdx.data() + t * K, saved.gates.data() + t * K);
   }
 
   // Capacity and dispatch rows.
@@ -205,16 +182,15 @@ static void expertGrads(const MoEShape &s, const MoESaved<T> &saved,
 }
 
 /// dlogits [tokens, E]: through the gates, their renormalisation over the
-/// top-k and the softmax. Top-k membership and drops are constants.
+/// top-k and the softmax or sigmoid (MoERouting.h). Top-k membership and
+/// drops are constants.
 template <typename T>
 static void routerGrads(const MoEShape &s, const MoESaved<T> &saved,
                         const T *dy, T *dlogits) {
   const Index N = s.tokens, H = s.hidden, E = s.experts, K = s.topK;
-  std::vector<T> dg(K), dp(E);
+  std::vector<T> dg(K);
   for (Index t = 0; t < N; ++t) {
-    const T *p = saved.probs.data() + t * E;
     const T *dyr = dy + t * H;
-    T sumP = 0, dotG = 0;
     for (Index r = 0; r < K; ++r) {
       Index row = saved.rowOf[t * K + r];
       T d = 0;
@@ -224,21 +200,10 @@ static void routerGrads(const MoEShape &s, const MoESaved<T> &saved,
           d += dyr[j] * eo[j];
       }
       dg[r] = d;
-      sumP += p[saved.topIdx[t * K + r]];
-      dotG += d * saved.gates[t * K + r];
     }
-    std::fill(dp.begin(), dp.end(), T(0));
-    // g_r = p_r / sumP  =>  dp_r = (dg_r - sum_q dg_q g_q) / sumP;
-    // g_r = p_r        =>  dp_r = dg_r.
-    for (Index r = 0; r < K; ++r)
-      dp[saved.topIdx[t * K + r]] =
-          s.renormalize ? (dg[r] - dotG) / sumP : dg[r];
-    T dot = 0;
-    for (Index e = 0; e < E; ++e)
-      dot += p[e] * dp[e];
-    T *dl = dlogits + t * E;
-    for (Index e = 0; e < E; ++e)
-      dl[e] = math::softmaxGrad(p[e], dp[e], dot);
+    moeRouterGradToken(s, saved.probs.data() + t * E,
+                       saved.topIdx.data() + t * K,
+                       saved.gates.data() + t * K, dg.data(), dlogits + t * E);
   }
 }
 

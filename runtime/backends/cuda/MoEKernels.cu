@@ -18,12 +18,11 @@ namespace pipeforge::rt::cuda {
 
 namespace {
 
-__global__ void routeKernel(float *probs, long long tokens, long long experts,
-                            long long topK, bool renormalize, int32_t *topIdx,
+__global__ void routeKernel(float *probs, cpu::MoEShape s, int32_t *topIdx,
                             float *gates) {
-  PF_GRID_LOOP(t, tokens)
-  moeRouteToken(probs + t * experts, probs + t * experts, experts, topK,
-                renormalize, topIdx + t * topK, gates + t * topK);
+  PF_GRID_LOOP(t, s.tokens)
+  moeRouteToken(s, probs + t * s.experts, topIdx + t * s.topK,
+                gates + t * s.topK);
 }
 
 __global__ void assignKernel(const int32_t *topIdx, long long assignments,
@@ -71,15 +70,13 @@ __global__ void gateGradKernel(long long assignments, long long hidden,
   }
 }
 
-__global__ void routerGradKernel(const float *probs, long long tokens,
-                                 long long experts, long long topK,
+__global__ void routerGradKernel(const float *probs, cpu::MoEShape s,
                                  const int32_t *topIdx, const float *gates,
-                                 const float *dg, bool renormalize,
-                                 float *dlogits) {
-  PF_GRID_LOOP(t, tokens)
-  moeRouterGradToken(probs + t * experts, experts, topK, topIdx + t * topK,
-                     gates + t * topK, dg + t * topK, renormalize,
-                     dlogits + t * experts);
+                                 const float *dg, float *dlogits) {
+  PF_GRID_LOOP(t, s.tokens)
+  moeRouterGradToken(s, probs + t * s.experts, topIdx + t * s.topK,
+                     gates + t * s.topK, dg + t * s.topK,
+                     dlogits + t * s.experts);
 }
 
 __global__ void dyeKernel(long long n, long long hidden, long long topK,
@@ -105,11 +102,10 @@ __global__ void scatterKernel(long long n, long long hidden, long long topK,
 
 /// MoEPlan.h's executor: everything queued on ctx.stream.
 struct CudaExec : GemmExec {
-  Status route(float *probs, long long tokens, long long experts,
-               long long topK, bool renormalize, int32_t *topIdx,
+  Status route(float *probs, const cpu::MoEShape &s, int32_t *topIdx,
                float *gates) {
-    routeKernel<<<blocksFor(tokens), kThreads, 0, ctx.stream>>>(
-        probs, tokens, experts, topK, renormalize, topIdx, gates);
+    routeKernel<<<blocksFor(s.tokens), kThreads, 0, ctx.stream>>>(
+        probs, s, topIdx, gates);
     return launchStatus("moe route");
   }
   Status assign(const int32_t *topIdx, long long assignments, long long experts,
@@ -143,11 +139,11 @@ struct CudaExec : GemmExec {
         assignments, hidden, topK, rows, topIdx, slotOf, dy, eout, dg);
     return launchStatus("moe gateGrad");
   }
-  Status routerGrad(const float *probs, long long tokens, long long experts,
-                    long long topK, const int32_t *topIdx, const float *gates,
-                    const float *dg, bool renormalize, float *dlogits) {
-    routerGradKernel<<<blocksFor(tokens), kThreads, 0, ctx.stream>>>(
-        probs, tokens, experts, topK, topIdx, gates, dg, renormalize, dlogits);
+  Status routerGrad(const float *probs, const cpu::MoEShape &s,
+                    const int32_t *topIdx, const float *gates, const float *dg,
+                    float *dlogits) {
+    routerGradKernel<<<blocksFor(s.tokens), kThreads, 0, ctx.stream>>>(
+        probs, s, topIdx, gates, dg, dlogits);
     return launchStatus("moe routerGrad");
   }
   Status dye(long long n, long long hidden, long long topK,

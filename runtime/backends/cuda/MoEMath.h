@@ -25,6 +25,7 @@
 
 #include "cpu/ElementwiseMath.h"
 #include "cpu/Kernels.h"
+#include "cpu/MoERouting.h"
 
 #include <stdint.h>
 
@@ -47,48 +48,15 @@ PF_HOST_DEVICE inline float moeActGrad(Activation a, float x) {
   return a == Activation::Gelu ? math::geluGrad(x) : math::siluGrad(x);
 }
 
-/// One token's routing: probs = softmax(logits) (may alias logits), top-k
-/// in descending probability with ties to the lower expert index, gates.
-PF_HOST_DEVICE inline void moeRouteToken(const float *logits, float *probs,
-                                         long long experts, long long topK,
-                                         bool renormalize, int32_t *topIdx,
-                                         float *gates) {
-  float m = logits[0];
-  for (long long e = 1; e < experts; ++e)
-    m = logits[e] > m ? logits[e] : m;
-  float sum = 0.f;
-  for (long long e = 0; e < experts; ++e) {
-    probs[e] = math::softmaxExp(logits[e], m);
-    sum += probs[e];
-  }
-  const float inv = 1.f / sum;
-  for (long long e = 0; e < experts; ++e)
-    probs[e] *= inv;
-
-  // The r-th pick is the first expert of the order (p descending, index
-  // ascending) after pick r-1: the CPU kernel's greedy choice without its
-  // per-token "taken" array.
-  float topSum = 0.f;
-  long long prev = -1;
-  for (long long r = 0; r < topK; ++r) {
-    long long best = -1;
-    for (long long e = 0; e < experts; ++e) {
-      bool after = prev < 0 || probs[e] < probs[prev] ||
-                   (probs[e] == probs[prev] && e > prev);
-      if (after && (best < 0 || probs[e] > probs[best]))
-        best = e;
-    }
-    // Only NaN probabilities leave no candidate; keep the index in range.
-    if (best < 0)
-      best = 0;
-    topIdx[r] = int32_t(best);
-    topSum += probs[best];
-    prev = best;
-  }
-  for (long long r = 0; r < topK; ++r) {
-    float p = probs[topIdx[r]];
-    gates[r] = renormalize ? p / topSum : p;
-  }
+/// One token's routing (cpu/MoERouting.h, shared with the CPU kernels and
+/// the expert-parallel path): probs [E] holds the logits on entry and the
+/// scores (softmax or sigmoid) on return; top-k with ties to the lower
+/// expert index, group-limited when s.groups > 1; the gates.
+PF_HOST_DEVICE inline void moeRouteToken(const cpu::MoEShape &s, float *probs,
+                                         int32_t *topIdx, float *gates) {
+  cpu::moeScoreToken(s, probs);
+  cpu::moeSelectToken(s, probs, static_cast<const float *>(nullptr), topIdx,
+                      gates);
 }
 
 /// Expert e's capacity scan: its assignments in token order take slots
@@ -168,30 +136,15 @@ moeGateGradPart(long long a, long long hidden, long long topK, long long rows,
   return sum;
 }
 
-/// One token's router gradient: dg [K] -> gates -> renormalisation over
-/// the top-k -> softmax -> dlogits [E] (the CPU kernel's formulas and
-/// summation orders; top-k membership and drops are constants).
-PF_HOST_DEVICE inline void
-moeRouterGradToken(const float *probs, long long experts, long long topK,
-                   const int32_t *topIdx, const float *gates, const float *dg,
-                   bool renormalize, float *dlogits) {
-  float sumP = 0.f, dotG = 0.f;
-  for (long long r = 0; r < topK; ++r) {
-    sumP += probs[topIdx[r]];
-    dotG += dg[r] * gates[r];
-  }
-  // dp[e] of the CPU kernel: nonzero only for the token's top-k experts.
-  auto dpOf = [&](long long e) {
-    for (long long r = 0; r < topK; ++r)
-      if (topIdx[r] == e)
-        return renormalize ? (dg[r] - dotG) / sumP : dg[r];
-    return 0.f;
-  };
-  float dot = 0.f;
-  for (long long e = 0; e < experts; ++e)
-    dot += probs[e] * dpOf(e);
-  for (long long e = 0; e < experts; ++e)
-    dlogits[e] = math::softmaxGrad(probs[e], dpOf(e), dot);
+/// One token's router gradient: dg [K] -> gates -> scaling and
+/// renormalisation over the top-k -> softmax or sigmoid -> dlogits [E]
+/// (cpu/MoERouting.h; top-k membership and drops are constants).
+PF_HOST_DEVICE inline void moeRouterGradToken(const cpu::MoEShape &s,
+                                              const float *probs,
+                                              const int32_t *topIdx,
+                                              const float *gates,
+                                              const float *dg, float *dlogits) {
+  cpu::moeRouterGradToken(s, probs, topIdx, gates, dg, dlogits);
 }
 
 /// Element idx of dye [R, H]: gate * dy[token], 0 for unused rows.

@@ -19,14 +19,13 @@
 // Exec provides (each returns Status; n is a thread count):
 //   gemm(transA, transB, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
 //        batch, strideA, strideB, strideC)          row-major, as cuda::gemm
-//   route(probs, tokens, experts, topK, renormalize, topIdx, gates)
+//   route(probs, shape, topIdx, gates)      (the routing fields of shape)
 //   assign(topIdx, assignments, experts, rows, slotOf, rowAssign)
 //   gather(n, hidden, topK, rowAssign, x, xe)
 //   act(n, Activation, pre, pre3, out)
 //   combine(n, hidden, topK, rows, topIdx, slotOf, gates, eout, y)
 //   gateGrad(assignments, hidden, topK, rows, topIdx, slotOf, dy, eout, dg)
-//   routerGrad(probs, tokens, experts, topK, topIdx, gates, dg,
-//              renormalize, dlogits)
+//   routerGrad(probs, shape, topIdx, gates, dg, dlogits)
 //   dye(n, hidden, topK, rowAssign, gates, dy, dye)
 //   expertGrad(n, Activation, pre, pre3, dpre, dpre3)
 //   scatter(n, hidden, topK, rows, topIdx, slotOf, dxe, dx)
@@ -107,7 +106,7 @@ Status moeExpertForward(Exec &x, const cpu::MoEShape &s, const float *in,
                          b.probs, E, 1, 0, 0, 0);
       !st)
     return st;
-  if (Status st = x.route(b.probs, N, E, K, s.renormalize, b.topIdx, b.gates);
+  if (Status st = x.route(b.probs, s, b.topIdx, b.gates);
       !st)
     return st;
   if (Status st = x.assign(b.topIdx, N * K, E, rows, b.slotOf, b.rowAssign);
@@ -146,8 +145,8 @@ Status moeExpertBackward(Exec &x, const cpu::MoEShape &s, const float *w2,
           x.gateGrad(N * K, H, K, rows, b.topIdx, b.slotOf, dy, b.eout, b.dg);
       !st)
     return st;
-  if (Status st = x.routerGrad(b.probs, N, E, K, b.topIdx, b.gates, b.dg,
-                               s.renormalize, b.dlogits);
+  if (Status st = x.routerGrad(b.probs, s, b.topIdx, b.gates, b.dg,
+                               b.dlogits);
       !st)
     return st;
   if (Status st = x.dye(E * rows * H, H, K, b.rowAssign, b.gates, dy, b.dye);

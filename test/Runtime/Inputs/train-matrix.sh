@@ -20,7 +20,9 @@
 # a parameter holds the same bits.
 #
 # PF_RUN_ARGS: options added to every pipelined run (not the reference),
-# e.g. "--zero 1".
+# e.g. "--zero 1". PF_COMPILE_ARGS: options added to the pipelined compile
+# (e.g. "--fuse-overlap"). PF_MODEL: the config under examples/ (default
+# moe-tiny.json).
 #
 # Tolerances (PF_LOSS_TOL, PF_RTOL, PF_ATOL override): the pipelined run
 # adds the same numbers in another order where microbatches are summed
@@ -54,6 +56,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 common=(--seq-len 8 --microbatch-size 2)
 refopt=(--steps $steps --clip $clip)
 read -r -a extra <<< "${PF_RUN_ARGS:-}"
+read -r -a cextra <<< "${PF_COMPILE_ARGS:-}"
+model=$src/examples/${PF_MODEL:-moe-tiny.json}
+tag=${PF_MODEL:+${PF_MODEL%.json}-}
 opt=("${refopt[@]}" "${extra[@]}")
 
 fail() { echo "FAIL $mode $sched: $*"; exit 1; }
@@ -76,16 +81,16 @@ compare_weights() { # A B RTOL ATOL WHAT
 }
 
 # The single-process reference over every microbatch of a step.
-ref=$out/ref-$((D * E * M))
+ref=$out/${tag}ref-$((D * E * M))
 if [ ! -f "$ref.w" ]; then
-  "$tools/pipeforge-compile" "$src/examples/moe-tiny.json" --schedule none --ranks 1 \
+  "$tools/pipeforge-compile" "$model" --schedule none --ranks 1 \
     --microbatches $((D * E * M)) "${common[@]}" -o "$ref.pfp"
   "$tools/pipeforge-run" "$ref.pfp" "${refopt[@]}" --dump-weights "$ref.w" > "$ref.log"
 fi
 
-run=$out/$mode-$sched
-"$tools/pipeforge-compile" "$src/examples/moe-tiny.json" --schedule "$sched" --ranks $P \
-  --dp $D --ep $E --microbatches $M "${common[@]}" -o "$run.pfp"
+run=$out/$tag$mode-$sched
+"$tools/pipeforge-compile" "$model" --schedule "$sched" --ranks $P \
+  --dp $D --ep $E --microbatches $M "${common[@]}" "${cextra[@]}" -o "$run.pfp"
 
 # sync: the default path.
 mpirun --oversubscribe -np $n "$tools/pipeforge-run" "$run.pfp" "${opt[@]}" \

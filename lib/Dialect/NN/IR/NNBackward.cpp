@@ -373,7 +373,9 @@ LogicalResult MoEOp::buildBackwardInput(OpBuilder &b, FwdMap fwd,
     grads[base] = MoEBwdInputOp::create(
         b, getLoc(), getInput().getType(), fwd(getInput()), fwd(getRouter()),
         fwd(getW1()), fwd(getW2()), fwdOrNull(fwd, getW3()), dy,
-        getTopKAttr(), getCapacityFactorAttr(), getActivationAttr());
+        getTopKAttr(), getCapacityFactorAttr(), getActivationAttr(),
+        getScoringAttr(), getNormTopkProbAttr(), getRoutedScalingFactorAttr(),
+        getNGroupAttr(), getTopkGroupAttr());
   return success();
 }
 
@@ -388,7 +390,9 @@ LogicalResult MoEOp::buildBackwardWeight(OpBuilder &b, FwdMap fwd,
       b, getLoc(), getRouter().getType(), getW1().getType(),
       getW2().getType(), w3 ? w3.getType() : Type(), fwd(getInput()),
       fwd(getRouter()), fwd(getW1()), fwd(getW2()), fwdOrNull(fwd, w3), dy,
-      getTopKAttr(), getCapacityFactorAttr(), getActivationAttr());
+      getTopKAttr(), getCapacityFactorAttr(), getActivationAttr(),
+      getScoringAttr(), getNormTopkProbAttr(), getRoutedScalingFactorAttr(),
+      getNGroupAttr(), getTopkGroupAttr());
   grads.push_back(op.getRouterGrad());
   grads.push_back(op.getW1Grad());
   grads.push_back(op.getW2Grad());

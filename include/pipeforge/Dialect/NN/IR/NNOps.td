@@ -267,6 +267,22 @@ def NN_MoEOp : NN_Op<"moe", NN_ModelTraits> {
     `ceil(capacity_factor * tokens * top_k / experts)` tokens, in token
     order; the rest of its tokens are dropped.
 
+    Routing options (DeepSeek-V2/V3, Qwen2-MoE; the defaults are the
+    routing above):
+    - `scoring`: `"softmax"` (default) or `"sigmoid"` scores of the router
+      logits (DeepSeek-V3 uses sigmoid).
+    - `norm_topk_prob` (default true): the top-k scores are renormalised to
+      sum to 1; false keeps the raw scores as the weights.
+    - `routed_scaling_factor` (default 1, > 0): multiplies the weights.
+    - `n_group`, `topk_group` (default 1, 1): group-limited routing. The
+      experts form `n_group` consecutive groups (`n_group` divides the
+      experts, at most 64); a group scores the max of its experts' scores
+      (softmax, DeepSeek-V2) or the sum of its two largest (sigmoid,
+      DeepSeek-V3); only the experts of the `topk_group` best groups may be
+      chosen, so `topk_group * experts / n_group >= top_k`.
+    The choice is a constant for the gradient: it flows through the chosen
+    weights (scaling, renormalisation, then the softmax or sigmoid).
+
     ```mlir
     %y = nn.moe %x, %r, %w1, %w2 {top_k = 2 : i64, activation = "silu"}
         : (tensor<2x16x64xf32>, tensor<4x64xf32>, tensor<4x128x64xf32>, tensor<4x64x128xf32>)
@@ -278,7 +294,12 @@ def NN_MoEOp : NN_Op<"moe", NN_ModelTraits> {
                        Optional<NN_FloatTensor>:$w3,
                        ConfinedAttr<I64Attr, [IntPositive]>:$top_k,
                        DefaultValuedAttr<F32Attr, "0.0">:$capacity_factor,
-                       DefaultValuedAttr<StrAttr, "\"gelu\"">:$activation);
+                       DefaultValuedAttr<StrAttr, "\"gelu\"">:$activation,
+                       DefaultValuedAttr<StrAttr, "\"softmax\"">:$scoring,
+                       DefaultValuedAttr<BoolAttr, "true">:$norm_topk_prob,
+                       DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling_factor,
+                       DefaultValuedAttr<I64Attr, "1">:$n_group,
+                       DefaultValuedAttr<I64Attr, "1">:$topk_group);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $router `,` $w1 `,` $w2 (`,` $w3^)? attr-dict `:` functional-type(operands, results)
@@ -522,7 +543,12 @@ def NN_MoEBwdInputOp : NN_GradOp<"moe_bwd_input"> {
                        NN_FloatTensor:$result_grad,
                        ConfinedAttr<I64Attr, [IntPositive]>:$top_k,
                        DefaultValuedAttr<F32Attr, "0.0">:$capacity_factor,
-                       DefaultValuedAttr<StrAttr, "\"gelu\"">:$activation);
+                       DefaultValuedAttr<StrAttr, "\"gelu\"">:$activation,
+                       DefaultValuedAttr<StrAttr, "\"softmax\"">:$scoring,
+                       DefaultValuedAttr<BoolAttr, "true">:$norm_topk_prob,
+                       DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling_factor,
+                       DefaultValuedAttr<I64Attr, "1">:$n_group,
+                       DefaultValuedAttr<I64Attr, "1">:$topk_group);
   let results = (outs NN_FloatTensor:$input_grad);
 }
 
@@ -534,7 +560,12 @@ def NN_MoEBwdWeightOp : NN_GradOp<"moe_bwd_weight"> {
                        NN_FloatTensor:$result_grad,
                        ConfinedAttr<I64Attr, [IntPositive]>:$top_k,
                        DefaultValuedAttr<F32Attr, "0.0">:$capacity_factor,
-                       DefaultValuedAttr<StrAttr, "\"gelu\"">:$activation);
+                       DefaultValuedAttr<StrAttr, "\"gelu\"">:$activation,
+                       DefaultValuedAttr<StrAttr, "\"softmax\"">:$scoring,
+                       DefaultValuedAttr<BoolAttr, "true">:$norm_topk_prob,
+                       DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling_factor,
+                       DefaultValuedAttr<I64Attr, "1">:$n_group,
+                       DefaultValuedAttr<I64Attr, "1">:$topk_group);
   let results = (outs NN_FloatTensor:$router_grad, NN_FloatTensor:$w1_grad,
                       NN_FloatTensor:$w2_grad, Optional<NN_FloatTensor>:$w3_grad);
 }
