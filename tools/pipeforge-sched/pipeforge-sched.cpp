@@ -264,15 +264,15 @@ int main(int argc, char **argv) {
               << r->ignoredFsdpActions
               << " FSDP action(s) (UNSHARD, RESHARD, REDUCE_GRAD): a "
                  "pipeline schedule has no equivalent\n";
-  std::string out = renderScheduleJob(*r, o.format);
   if (o.output.empty()) {
-    std::cout << out << std::flush;
+    renderScheduleJob(*r, o.format, std::cout);
+    std::cout << std::flush;
     if (!std::cout)
       fail("cannot write to standard output");
     return 0;
   }
   std::ofstream f(o.output, std::ios::binary);
-  f << out;
+  renderScheduleJob(*r, o.format, f);
   f.close();
   if (!f)
     fail("cannot write '" + o.output + "'");

@@ -16,6 +16,7 @@
 #include "pipeforge/Schedule/AutoScheduler.h"
 #include "pipeforge/Schedule/Simulator.h"
 
+#include <iosfwd>
 #include <optional>
 #include <string>
 
@@ -110,6 +111,10 @@ bool isJobFormat(const std::string &format);
 /// bound), csv (PyTorch), svg or trace (Chrome).
 std::string renderScheduleJob(const ScheduleJobResult &r,
                               const std::string &format);
+/// The same, written to `os`; the text format streams its grid (a schedule
+/// of millions of actions is not held as one string).
+void renderScheduleJob(const ScheduleJobResult &r, const std::string &format,
+                       std::ostream &os);
 
 } // namespace pipeforge::sched
 
