@@ -47,8 +47,8 @@ struct ScheduleJob {
   int layers = 0; ///< transformer layers of the model; 0: one per stage
 
   /// --schedule auto (AutoOptions). timeLimit: wall-clock ceiling of the
-  /// whole job in seconds (>= 0): the automatic search, and the rest of
-  /// the job; the work budgets searchMoves (local-search moves) and
+  /// whole automatic search in seconds (>= 0; under anyPlacement both
+  /// placements' searches together); the work budgets searchMoves (local-search moves) and
   /// ilpNodes (CBC nodes) decide how far the search goes, so the result
   /// does not depend on the machine unless the ceiling fires (then the
   /// result says so).
