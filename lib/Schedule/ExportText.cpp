@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <ostream>
+#include <sstream>
 
 namespace pipeforge::sched {
 
@@ -46,7 +48,7 @@ std::string fmt(double v) {
 }
 } // namespace
 
-std::string exportTextGrid(const Schedule &s, const SimResult &sim) {
+void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
   int p = s.numRanks();
   double unit = 0;
   for (const Interval &iv : sim.intervals) {
@@ -69,17 +71,25 @@ std::string exportTextGrid(const Schedule &s, const SimResult &sim) {
     unit = makespan > 0 && std::isfinite(makespan) ? makespan / kMaxGridColumns
                                                    : 1;
   auto chunks = chunkIndex(s);
-  std::vector<std::vector<std::string>> rows(p);
+  // A cell is 8 bytes: the action it starts (its label is formatted when
+  // written), or kIdle ".", or kBusy "-" (the action of the cell before
+  // still runs). Millions of actions stay compact.
+  constexpr uint64_t kIdle = ~uint64_t(0), kBusy = ~uint64_t(0) - 1;
+  std::vector<std::vector<uint64_t>> rows(p);
   std::vector<size_t> nextFree(p, 0);
+  auto labelOf = [&](int r, uint64_t idx) {
+    const Action &a = s.programs[r][idx];
+    std::string label = cellOf(a.work, chunks[r]);
+    if (a.kind == ActionKind::Overlap)
+      label += "+" + cellOf(a.work2, chunks[r]);
+    return label;
+  };
   for (const Interval &iv : sim.intervals) {
     if (iv.rank < 0 || iv.rank >= p)
       continue;
     const Action &a = s.programs[iv.rank][iv.actionIndex];
     if (a.isComm())
       continue;
-    std::string label = cellOf(a.work, chunks[iv.rank]);
-    if (a.kind == ActionKind::Overlap)
-      label += "+" + cellOf(a.work2, chunks[iv.rank]);
     size_t col = std::max(
         nextFree[iv.rank],
         static_cast<size_t>(std::llround(std::max(0.0, iv.start) / unit)));
@@ -87,39 +97,53 @@ std::string exportTextGrid(const Schedule &s, const SimResult &sim) {
         std::max<long long>(1, std::llround((iv.end - iv.start) / unit));
     auto &row = rows[iv.rank];
     if (row.size() < col + span)
-      row.resize(col + span, ".");
-    row[col] = label;
+      row.resize(col + span, kIdle);
+    row[col] = iv.actionIndex;
     for (size_t k = 1; k < span; ++k)
-      row[col + k] = "-";
+      row[col + k] = kBusy;
     nextFree[iv.rank] = col + span;
   }
   // Per-column widths: an overlapped pair widens only its own column.
   size_t cols = 0;
   for (const auto &row : rows)
     cols = std::max(cols, row.size());
-  std::vector<size_t> width(cols, 1);
-  for (const auto &row : rows)
-    for (size_t c = 0; c < row.size(); ++c)
-      width[c] = std::max(width[c], row[c].size());
-  std::string out = (s.name.empty() ? std::string("schedule") : s.name) + ": " +
-                    std::to_string(p) + " ranks, " +
-                    std::to_string(s.numMicrobatches) + " microbatches, slot " +
-                    fmt(unit) + ", makespan " + fmt(sim.makespan) +
-                    ", bubble " + fmt(sim.bubbleRate) + "\n";
+  std::vector<uint16_t> width(cols, 1);
+  for (int r = 0; r < p; ++r)
+    for (size_t c = 0; c < rows[r].size(); ++c)
+      if (rows[r][c] < kBusy)
+        width[c] = std::max<size_t>(width[c], labelOf(r, rows[r][c]).size());
+  os << (s.name.empty() ? std::string("schedule") : s.name) << ": " << p
+     << " ranks, " << s.numMicrobatches << " microbatches, slot " << fmt(unit)
+     << ", makespan " << fmt(sim.makespan) << ", bubble "
+     << fmt(sim.bubbleRate) << "\n";
   std::string rankHdr = "r" + std::to_string(p - 1);
+  std::string line;
   for (int r = 0; r < p; ++r) {
     std::string name = "r" + std::to_string(r);
-    std::string line =
-        name + std::string(rankHdr.size() - name.size(), ' ') + " |";
+    line = name + std::string(rankHdr.size() - name.size(), ' ') + " |";
+    // Written in pieces: a row of a million cells is not built whole.
+    size_t pendingSpaces = 0;
     for (size_t c = 0; c < cols; ++c) {
-      const std::string &cell = c < rows[r].size() ? rows[r][c] : ".";
-      line += " " + cell + std::string(width[c] - cell.size(), ' ');
+      uint64_t cell = c < rows[r].size() ? rows[r][c] : kIdle;
+      std::string label = cell == kIdle   ? std::string(".")
+                          : cell == kBusy ? std::string("-")
+                                          : labelOf(r, cell);
+      line.append(pendingSpaces + 1, ' ');
+      line += label;
+      pendingSpaces = width[c] - label.size();
+      if (line.size() > (1 << 16)) {
+        os << line;
+        line.clear();
+      }
     }
-    while (!line.empty() && line.back() == ' ')
-      line.pop_back();
-    out += line + "\n";
+    os << line << "\n";
   }
-  return out;
+}
+
+std::string exportTextGrid(const Schedule &s, const SimResult &sim) {
+  std::ostringstream os;
+  exportTextGrid(s, sim, os);
+  return os.str();
 }
 
 } // namespace pipeforge::sched

@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 
 namespace pipeforge::sched {
 
@@ -151,7 +152,14 @@ Expected<Schedule> obtainSchedule(const ScheduleJob &j,
   return autoResult->schedule;
 }
 
+std::string renderTextSummary(const ScheduleJobResult &r);
+
 std::string renderText(const ScheduleJobResult &r) {
+  return renderTextSummary(r) + exportTextGrid(r.schedule, r.sim);
+}
+
+/// The text format's lines above the grid.
+std::string renderTextSummary(const ScheduleJobResult &r) {
   const Schedule &s = r.schedule;
   const SimResult &sim = r.sim;
   char line[256];
@@ -202,7 +210,7 @@ std::string renderText(const ScheduleJobResult &r) {
       out += line;
     }
   }
-  return out + exportTextGrid(s, sim);
+  return out;
 }
 
 /// The job checked, with M_W derived from the model shape when given.
@@ -409,6 +417,16 @@ bool isJobFormat(const std::string &format) {
     if (format == f)
       return true;
   return false;
+}
+
+void renderScheduleJob(const ScheduleJobResult &r, const std::string &format,
+                       std::ostream &os) {
+  if (format == "text") {
+    os << renderTextSummary(r);
+    exportTextGrid(r.schedule, r.sim, os);
+    return;
+  }
+  os << renderScheduleJob(r, format);
 }
 
 std::string renderScheduleJob(const ScheduleJobResult &r,

@@ -70,9 +70,9 @@ Automatic schedule (--schedule auto; docs/auto-scheduler.md):
                         it); linear or v: the search on that placement only
   --copies N            parameter copies a rank may hold under any (1, or 2:
                         DualPipe joins the comparison; default 1)
-  --time-limit S        wall-clock ceiling of the whole command in seconds
-                        (default 10): search, messages, checks and output;
-                        only a ceiling: when it stops the search early the
+  --time-limit S        wall-clock ceiling of the whole search in seconds
+                        (default 10; under any, both placements' searches
+                        together); only a ceiling: when it stops it early the
                         output says "cut short by the time limit", otherwise
                         the result depends on the inputs alone
   --search-moves N      local-search work budget, moves tried (default
@@ -264,15 +264,15 @@ int main(int argc, char **argv) {
               << r->ignoredFsdpActions
               << " FSDP action(s) (UNSHARD, RESHARD, REDUCE_GRAD): a "
                  "pipeline schedule has no equivalent\n";
-  std::string out = renderScheduleJob(*r, o.format);
   if (o.output.empty()) {
-    std::cout << out << std::flush;
+    renderScheduleJob(*r, o.format, std::cout);
+    std::cout << std::flush;
     if (!std::cout)
       fail("cannot write to standard output");
     return 0;
   }
   std::ofstream f(o.output, std::ios::binary);
-  f << out;
+  renderScheduleJob(*r, o.format, f);
   f.close();
   if (!f)
     fail("cannot write '" + o.output + "'");

@@ -18,6 +18,7 @@
 #define PIPEFORGE_SCHEDULE_ACTION_H
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -128,16 +129,65 @@ struct PairComponentStep {
   }
 };
 
+/// The component order of one fused pair, stored out of line: one pointer
+/// in every Action (null when empty), so that a schedule of millions of
+/// actions stays compact (sizeof(Action) <= 48; docs/schedule-library.md).
+/// A value type: copies are deep.
+class PairComponentOrder {
+public:
+  PairComponentOrder() = default;
+  PairComponentOrder(const PairComponentOrder &o)
+      : steps(o.steps ? new std::vector<PairComponentStep>(*o.steps)
+                      : nullptr) {}
+  PairComponentOrder(PairComponentOrder &&) noexcept = default;
+  PairComponentOrder &operator=(const PairComponentOrder &o) {
+    if (this != &o)
+      steps.reset(o.steps ? new std::vector<PairComponentStep>(*o.steps)
+                          : nullptr);
+    return *this;
+  }
+  PairComponentOrder &operator=(PairComponentOrder &&) noexcept = default;
+  PairComponentOrder(std::vector<PairComponentStep> v) { *this = std::move(v); }
+  PairComponentOrder &operator=(std::vector<PairComponentStep> v) {
+    steps = v.empty() ? nullptr
+                      : std::make_unique<std::vector<PairComponentStep>>(
+                            std::move(v));
+    return *this;
+  }
+
+  bool empty() const { return !steps || steps->empty(); }
+  size_t size() const { return steps ? steps->size() : 0; }
+  void clear() { steps.reset(); }
+  void push_back(const PairComponentStep &p) {
+    if (!steps)
+      steps = std::make_unique<std::vector<PairComponentStep>>();
+    steps->push_back(p);
+  }
+  const PairComponentStep &operator[](size_t i) const { return (*steps)[i]; }
+  const PairComponentStep *begin() const {
+    return steps ? steps->data() : nullptr;
+  }
+  const PairComponentStep *end() const {
+    return steps ? steps->data() + steps->size() : nullptr;
+  }
+  std::vector<PairComponentStep> toVector() const {
+    return steps ? *steps : std::vector<PairComponentStep>();
+  }
+
+private:
+  std::unique_ptr<std::vector<PairComponentStep>> steps;
+};
+
 struct Action {
   ActionKind kind = ActionKind::Compute;
-  Work work;            ///< Compute / Overlap (F member) / message identity
-  Work work2;           ///< Overlap: the backward member (B or BW)
   Payload payload = Payload::Activation; ///< Send / Recv
   int32_t peer = -1;    ///< Send / Recv / GradReduce: the other rank
+  Work work;            ///< Compute / Overlap (F member) / message identity
+  Work work2;           ///< Overlap: the backward member (B or BW)
   /// Overlap only, optional: the compiled component order of the fused
   /// pair (empty: the runtime's own policy). Ignored by operator== and by
   /// everything that does not know it.
-  std::vector<PairComponentStep> pairOrder;
+  PairComponentOrder pairOrder;
 
   static Action compute(Work w) {
     Action a;
@@ -185,6 +235,9 @@ struct Action {
            (!a.isComm() || (a.payload == b.payload && a.peer == b.peer));
   }
 };
+
+static_assert(sizeof(Action) <= 48,
+              "Action is resident once per action of a schedule of millions");
 
 //===----------------------------------------------------------------------===//
 // Placement and schedule

@@ -16,6 +16,7 @@
 #include "pipeforge/Schedule/Simulator.h"
 
 #include <optional>
+#include <iosfwd>
 #include <string>
 
 namespace pipeforge::sched {
@@ -30,6 +31,9 @@ namespace pipeforge::sched {
 /// rank-local chunk follows after a dot ("F3.1" is the second chunk). "."
 /// is idle; "-" continues a longer action. Messages are not shown.
 std::string exportTextGrid(const Schedule &s, const SimResult &sim);
+/// The same, written to `os` as it is formed (for schedules of millions of
+/// actions: 8 bytes per grid cell, no whole-output string).
+void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os);
 
 //===----------------------------------------------------------------------===//
 // JSON

@@ -16,6 +16,7 @@
 #include "pipeforge/Schedule/AutoScheduler.h"
 #include "pipeforge/Schedule/Simulator.h"
 
+#include <iosfwd>
 #include <optional>
 #include <string>
 
@@ -46,8 +47,8 @@ struct ScheduleJob {
   int layers = 0; ///< transformer layers of the model; 0: one per stage
 
   /// --schedule auto (AutoOptions). timeLimit: wall-clock ceiling of the
-  /// whole job in seconds (>= 0): the automatic search, and the rest of
-  /// the job; the work budgets searchMoves (local-search moves) and
+  /// whole automatic search in seconds (>= 0; under anyPlacement both
+  /// placements' searches together); the work budgets searchMoves (local-search moves) and
   /// ilpNodes (CBC nodes) decide how far the search goes, so the result
   /// does not depend on the machine unless the ceiling fires (then the
   /// result says so).
@@ -110,6 +111,10 @@ bool isJobFormat(const std::string &format);
 /// bound), csv (PyTorch), svg or trace (Chrome).
 std::string renderScheduleJob(const ScheduleJobResult &r,
                               const std::string &format);
+/// The same, written to `os`; the text format streams its grid (a schedule
+/// of millions of actions is not held as one string).
+void renderScheduleJob(const ScheduleJobResult &r, const std::string &format,
+                       std::ostream &os);
 
 } // namespace pipeforge::sched
 

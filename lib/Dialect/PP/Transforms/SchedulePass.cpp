@@ -138,6 +138,11 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
   /// and the V placement and every single-copy handcrafted order under
   /// mem-limit, on the uniform per-rank costs; the fastest wins.
   FailureOr<sched::Schedule> generateAnyPlacement(Location loc, int ranks) {
+    // Without stage bodies a byte limit cannot be resolved: the linear
+    // search reports why.
+    if (auto l = sched::parseMemoryLimit(memLimit); !l || l->isBytes())
+      if (!memLimit.empty())
+        return generateAuto(loc, ranks, /*v=*/false);
     sched::ScheduleJob j;
     j.schedule = "auto";
     j.ranks = ranks;
