@@ -5,7 +5,7 @@
 set -euo pipefail
 
 # --bench: also the benchmark-only Python packages (never needed by the build
-# or the tests): PyTorch in a virtual environment outside the repository, for
+# or the tests): PyTorch (and numpy, which its pipelining uses) in a virtual environment outside the repository, for
 # benchmarks/peer_pytorch.py. PIPEFORGE_TORCH_VENV picks its folder.
 if [ "${1:-}" = "--bench" ]; then
   venv="${PIPEFORGE_TORCH_VENV:-/work/venv-torch}"
@@ -15,8 +15,8 @@ if [ "${1:-}" = "--bench" ]; then
   fi
   python3 -m venv "$venv"
   # CPU wheels first (small); the default PyPI wheel when that index is out of reach.
-  if ! "$venv/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu; then
-    "$venv/bin/pip" install -q torch
+  if ! "$venv/bin/pip" install -q torch numpy --index-url https://download.pytorch.org/whl/cpu; then
+    "$venv/bin/pip" install -q torch numpy
   fi
   echo "setup: torch installed in $venv (benchmarks/peer_pytorch.py finds it there)"
   exit 0
