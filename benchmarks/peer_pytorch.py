@@ -426,6 +426,9 @@ def main():
             nr = 1 if sc == "none" else a.ranks
             sides = [("pf", None), ("pt", None)] if r % 2 == 0 else [("pt", None), ("pf", None)]
             for side, _ in sides:
+                print(f"[{time.time() - t_start:5.0f} s] launch {r + 1}/{repeat}: "
+                      f"{sc} {'PipeForge' if side == 'pf' else 'PyTorch'}",
+                      file=sys.stderr, flush=True)
                 try:
                     if side == "pf":
                         losses, tps = pf_launch(bin_dir, prog, nr, steps, tokens, env)
