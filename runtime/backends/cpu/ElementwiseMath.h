@@ -24,7 +24,31 @@ PF_HOST_DEVICE inline float pfExp(float x) { return expf(x); }
 PF_HOST_DEVICE inline double pfExp(double x) { return exp(x); }
 PF_HOST_DEVICE inline float pfLog(float x) { return logf(x); }
 PF_HOST_DEVICE inline double pfLog(double x) { return log(x); }
-PF_HOST_DEVICE inline float pfTanh(float x) { return tanhf(x); }
+/// tanh in float as a rational function (Eigen's generic_fast_tanh_float:
+/// an odd degree-13 / even degree-6 minimax fit on [-7.905, 7.905], clamped
+/// outside, x itself below 4e-4): at most 4e-7 from tanh over the floats,
+/// against tanhf's libm call per element. Plain arithmetic and selects, so
+/// GCC vectorises the GELU loops around it (GELU's tanh was ~25% of a GPT-2
+/// training step on the CPU; benchmarks/README.md), and a CUDA kernel
+/// computes the same expression.
+PF_HOST_DEVICE inline float pfTanh(float x) {
+  const float clamp = 7.90531110763549805f;
+  float xc = x < -clamp ? -clamp : (x > clamp ? clamp : x);
+  float x2 = xc * xc;
+  float p = -2.76076847742355e-16f;
+  p = p * x2 + 2.00018790482477e-13f;
+  p = p * x2 + -8.60467152213735e-11f;
+  p = p * x2 + 5.12229709037114e-08f;
+  p = p * x2 + 1.48572235717979e-05f;
+  p = p * x2 + 6.37261928875436e-04f;
+  p = p * x2 + 4.89352455891786e-03f;
+  float q = 1.19825839466702e-06f;
+  q = q * x2 + 1.18534705686654e-04f;
+  q = q * x2 + 2.26843463243900e-03f;
+  q = q * x2 + 4.89352518554385e-03f;
+  float r = p * xc / q;
+  return (x < 0.0004f && x > -0.0004f) ? x : r;
+}
 PF_HOST_DEVICE inline double pfTanh(double x) { return tanh(x); }
 PF_HOST_DEVICE inline float pfSqrt(float x) { return sqrtf(x); }
 PF_HOST_DEVICE inline double pfSqrt(double x) { return sqrt(x); }
