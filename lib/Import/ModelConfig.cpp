@@ -320,8 +320,8 @@ static void readDeepSeek(KeyReader &r, const json &root, ModelConfig &c) {
   c.sharedFfn = r.count("n_shared_experts", 0, kMaxExperts) * c.expertFfn;
   c.firstDense = r.count("first_k_dense_replace", 0, kMaxLayers);
   c.layerFreq = r.positiveInt({"moe_layer_freq"}, 1, kMaxLayers);
-  c.nGroup = r.positiveInt({"n_group"}, 1, kMaxExperts);
-  c.topkGroup = r.positiveInt({"topk_group"}, 1, kMaxExperts);
+  c.nGroup = r.positiveInt({"n_group"}, 1, 64);
+  c.topkGroup = r.positiveInt({"topk_group"}, 1, 64);
   c.routedScaling = r.positiveNumber({"routed_scaling_factor"}, 1.0, 1e6);
   c.scoring = r.text("scoring_func", v3 ? "sigmoid" : "softmax");
   c.normTopkProb = r.boolean("norm_topk_prob", v3);
