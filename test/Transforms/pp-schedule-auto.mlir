@@ -17,5 +17,5 @@
 
 // V: pp.schedule "auto" ranks 2 stages 4 microbatches 2 placement [0, 1, 1, 0] {
 
-// ERR: cannot build schedule 'auto': memory limit 0.5 is impossible
+// ERR: cannot build schedule 'auto': no placement fits: auto on the linear placement: memory limit 0.5 is impossible
 module {}
