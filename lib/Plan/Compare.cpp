@@ -6,28 +6,19 @@
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Plan/Compare.h"
+#include "TextFormat.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdarg>
-#include <cstdio>
 
 using namespace pipeforge;
 using namespace pipeforge::plan;
 using sched::ScheduleKind;
 
+using text::fmt;
+using text::gib;
+
 namespace {
-std::string fmt(const char *f, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, f);
-  std::vsnprintf(buf, sizeof buf, f, ap);
-  va_end(ap);
-  return buf;
-}
-
-double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
-
 /// 1.61B, 870M: a parameter count.
 std::string paramsText(double p) {
   return p >= 1e9 ? fmt("%.3gB", p / 1e9) : fmt("%.3gM", p / 1e6);

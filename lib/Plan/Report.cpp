@@ -1,29 +1,20 @@
 //===- Report.cpp - The planner's table and JSON --------------------------===//
 
 #include "pipeforge/Plan/Planner.h"
+#include "TextFormat.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <cstdarg>
-#include <cstdio>
 
 using namespace pipeforge;
 using namespace pipeforge::plan;
 using json = nlohmann::ordered_json;
 
+using text::fmt;
+using text::gib;
+
 namespace {
-std::string fmt(const char *f, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, f);
-  std::vsnprintf(buf, sizeof buf, f, ap);
-  va_end(ap);
-  return buf;
-}
-
-double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
-
 /// The model's size: tied copies counted once.
 double totalParams(const ModelCosts &m) {
   double p = 0;

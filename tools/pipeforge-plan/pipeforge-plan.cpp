@@ -10,11 +10,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "pipeforge/Plan/Compare.h"
 #include "pipeforge/Plan/CostsFromIR.h"
 #include "pipeforge/Plan/Options.h"
 #include "pipeforge/Support/OutputFile.h"
 #include "pipeforge/Support/ToolHelp.h"
-#include "pipeforge/Plan/Compare.h"
 
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
@@ -36,9 +36,9 @@ static cl::opt<std::string> clusterPath("cluster",
                                         cl::desc("Cluster description JSON"),
                                         cl::value_desc("file"), cl::Required,
                                         cl::cat(cat));
-static cl::opt<int64_t, true> globalBatch("global-batch",
-                                    cl::desc("Sequences per training step"),
-                                    cl::Required, cl::location(flags.globalBatch), cl::cat(cat));
+static cl::opt<int64_t, true>
+    globalBatch("global-batch", cl::desc("Sequences per training step"),
+                cl::Required, cl::location(flags.globalBatch), cl::cat(cat));
 static cl::opt<int64_t>
     seqLen("seq-len",
            cl::desc("Sequence length (config.json: default the model's maximum "
@@ -48,72 +48,74 @@ static cl::opt<std::string, true>
     mbSizes("microbatch-sizes",
             cl::desc("Microbatch sizes to try, comma separated (default "
                      "1,2,4,8)"),
-            cl::init("1,2,4,8"), cl::location(flags.microbatchSizes), cl::cat(cat));
+            cl::location(flags.microbatchSizes), cl::init("1,2,4,8"),
+            cl::cat(cat));
 static cl::opt<std::string, true> scheduleList(
     "schedules",
     cl::desc("Schedules to try, comma separated (default: 1f1b zb-h1 zb-h2 "
              "zbv dualpipe dualpipev interleaved, and auto when built in)"),
-    cl::init(""), cl::location(flags.schedules), cl::cat(cat));
+    cl::location(flags.schedules), cl::init(""), cl::cat(cat));
 static cl::opt<std::string, true>
     ppList("pp",
            cl::desc("Pipeline degrees to try (default: every divisor "
                     "of the GPU count up to the layers)"),
-           cl::init(""), cl::location(flags.pp), cl::cat(cat));
+           cl::location(flags.pp), cl::init(""), cl::cat(cat));
 static cl::opt<std::string, true>
     tpList("tp",
            cl::desc("Tensor-parallel degrees to try (default: every divisor "
                     "of the GPUs per node that divides the heads, KV heads, "
                     "MLP width, vocabulary and sequence)"),
-           cl::init(""), cl::location(flags.tp), cl::cat(cat));
+           cl::location(flags.tp), cl::init(""), cl::cat(cat));
 static cl::opt<std::string, true>
     epList("ep",
            cl::desc("Expert-parallel degrees to try (default: every divisor "
                     "of the data-parallel degree that divides every moe "
                     "layer's experts; 1 for a dense model)"),
-           cl::init(""), cl::location(flags.ep), cl::cat(cat));
+           cl::location(flags.ep), cl::init(""), cl::cat(cat));
 static cl::opt<std::string, true> recomputeList(
     "recompute",
     cl::desc("Recomputation policies to try, comma separated: none, "
              "selective, full (default: all)"),
-    cl::init(""), cl::location(flags.recompute), cl::cat(cat));
+    cl::location(flags.recompute), cl::init(""), cl::cat(cat));
 static cl::opt<std::string, true>
     zeroList("zero",
              cl::desc("ZeRO stages to try, comma separated: 0 (replicated "
                       "optimizer state), 1 (sharded over the data-parallel "
                       "replicas) (default: both)"),
-             cl::init(""), cl::location(flags.zero), cl::cat(cat));
+             cl::location(flags.zero), cl::init(""), cl::cat(cat));
 static cl::opt<std::string, true>
     chunkList("chunks",
               cl::desc("Chunks per rank (virtual stages) to try for "
                        "interleaved, comma separated (default 2,4,8; p v must "
                        "not exceed the layers)"),
-              cl::init("2,4,8"), cl::location(flags.chunks), cl::cat(cat));
-static cl::opt<unsigned, true>
-    bytesPerElement("bytes-per-element",
-                    cl::desc("Bytes per activation element (default 2)"),
-                    cl::init(2), cl::location(flags.bytesPerElement), cl::cat(cat));
+              cl::location(flags.chunks), cl::init("2,4,8"), cl::cat(cat));
+static cl::opt<unsigned, true> bytesPerElement(
+    "bytes-per-element", cl::desc("Bytes per activation element (default 2)"),
+    cl::location(flags.bytesPerElement), cl::init(2), cl::cat(cat));
 static cl::opt<double, true> stateBytes(
     "state-bytes-per-param",
     cl::desc("Model state bytes per parameter: weights, grads, optimizer "
              "(default 16: bf16 weights and grads, fp32 master + Adam)"),
-    cl::init(16), cl::location(flags.stateBytesPerParam), cl::cat(cat));
+    cl::location(flags.stateBytesPerParam), cl::init(16), cl::cat(cat));
 static cl::opt<double, true>
     gradBytes("grad-bytes",
               cl::desc("Bytes per parameter in the gradient all-reduce "
                        "(default 4)"),
-              cl::init(4), cl::location(flags.gradBytesPerParam), cl::cat(cat));
+              cl::location(flags.gradBytesPerParam), cl::init(4), cl::cat(cat));
 static cl::opt<std::string, true> gradOverlap(
     "overlap-grad-reduce",
     cl::desc("When the gradient all-reduce starts: off (default: after the "
              "pipeline), stage (a stage's once its last W is done), layer "
              "(per-layer buckets as the last microbatches' backward finishes "
              "them, as DDP and Megatron do)"),
-    cl::init("off"), cl::location(flags.gradOverlap), cl::cat(cat));
+    cl::location(flags.gradOverlap), cl::init("off"), cl::cat(cat));
 static cl::opt<int, true> topN("top", cl::desc("Setups to list (default 5)"),
-                         cl::init(5), cl::location(flags.topN), cl::cat(cat));
+                               cl::location(flags.topN), cl::init(5),
+                               cl::cat(cat));
 static cl::opt<std::string, true> outFormat("format",
-                                      cl::desc("table (default) or json"),
-                                      cl::init("table"), cl::location(flags.format), cl::cat(cat));
+                                            cl::desc("table (default) or json"),
+                                            cl::location(flags.format),
+                                            cl::init("table"), cl::cat(cat));
 static cl::opt<std::string> explainSetup(
     "explain",
     cl::desc("Also evaluate this setup and show its rank, e.g. "
@@ -131,34 +133,30 @@ static cl::opt<std::string, true> progressMode(
     "progress",
     cl::desc("Progress on stderr: auto (default: on a terminal, once the "
              "search has run for a second), always, never"),
-    cl::init("auto"), cl::location(flags.progress), cl::cat(cat));
+    cl::location(flags.progress), cl::init("auto"), cl::cat(cat));
 static cl::opt<bool, true> compareSchedulesFlag(
     "compare",
-    cl::desc("After the report, the explained setup (or the recommendation) "
-             "under dualpipe, dualpipev, 1f1b and zbv: bubble, exposed "
-             "all-to-all time, GPU-hours per million tokens, what 1F1B "
-             "loses, DualPipe's second parameter copy"),
-    cl::init(false), cl::location(flags.compare), cl::cat(cat));
+    cl::desc(
+        "Then the schedules at the explained setup (or the recommendation): "
+        "bubble, all-to-all, GPU-hours, DualPipe's second copy"),
+    cl::location(flags.compare), cl::init(false), cl::cat(cat));
 static cl::opt<std::string, true> layoutList(
     "layouts",
     cl::desc("GPU layouts to try on more than one node, comma separated: "
              "pp-in-node, dp-in-node, ep-in-node (default: pp-in-node,"
              "dp-in-node, the runtime's)"),
-    cl::init(""), cl::location(flags.layouts), cl::cat(cat));
+    cl::location(flags.layouts), cl::init(""), cl::cat(cat));
 static cl::opt<std::string, true> zeroShard(
     "zero-shard",
-    cl::desc("What ZeRO-1 shards the dense parameters' optimizer state "
-             "over: replicas (default: the d/e replicas of an expert rank, as "
-             "pipeforge-run --zero 1) or all (every data-parallel rank, as "
-             "Megatron's distributed optimizer and DeepSeek-V3)"),
-    cl::init("replicas"), cl::location(flags.zeroShard), cl::cat(cat));
-static cl::opt<std::string, true> routingGroupsOpt(
-    "routing-groups",
-    cl::desc("Group-limited routing of every moe layer, G,g: G groups of "
-             "consecutive experts, a token's experts in g of them "
-             "(DeepSeek-V3: 8,4; default: the nn.moe's n_group and "
-             "topk_group attributes when the IR has them)"),
-    cl::value_desc("G,g"), cl::init(""), cl::location(flags.routingGroups), cl::cat(cat));
+    cl::desc("ZeRO-1 shards dense optimizer state over: replicas (default, as "
+             "pipeforge-run --zero 1) or all data-parallel ranks"),
+    cl::location(flags.zeroShard), cl::init("replicas"), cl::cat(cat));
+static cl::opt<std::string, true>
+    routingGroupsOpt("routing-groups",
+                     cl::desc("Group-limited routing G,g of every moe layer "
+                              "(default: the IR's n_group, topk_group)"),
+                     cl::value_desc("G,g"), cl::location(flags.routingGroups),
+                     cl::init(""), cl::cat(cat));
 static cl::opt<std::string> outputPath("o", cl::desc("Output file"),
                                        cl::value_desc("file"), cl::init("-"),
                                        cl::cat(cat));
@@ -193,7 +191,8 @@ int main(int argc, char **argv) {
   if (!cluster)
     return fail(cluster.message());
 
-  auto model = plan::loadModelCosts(flags.modelPath, seqLen, flags.bytesPerElement);
+  auto model =
+      plan::loadModelCosts(flags.modelPath, seqLen, flags.bytesPerElement);
   if (!model)
     return fail(toString(model.takeError()));
 

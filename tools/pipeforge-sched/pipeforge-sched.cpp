@@ -39,23 +39,16 @@ Schedule:
   --compute-only        do not insert send/recv
 
 Cost model (time units are yours; memory in units of M_B):
-  --tf T  --tb T  --tw T       times of F, B and W (default 1) of one rank's
-                               share of the model (1/ranks of it, as M_B is
-                               its activation): a V stage takes half, an
-                               interleaved stage 1/chunks, so every
-                               placement runs the same model
-  --cost-unit U                rank (default, as above) or stage: the times
-                               are per stage whatever the placement (the
-                               Zero Bubble paper's tables); auto then needs
-                               --placement linear or v
+  --tf T  --tb T  --tw T       F, B, W times (default 1) of a rank's share
+                               of the model: a V stage takes half
+  --cost-unit U                rank (default) or stage: per stage whatever
+                               the placement (auto: --placement linear or v)
   --tbw T  --tfb T             full backward BW, overlapped F&B (default: sums)
   --tcomm T                    time on every cross-rank edge (default 0)
-  --ta2a T                     time of one all-to-all (MoE dispatch or
-                               combine) per MoE layer and microbatch
+  --ta2a T                     one MoE all-to-all per layer and microbatch
   --moe-layers L               MoE layers per stage (default 0)
-  --overlap-comm               communication on its own per-rank resource;
-                               overlapped F&B pairs fused (docs/schedule-
-                               library.md, "Communication model")
+  --overlap-comm               communication on its own per-rank resource,
+                               F&B pairs fused (docs/schedule-library.md)
   --mem-w R                    M_W / M_B (default 0.5)
   --mem-limit X                per-rank activation limit: a number of M_B,
                                "<k>p" for k x ranks M_B (e.g. 2p), or bytes
@@ -64,17 +57,13 @@ Cost model (time units are yours; memory in units of M_B):
                                needs --hidden --heads --seq
 
 Automatic schedule (--schedule auto; docs/auto-scheduler.md):
-  --placement P         any (default): the search on the linear and the V
-                        placement and every single-copy handcrafted order
-                        under --mem-limit, the fastest wins (a note names
-                        it); linear or v: the search on that placement only
+  --placement P         any (default): search linear and V and try every
+                        handcrafted order under --mem-limit (a note names
+                        the winner); linear or v: that placement only
   --copies N            parameter copies a rank may hold under any (1, or 2:
                         DualPipe joins the comparison; default 1)
-  --time-limit S        wall-clock ceiling of the whole search in seconds
-                        (default 10; under any, both placements' searches
-                        together); only a ceiling: when it stops it early the
-                        output says "cut short by the time limit", otherwise
-                        the result depends on the inputs alone
+  --time-limit S        ceiling of the whole search in seconds (default
+                        10); the output says when it cut the search short
   --search-moves N      local-search work budget, moves tried (default
                         20000; 0: no local search)
   --ilp-nodes N         CBC work budget, branch-and-bound nodes (default 20)
