@@ -17,6 +17,7 @@ using sched::ScheduleKind;
 
 using text::fmt;
 using text::gib;
+using text::msText;
 
 namespace {
 /// 1.61B, 870M: a parameter count.
@@ -24,14 +25,6 @@ std::string paramsText(double p) {
   return p >= 1e9 ? fmt("%.3gB", p / 1e9) : fmt("%.3gM", p / 1e6);
 }
 
-/// A time in ms with four significant digits, no exponent.
-std::string msText(double v) {
-  if (std::fabs(v) < 5e-10)
-    return "0";
-  if (std::fabs(v) >= 1e4)
-    return fmt("%.0f", v);
-  return fmt("%.4g", v);
-}
 
 } // namespace
 

@@ -13,6 +13,7 @@ using json = nlohmann::ordered_json;
 
 using text::fmt;
 using text::gib;
+using text::msText;
 
 namespace {
 /// The model's size: tied copies counted once.
@@ -45,15 +46,6 @@ std::string runsText(const std::vector<int> &s) {
   return out;
 }
 
-/// A time in ms with four significant digits, without an exponent (18450,
-/// not 1.845e+04) and with float noise shown as 0.
-std::string msText(double v) {
-  if (std::fabs(v) < 5e-10)
-    return "0";
-  if (std::fabs(v) >= 1e4)
-    return fmt("%.0f", v);
-  return fmt("%.4g", v);
-}
 
 /// The "time:" and "split:" lines of a setup (the recommendation and
 /// --explain); `timeSuffix` ends the first.

@@ -8,6 +8,7 @@
 #ifndef PIPEFORGE_LIB_PLAN_TEXTFORMAT_H
 #define PIPEFORGE_LIB_PLAN_TEXTFORMAT_H
 
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <string>
@@ -29,6 +30,16 @@ fmt(const char *f, ...) {
 }
 
 inline double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+
+/// A time in ms with four significant digits, without an exponent (18450,
+/// not 1.845e+04) and with float noise shown as 0.
+inline std::string msText(double v) {
+  if (std::fabs(v) < 5e-10)
+    return "0";
+  if (std::fabs(v) >= 1e4)
+    return fmt("%.0f", v);
+  return fmt("%.4g", v);
+}
 
 } // namespace pipeforge::plan::text
 
