@@ -397,6 +397,11 @@ struct Executor::Impl {
   /// rank that owns its optimizer state, and divided by dp there (the other
   /// ranks' copies are left as they are and not read).
   Status reduceGradsToOwners();
+  /// ZeRO-1: `recv[k]` (replica k's gradients of the `chosen` parameters
+  /// owned here, in parameter order) summed in replica order into those
+  /// gradients and divided by dp.
+  Status sumOwnedGrads(std::vector<std::vector<float>> &recv,
+                       const std::function<bool(int32_t)> &chosen);
   /// Tied parameters, each pair with a local copy or an exchange with the
   /// pipeline rank holding the other: `grads`, both gradients become their
   /// sum (before the step); else the copy takes the target's values (after a
@@ -412,6 +417,10 @@ struct Executor::Impl {
     BufP dev;                ///< packed gradients (device collectives)
     RequestId req = 0;
     double posted = 0, done = -1;
+    /// ZeRO-1: an all-to-all to the owners; what the replicas sent here
+    /// (the transport fills it at wait(): it must not move).
+    bool toOwners = false;
+    std::unique_ptr<std::vector<std::vector<float>>> owned;
   };
   bool overlapOn = false;
   /// Per (copy, stage) of this rank: the action after which its gradients

@@ -19,20 +19,25 @@
 // on the program, so every replica posts the same buckets in the same
 // order (the collective ordering the transports need).
 //
+// ZeRO-1: a bucket is an all-to-all to the parameters' owners instead
+// (each owner sums its parameters' gradients in member order: the bits of
+// reduceGradsToOwners).
+//
 // Not overlapped (reduced after the step as before): tied parameters
-// (their two copies are summed first), sequence-parallel partial gradients
-// (summed over the tensor group first) and ZeRO-1 (a reduction to owners).
+// (their two copies are summed first) and sequence-parallel partial
+// gradients (summed over the tensor group first).
 //
 //===----------------------------------------------------------------------===//
 
 #include "ExecutorImpl.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace pipeforge::rt {
 
 void Executor::Impl::planGradOverlap() {
-  overlapOn = opts.overlapGradReduce && tr.dpSize() > 1 && stateOwner.empty();
+  overlapOn = opts.overlapGradReduce && tr.dpSize() > 1;
   if (!overlapOn)
     return;
   std::set<int32_t> tied;
@@ -138,8 +143,28 @@ Status Executor::Impl::postBucket() {
   GradBucket b;
   b.params = std::move(pendingParams);
   pendingParams.clear();
+  // In parameter order: ZeRO-1's owners read their parts in that order.
+  std::sort(b.params.begin(), b.params.end());
   const int64_t n = pendingBytes / 4;
   pendingBytes = 0;
+  b.posted = nowS();
+  if (!stateOwner.empty()) { // ZeRO-1: to the owners
+    std::vector<std::vector<float>> send(size_t(tr.dpSize()));
+    for (int32_t i : b.params) {
+      std::vector<float> &v = send[size_t(stateOwner.at(i))];
+      size_t at = v.size();
+      v.resize(at + size_t(localElems(i)));
+      be.copyToHost(v.data() + at, params.at(i).grad->p, localElems(i) * 4);
+    }
+    b.owned = std::make_unique<std::vector<std::vector<float>>>();
+    auto h = tr.allToAllStart(send, *b.owned, Group::DataParallel);
+    if (!h)
+      return h.status();
+    b.req = *h;
+    b.toOwners = true;
+    buckets.push_back(std::move(b));
+    return Status::ok();
+  }
   const bool onDevice = !be.hostVisible() && tr.deviceCollectives();
   float *packed = nullptr;
   if (onDevice) {
@@ -158,7 +183,6 @@ Status Executor::Impl::postBucket() {
       be.copyToHost(packed + at, ps.grad->p, ps.grad->bytes);
     at += ps.grad->bytes / 4;
   }
-  b.posted = nowS();
   auto h = onDevice ? tr.allreduceDeviceStart(packed, n, Group::DataParallel)
                     : tr.allreduceStart(packed, n, Group::DataParallel);
   if (!h)
@@ -200,19 +224,31 @@ Status Executor::Impl::finishGradOverlap() {
                              std::to_string(k) + "): " + s.message());
     if (b.done < 0)
       b.done = nowS();
-    int64_t at = 0;
-    const float *packed = b.dev ? b.dev->f() : b.host.data();
-    for (int32_t i : b.params) {
-      ParamState &ps = params.at(i);
-      if (b.dev)
-        be.copy(ps.grad->p, packed + at, ps.grad->bytes);
-      else
-        be.copyFromHost(ps.grad->p, packed + at, ps.grad->bytes);
-      at += ps.grad->bytes / 4;
+    int64_t bytes = 0;
+    for (int32_t i : b.params)
+      bytes += params.at(i).grad->bytes;
+    if (b.toOwners) {
+      std::set<int32_t> in(b.params.begin(), b.params.end());
+      if (Status s = sumOwnedGrads(
+              *b.owned, [&](int32_t i) { return in.count(i) > 0; });
+          !s)
+        return s;
+    } else {
+      // Unpacked; GradSync divides every gradient by dp afterwards.
+      int64_t at = 0;
+      const float *packed = b.dev ? b.dev->f() : b.host.data();
+      for (int32_t i : b.params) {
+        ParamState &ps = params.at(i);
+        if (b.dev)
+          be.copy(ps.grad->p, packed + at, ps.grad->bytes);
+        else
+          be.copyFromHost(ps.grad->p, packed + at, ps.grad->bytes);
+        at += ps.grad->bytes / 4;
+      }
     }
     char args[64];
     std::snprintf(args, sizeof args, "\"params\":%zu,\"bytes\":%lld",
-                  b.params.size(), (long long)(at * 4));
+                  b.params.size(), (long long)bytes);
     record("grad allreduce " + std::to_string(k), 1, b.posted, b.done, args);
   }
   buckets.clear();

@@ -69,34 +69,49 @@ Status Executor::Impl::averageGrads(
 
 Status Executor::Impl::reduceGradsToOwners() {
   // send[k]: this rank's gradients of the parameters replica k owns, in
-  // parameter order; recv[k]: replica k's gradients of the ones owned here.
-  // The sum runs in replica order from replica 0, as the transport's
-  // allreduce does: the same bits as averageGrads.
+  // parameter order (those the overlapped reduction did not take); recv[k]:
+  // replica k's gradients of the ones owned here.
+  auto chosen = [&](int32_t i) { return !reducedEarly.count(i); };
   int D = tr.dpSize();
   std::vector<std::vector<float>> send(static_cast<size_t>(D)), recv;
   for (auto &[i, ps] : params) {
+    if (!chosen(i))
+      continue;
     std::vector<float> &v = send[size_t(stateOwner.at(i))];
     size_t at = v.size();
     v.resize(at + size_t(localElems(i)));
     be.copyToHost(v.data() + at, ps.grad->p, ps.grad->bytes);
   }
-  int64_t mine = int64_t(send[size_t(tr.dpIndex())].size());
   if (Status s = tr.allToAll(send, recv, Group::DataParallel); !s)
     return s;
+  return sumOwnedGrads(recv, chosen);
+}
+
+Status Executor::Impl::sumOwnedGrads(
+    std::vector<std::vector<float>> &recv,
+    const std::function<bool(int32_t)> &chosen) {
+  // The sum runs in replica order from replica 0, as the transport's
+  // allreduce does: the same bits as averageGrads.
+  int64_t mine = 0;
+  for (auto &[i, ps] : params)
+    if (chosen(i) && ownsState(i))
+      mine += localElems(i);
   for (size_t k = 0; k < recv.size(); ++k)
     if (int64_t(recv[k].size()) != mine)
       return Status::error(
           "ZeRO-1 gradient reduction: replica " + std::to_string(k) + " sent " +
           std::to_string(recv[k].size()) +
           " gradient elements, this rank owns " + std::to_string(mine));
+  if (recv.empty())
+    return Status::ok();
   std::vector<float> &sum = recv[0];
   for (size_t k = 1; k < recv.size(); ++k)
     for (size_t e = 0; e < sum.size(); ++e)
       sum[e] = sum[e] + recv[k][e];
   int64_t off = 0;
-  float inv = 1.0f / float(D);
+  float inv = 1.0f / float(tr.dpSize());
   for (auto &[i, ps] : params)
-    if (ownsState(i)) {
+    if (chosen(i) && ownsState(i)) {
       be.copyFromHost(ps.grad->p, sum.data() + off, ps.grad->bytes);
       be.scale(ps.grad->f(), inv, ps.grad->bytes / 4);
       off += ps.grad->bytes / 4;

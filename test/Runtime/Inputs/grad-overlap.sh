@@ -13,17 +13,19 @@
 #   threads  --local-ranks, --grad-bucket-mb 0
 #   device   --local-ranks --backend cpu-device (device collectives on the
 #            host-addressable device memory), --grad-bucket-mb 0
-# Every run's losses and weights must equal `off`'s bit for bit. Prints
+# PF_RUN_ARGS: options added to every run (e.g. "--zero 1"). Every run's
+# losses and weights must equal `off`'s bit for bit. Prints
 # "OK MODEL SCHEDULE: N runs bitwise equal" or the first difference.
 set -euo pipefail
 tools=$1 src=$2 out=$3 model=$4 sched=$5
 shift 5
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-name=$out/$model-$sched
+name=$out/$model-$sched${PF_TAG:+-$PF_TAG}
 "$tools/pipeforge-compile" "$src/examples/$model.json" --schedule "$sched" \
   --microbatches 4 --seq-len 8 --microbatch-size 2 "$@" -o "$name.pfp"
-opt=(--steps 3 --clip 0.5)
+read -r -a extra <<< "${PF_RUN_ARGS:-}"
+opt=(--steps 3 --clip 0.5 "${extra[@]}")
 fail() { echo "FAIL $model $sched: $*"; exit 1; }
 losses() { grep -o '^step [0-9]* loss [0-9.e+-]*' "$1" || true; }
 run() { # LABEL LAUNCH... -- ARGS...
@@ -46,4 +48,4 @@ for r in kernel default threads device; do
   "$tools/pipeforge-run" --compare-weights "$name-off.w" "$name-$r.w" \
     --rtol 0 --atol 0 > "$name-$r.cmp" || { cat "$name-$r.cmp"; fail "$r weights"; }
 done
-echo "OK $model $sched: 4 runs bitwise equal"
+echo "OK $model $sched${PF_TAG:+ $PF_TAG}: 4 runs bitwise equal"
