@@ -222,18 +222,10 @@ public:
     for (int k = 0; k < size; ++k)
       std::copy(send[size_t(k)].begin(), send[size_t(k)].end(),
                 a->sb.begin() + a->sd[size_t(k)]);
-    RequestId id;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      MPI_Ialltoall(a->sc.data(), 1, MPI_INT, a->rc.data(), 1, MPI_INT, c,
-                    &a->req);
-      id = next++;
-      colls[id] = std::move(a);
-      if (threadOk && !progThread.joinable())
-        progThread = std::thread([this] { progressLoop(); });
-    }
-    cv.notify_all();
-    return id;
+    return startColl(std::move(a), [&](A2A &x) {
+      MPI_Ialltoall(x.sc.data(), 1, MPI_INT, x.rc.data(), 1, MPI_INT, c,
+                    &x.req);
+    });
   }
   Expected<RequestId> allreduceStart(float *buf, int64_t n,
                                      Group g) override {
@@ -270,18 +262,10 @@ public:
       a->rd[size_t(k)] = k * mine;
     }
     a->rb.resize(gs * size_t(mine) + 1);
-    RequestId id;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      MPI_Ialltoallv(buf, a->sc.data(), a->sd.data(), MPI_FLOAT, a->rb.data(),
-                     a->rc.data(), a->rd.data(), MPI_FLOAT, c, &a->req);
-      id = next++;
-      colls[id] = std::move(a);
-      if (threadOk && !progThread.joinable())
-        progThread = std::thread([this] { progressLoop(); });
-    }
-    cv.notify_all();
-    return id;
+    return startColl(std::move(a), [&](A2A &x) {
+      MPI_Ialltoallv(buf, x.sc.data(), x.sd.data(), MPI_FLOAT, x.rb.data(),
+                     x.rc.data(), x.rd.data(), MPI_FLOAT, c, &x.req);
+    });
   }
   /// Blocking: allToAllStart + wait (one ordered sequence of all-to-alls).
   Status allToAll(const std::vector<std::vector<float>> &send,
@@ -561,6 +545,22 @@ private:
   std::thread progThread;
   bool stopThread = false, threadOk = false;
 
+  /// Posts `a`'s first phase (`post`, on the group's communicator, in
+  /// program order under the lock) and hands it to the progress thread.
+  template <typename Post>
+  RequestId startColl(std::unique_ptr<A2A> a, Post post) {
+    RequestId id;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      post(*a);
+      id = next++;
+      colls[id] = std::move(a);
+      if (threadOk && !progThread.joinable())
+        progThread = std::thread([this] { progressLoop(); });
+    }
+    cv.notify_all();
+    return id;
+  }
   bool reduceColl(RequestId id) {
     std::lock_guard<std::mutex> lk(mu);
     auto it = colls.find(id);
