@@ -16,6 +16,7 @@
 #include "pipeforge/Schedule/AutoScheduler.h"
 #include "pipeforge/Schedule/Simulator.h"
 
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -75,6 +76,10 @@ struct ScheduleJob {
   int64_t searchMoves = kDefaultSearchMoves;
   int64_t ilpNodes = kDefaultIlpNodes;
   bool useIlp = true;
+  /// Called as each step begins ("generating", "searching", "inserting
+  /// messages", "verifying", "simulating"), e.g. for a front end that bounds
+  /// the whole command and names the step it stopped in. May be empty.
+  std::function<void(const char *step)> onStep;
 };
 
 struct ScheduleJobResult {
