@@ -29,7 +29,11 @@ def run(cmd):
     p = subprocess.run(["/usr/bin/time", "-v"] + cmd + ["-o", path],
                        capture_output=True, text=True)
     size = os.path.getsize(path) if os.path.exists(path) else 0
-    os.unlink(path)
+    if os.path.exists(path):  # a --time-limit stop removes it
+        os.unlink(path)
+    if p.returncode != 0:
+        err = [l for l in p.stderr.splitlines() if "error:" in l]
+        print("   ", err[0] if err else p.stderr.strip()[:200], file=sys.stderr)
     wall = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", p.stderr)
     secs = 0.0
     if wall:
