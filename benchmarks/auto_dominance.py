@@ -48,7 +48,7 @@ def main():
     ap.add_argument("--mult", default="1,2,3,4")
     ap.add_argument("--costs", default="1:1:1:0,1:2:1:0,1:1:1:0.1,1.2:1:0.9:0.05")
     ap.add_argument("--time-limit", default=None,
-                    help="auto's --time-limit (default: the tool's)")
+                    help="auto's search ceiling, --search-limit (default: the tool's)")
     ap.add_argument("--copies", default="1", choices=["1", "2"])
     a = ap.parse_args()
     kinds = KINDS + (["dualpipe"] if a.copies == "2" else [])
@@ -70,7 +70,7 @@ def main():
                         continue
                     mk, peak = hand
                     if peak not in autos:
-                        extra = ["--time-limit", a.time_limit] if a.time_limit else []
+                        extra = ["--search-limit", a.time_limit] if a.time_limit else []
                         if a.copies != "1":
                             extra += ["--copies", a.copies]
                         autos[peak], err = sched(

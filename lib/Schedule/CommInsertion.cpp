@@ -85,11 +85,18 @@ Status checkShape(const Schedule &s) {
   return Status::ok();
 }
 
-/// One message, seen from one of its two ranks.
-struct CommEvent {
-  double time;   ///< key: producer end in the replay
-  Action action;  ///< Send or Recv
+/// One message: its key, producer end in the replay, and id (item index *
+/// 2 + gradient?), which names the producer and so both ranks. 16 bytes per
+/// message and rank; the Send or Recv is formed when it is merged in.
+struct MsgKey {
+  double time;
+  uint64_t id;
 };
+
+/// Frees a vector's storage (clear() keeps it).
+template <typename T> void release(std::vector<T> &v) {
+  std::vector<T>().swap(v);
+}
 
 } // namespace
 
@@ -322,10 +329,11 @@ Status insertComm(Schedule &s, const CostModel &cost) {
   // Messages (step 2): one global list of keys, sorted once. The id encodes
   // the producer (item index * 2 + gradient?), so the key alone describes the
   // message.
-  struct MsgKey {
-    double time;
-    uint64_t id;
-  };
+  // The replay's per-item state is no longer needed.
+  release(end);
+  release(endRank);
+  release(waitHead);
+  release(seen);
   std::vector<MsgKey> keys;
   for (int32_t r = 0; r < numRanks; ++r) {
     const std::vector<Action> &prog = s.programs[r];
@@ -347,37 +355,59 @@ Status insertComm(Schedule &s, const CostModel &cost) {
         collect(a.work2);
     }
   }
+  release(endAt);
   std::sort(keys.begin(), keys.end(), [](const MsgKey &x, const MsgKey &y) {
     return x.time != y.time ? x.time < y.time : x.id < y.id;
   });
+  // The two ranks of a message (sender, receiver).
+  auto ranksOf = [&](uint64_t id) {
+    const Work w = producerOf(size_t(id / 2), id % 2);
+    return std::pair<int32_t, int32_t>(
+        s.placement.rank(w.copy, w.stage),
+        s.placement.rank(w.copy, id % 2 ? w.stage - 1 : w.stage + 1));
+  };
   // Distributed in key order, so every rank's list is sorted too.
-  std::vector<std::vector<CommEvent>> events(numRanks);
+  std::vector<size_t> perRank(numRanks, 0);
   for (const MsgKey &k : keys) {
-    const size_t idx = size_t(k.id / 2);
-    const bool grad = k.id % 2;
-    const Work w = producerOf(idx, grad);
-    const int32_t src = s.placement.rank(w.copy, w.stage);
-    const int32_t dst =
-        s.placement.rank(w.copy, grad ? w.stage - 1 : w.stage + 1);
-    const Payload payload = grad ? Payload::Gradient : Payload::Activation;
-    events[src].push_back({k.time, Action::send(payload, w, dst)});
-    events[dst].push_back({k.time, Action::recv(payload, w, src)});
+    auto [src, dst] = ranksOf(k.id);
+    ++perRank[src];
+    ++perRank[dst];
   }
+  std::vector<std::vector<MsgKey>> events(numRanks);
+  for (int32_t r = 0; r < numRanks; ++r)
+    events[r].reserve(perRank[r]);
+  for (const MsgKey &k : keys) {
+    auto [src, dst] = ranksOf(k.id);
+    events[src].push_back(k);
+    events[dst].push_back(k);
+  }
+  release(keys);
+  // The Send (on the producer's rank) or Recv of one message.
+  auto messageOn = [&](int32_t r, uint64_t id) {
+    const Work w = producerOf(size_t(id / 2), id % 2);
+    auto [src, dst] = ranksOf(id);
+    const Payload payload = id % 2 ? Payload::Gradient : Payload::Activation;
+    return r == src ? Action::send(payload, w, dst)
+                    : Action::recv(payload, w, src);
+  };
 
   // Merge (step 3).
   for (int32_t r = 0; r < numRanks; ++r) {
-    const std::vector<CommEvent> &ev = events[r];
+    const std::vector<MsgKey> &ev = events[r];
     std::vector<Action> &prog = s.programs[r];
     std::vector<Action> merged;
-    merged.reserve(prog.size() + ev.size() + 1);
+    merged.reserve(prog.size() + ev.size() +
+                   (s.placement.numCopies == 2 ? 1 : 0));
     size_t e = 0;
     for (size_t i = 0; i < prog.size(); ++i) {
       while (e < ev.size() && ev[e].time <= startAt[r][i])
-        merged.push_back(ev[e++].action);
+        merged.push_back(messageOn(r, ev[e++].id));
       merged.push_back(prog[i]);
     }
     while (e < ev.size())
-      merged.push_back(ev[e++].action);
+      merged.push_back(messageOn(r, ev[e++].id));
+    release(events[r]);
+    release(startAt[r]);
     if (s.placement.numCopies == 2) {
       int32_t peer = numRanks - 1 - r;
       if (peer != r)

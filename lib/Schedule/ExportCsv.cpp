@@ -13,7 +13,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <map>
+#include <ostream>
+#include <sstream>
 
 namespace pipeforge::sched {
 
@@ -32,27 +35,50 @@ const char *csvKind(WorkKind k) {
   return "?";
 }
 
-std::string cell(int32_t globalStage, const char *kind, int32_t mb) {
-  return std::to_string(globalStage) + kind + std::to_string(mb);
+/// Appends <stage><kind><mb>.
+void cell(std::string &out, int32_t globalStage, const char *kind,
+          int32_t mb) {
+  char tmp[16];
+  auto r = std::to_chars(tmp, tmp + sizeof tmp, globalStage);
+  out.append(tmp, r.ptr);
+  out += kind;
+  r = std::to_chars(tmp, tmp + sizeof tmp, mb);
+  out.append(tmp, r.ptr);
 }
 } // namespace
 
-std::string exportCsv(const Schedule &s, const CsvOptions &opts) {
+void exportCsv(const Schedule &s, std::ostream &os, const CsvOptions &opts) {
   int32_t ns = s.placement.numStages;
   auto g = [&](const Work &w) { return w.copy * ns + w.stage; };
+  // Rows are written in pieces of about 1 MiB, as they are formed.
   std::string out;
+  out.reserve(1u << 20 | 4096);
+  auto spill = [&] {
+    if (out.size() >= (1u << 20)) {
+      os.write(out.data(), std::streamsize(out.size()));
+      out.clear();
+    }
+  };
   for (const std::vector<Action> &prog : s.programs) {
-    std::vector<std::string> cells;
+    bool first = true;
+    auto sep = [&] {
+      if (!first)
+        out += ',';
+      first = false;
+    };
     for (const Action &a : prog) {
       switch (a.kind) {
       case ActionKind::Compute:
-        cells.push_back(cell(g(a.work), csvKind(a.work.kind), a.work.mb));
+        sep();
+        cell(out, g(a.work), csvKind(a.work.kind), a.work.mb);
         break;
       case ActionKind::Overlap:
-        cells.push_back("(" + cell(g(a.work), csvKind(a.work.kind), a.work.mb) +
-                        ";" +
-                        cell(g(a.work2), csvKind(a.work2.kind), a.work2.mb) +
-                        ")OVERLAP_F_B");
+        sep();
+        out += '(';
+        cell(out, g(a.work), csvKind(a.work.kind), a.work.mb);
+        out += ';';
+        cell(out, g(a.work2), csvKind(a.work2.kind), a.work2.mb);
+        out += ")OVERLAP_F_B";
         break;
       case ActionKind::Send:
       case ActionKind::Recv: {
@@ -63,20 +89,28 @@ std::string exportCsv(const Schedule &s, const CsvOptions &opts) {
         int32_t st = g(a.work) + (send ? 0 : (act ? 1 : -1));
         const char *k =
             send ? (act ? "SEND_F" : "SEND_B") : (act ? "RECV_F" : "RECV_B");
-        cells.push_back(cell(st, k, a.work.mb));
+        sep();
+        cell(out, st, k, a.work.mb);
         break;
       }
       case ActionKind::GradReduce:
-        if (opts.withComm && !opts.pytorchStrict)
-          cells.push_back("GRADREDUCE_r" + std::to_string(a.peer));
+        if (opts.withComm && !opts.pytorchStrict) {
+          sep();
+          out += "GRADREDUCE_r" + std::to_string(a.peer);
+        }
         break;
       }
+      spill();
     }
-    for (size_t i = 0; i < cells.size(); ++i)
-      out += (i ? "," : "") + cells[i];
-    out += "\n";
+    out += '\n';
   }
-  return out;
+  os.write(out.data(), std::streamsize(out.size()));
+}
+
+std::string exportCsv(const Schedule &s, const CsvOptions &opts) {
+  std::ostringstream os;
+  exportCsv(s, os, opts);
+  return os.str();
 }
 
 namespace {

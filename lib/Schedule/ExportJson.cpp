@@ -1,8 +1,11 @@
 //===- ExportJson.cpp - JSON form of a schedule (docs/schedule-json.md) ---===//
 
 #include "pipeforge/Schedule/Export.h"
+#include "pipeforge/Schedule/JsonWriter.h"
 
 #include <nlohmann/json.hpp>
+
+#include <sstream>
 
 namespace pipeforge::sched {
 
@@ -12,116 +15,161 @@ namespace {
 constexpr const char *kFormat = "pipeforge.schedule";
 constexpr int kVersion = 1;
 
-void putWork(Json &j, const Work &w, bool copies) {
-  j["stage"] = w.stage;
-  j["mb"] = w.mb;
-  if (copies)
-    j["copy"] = w.copy;
+void writeWork(JsonWriter &w, const char *opKey, const Work &work,
+               bool copies) {
+  w.key(opKey);
+  w.plainString(workKindName(work.kind));
+  w.key("stage");
+  w.value(work.stage);
+  w.key("mb");
+  w.value(work.mb);
+  if (copies) {
+    w.key("copy");
+    w.value(int32_t(work.copy));
+  }
 }
 
-Json workJson(const Work &w, bool copies) {
-  Json j;
-  j["op"] = workKindName(w.kind);
-  putWork(j, w, copies);
-  return j;
-}
-
-Json actionJson(const Action &a, bool copies) {
+void writeAction(JsonWriter &w, const Action &a, bool copies) {
+  w.beginObject();
   switch (a.kind) {
   case ActionKind::Compute:
-    return workJson(a.work, copies);
-  case ActionKind::Overlap: {
-    Json j;
-    j["op"] = "FB";
-    j["members"] = Json::array({workJson(a.work, copies),
-                                workJson(a.work2, copies)});
-    if (!a.pairOrder.empty()) {
-      Json o = Json::array();
-      for (const PairComponentStep &p : a.pairOrder)
-        o.push_back(Json::array(
-            {p.member == PairComponentStep::F   ? "F"
-             : p.member == PairComponentStep::B ? "B"
-                                                : "W",
-             p.kind == PairComponentStep::Attn ? "attn" : "mlp",
-             int(p.layer)}));
-      j["order"] = std::move(o);
+    writeWork(w, "op", a.work, copies);
+    break;
+  case ActionKind::Overlap:
+    w.key("op");
+    w.plainString("FB");
+    w.key("members");
+    w.beginArray();
+    for (const Work *m : {&a.work, &a.work2}) {
+      w.beginObject();
+      writeWork(w, "op", *m, copies);
+      w.endObject();
     }
-    return j;
-  }
+    w.endArray();
+    if (!a.pairOrder.empty()) {
+      w.key("order");
+      w.beginArray();
+      for (const PairComponentStep &p : a.pairOrder) {
+        w.beginArray();
+        w.plainString(p.member == PairComponentStep::F   ? "F"
+                      : p.member == PairComponentStep::B ? "B"
+                                                         : "W");
+        w.plainString(p.kind == PairComponentStep::Attn ? "attn" : "mlp");
+        w.value(int32_t(p.layer));
+        w.endArray();
+      }
+      w.endArray();
+    }
+    break;
   case ActionKind::Send:
-  case ActionKind::Recv: {
-    Json j;
-    j["op"] = a.kind == ActionKind::Send ? "SEND" : "RECV";
-    j["payload"] = payloadName(a.payload);
-    j["producer"] = workKindName(a.work.kind);
-    putWork(j, a.work, copies);
-    j["peer"] = a.peer;
-    return j;
+  case ActionKind::Recv:
+    w.key("op");
+    w.plainString(a.kind == ActionKind::Send ? "SEND" : "RECV");
+    w.key("payload");
+    w.plainString(payloadName(a.payload));
+    writeWork(w, "producer", a.work, copies);
+    w.key("peer");
+    w.value(a.peer);
+    break;
+  case ActionKind::GradReduce:
+    w.key("op");
+    w.plainString("GRADREDUCE");
+    w.key("peer");
+    w.value(a.peer);
+    break;
   }
-  case ActionKind::GradReduce: {
-    Json j;
-    j["op"] = "GRADREDUCE";
-    j["peer"] = a.peer;
-    return j;
-  }
-  }
-  return Json();
+  w.endObject();
+}
+
+void writeNumbers(JsonWriter &w, const char *key,
+                  const std::vector<RankStats> &ranks,
+                  double RankStats::*field) {
+  w.key(key);
+  w.beginArray();
+  for (const RankStats &st : ranks)
+    w.value(st.*field);
+  w.endArray();
 }
 } // namespace
 
-std::string exportJson(const Schedule &s, const SimResult *sim,
-                       const CostModel &cost, int indent) {
+void exportJson(const Schedule &s, std::ostream &os, const SimResult *sim,
+                int indent,
+                const std::function<void(JsonWriter &)> &moreSummary) {
   bool copies = s.placement.numCopies > 1;
-  Json j;
-  j["format"] = kFormat;
-  j["version"] = kVersion;
-  j["name"] = s.name;
-  j["ranks"] = s.numRanks();
-  j["stages"] = s.placement.numStages;
-  j["copies"] = s.placement.numCopies;
-  j["microbatches"] = s.numMicrobatches;
-  j["has_comm"] = s.hasComm;
-  j["placement"] = s.placement.rankOf;
-  Json programs = Json::array();
-  for (size_t r = 0; r < s.programs.size(); ++r) {
-    Json actions = Json::array();
-    for (const Action &a : s.programs[r])
-      actions.push_back(actionJson(a, copies));
-    Json prog;
-    prog["rank"] = r;
-    prog["actions"] = std::move(actions);
-    programs.push_back(std::move(prog));
+  JsonWriter w(os, indent);
+  w.beginObject();
+  w.key("format");
+  w.plainString(kFormat);
+  w.key("version");
+  w.value(int32_t(kVersion));
+  w.key("name");
+  w.value(s.name);
+  w.key("ranks");
+  w.value(s.numRanks());
+  w.key("stages");
+  w.value(s.placement.numStages);
+  w.key("copies");
+  w.value(s.placement.numCopies);
+  w.key("microbatches");
+  w.value(s.numMicrobatches);
+  w.key("has_comm");
+  w.value(s.hasComm);
+  w.key("placement");
+  w.beginArray();
+  for (const std::vector<int32_t> &copy : s.placement.rankOf) {
+    w.beginArray();
+    for (int32_t r : copy)
+      w.value(r);
+    w.endArray();
   }
-  j["programs"] = std::move(programs);
+  w.endArray();
+  w.key("programs");
+  w.beginArray();
+  for (size_t r = 0; r < s.programs.size(); ++r) {
+    w.beginObject();
+    w.key("rank");
+    w.value(uint64_t(r));
+    w.key("actions");
+    w.beginArray();
+    for (const Action &a : s.programs[r])
+      writeAction(w, a, copies);
+    w.endArray();
+    w.endObject();
+  }
+  w.endArray();
   if (sim) {
-    Json sum;
-    sum["makespan"] = sim->makespan;
-    sum["bubble_rate"] = sim->bubbleRate;
-    sum["zb_bubble_rate"] = sim->zbBubbleRate;
+    w.key("summary");
+    w.beginObject();
+    w.key("makespan");
+    w.value(sim->makespan);
+    w.key("bubble_rate");
+    w.value(sim->bubbleRate);
+    w.key("zb_bubble_rate");
+    w.value(sim->zbBubbleRate);
     // The simulator's own unit, as the text output prints it: M_B, the
     // activations of one microbatch on a rank's 1/p share of the model (a
     // stage of an S-stage copy allocates p/S of it).
-    Json peak = Json::array(), busy = Json::array(), exposed = Json::array();
-    for (const RankStats &st : sim->ranks) {
-      peak.push_back(st.peakMemory);
-      busy.push_back(st.busy);
-      exposed.push_back(st.exposedComm);
-    }
-    sum["peak_activation"] = std::move(peak);
-    sum["busy"] = std::move(busy);
-    sum["exposed_comm"] = std::move(exposed);
+    writeNumbers(w, "peak_activation", sim->ranks, &RankStats::peakMemory);
+    writeNumbers(w, "busy", sim->ranks, &RankStats::busy);
+    writeNumbers(w, "exposed_comm", sim->ranks, &RankStats::exposedComm);
     if (!sim->commIntervals.empty()) { // communication model in use
-      Json p2p = Json::array(), a2a = Json::array();
-      for (const RankStats &st : sim->ranks) {
-        p2p.push_back(st.exposedP2P);
-        a2a.push_back(st.exposedA2A);
-      }
-      sum["exposed_p2p"] = std::move(p2p);
-      sum["exposed_a2a"] = std::move(a2a);
+      writeNumbers(w, "exposed_p2p", sim->ranks, &RankStats::exposedP2P);
+      writeNumbers(w, "exposed_a2a", sim->ranks, &RankStats::exposedA2A);
     }
-    j["summary"] = std::move(sum);
+    if (moreSummary)
+      moreSummary(w);
+    w.endObject();
   }
-  return j.dump(indent) + "\n";
+  w.endObject();
+  w.flush();
+  os << "\n";
+}
+
+std::string exportJson(const Schedule &s, const SimResult *sim,
+                       const CostModel &, int indent) {
+  std::ostringstream os;
+  exportJson(s, os, sim, indent);
+  return os.str();
 }
 
 namespace {

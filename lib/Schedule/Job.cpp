@@ -12,14 +12,16 @@
 #include "pipeforge/Schedule/CommInsertion.h"
 #include "pipeforge/Schedule/Export.h"
 #include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/JsonWriter.h"
 #include "pipeforge/Schedule/MemoryLimit.h"
 #include "pipeforge/Schedule/Verify.h"
 
-#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <ostream>
+#include <sstream>
 
 namespace pipeforge::sched {
 
@@ -150,12 +152,6 @@ Expected<Schedule> obtainSchedule(const ScheduleJob &j,
   }
   autoResult = r.take();
   return autoResult->schedule;
-}
-
-std::string renderTextSummary(const ScheduleJobResult &r);
-
-std::string renderText(const ScheduleJobResult &r) {
-  return renderTextSummary(r) + exportTextGrid(r.schedule, r.sim);
 }
 
 /// The text format's lines above the grid.
@@ -314,7 +310,15 @@ Expected<ScheduleJobResult> runAnyPlacement(const ScheduleJob &j) {
                                      "dualpipev"};
   if (j.copies >= 2)
     kinds.push_back("dualpipe");
+  // Past the ceiling, the handcrafted orders not yet tried are left out
+  // (each costs a whole generate, verify and simulate: seconds at millions
+  // of actions); the result says which.
+  std::string skipped;
   for (const char *kind : kinds) {
+    if (deadline.passed() && best) {
+      skipped += (skipped.empty() ? "" : ", ") + std::string(kind);
+      continue;
+    }
     ScheduleJob c = j;
     c.schedule = kind;
     c.vPlacement = std::string(kind) == "zbv" || std::string(kind) == "dualpipev";
@@ -351,6 +355,12 @@ Expected<ScheduleJobResult> runAnyPlacement(const ScheduleJob &j) {
   r.autoResult->note += std::string(r.autoResult->note.empty() ? "" : "; ") +
                         "placement any: " + bestName + " is the fastest of " +
                         tried;
+  if (!skipped.empty()) {
+    AutoResult &a = *r.autoResult;
+    a.timeLimitHit = true;
+    a.cutShort += std::string(a.cutShort.empty() ? "" : ", ") +
+                  "handcrafted orders not tried: " + skipped;
+  }
   return r;
 }
 
@@ -366,6 +376,11 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
     return checked.status();
   ScheduleJob j = checked.take();
 
+  auto step = [&](const char *name) {
+    if (j.onStep)
+      j.onStep(name);
+  };
+  step(j.schedule == "auto" ? "searching" : "generating");
   ScheduleJobResult r;
   auto s = obtainSchedule(j, r.autoResult, r.ignoredFsdpActions);
   if (!s)
@@ -390,6 +405,7 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
   scaleTimes(cost, timeScale(j, sch.numRanks(), sch.placement.numStages));
 
   // Messages are placed for the costs the schedule will be simulated with.
+  step("inserting messages");
   if (!j.computeOnly && !sch.hasComm)
     if (Status st = insertComm(r.schedule, cost); !st)
       return Status::error("cannot insert messages: " + st.message());
@@ -402,9 +418,11 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
       return l.status();
     vo.memLimit = *l;
   }
+  step("verifying");
   if (Status st = verify(sch, vo); !st)
     return Status::error("invalid schedule: " + st.message());
 
+  step("simulating");
   auto sim = simulate(sch, cost);
   if (!sim)
     return Status::error("simulation failed: " + sim.message());
@@ -419,54 +437,74 @@ bool isJobFormat(const std::string &format) {
   return false;
 }
 
+namespace {
+/// The automatic scheduler's members of the JSON "summary": deterministic
+/// fields only (no elapsed times), so the same inputs give the same JSON
+/// unless the time limit fired, which "time_limit" says.
+void writeAutoSummary(JsonWriter &w, const AutoResult &a) {
+  w.key("lower_bound");
+  w.value(a.bound.zbCost);
+  w.key("lower_bound_makespan");
+  w.value(a.bound.makespan);
+  w.key("gap");
+  w.value(a.gap);
+  w.key("method");
+  w.value(a.method);
+  w.key("ilp");
+  w.beginObject();
+  w.key("ran");
+  w.value(a.ilpRan);
+  if (a.ilpRan) {
+    w.key("status");
+    w.value(a.ilpStatus);
+    w.key("optimal");
+    w.value(a.ilpOptimal);
+    w.key("bound");
+    w.value(a.ilpBound);
+    w.key("gap");
+    w.value(a.ilpGap);
+    w.key("nodes");
+    w.value(int64_t(a.ilpNodes));
+  }
+  if (!a.note.empty()) {
+    w.key("note");
+    w.value(a.note);
+  }
+  w.endObject();
+  w.key("search_moves");
+  w.value(int64_t(a.searchMovesUsed));
+  w.key("search_converged");
+  w.value(a.searchConverged);
+  w.key("time_limit");
+  w.value(a.timeLimitHit ? "cut short by the time limit: " + a.cutShort
+                         : std::string("not reached"));
+}
+} // namespace
+
 void renderScheduleJob(const ScheduleJobResult &r, const std::string &format,
                        std::ostream &os) {
-  if (format == "text") {
+  if (format == "json") {
+    std::function<void(JsonWriter &)> more;
+    if (r.autoResult)
+      more = [&](JsonWriter &w) { writeAutoSummary(w, *r.autoResult); };
+    exportJson(r.schedule, os, &r.sim, 2, more);
+  } else if (format == "csv") {
+    exportCsv(r.schedule, os);
+  } else if (format == "svg") {
+    os << exportSvg(r.schedule, r.sim);
+  } else if (format == "trace") {
+    os << exportTrace(r.schedule, r.sim);
+  } else {
     os << renderTextSummary(r);
     exportTextGrid(r.schedule, r.sim, os);
-    return;
   }
-  os << renderScheduleJob(r, format);
 }
 
 std::string renderScheduleJob(const ScheduleJobResult &r,
                               const std::string &format) {
-  if (format == "csv")
-    return exportCsv(r.schedule);
-  if (format == "svg")
-    return exportSvg(r.schedule, r.sim);
-  if (format == "trace")
-    return exportTrace(r.schedule, r.sim);
-  if (format != "json")
-    return renderText(r);
-  std::string out = exportJson(r.schedule, &r.sim, r.cost);
-  if (!r.autoResult)
-    return out;
-  auto j = nlohmann::ordered_json::parse(out);
-  j["summary"]["lower_bound"] = r.autoResult->bound.zbCost;
-  j["summary"]["lower_bound_makespan"] = r.autoResult->bound.makespan;
-  j["summary"]["gap"] = r.autoResult->gap;
-  const AutoResult &a = *r.autoResult;
-  j["summary"]["method"] = a.method;
-  // Deterministic fields only (no elapsed times): the same inputs give the
-  // same JSON unless the time limit fired, which "time_limit" says.
-  auto &ilp = j["summary"]["ilp"];
-  ilp["ran"] = a.ilpRan;
-  if (a.ilpRan) {
-    ilp["status"] = a.ilpStatus;
-    ilp["optimal"] = a.ilpOptimal;
-    ilp["bound"] = a.ilpBound;
-    ilp["gap"] = a.ilpGap;
-    ilp["nodes"] = a.ilpNodes;
-  }
-  if (!a.note.empty())
-    ilp["note"] = a.note;
-  j["summary"]["search_moves"] = a.searchMovesUsed;
-  j["summary"]["search_converged"] = a.searchConverged;
-  j["summary"]["time_limit"] =
-      a.timeLimitHit ? "cut short by the time limit: " + a.cutShort
-                     : std::string("not reached");
-  return j.dump(2) + "\n";
+  std::ostringstream os;
+  renderScheduleJob(r, format, os);
+  return os.str();
 }
 
 } // namespace pipeforge::sched

@@ -92,7 +92,7 @@ public:
     double end = std::max(t, grArrive[sl.other][sl.ordinal]);
     stats[r].exposedComm += end - t;
     now[r] = end;
-    intervals[r].push_back(Interval{r, i, t, end});
+    place(r, i, t, end);
   }
 
 private:
@@ -162,7 +162,14 @@ private:
   std::vector<double> now;
   std::vector<RankStats> stats;
   std::vector<char> anyCompute;
-  std::vector<std::vector<Interval>> intervals;
+  /// Every action's interval, rank after rank in program order (rank r's
+  /// action i at base[r] + i): sized once, written in place, handed to the
+  /// result without a copy (one 32-byte Interval per action resident).
+  std::vector<Interval> intervals;
+  std::vector<size_t> base;
+  void place(int32_t r, size_t i, double start, double end) {
+    intervals[base[r] + i] = Interval{r, i, start, end};
+  }
   // Communication model.
   bool commModel = false;       ///< overlapComm, or some stage has all-to-alls
   std::vector<double> commFree; ///< per rank
@@ -223,7 +230,10 @@ Status Simulation::prepare() {
   now.assign(numRanks, 0);
   stats.assign(numRanks, RankStats());
   anyCompute.assign(numRanks, 0);
-  intervals.resize(numRanks);
+  base.assign(numRanks + 1, 0);
+  for (int32_t r = 0; r < numRanks; ++r)
+    base[r + 1] = base[r] + s.programs[r].size();
+  intervals.assign(base[numRanks], Interval{0, 0, 0, 0});
   commModel = cost.overlapComm;
   for (int st = 0; st < pl.numStages && !commModel; ++st)
     commModel = stageHasA2A(st);
@@ -267,7 +277,7 @@ void Simulation::compute(int32_t r, size_t i, const Action &a, const Input &in1,
   st.busy += busy;
   st.lastEnd = end;
   now[r] = end;
-  intervals[r].push_back(Interval{r, i, start, end});
+  place(r, i, start, end);
   endTime[idx.id(a.work)] = end;
   if (pair)
     endTime[idx.id(a.work2)] = end;
@@ -283,7 +293,7 @@ void Simulation::send(int32_t r, size_t i, const Action &, const CommSlot &sl) {
   } else {
     sendArrive[sl.chan].push_back(t + cost.tcomm);
   }
-  intervals[r].push_back(Interval{r, i, t, t});
+  place(r, i, t, t);
 }
 
 void Simulation::recv(int32_t r, size_t i, const Action &a,
@@ -303,7 +313,7 @@ void Simulation::recv(int32_t r, size_t i, const Action &a,
       addComm(r, i, end - fl, end, CommInterval::ExposedP2P);
   }
   now[r] = end;
-  intervals[r].push_back(Interval{r, i, t, end});
+  place(r, i, t, end);
   if (a.payload != Payload::WeightGrad) {
     size_t key = messageKey(a.work, idx);
     recvTime[key] = cost.overlapComm ? std::max(t, arrive) : end;
@@ -410,19 +420,14 @@ Expected<SimResult> Simulation::run() {
     maxBusy = std::max(maxBusy, st.busy);
     if (anyCompute[r])
       zbCost = std::max(zbCost, st.lastEnd - st.firstStart);
-    for (const Interval &iv : intervals[r])
-      res.makespan = std::max(res.makespan, iv.end);
+    for (size_t k = base[r]; k < base[r + 1]; ++k)
+      res.makespan = std::max(res.makespan, intervals[k].end);
   }
   if (res.makespan > 0)
     res.bubbleRate = 1 - sumBusy / (numRanks * res.makespan);
   if (zbCost > 0)
     res.zbBubbleRate = (zbCost - maxBusy) / zbCost;
-  size_t total = 0;
-  for (const auto &v : intervals)
-    total += v.size();
-  res.intervals.reserve(total);
-  for (auto &v : intervals)
-    res.intervals.insert(res.intervals.end(), v.begin(), v.end());
+  res.intervals = std::move(intervals);
   return res;
 }
 } // namespace

@@ -11,20 +11,25 @@
 
 #include "pipeforge/Schedule/Job.h"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 
 using namespace pipeforge::sched;
 
 namespace {
 
-const char *kUsage = R"(usage: pipeforge-sched [options]
-
-Generate, verify and simulate a pipeline schedule.
+const char *kUsage = R"(usage: pipeforge-sched [options]: generate, verify, simulate a schedule
 
 Schedule:
   --schedule NAME       gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev
@@ -62,8 +67,8 @@ Automatic schedule (--schedule auto; docs/auto-scheduler.md):
                         the winner); linear or v: that placement only
   --copies N            parameter copies a rank may hold under any (1, or 2:
                         DualPipe joins the comparison; default 1)
-  --time-limit S        ceiling of the whole search in seconds (default
-                        10); the output says when it cut the search short
+  --search-limit S      ceiling of the search in seconds (default 10, or half
+                        of --time-limit); the output says if it cut it short
   --search-moves N      local-search work budget, moves tried (default
                         20000; 0: no local search)
   --ilp-nodes N         CBC work budget, branch-and-bound nodes (default 20)
@@ -82,6 +87,8 @@ Model shape (docs/background.md; any schedule):
 Output:
   --format F            text (default) json csv svg trace
   -o FILE               write to FILE instead of standard output
+  --time-limit S        ceiling of the whole command in seconds (default none;
+                        output included): past it an error, exit 1, no -o file
 )";
 
 [[noreturn]] void usageError(const std::string &msg) {
@@ -128,6 +135,54 @@ void parseNumber(const NumberOption &n, const std::string &v) {
 struct Options {
   ScheduleJob job;
   std::string importCsv, format = "text", output;
+  /// --time-limit given: the whole command's ceiling in seconds.
+  std::optional<double> commandLimit;
+};
+
+/// --time-limit S bounds the whole command: a thread waits S seconds, then
+/// reports the step the command is in and ends the process (exit 1),
+/// removing an unfinished -o file. The library's steps are not
+/// interruptible one by one; this bounds them all, output included.
+class Watchdog {
+public:
+  Watchdog(double seconds, std::string outputPath)
+      : limit(seconds), output(std::move(outputPath)) {
+    auto at = std::chrono::steady_clock::now() +
+              std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                  std::chrono::duration<double>(std::min(seconds, 1e9)));
+    thread = std::thread([this, at] {
+      std::unique_lock<std::mutex> lock(mu);
+      if (cv.wait_until(lock, at, [this] { return done; }))
+        return;
+      std::ostringstream msg;
+      msg << "pipeforge-sched: error: --time-limit " << limit
+          << " s reached while " << step.load()
+          << "; the command stopped (a larger limit, or none, lets it "
+             "finish)\n";
+      std::cerr << msg.str() << std::flush;
+      if (!output.empty())
+        std::remove(output.c_str());
+      std::_Exit(1);
+    });
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    cv.notify_one();
+    thread.join();
+  }
+  void enter(const char *s) { step.store(s); }
+
+private:
+  double limit;
+  std::string output;
+  std::atomic<const char *> step{"starting"};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread thread;
 };
 
 Options parseArgs(int argc, char **argv) {
@@ -136,6 +191,8 @@ Options parseArgs(int argc, char **argv) {
   std::string placement = "any", costUnit = "rank";
   const double inf = HUGE_VAL, maxInt = double(1 << 30);
   double searchMoves = double(j.searchMoves), ilpNodes = double(j.ilpNodes);
+  double commandLimit = 0;
+  bool searchLimitGiven = false;
   const NumberOption numbers[] = {
       {"--ranks", nullptr, &j.ranks, 1, maxInt},
       {"--microbatches", nullptr, &j.microbatches, 1, maxInt},
@@ -150,7 +207,8 @@ Options parseArgs(int argc, char **argv) {
       {"--ta2a", &j.ta2a, nullptr, 0, inf},
       {"--moe-layers", nullptr, &j.moeLayers, 0, maxInt},
       {"--mem-w", &j.memW, nullptr, 0, 1},
-      {"--time-limit", &j.timeLimit, nullptr, 0, inf},
+      {"--search-limit", &j.timeLimit, nullptr, 0, inf},
+      {"--time-limit", &commandLimit, nullptr, 0, inf},
       {"--gap", &j.gap, nullptr, 0, inf},
       {"--search-moves", &searchMoves, nullptr, 0, 1e15},
       {"--ilp-nodes", &ilpNodes, nullptr, 0, 1e9},
@@ -192,9 +250,12 @@ Options parseArgs(int argc, char **argv) {
     for (const NumberOption &n : numbers)
       if (flag == n.flag)
         number = &n;
-    if (number)
+    if (number) {
       parseNumber(*number, value);
-    else if (flag == "--schedule")
+      if (flag == "--time-limit")
+        o.commandLimit = commandLimit;
+      searchLimitGiven |= flag == "--search-limit";
+    } else if (flag == "--schedule")
       j.schedule = value;
     else if (flag == "--import-csv")
       o.importCsv = value;
@@ -225,6 +286,11 @@ Options parseArgs(int argc, char **argv) {
   if (costUnit != "stage" && costUnit != "rank")
     usageError("--cost-unit expects stage or rank, got '" + costUnit + "'");
   j.costsPerRank = costUnit == "rank";
+  // The whole command has S seconds: unless told otherwise, the search
+  // half of them, the rest is left for verifying, simulating and writing
+  // the result.
+  if (o.commandLimit && !searchLimitGiven)
+    j.timeLimit = *o.commandLimit / 2;
   if (!isJobFormat(o.format))
     usageError("unknown --format '" + o.format +
                "'; expected text, json, csv, svg or trace");
@@ -243,6 +309,13 @@ std::string readFile(const std::string &path) {
 
 int main(int argc, char **argv) {
   Options o = parseArgs(argc, argv);
+  std::optional<Watchdog> watchdog;
+  if (o.commandLimit) {
+    watchdog.emplace(*o.commandLimit, o.output);
+    o.job.onStep = [&](const char *step) { watchdog->enter(step); };
+  }
+  if (watchdog)
+    watchdog->enter("reading the input");
   if (!o.importCsv.empty())
     o.job.csvText = readFile(o.importCsv);
   auto r = runScheduleJob(o.job);
@@ -253,6 +326,8 @@ int main(int argc, char **argv) {
               << r->ignoredFsdpActions
               << " FSDP action(s) (UNSHARD, RESHARD, REDUCE_GRAD): a "
                  "pipeline schedule has no equivalent\n";
+  if (watchdog)
+    watchdog->enter("writing the output");
   if (o.output.empty()) {
     renderScheduleJob(*r, o.format, std::cout);
     std::cout << std::flush;

@@ -15,8 +15,9 @@
 #include "pipeforge/Schedule/Action.h"
 #include "pipeforge/Schedule/Simulator.h"
 
-#include <optional>
+#include <functional>
 #include <iosfwd>
+#include <optional>
 #include <string>
 
 namespace pipeforge::sched {
@@ -45,6 +46,14 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os);
 std::string exportJson(const Schedule &s, const SimResult *sim = nullptr,
                        const CostModel &cost = {}, int indent = 2);
 
+class JsonWriter;
+/// The same text, written to `os` as it is formed (no document is built: a
+/// schedule of millions of actions streams). `moreSummary`, when set, adds
+/// members at the end of the "summary" object (written only with `sim`).
+void exportJson(const Schedule &s, std::ostream &os,
+                const SimResult *sim = nullptr, int indent = 2,
+                const std::function<void(JsonWriter &)> &moreSummary = {});
+
 /// Parses exportJson's output back (the summary is ignored).
 Expected<Schedule> importJson(const std::string &text);
 
@@ -67,6 +76,9 @@ struct CsvOptions {
 /// "(<F cell>;<B or I cell>)OVERLAP_F_B". Stages are global: copy c stage s
 /// is written as c * numStages + s. Weight-gradient send/recv are omitted.
 std::string exportCsv(const Schedule &s, const CsvOptions &opts = {});
+/// The same, written to `os` as it is formed.
+void exportCsv(const Schedule &s, std::ostream &os,
+               const CsvOptions &opts = {});
 
 struct CsvImportOptions {
   /// The placement to read stages against (required for DualPipe's two

@@ -16,6 +16,7 @@
 #include "pipeforge/Schedule/AutoScheduler.h"
 #include "pipeforge/Schedule/Simulator.h"
 
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -46,7 +47,9 @@ struct ScheduleJob {
   double hidden = 0, heads = 0, seq = 0, microbatchSize = 1;
   int layers = 0; ///< transformer layers of the model; 0: one per stage
 
-  /// --schedule auto (AutoOptions). timeLimit: wall-clock ceiling of the
+  /// --schedule auto (AutoOptions). timeLimit (pipeforge-sched
+  /// --search-limit; the tool's --time-limit bounds the whole command
+  /// instead, see onStep): wall-clock ceiling of the
   /// whole automatic search in seconds (>= 0; under anyPlacement both
   /// placements' searches together); the work budgets searchMoves (local-search moves) and
   /// ilpNodes (CBC nodes) decide how far the search goes, so the result
@@ -75,6 +78,10 @@ struct ScheduleJob {
   int64_t searchMoves = kDefaultSearchMoves;
   int64_t ilpNodes = kDefaultIlpNodes;
   bool useIlp = true;
+  /// Called as each step begins ("generating", "searching", "inserting
+  /// messages", "verifying", "simulating"), e.g. for a front end that bounds
+  /// the whole command and names the step it stopped in. May be empty.
+  std::function<void(const char *step)> onStep;
 };
 
 struct ScheduleJobResult {

@@ -5,7 +5,7 @@ tools=$1
 n=0
 for kind in gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev chimera auto; do
   args=(--schedule "$kind" --ranks 4 --microbatches 8)
-  [ "$kind" = auto ] && args+=(--mem-limit 4 --time-limit 0)
+  [ "$kind" = auto ] && args+=(--mem-limit 4 --search-limit 0)
   text=$("$tools/pipeforge-sched" "${args[@]}" | sed -n 's/.*peak_activation \([0-9.]*\) M_B.*/\1/p' |
     awk '{ printf "%.4f ", $1 }')
   json=$("$tools/pipeforge-sched" "${args[@]}" --format json |
