@@ -671,8 +671,7 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
              ++l)
           all += layerReduce(l);
         const double tb = cost.tbStage[s], tw = cost.twStage[s];
-        const double lastStart =
-            std::max(lastB[s] - tb, busyEnd[s] - tb - tw);
+        const double lastStart = std::max(lastB[s] - tb, busyEnd[s] - tb - tw);
         gradBound = std::max(gradBound, lastStart + all - pipeBound);
       }
     }

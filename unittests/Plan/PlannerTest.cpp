@@ -100,8 +100,8 @@ TEST(Planner, DataParallelAllReduceScalesAsRing) {
     EXPECT_FALSE(c->dpInterNode);
   }
   // Across nodes (2 per node) the ring runs at the inter-node bandwidth.
-  auto c = evaluate(m, cluster(4, 1000, 2), seriesOptions(8), ScheduleKind::OneFOneB,
-                    1, 1, Layout::PipelineInNode);
+  auto c = evaluate(m, cluster(4, 1000, 2), seriesOptions(8),
+                    ScheduleKind::OneFOneB, 1, 1, Layout::PipelineInNode);
   ASSERT_TRUE(c.isOk());
   EXPECT_TRUE(c->dpInterNode);
   EXPECT_NEAR(c->dpTime, 1.5 * 16e9 / 10e9, 1e-12);
