@@ -565,6 +565,14 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
     return n > 1 ? 2.0 * (n - 1) / n * params * opts.gradBytesPerParam / bw
                  : 0.0;
   };
+  // One layer's bucket: its dense gradients over d replicas, its expert
+  // shards' over d / e (GradReduce.h).
+  auto layerReduce = [&](int l) {
+    const LayerCost &lc = model.layers[l];
+    const double expert = std::min(lc.expertParams, lc.params);
+    return ring(d, (lc.params - expert) / t, dpBw) +
+           ring(dE, expert / (double(t) * e), expertDpBw);
+  };
   auto stateBytes = [&](double dense, double experts, int zero) {
     return (dense + experts) *
                (opts.weightBytesPerParam + opts.gradStateBytesPerParam) +
@@ -629,20 +637,43 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
     // fullest rank (a linear placement, stage s on rank s).
     const int zero = zeros.empty() ? 0 : zeros.front();
     double pipeBound = 0, gradBound = 0, maxState = 0, fill = 0, drain = 0;
+    // Per stage: the earliest its last B can end (from stage s on), the
+    // earliest all its work can be done, and the B time before it.
+    std::vector<double> lastB(S, 0), busyEnd(S, 0), drains(S, 0);
     for (int s = 0; s < S; ++s) {
       const double tf = cost.tfStage[s], tb = cost.tbStage[s],
                    tw = cost.twStage[s];
       pipeBound = std::max(pipeBound, fill + std::max(m * (tf + tb + tw),
                                                       m * (tf + tb) + drain));
+      // Stage s's last B, and with it the way back to every earlier stage.
+      drains[s] = drain;
+      busyEnd[s] = fill + m * (tf + tb + tw);
+      for (int r = 0; r <= s; ++r)
+        lastB[r] = std::max(lastB[r], fill + m * (tf + tb) + drain - drains[r]);
       fill += tf + cost.tcomm;
       drain += tb + cost.tcomm;
       const double dense = stageParams[s] - stageExperts[s];
-      // Overlapped with the backward, the all-reduce may hide entirely.
       if (opts.gradOverlap == GradOverlap::Off)
         gradBound =
             std::max(gradBound, ring(d, dense, dpBw) +
                                     ring(dE, stageExperts[s], expertDpBw));
       maxState = std::max(maxState, stateBytes(dense, stageExperts[s], zero));
+    }
+    if (opts.gradOverlap != GradOverlap::Off) {
+      // Overlapped (GradReduce.cpp), a stage's buckets are ready no earlier
+      // than the start of its last W (or BW). That work ends after the
+      // stage's last B and after all the stage's work, and lasts tw (tb +
+      // tw for a BW). The buckets queue one after another on the rank's
+      // link (one stage per rank in the linear placement).
+      for (int s = 0; s < S; ++s) {
+        double all = 0;
+        for (int l = cut->firstLayer(s); l < cut->firstLayer(s) + cut->sizes[s];
+             ++l)
+          all += layerReduce(l);
+        const double tb = cost.tbStage[s], tw = cost.twStage[s];
+        const double lastStart = std::max(lastB[s] - tb, busyEnd[s] - tb - tw);
+        gradBound = std::max(gradBound, lastStart + all - pipeBound);
+      }
     }
     // Compared at the ranking's resolution (ns): a bound that equals the
     // threshold can tie it, and ties go to less memory.
@@ -717,12 +748,8 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
     for (int l = cut->firstLayer(s); l < cut->firstLayer(s) + cut->sizes[s];
          ++l) {
       const LayerRun &r = runs[l];
-      const LayerCost &lc = model.layers[l];
-      const double expert = std::min(lc.expertParams, lc.params);
       buckets[s].push_back(
-          {r.w, r.b + r.tpB + r.epB + r.rc + r.w,
-           ring(d, (lc.params - expert) / t, dpBw) +
-               ring(dE, expert / (double(t) * e), expertDpBw)});
+          {r.w, r.b + r.tpB + r.epB + r.rc + r.w, layerReduce(l)});
     }
   const GradReduceTiming grad = gradReduceTiming(
       *schedule, *sim, buckets, c.dpReduceTime, opts.gradOverlap);

@@ -104,11 +104,11 @@ static cl::opt<double, true>
               cl::location(flags.gradBytesPerParam), cl::init(4), cl::cat(cat));
 static cl::opt<std::string, true> gradOverlap(
     "overlap-grad-reduce",
-    cl::desc("When the gradient all-reduce starts: off (default: after the "
-             "pipeline), stage (a stage's once its last W is done), layer "
-             "(per-layer buckets as the last microbatches' backward finishes "
-             "them, as DDP and Megatron do)"),
-    cl::location(flags.gradOverlap), cl::init("off"), cl::cat(cat));
+    cl::desc("When the gradient all-reduce starts: layer (default: "
+             "per-layer buckets as the last microbatches' backward finishes "
+             "them, as pipeforge-run, DDP and Megatron do), stage (a stage's "
+             "once its last W is done), off (after the pipeline)"),
+    cl::location(flags.gradOverlap), cl::init("layer"), cl::cat(cat));
 static cl::opt<int, true> topN("top", cl::desc("Setups to list (default 5)"),
                                cl::location(flags.topN), cl::init(5),
                                cl::cat(cat));

@@ -57,6 +57,14 @@ PlanOptions options(int64_t globalBatch, std::vector<ScheduleKind> kinds = {}) {
   o.schedules = std::move(kinds);
   return o;
 }
+
+/// The gradient all-reduce after the pipeline (--overlap-grad-reduce off):
+/// for the tests of its by-hand time.
+PlanOptions seriesOptions(int64_t globalBatch) {
+  PlanOptions o = options(globalBatch);
+  o.gradOverlap = GradOverlap::Off;
+  return o;
+}
 } // namespace
 
 TEST(Planner, OneFOneBTimeAndMemoryByHand) {
@@ -82,7 +90,7 @@ TEST(Planner, DataParallelAllReduceScalesAsRing) {
   // Pure data parallelism: 2(d-1)/d * params * 4 bytes / 100 GB/s.
   ModelCosts m = uniformModel(4, /*params=*/1e9);
   for (int d : {2, 4, 8}) {
-    PlanOptions o = options(8);
+    PlanOptions o = seriesOptions(8);
     auto c = evaluate(m, cluster(d, 1000), o, ScheduleKind::OneFOneB, 1, 1,
                       Layout::PipelineInNode);
     ASSERT_TRUE(c.isOk()) << c.message();
@@ -92,8 +100,8 @@ TEST(Planner, DataParallelAllReduceScalesAsRing) {
     EXPECT_FALSE(c->dpInterNode);
   }
   // Across nodes (2 per node) the ring runs at the inter-node bandwidth.
-  auto c = evaluate(m, cluster(4, 1000, 2), options(8), ScheduleKind::OneFOneB,
-                    1, 1, Layout::PipelineInNode);
+  auto c = evaluate(m, cluster(4, 1000, 2), seriesOptions(8),
+                    ScheduleKind::OneFOneB, 1, 1, Layout::PipelineInNode);
   ASSERT_TRUE(c.isOk());
   EXPECT_TRUE(c->dpInterNode);
   EXPECT_NEAR(c->dpTime, 1.5 * 16e9 / 10e9, 1e-12);
@@ -543,7 +551,7 @@ TEST(PlannerExpert, AllToAllsShardsAndGradientsByHand) {
   // 4 moe blocks, p = 2, d = 4, e = 4 on 8 GPUs of one node, m = 4.
   ModelCosts m = moeModel(4);
   Cluster cl = cluster(8, 1000);
-  auto c = evaluate(m, cl, options(16), ScheduleKind::OneFOneB, 2, 1,
+  auto c = evaluate(m, cl, seriesOptions(16), ScheduleKind::OneFOneB, 2, 1,
                     Layout::PipelineInNode, expertSetup(4));
   ASSERT_TRUE(c.isOk()) << c.message();
   EXPECT_EQ(c->ep, 4);
@@ -561,7 +569,7 @@ TEST(PlannerExpert, AllToAllsShardsAndGradientsByHand) {
   EXPECT_NEAR(c->dpTime, 2.0 * 3 / 4 * (2 * 0.2e6) * 4 / 100e9, 1e-15);
 
   // Without expert parallelism: no all-to-all, every expert on every rank.
-  auto plain = evaluate(m, cl, options(16), ScheduleKind::OneFOneB, 2, 1,
+  auto plain = evaluate(m, cl, seriesOptions(16), ScheduleKind::OneFOneB, 2, 1,
                         Layout::PipelineInNode, expertSetup(1));
   ASSERT_TRUE(plain.isOk()) << plain.message();
   EXPECT_DOUBLE_EQ(plain->epCommTime, 0);
@@ -570,7 +578,7 @@ TEST(PlannerExpert, AllToAllsShardsAndGradientsByHand) {
 
   // ZeRO-1 shards over the runtime's data-parallel group, d / e replicas:
   // with e = 2 that is 2.
-  auto z = evaluate(m, cl, options(16), ScheduleKind::OneFOneB, 2, 1,
+  auto z = evaluate(m, cl, seriesOptions(16), ScheduleKind::OneFOneB, 2, 1,
                     Layout::PipelineInNode, expertSetup(2, 1));
   ASSERT_TRUE(z.isOk()) << z.message();
   EXPECT_DOUBLE_EQ(z->optimizerBytes, 2 * (0.2e6 + 0.4e6) * 12 / 2);
@@ -973,9 +981,9 @@ TEST(PlannerExpert, LinkEfficienciesSlowTheirTransfers) {
   Cluster slow = full;
   slow.allReduceEfficiency = 0.5;
   slow.allToAllEfficiency = 0.25;
-  auto a = evaluate(m, full, options(16), ScheduleKind::OneFOneB, 2, 1,
+  auto a = evaluate(m, full, seriesOptions(16), ScheduleKind::OneFOneB, 2, 1,
                     Layout::PipelineInNode, expertSetup(4));
-  auto b = evaluate(m, slow, options(16), ScheduleKind::OneFOneB, 2, 1,
+  auto b = evaluate(m, slow, seriesOptions(16), ScheduleKind::OneFOneB, 2, 1,
                     Layout::PipelineInNode, expertSetup(4));
   ASSERT_TRUE(a.isOk() && b.isOk());
   EXPECT_NEAR(b->epCommTime, 4 * a->epCommTime, 1e-12);

@@ -25,8 +25,8 @@ struct PlanFlags {
   double stateBytesPerParam = 16, gradBytesPerParam = 4;
   int topN = 5;
   std::string modelPath; ///< as the user named it; "-": stdin
-  /// --overlap-grad-reduce: off (default), stage, layer (GradReduce.h).
-  std::string gradOverlap = "off";
+  /// --overlap-grad-reduce: layer (default), stage, off (GradReduce.h).
+  std::string gradOverlap = "layer";
   /// Checked only: --format (table, json), --progress (auto, always,
   /// never), --bytes-per-element (> 0).
   std::string format = "table", progress = "auto";

@@ -285,10 +285,10 @@ struct PlanOptions {
   /// `pipeforge-run --zero 1`, the default). Expert shards: d / e always.
   bool zeroDenseOverAll = false;
   /// When the data-parallel gradient all-reduce may start
-  /// (--overlap-grad-reduce; GradReduce.h): by default after the pipeline
-  /// (off); layer buckets it per layer, overlapped with the backward work of
-  /// the last microbatches.
-  GradOverlap gradOverlap = GradOverlap::Off;
+  /// (--overlap-grad-reduce; GradReduce.h): by default bucketed per layer,
+  /// overlapped with the backward work of the last microbatches, as
+  /// pipeforge-run does (layer); off: after the pipeline.
+  GradOverlap gradOverlap = GradOverlap::Layer;
   int topN = 5;
   /// Pipeline degrees to try; empty means every divisor of the GPU count.
   std::vector<int> pipelineDegrees;
