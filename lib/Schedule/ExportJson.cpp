@@ -19,13 +19,10 @@ void writeWork(JsonWriter &w, const char *opKey, const Work &work,
                bool copies) {
   w.key(opKey);
   w.plainString(workKindName(work.kind));
-  w.key("stage");
-  w.value(work.stage);
-  w.key("mb");
-  w.value(work.mb);
+  w.field("stage", work.stage);
+  w.field("mb", work.mb);
   if (copies) {
-    w.key("copy");
-    w.value(int32_t(work.copy));
+    w.field("copy", int32_t(work.copy));
   }
 }
 
@@ -68,14 +65,12 @@ void writeAction(JsonWriter &w, const Action &a, bool copies) {
     w.key("payload");
     w.plainString(payloadName(a.payload));
     writeWork(w, "producer", a.work, copies);
-    w.key("peer");
-    w.value(a.peer);
+    w.field("peer", a.peer);
     break;
   case ActionKind::GradReduce:
     w.key("op");
     w.plainString("GRADREDUCE");
-    w.key("peer");
-    w.value(a.peer);
+    w.field("peer", a.peer);
     break;
   }
   w.endObject();
@@ -100,20 +95,13 @@ void exportJson(const Schedule &s, std::ostream &os, const SimResult *sim,
   w.beginObject();
   w.key("format");
   w.plainString(kFormat);
-  w.key("version");
-  w.value(int32_t(kVersion));
-  w.key("name");
-  w.value(s.name);
-  w.key("ranks");
-  w.value(s.numRanks());
-  w.key("stages");
-  w.value(s.placement.numStages);
-  w.key("copies");
-  w.value(s.placement.numCopies);
-  w.key("microbatches");
-  w.value(s.numMicrobatches);
-  w.key("has_comm");
-  w.value(s.hasComm);
+  w.field("version", int32_t(kVersion));
+  w.field("name", s.name);
+  w.field("ranks", s.numRanks());
+  w.field("stages", s.placement.numStages);
+  w.field("copies", s.placement.numCopies);
+  w.field("microbatches", s.numMicrobatches);
+  w.field("has_comm", s.hasComm);
   w.key("placement");
   w.beginArray();
   for (const std::vector<int32_t> &copy : s.placement.rankOf) {
@@ -127,8 +115,7 @@ void exportJson(const Schedule &s, std::ostream &os, const SimResult *sim,
   w.beginArray();
   for (size_t r = 0; r < s.programs.size(); ++r) {
     w.beginObject();
-    w.key("rank");
-    w.value(uint64_t(r));
+    w.field("rank", uint64_t(r));
     w.key("actions");
     w.beginArray();
     for (const Action &a : s.programs[r])
@@ -140,12 +127,9 @@ void exportJson(const Schedule &s, std::ostream &os, const SimResult *sim,
   if (sim) {
     w.key("summary");
     w.beginObject();
-    w.key("makespan");
-    w.value(sim->makespan);
-    w.key("bubble_rate");
-    w.value(sim->bubbleRate);
-    w.key("zb_bubble_rate");
-    w.value(sim->zbBubbleRate);
+    w.field("makespan", sim->makespan);
+    w.field("bubble_rate", sim->bubbleRate);
+    w.field("zb_bubble_rate", sim->zbBubbleRate);
     // The simulator's own unit, as the text output prints it: M_B, the
     // activations of one microbatch on a rank's 1/p share of the model (a
     // stage of an S-stage copy allocates p/S of it).

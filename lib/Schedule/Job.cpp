@@ -442,39 +442,26 @@ namespace {
 /// fields only (no elapsed times), so the same inputs give the same JSON
 /// unless the time limit fired, which "time_limit" says.
 void writeAutoSummary(JsonWriter &w, const AutoResult &a) {
-  w.key("lower_bound");
-  w.value(a.bound.zbCost);
-  w.key("lower_bound_makespan");
-  w.value(a.bound.makespan);
-  w.key("gap");
-  w.value(a.gap);
-  w.key("method");
-  w.value(a.method);
+  w.field("lower_bound", a.bound.zbCost);
+  w.field("lower_bound_makespan", a.bound.makespan);
+  w.field("gap", a.gap);
+  w.field("method", a.method);
   w.key("ilp");
   w.beginObject();
-  w.key("ran");
-  w.value(a.ilpRan);
+  w.field("ran", a.ilpRan);
   if (a.ilpRan) {
-    w.key("status");
-    w.value(a.ilpStatus);
-    w.key("optimal");
-    w.value(a.ilpOptimal);
-    w.key("bound");
-    w.value(a.ilpBound);
-    w.key("gap");
-    w.value(a.ilpGap);
-    w.key("nodes");
-    w.value(int64_t(a.ilpNodes));
+    w.field("status", a.ilpStatus);
+    w.field("optimal", a.ilpOptimal);
+    w.field("bound", a.ilpBound);
+    w.field("gap", a.ilpGap);
+    w.field("nodes", int64_t(a.ilpNodes));
   }
   if (!a.note.empty()) {
-    w.key("note");
-    w.value(a.note);
+    w.field("note", a.note);
   }
   w.endObject();
-  w.key("search_moves");
-  w.value(int64_t(a.searchMovesUsed));
-  w.key("search_converged");
-  w.value(a.searchConverged);
+  w.field("search_moves", int64_t(a.searchMovesUsed));
+  w.field("search_converged", a.searchConverged);
   w.key("time_limit");
   w.value(a.timeLimitHit ? "cut short by the time limit: " + a.cutShort
                          : std::string("not reached"));

@@ -32,6 +32,11 @@ public:
   void endArray();
   /// An object member's key: a plain name (no characters to escape).
   void key(const char *k);
+  /// key(k) then value(v): one member.
+  template <typename T> void field(const char *k, const T &v) {
+    key(k);
+    value(v);
+  }
 
   void value(int64_t v);
   void value(int32_t v) { value(int64_t(v)); }
