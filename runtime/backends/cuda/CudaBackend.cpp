@@ -41,6 +41,18 @@ using namespace cpu;
 using namespace ops;
 using cuda::cudaStatus;
 
+/// The CUDA MoE kernels route without nn.moe's load-balancing bias
+/// (DeepSeek-V3's noaux_tc): refuse it rather than route differently.
+Status refuseMoEBias(const Kernel &k, const MoEParams<float> &p) {
+  if (!p.bias)
+    return Status::ok();
+  return opError(k, "routes with the load-balancing bias '" +
+                        attrStr(k, "bias", "") +
+                        "', which the cuda backend's moe kernels do not "
+                        "support yet (train it with --ep, whose moe runs on "
+                        "the host, or on the cpu backends)");
+}
+
 class CudaBackend final : public Backend {
 public:
   ~CudaBackend() override;
@@ -451,6 +463,8 @@ void CudaBackend::addForwardOps() {
     MoEParams<float> p;
     if (Status s = moeForwardOperands(k, o, sh, p); !s)
       return s;
+    if (Status s = refuseMoEBias(k, p); !s)
+      return s;
     auto w = workspace(cuda::moeWorkspaceBytes(sh));
     if (!w)
       return w.status();
@@ -557,6 +571,8 @@ void CudaBackend::addGradientOps() {
       MoEParams<float> p;
       const float *dy;
       if (Status s = moeGradOperands(k, o, weight, sh, p, dy); !s)
+        return s;
+      if (Status s = refuseMoEBias(k, p); !s)
         return s;
       auto w = workspace(cuda::moeWorkspaceBytes(sh));
       if (!w)

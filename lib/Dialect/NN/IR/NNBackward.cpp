@@ -375,7 +375,7 @@ LogicalResult MoEOp::buildBackwardInput(OpBuilder &b, FwdMap fwd,
         fwd(getW1()), fwd(getW2()), fwdOrNull(fwd, getW3()), dy,
         getTopKAttr(), getCapacityFactorAttr(), getActivationAttr(),
         getScoringAttr(), getNormTopkProbAttr(), getRoutedScalingFactorAttr(),
-        getNGroupAttr(), getTopkGroupAttr());
+        getNGroupAttr(), getTopkGroupAttr(), getBiasAttr());
   return success();
 }
 
@@ -392,7 +392,7 @@ LogicalResult MoEOp::buildBackwardWeight(OpBuilder &b, FwdMap fwd,
       fwd(getRouter()), fwd(getW1()), fwd(getW2()), fwdOrNull(fwd, w3), dy,
       getTopKAttr(), getCapacityFactorAttr(), getActivationAttr(),
       getScoringAttr(), getNormTopkProbAttr(), getRoutedScalingFactorAttr(),
-      getNGroupAttr(), getTopkGroupAttr());
+      getNGroupAttr(), getTopkGroupAttr(), getBiasAttr());
   grads.push_back(op.getRouterGrad());
   grads.push_back(op.getW1Grad());
   grads.push_back(op.getW2Grad());
