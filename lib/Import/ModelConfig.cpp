@@ -336,8 +336,8 @@ static void readDeepSeek(KeyReader &r, const json &root, ModelConfig &c) {
            "' (expected greedy, group_limited_greedy or noaux_tc)");
   c.routingBias = method == "noaux_tc" && c.numExperts > 0;
   c.biasUpdateSpeed = r.number({"bias_update_speed"}, 0.001);
-  if (r.error.empty() && !(c.biasUpdateSpeed >= 0.0 &&
-                           c.biasUpdateSpeed <= 3.4e38))
+  if (r.error.empty() &&
+      !(c.biasUpdateSpeed >= 0.0 && c.biasUpdateSpeed <= 3.4e38))
     r.fail("key 'bias_update_speed' must be a finite number >= 0, got " +
            num(c.biasUpdateSpeed));
   if (r.error.empty() && c.scoring != "softmax" && c.scoring != "sigmoid")

@@ -28,8 +28,8 @@ Status Executor::Impl::initMoEBiases() {
   // Every stage of every copy: the biases and their sizes (the router's
   // rows), in name order on every rank.
   for (const Stage &st : prog.stages)
-    for (const Function *fn : {&st.forward, &st.backwardInput,
-                               &st.backwardWeight, &st.backward})
+    for (const Function *fn :
+         {&st.forward, &st.backwardInput, &st.backwardWeight, &st.backward})
       for (const Kernel &k : fn->kernels) {
         if (!isMoEOp(k.op) || !k.attrs.count("bias"))
           continue;

@@ -500,10 +500,10 @@ TEST(CudaBackend, MoELoadBalancingBias) {
   b.k.attrs = f.k.attrs;
   b.bias = f.bias;
   expectMatch(b);
-  Case w = makeCase("moe_bwd_weight", bin,
-                    {f32({8, 16}), f32({8, 32, 16}), f32({8, 16, 32}),
-                     f32({8, 32, 16})},
-                    29, 0);
+  Case w = makeCase(
+      "moe_bwd_weight", bin,
+      {f32({8, 16}), f32({8, 32, 16}), f32({8, 16, 32}), f32({8, 32, 16})}, 29,
+      0);
   w.k.attrs = f.k.attrs;
   w.bias = f.bias;
   expectMatch(w);

@@ -411,9 +411,9 @@ void PrintTo(const MoECase &c, std::ostream *os) {
       << c.capacity << (c.act == Activation::Gelu ? " gelu" : " silu")
       << (c.renormalize ? " renormalize" : "") << (c.gated ? " gated" : "")
       << " routerScale " << c.routerScale
-      << (c.scoring == cpu::MoEScoring::Sigmoid ? " sigmoid" : "")
-      << " groups " << c.groups << "/" << c.topkGroup << " scale " << c.scale
-      << " bias " << c.biasScale;
+      << (c.scoring == cpu::MoEScoring::Sigmoid ? " sigmoid" : "") << " groups "
+      << c.groups << "/" << c.topkGroup << " scale " << c.scale << " bias "
+      << c.biasScale;
 }
 
 class MoEPlanTest : public ::testing::TestWithParam<MoECase> {};

@@ -248,8 +248,7 @@ private:
     return m;
   }
   /// The forward's device load added to the call's host load.
-  Status moeLoadToHost(const MoEShape &sh, const MoEWorkspace &w,
-                       float *load) {
+  Status moeLoadToHost(const MoEShape &sh, const MoEWorkspace &w, float *load) {
     if (!load || !w.load)
       return Status::ok();
     std::vector<float> got(size_t(sh.experts));
@@ -495,8 +494,8 @@ void CudaBackend::addForwardOps() {
     auto w = moeWorkspace(sh, p.bias, o.c.moeLoad);
     if (!w)
       return w.status();
-    if (Status s = cuda::moeForward(ctx, sh, o.f(0), p.router, p.w1, p.w2,
-                                    p.w3, o.o(0), w->ws, w->bias, w->load);
+    if (Status s = cuda::moeForward(ctx, sh, o.f(0), p.router, p.w1, p.w2, p.w3,
+                                    o.o(0), w->ws, w->bias, w->load);
         !s)
       return s;
     return moeLoadToHost(sh, *w, o.c.moeLoad);

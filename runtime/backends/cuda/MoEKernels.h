@@ -4,10 +4,10 @@
 // softmax, top-k with ties to the lower expert, renormalised gates or not,
 // per-expert capacity in token order with drops, gelu/silu, optional SwiGLU
 // gate w3, the routing of MoERouting.h with its optional load-balancing
-// bias [E] in the choice; no expert biases). All pointers are device pointers; all work is queued
-// on ctx.stream with no host synchronisation: the routing stays on the
-// device and every expert runs on a capacity-padded block of rows, so the
-// expert GEMMs have static shapes (see MoEMath.h). Both backward calls
+// bias [E] in the choice; no expert biases). All pointers are device pointers;
+// all work is queued on ctx.stream with no host synchronisation: the routing
+// stays on the device and every expert runs on a capacity-padded block of rows,
+// so the expert GEMMs have static shapes (see MoEMath.h). Both backward calls
 // recompute the routing and the expert forward (nothing is saved).
 //
 // Weights: router [E, hidden], w1, w3 [E, ffn, hidden], w2 [E, hidden, ffn];

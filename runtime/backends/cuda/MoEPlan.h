@@ -110,8 +110,7 @@ Status moeExpertForward(Exec &x, const cpu::MoEShape &s, const float *in,
                          b.probs, E, 1, 0, 0, 0);
       !st)
     return st;
-  if (Status st = x.route(b.probs, s, b.bias, b.topIdx, b.gates);
-      !st)
+  if (Status st = x.route(b.probs, s, b.bias, b.topIdx, b.gates); !st)
     return st;
   if (Status st = x.assign(b.topIdx, N * K, E, rows, b.slotOf, b.rowAssign);
       !st)
