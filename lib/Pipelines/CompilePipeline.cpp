@@ -142,23 +142,46 @@ void addStagePasses(OpPassManager &pm, const CompileOptions &o, int stages,
   }
 }
 
-/// One microbatch's stash over all stages / ranks (M_B in bytes, as
-/// pp-schedule kind=auto resolves a byte limit), from a linear partition of
-/// a copy of `module`; 0 when it cannot be costed.
-double modelBytesPerMB(ModuleOp module, const CompileOptions &o) {
+/// The stage costs of a linear partition of a copy of `module` over the
+/// ranks; std::nullopt when it cannot be costed.
+std::optional<pp::StageCosts> linearStageCosts(ModuleOp module,
+                                               const CompileOptions &o) {
   OwningOpRef<ModuleOp> copy = module.clone();
   PassManager pm(module.getContext());
   addStagePasses(pm, o, o.ranks, "linear");
   ScopedDiagnosticHandler quiet(module.getContext(),
                                 [](Diagnostic &) { return success(); });
   if (failed(pm.run(*copy)))
-    return 0;
+    return std::nullopt;
   for (auto p : copy->getOps<pp::PipelineOp>()) {
     auto c = pp::collectStageCosts(p, /*bytesPerElement=*/2);
     if (succeeded(c) && *c)
-      return (*c)->bytesPerMB();
+      return **c;
   }
-  return 0;
+  return std::nullopt;
+}
+
+double sum(const std::vector<double> &v) {
+  double s = 0;
+  for (double x : v)
+    s += x;
+  return s;
+}
+
+/// The comparison's per-rank costs from the model: F, B and W of one
+/// rank's share (the model's FLOPs / ranks) relative to F, and M_W / M_B.
+/// The uniform defaults stay where the model has no FLOPs or no stash.
+void modelCostsPerRank(const pp::StageCosts &c, sched::ScheduleJob &j) {
+  double f = sum(c.fwdFlops), b = sum(c.bwdInputFlops),
+         w = sum(c.bwdWeightFlops);
+  if (f > 0 && b > 0 && w > 0) {
+    j.tf = 1;
+    j.tb = b / f;
+    j.tw = w / f;
+  }
+  double stash = sum(c.stashBytes), wStash = sum(c.weightStashBytes);
+  if (stash > 0)
+    j.memW = wStash / stash;
 }
 } // namespace
 
@@ -178,11 +201,16 @@ sched::Status chooseAutoPlacement(ModuleOp module, CompileOptions &o,
   j.microbatches = o.microbatches;
   j.chunks = o.chunks;
   j.computeOnly = true;
+  // The candidates are compared on the model's own F : B : W ratio (the
+  // searches themselves then run on the chosen placement's stage costs).
+  std::optional<pp::StageCosts> costs = linearStageCosts(module, o);
+  if (costs)
+    modelCostsPerRank(*costs, j);
   if (!o.memLimit.empty()) {
     auto l = sched::parseMemoryLimit(o.memLimit);
     if (!l)
       return sched::Status::error("--mem-limit: " + l.message());
-    double perMB = l->isBytes() ? modelBytesPerMB(module, o) : 0;
+    double perMB = l->isBytes() && costs ? costs->bytesPerMB() : 0;
     auto v = sched::resolveMemoryLimit(*l, o.ranks, perMB, "");
     if (!v)
       return sched::Status::ok();

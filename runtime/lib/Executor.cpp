@@ -346,6 +346,7 @@ Expected<StepStats> Executor::Impl::step() {
   lossSum = 0;
   lossCount = 0;
   busy = 0;
+  beginGradOverlap();
   nanPending = opts.injectNanStep == stepNo + 1;
   const std::vector<Action> &acts = prog.schedule.programs[size_t(prank)];
   size_t nextPost = 0;
@@ -358,6 +359,7 @@ Expected<StepStats> Executor::Impl::step() {
         if (Status s = recv(acts[nextPost], nextPost); !s)
           return Status::errorAt(prank, long(nextPost), s.message());
     const Action &a = acts[i];
+    curAction = i;
     waited = 0;
     a2aWaited = 0;
     bool fusedRun = false;
@@ -380,6 +382,8 @@ Expected<StepStats> Executor::Impl::step() {
       s = gradReduce(a);
       break;
     }
+    if (s)
+      s = gradsAfterAction(i);
     if (!s)
       return Status::errorAt(prank, long(i),
                              "pipeline rank " + std::to_string(prank) +

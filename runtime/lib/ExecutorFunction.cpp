@@ -42,11 +42,17 @@ Status Executor::Impl::runFunction(const Stage &st, int which, int c, int mb,
   r.gradOut = gradOut;
   if (Status s = fnBegin(r); !s)
     return s;
-  // Kernels, back to back (a moe kernel's phases too).
+  r.earlyGrads = earlyGradRun(r);
+  // Kernels, back to back (a moe kernel's phases too); with the gradient
+  // reduction overlapped, each kernel's parameter gradients go at once.
   while (!r.done()) {
     bool posted = false;
+    size_t k = r.next;
     if (Status s = fnStep(r, posted); !s)
       return s;
+    if (r.earlyGrads && r.next > k)
+      if (Status s = takeEarlyGrads(r, k); !s)
+        return s;
   }
   return fnResults(r);
 }
@@ -349,16 +355,19 @@ Status Executor::Impl::fnStep(FnRun &r, bool &posted) {
   return Status::ok();
 }
 
-Status Executor::Impl::fnResults(FnRun &r) {
-  const Function &fn = *r.fn;
-  const Stage &st = *r.st;
-  const int c = r.c, mb = r.mb;
-  auto &ptr = r.ptr;
-  auto err = [&](const std::string &m) { return fnError(r, m); };
-  BufP *actOut = r.actOut, *gradOut = r.gradOut;
-  std::vector<BufP> *stashOut = r.stashOut, *wstashOut = r.wstashOut;
-  // Results.
-  for (const ResultBinding &r : fn.results) {
+Status Executor::Impl::fnResults(FnRun &run) {
+  const Function &fn = *run.fn;
+  const Stage &st = *run.st;
+  const int c = run.c;
+  auto &ptr = run.ptr;
+  auto err = [&](const std::string &m) { return fnError(run, m); };
+  BufP *actOut = run.actOut, *gradOut = run.gradOut;
+  std::vector<BufP> *stashOut = run.stashOut, *wstashOut = run.wstashOut;
+  // Results (gradients the overlapped reduction took early: already added).
+  for (size_t k = 0; k < fn.results.size(); ++k) {
+    if (k < run.taken.size() && run.taken[k])
+      continue;
+    const ResultBinding &r = fn.results[k];
     if (r.value < 0 || size_t(r.value) >= ptr.size() || !ptr[size_t(r.value)])
       return err("result value " + std::to_string(r.value) + " is undefined");
     void *src = ptr[size_t(r.value)];
@@ -406,27 +415,39 @@ Status Executor::Impl::fnResults(FnRun &r) {
       (*v)[size_t(r.index)] = b;
       break;
     }
-    case ResultRole::ParamGrad: {
-      auto it = params.find(r.index);
-      if (it == params.end())
-        return err("gradient of parameter #" + std::to_string(r.index) +
-                   " which is not on this rank");
-      if (prog.params[size_t(r.index)].type.numBytes() != bytes)
-        return err("gradient size of parameter '" +
-                   prog.params[size_t(r.index)].name + "' differs");
-      // Expert params: the kernel wrote this rank's slice first.
-      be.accumulate(it->second.grad->f(), static_cast<const float *>(src),
-                    localElems(r.index));
-      if (nanPending && st.index == numStages - 1 &&
-          int64_t(tr.dpIndex()) * totalMb + int64_t(c) * mPerCopy + mb ==
-              opts.injectNanMb) {
-        float nan = std::nanf("");
-        be.copyFromHost(it->second.grad->p, &nan, 4);
-        nanPending = false;
-      }
+    case ResultRole::ParamGrad:
+      if (Status s = accumulateParamGrad(run, k); !s)
+        return s;
       break;
     }
-    }
+  }
+  return Status::ok();
+}
+
+Status Executor::Impl::accumulateParamGrad(FnRun &run, size_t k) {
+  const ResultBinding &r = run.fn->results[k];
+  auto err = [&](const std::string &m) { return fnError(run, m); };
+  if (r.value < 0 || size_t(r.value) >= run.ptr.size() ||
+      !run.ptr[size_t(r.value)])
+    return err("result value " + std::to_string(r.value) + " is undefined");
+  const void *src = run.ptr[size_t(r.value)];
+  auto it = params.find(r.index);
+  if (it == params.end())
+    return err("gradient of parameter #" + std::to_string(r.index) +
+               " which is not on this rank");
+  if (prog.params[size_t(r.index)].type.numBytes() !=
+      run.fn->values[size_t(r.value)].numBytes())
+    return err("gradient size of parameter '" +
+               prog.params[size_t(r.index)].name + "' differs");
+  // Expert params: the kernel wrote this rank's slice first.
+  be.accumulate(it->second.grad->f(), static_cast<const float *>(src),
+                localElems(r.index));
+  if (nanPending && run.st->index == numStages - 1 &&
+      int64_t(tr.dpIndex()) * totalMb + int64_t(run.c) * mPerCopy + run.mb ==
+          opts.injectNanMb) {
+    float nan = std::nanf("");
+    be.copyFromHost(it->second.grad->p, &nan, 4);
+    nanPending = false;
   }
   return Status::ok();
 }

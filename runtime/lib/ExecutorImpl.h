@@ -323,11 +323,19 @@ struct Executor::Impl {
     };
     std::unique_ptr<HostCall> hostCall;
     std::string label; ///< "F0.3" (trace)
+    /// The stage's last gradient function of the step, with the gradient
+    /// reduction overlapped: each parameter gradient is accumulated (and
+    /// handed to the reduction) as soon as its kernel ran; `taken` marks
+    /// those results for fnResults.
+    bool earlyGrads = false;
+    std::vector<bool> taken;
     bool done() const { return next >= fn->kernels.size(); }
   };
   Status fnBegin(FnRun &r);
   Status fnPrepare(FnRun &r); ///< binds r.call for kernel r.next
   Status fnResults(FnRun &r);
+  /// Result `k` of r's function (a ParamGrad) added to its gradient.
+  Status accumulateParamGrad(FnRun &r, size_t k);
   Status fnError(const FnRun &r, const std::string &m);
   /// Runs one step of r: a kernel, or the next phase of its moe kernel;
   /// `posted`: an all-to-all of r is in flight after the step.
@@ -364,6 +372,7 @@ struct Executor::Impl {
   }
   void pollSends() {
     tr.progress();
+    pollBuckets();
     for (size_t i = 0; i < sends.size();) {
       if (tr.test(sends[i].req)) {
         record(sends[i].label, 1, sends[i].posted, nowS());
@@ -377,9 +386,10 @@ struct Executor::Impl {
   /// GradSync.cpp: everything after the step's actions (t0: the step's start,
   /// span: its actions' wall time).
   Expected<StepStats> finishStep(double t0, double span);
-  /// Sums the gradients (all, or the non-expert ones) over group `g` and
-  /// divides every local gradient by `size`.
-  Status averageGrads(Group g, int size, bool expertsToo);
+  /// Sums the `chosen` gradients over group `g` and divides every local
+  /// gradient by `size`.
+  Status averageGrads(Group g, int size,
+                      const std::function<bool(int32_t)> &chosen);
   /// Tensor parallelism: the gradients of the tp_reduce_grad parameters
   /// summed over the group (each rank's covers its share of the tokens).
   Status sumTensorParallelGrads();
@@ -387,6 +397,11 @@ struct Executor::Impl {
   /// rank that owns its optimizer state, and divided by dp there (the other
   /// ranks' copies are left as they are and not read).
   Status reduceGradsToOwners();
+  /// ZeRO-1: `recv[k]` (replica k's gradients of the `chosen` parameters
+  /// owned here, in parameter order) summed in replica order into those
+  /// gradients and divided by dp.
+  Status sumOwnedGrads(std::vector<std::vector<float>> &recv,
+                       const std::function<bool(int32_t)> &chosen);
   /// Tied parameters, each pair with a local copy or an exchange with the
   /// pipeline rank holding the other: `grads`, both gradients become their
   /// sum (before the step); else the copy takes the target's values (after a
@@ -394,6 +409,40 @@ struct Executor::Impl {
   Status exchangeTied(bool grads);
   /// ZeRO-1: every owner's updated parameters sent to its replicas.
   Status gatherOwnedParams();
+  // Overlapped data-parallel gradient reduction (GradOverlap.cpp,
+  // ExecutorOptions::overlapGradReduce).
+  struct GradBucket {
+    std::vector<int32_t> params;
+    std::vector<float> host; ///< packed gradients (host collectives)
+    BufP dev;                ///< packed gradients (device collectives)
+    RequestId req = 0;
+    double posted = 0, done = -1;
+    /// ZeRO-1: an all-to-all to the owners; what the replicas sent here
+    /// (the transport fills it at wait(): it must not move).
+    bool toOwners = false;
+    std::unique_ptr<std::vector<std::vector<float>>> owned;
+  };
+  bool overlapOn = false;
+  /// Per (copy, stage) of this rank: the action after which its gradients
+  /// are final, and whether they may be taken kernel by kernel inside it.
+  std::map<std::pair<int, int>, std::pair<size_t, bool>> gradFinal;
+  /// Per function: its ParamGrad results (indices) by defining kernel.
+  std::map<const Function *, std::vector<std::vector<size_t>>> gradByKernel;
+  std::set<int32_t> overlapParams; ///< the parameters it may reduce
+  std::vector<GradBucket> buckets; ///< this step's, in posting order
+  std::set<int32_t> reducedEarly;  ///< handed to a bucket this step
+  std::vector<int32_t> pendingParams;
+  int64_t pendingBytes = 0;
+  size_t curAction = 0;
+  void planGradOverlap();
+  void beginGradOverlap();
+  bool earlyGradRun(const FnRun &r) const;
+  Status takeEarlyGrads(FnRun &r, size_t kernel);
+  Status gradReady(int32_t i);
+  Status postBucket();
+  Status gradsAfterAction(size_t i);
+  void pollBuckets();
+  Status finishGradOverlap();
   Status sumSliceSquares(Group g, const std::function<bool(int32_t)> &sliced,
                          std::vector<float> &paramSq, double &allSq,
                          double &sq);

@@ -168,6 +168,7 @@ Status Executor::Impl::init() {
                          std::to_string(opts.zeroStage) + ")");
   if (opts.zeroStage == 1)
     assignStateOwners();
+  planGradOverlap();
   // Buffer plans: per-value when the assignment is missing or lets a kernel
   // write a buffer it also reads.
   for (const Stage &st : prog.stages) {

@@ -19,11 +19,11 @@
 
 namespace pipeforge::rt {
 
-Status Executor::Impl::averageGrads(Group g, int size, bool expertsToo) {
+Status Executor::Impl::averageGrads(
+    Group g, int size, const std::function<bool(int32_t)> &chosen) {
   // Sum the chosen gradients over the group in one message (the transport's
   // allreduce: gather, rank-order sum, broadcast: the same bits on every
   // rank), then divide every local gradient by the group size.
-  auto chosen = [&](int32_t i) { return expertsToo || !expertParams.count(i); };
   int64_t n = 0;
   for (auto &[i, ps] : params)
     if (chosen(i))
@@ -53,12 +53,14 @@ Status Executor::Impl::averageGrads(Group g, int size, bool expertsToo) {
         at += ps.grad->bytes / 4;
       }
   };
-  move(/*pack=*/true);
-  if (Status s = onDevice ? tr.allreduceDevice(packed, n, g)
-                          : tr.allreduce(packed, n, g);
-      !s)
-    return s;
-  move(/*pack=*/false);
+  if (n > 0) { // every member of the group has the same parameters
+    move(/*pack=*/true);
+    if (Status s = onDevice ? tr.allreduceDevice(packed, n, g)
+                            : tr.allreduce(packed, n, g);
+        !s)
+      return s;
+    move(/*pack=*/false);
+  }
   float inv = 1.0f / float(size);
   for (auto &[i, ps] : params)
     be.scale(ps.grad->f(), inv, ps.grad->bytes / 4);
@@ -67,34 +69,49 @@ Status Executor::Impl::averageGrads(Group g, int size, bool expertsToo) {
 
 Status Executor::Impl::reduceGradsToOwners() {
   // send[k]: this rank's gradients of the parameters replica k owns, in
-  // parameter order; recv[k]: replica k's gradients of the ones owned here.
-  // The sum runs in replica order from replica 0, as the transport's
-  // allreduce does: the same bits as averageGrads.
+  // parameter order (those the overlapped reduction did not take); recv[k]:
+  // replica k's gradients of the ones owned here.
+  auto chosen = [&](int32_t i) { return !reducedEarly.count(i); };
   int D = tr.dpSize();
   std::vector<std::vector<float>> send(static_cast<size_t>(D)), recv;
   for (auto &[i, ps] : params) {
+    if (!chosen(i))
+      continue;
     std::vector<float> &v = send[size_t(stateOwner.at(i))];
     size_t at = v.size();
     v.resize(at + size_t(localElems(i)));
     be.copyToHost(v.data() + at, ps.grad->p, ps.grad->bytes);
   }
-  int64_t mine = int64_t(send[size_t(tr.dpIndex())].size());
   if (Status s = tr.allToAll(send, recv, Group::DataParallel); !s)
     return s;
+  return sumOwnedGrads(recv, chosen);
+}
+
+Status Executor::Impl::sumOwnedGrads(
+    std::vector<std::vector<float>> &recv,
+    const std::function<bool(int32_t)> &chosen) {
+  // The sum runs in replica order from replica 0, as the transport's
+  // allreduce does: the same bits as averageGrads.
+  int64_t mine = 0;
+  for (auto &[i, ps] : params)
+    if (chosen(i) && ownsState(i))
+      mine += localElems(i);
   for (size_t k = 0; k < recv.size(); ++k)
     if (int64_t(recv[k].size()) != mine)
       return Status::error(
           "ZeRO-1 gradient reduction: replica " + std::to_string(k) + " sent " +
           std::to_string(recv[k].size()) +
           " gradient elements, this rank owns " + std::to_string(mine));
+  if (recv.empty())
+    return Status::ok();
   std::vector<float> &sum = recv[0];
   for (size_t k = 1; k < recv.size(); ++k)
     for (size_t e = 0; e < sum.size(); ++e)
       sum[e] = sum[e] + recv[k][e];
   int64_t off = 0;
-  float inv = 1.0f / float(D);
+  float inv = 1.0f / float(tr.dpSize());
   for (auto &[i, ps] : params)
-    if (ownsState(i)) {
+    if (chosen(i) && ownsState(i)) {
       be.copyFromHost(ps.grad->p, sum.data() + off, ps.grad->bytes);
       be.scale(ps.grad->f(), inv, ps.grad->bytes / 4);
       off += ps.grad->bytes / 4;
@@ -244,20 +261,30 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
   if (!ties.empty())
     if (Status s = exchangeTied(/*grads=*/true); !s)
       return s;
-  // Data parallel: every gradient summed over the replicas, divided by dp.
-  // ZeRO-1: only into the rank that owns each parameter's optimizer state.
+  // Data parallel: every gradient summed over the replicas, divided by dp:
+  // the buckets the overlapped reduction posted during the step, then the
+  // rest. ZeRO-1: only into the rank that owns each parameter's optimizer
+  // state.
   int D = tr.dpSize();
   const bool zero = !stateOwner.empty();
+  if (Status s = finishGradOverlap(); !s)
+    return s;
   if (D > 1)
     if (Status s = zero ? reduceGradsToOwners()
-                        : averageGrads(Group::DataParallel, D, true);
+                        : averageGrads(Group::DataParallel, D,
+                                       [&](int32_t i) {
+                                         return !reducedEarly.count(i);
+                                       });
         !s)
       return s;
   // Expert parallel: the replicated (non-expert) grads are summed over the
   // EP group; every grad is divided by E: each EP rank seeded its loss with
   // 1 / microbatches of its own. An expert's gradient lives on one rank.
   if (E > 1)
-    if (Status s = averageGrads(Group::Expert, E, false); !s)
+    if (Status s = averageGrads(
+            Group::Expert, E,
+            [&](int32_t i) { return !expertParams.count(i); });
+        !s)
       return s;
   // Gradient norm (copy-0 params only), loss, busy time. `allSq` covers the
   // other local gradients (DualPipe copy 1): post-validation's finite flag.

@@ -65,3 +65,38 @@ func.func @dropsplit(%x: tensor<2x8x16xf32>, %w1: tensor<32x16xf32>, %w2: tensor
   %o = nn.linear %d, %w2 {nn.layer = 1 : i64} : (tensor<2x8x32xf32>, tensor<16x32xf32>) -> tensor<2x8x16xf32>
   return %o : tensor<2x8x16xf32>
 }
+
+// -----
+
+// nn.concat_heads joins per-head values that column-parallel linears split.
+func.func @concatWhole(%a: tensor<2x8x16xf32>, %b: tensor<2x8x4xf32>) -> tensor<2x8x24xf32> {
+  // expected-error @+1 {{'nn.concat_heads' op expects per-head values from a column-parallel linear, got a replicated operand}}
+  %k = nn.concat_heads %a, %b {broadcast, num_heads = 2 : i64, nn.layer = 1 : i64}
+      : (tensor<2x8x16xf32>, tensor<2x8x4xf32>) -> tensor<2x8x24xf32>
+  return %k : tensor<2x8x24xf32>
+}
+
+// -----
+
+// Its shared head must be whole on every rank.
+func.func @concatSplitShared(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %w2: tensor<4x16xf32>) -> tensor<2x8x24xf32> {
+  %a = nn.linear %x, %w {nn.layer = 1 : i64} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %h = nn.linear %x, %w2 {nn.layer = 1 : i64} : (tensor<2x8x16xf32>, tensor<4x16xf32>) -> tensor<2x8x4xf32>
+  %g = nn.gelu %h {nn.layer = 1 : i64} : tensor<2x8x4xf32>
+  // expected-error @+1 {{'nn.concat_heads' op expects a whole shared head, got a feature-split operand}}
+  %k = nn.concat_heads %a, %g {broadcast, num_heads = 2 : i64, nn.layer = 1 : i64}
+      : (tensor<2x8x16xf32>, tensor<2x8x4xf32>) -> tensor<2x8x24xf32>
+  return %k : tensor<2x8x24xf32>
+}
+
+// -----
+
+// Its heads must divide by tp.
+func.func @concatHeads(%x: tensor<2x8x16xf32>, %w: tensor<18x16xf32>, %w2: tensor<4x16xf32>) -> tensor<2x8x30xf32> {
+  %a = nn.linear %x, %w {nn.layer = 1 : i64} : (tensor<2x8x16xf32>, tensor<18x16xf32>) -> tensor<2x8x18xf32>
+  %b = nn.linear %x, %w2 {nn.layer = 1 : i64} : (tensor<2x8x16xf32>, tensor<4x16xf32>) -> tensor<2x8x4xf32>
+  // expected-error @+1 {{'nn.concat_heads' op num_heads (3) is not divisible by tp = 2}}
+  %k = nn.concat_heads %a, %b {broadcast, num_heads = 3 : i64, nn.layer = 1 : i64}
+      : (tensor<2x8x18xf32>, tensor<2x8x4xf32>) -> tensor<2x8x30xf32>
+  return %k : tensor<2x8x30xf32>
+}

@@ -89,6 +89,7 @@ std::string hostName() {
       "         [--backend cpu|cpu-device|cuda] [--precision fp32|bf16]\n"
       "         [--device K] [--local-ranks N] [--transport mpi|nccl]\n"
       "         [--async-compute] [--device-collectives]\n"
+      "         [--overlap-grad-reduce on|off] [--grad-bucket-mb X]\n"
       "       pipeforge-run --compare-weights A B [--rtol R] [--atol A]\n"
       "  (an executable from pipeforge-compile --emit exe takes the same\n"
       "  options without PROGRAM.pfp)\n");
@@ -171,6 +172,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
   bool quiet = false, resume = false, noFuse = false, memReport = false,
        printPlacement = false;
   int zeroStage = 0;
+  std::string overlapGrad = "on";
+  double bucketMb = 25;
   std::string rankLayout = "pp-fastest";
   std::string ckDir, syncMode = "sync";
   int64_t saveEvery = 0, skipStep = 0, nanStep = 0, nanMb = 0;
@@ -258,6 +261,10 @@ int pipeforge::rt::runDriver(int argc, char **argv,
       rankLayout = val();
     else if (o == "--zero")
       zeroStage = int(integer(0, 1));
+    else if (o == "--overlap-grad-reduce")
+      overlapGrad = val();
+    else if (o == "--grad-bucket-mb")
+      bucketMb = num({0, 1 << 20});
     else if (o == "--quiet")
       quiet = true;
     else if (o == "--no-fuse")
@@ -311,6 +318,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     usage("--optimizer-sync must be sync or post-validation");
   if (rankLayout != "pp-fastest" && rankLayout != "dp-fastest")
     usage("--rank-layout must be pp-fastest or dp-fastest");
+  if (overlapGrad != "on" && overlapGrad != "off")
+    usage("--overlap-grad-reduce must be on or off");
   if (zeroStage != 0 && optName != "adamw")
     usage("--zero 1 shards optimizer state: it needs --optimizer adamw");
   if (syncMode == "post-validation" && optName != "adamw")
@@ -429,6 +438,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     eo.injectNanMb = nanMb;
     eo.fuseOverlap = !noFuse;
     eo.zeroStage = zeroStage;
+    eo.overlapGradReduce = overlapGrad == "on";
+    eo.gradBucketBytes = int64_t(bucketMb * double(1 << 20));
     // Test hook: PIPEFORGE_TEST_STALL_AT_STEP=K with PIPEFORGE_TEST_DIE_RANK=R
     // makes world rank R stop answering at step K (a lost node).
     if (const char *st = std::getenv("PIPEFORGE_TEST_STALL_AT_STEP"))

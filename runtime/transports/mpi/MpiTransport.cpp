@@ -26,6 +26,14 @@
 // MPI_Allreduce for large groups, but every rank gets the same bits and the
 // result does not depend on the MPI algorithm chosen.
 //
+// Non-blocking allreduce (allreduceStart, the overlapped gradient
+// reduction) rides the all-to-all machinery: a reduce-scatter as
+// MPI_Ialltoallv (member k gets the k-th of `size` near-equal chunks from
+// everyone), the chunk summed in member order (the bits of the blocking
+// allreduce: member 0's value, plus member 1's, ...), then an
+// MPI_Iallgatherv of the sums on the data communicator, posted in start
+// order like an all-to-all's data phase.
+//
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/rt/MpiTransport.h"
@@ -40,6 +48,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -213,18 +222,50 @@ public:
     for (int k = 0; k < size; ++k)
       std::copy(send[size_t(k)].begin(), send[size_t(k)].end(),
                 a->sb.begin() + a->sd[size_t(k)]);
-    RequestId id;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      MPI_Ialltoall(a->sc.data(), 1, MPI_INT, a->rc.data(), 1, MPI_INT, c,
-                    &a->req);
-      id = next++;
-      colls[id] = std::move(a);
-      if (threadOk && !progThread.joinable())
-        progThread = std::thread([this] { progressLoop(); });
+    return startColl(std::move(a), [&](A2A &x) {
+      MPI_Ialltoall(x.sc.data(), 1, MPI_INT, x.rc.data(), 1, MPI_INT, c,
+                    &x.req);
+    });
+  }
+  Expected<RequestId> allreduceStart(float *buf, int64_t n,
+                                     Group g) override {
+    MPI_Comm c = comm(g);
+    int size = 0, rank = 0;
+    MPI_Comm_size(c, &size);
+    MPI_Comm_rank(c, &rank);
+    if (size == 1 || n <= 0)
+      return RequestId(0);
+    if (n > int64_t(std::numeric_limits<int>::max()))
+      return Status::error("allreduceStart: " + std::to_string(n) +
+                           " floats in one bucket (at most 2^31 - 1)");
+    auto a = std::make_unique<A2A>();
+    const size_t gs = static_cast<size_t>(size);
+    a->reduce = true;
+    a->buf = buf;
+    a->comm = c;
+    a->dataComm = dataComm(g);
+    a->size = size;
+    a->rank = rank;
+    a->sc.resize(gs);
+    a->sd.resize(gs);
+    a->rc.assign(gs, 0);
+    a->rd.resize(gs);
+    int64_t at = 0;
+    for (int k = 0; k < size; ++k) {
+      a->sc[size_t(k)] = int(n / size + (k < n % size ? 1 : 0));
+      a->sd[size_t(k)] = int(at);
+      at += a->sc[size_t(k)];
     }
-    cv.notify_all();
-    return id;
+    const int mine = a->sc[size_t(rank)];
+    for (int k = 0; k < size; ++k) {
+      a->rc[size_t(k)] = mine;
+      a->rd[size_t(k)] = k * mine;
+    }
+    a->rb.resize(gs * size_t(mine) + 1);
+    return startColl(std::move(a), [&](A2A &x) {
+      MPI_Ialltoallv(buf, x.sc.data(), x.sd.data(), MPI_FLOAT, x.rb.data(),
+                     x.rc.data(), x.rd.data(), MPI_FLOAT, c, &x.req);
+    });
   }
   /// Blocking: allToAllStart + wait (one ordered sequence of all-to-alls).
   Status allToAll(const std::vector<std::vector<float>> &send,
@@ -382,10 +423,11 @@ public:
       buf[i] = buf[i] + other[i];
     return Status::ok();
   }
+  /// A one-float allreduce rather than MPI_Ibarrier: its watchdog names the
+  /// member that never arrived (a lost host), where a barrier's cannot.
   Status barrier(Group g) override {
-    MPI_Request r;
-    MPI_Ibarrier(comm(g), &r);
-    return waitReq(r, "barrier");
+    float x = 0;
+    return allreduce(&x, 1, g, ReduceOp::Sum);
   }
   Expected<std::vector<std::string>>
   gatherStrings(const std::string &mine) override {
@@ -485,10 +527,13 @@ private:
   RequestId next = 1;
 
   /// One non-blocking all-to-all: phase 0 counts in flight, 1 data in
-  /// flight, 2 done.
+  /// flight, 2 done. With `reduce`, an allreduceStart: phase 0 the
+  /// reduce-scatter, 1 the all-gather into `buf`.
   struct A2A {
     MPI_Comm comm = MPI_COMM_NULL, dataComm = MPI_COMM_NULL;
-    int size = 0, phase = 0;
+    int size = 0, phase = 0, rank = 0;
+    bool reduce = false;
+    float *buf = nullptr;
     std::vector<int> sc, rc, sd, rd;
     std::vector<float> sb, rb;
     std::vector<std::vector<float>> *recv = nullptr;
@@ -500,6 +545,27 @@ private:
   std::thread progThread;
   bool stopThread = false, threadOk = false;
 
+  /// Posts `a`'s first phase (`post`, on the group's communicator, in
+  /// program order under the lock) and hands it to the progress thread.
+  template <typename Post>
+  RequestId startColl(std::unique_ptr<A2A> a, Post post) {
+    RequestId id;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      post(*a);
+      id = next++;
+      colls[id] = std::move(a);
+      if (threadOk && !progThread.joinable())
+        progThread = std::thread([this] { progressLoop(); });
+    }
+    cv.notify_all();
+    return id;
+  }
+  bool reduceColl(RequestId id) {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = colls.find(id);
+    return it != colls.end() && it->second->reduce;
+  }
   bool isColl(RequestId id) {
     std::lock_guard<std::mutex> lk(mu);
     return colls.count(id) > 0;
@@ -523,6 +589,27 @@ private:
     return all;
   }
   bool advance(A2A &a, bool &counting) {
+    if (a.phase == 0 && a.reduce) {
+      int done = 0;
+      MPI_Test(&a.req, &done, MPI_STATUS_IGNORE);
+      if (!done) {
+        counting = true;
+        return false;
+      }
+      // This member's chunk summed in member order, in place in `buf`,
+      // then every member's sums gathered into `buf`.
+      const size_t m = size_t(a.sc[size_t(a.rank)]);
+      float *out = a.buf + a.sd[size_t(a.rank)];
+      std::copy_n(a.rb.data(), m, out);
+      for (int k = 1; k < a.size; ++k) {
+        const float *src = a.rb.data() + size_t(k) * m;
+        for (size_t e = 0; e < m; ++e)
+          out[e] = out[e] + src[e];
+      }
+      MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, a.buf, a.sc.data(),
+                      a.sd.data(), MPI_FLOAT, a.dataComm, &a.req);
+      a.phase = 1;
+    }
     if (a.phase == 0) {
       int done = 0;
       MPI_Test(&a.req, &done, MPI_STATUS_IGNORE);
@@ -574,6 +661,10 @@ private:
           return Status::ok();
         A2A &a = *it->second;
         pump();
+        if (a.phase == 2 && a.reduce) {
+          colls.erase(it);
+          return Status::ok();
+        }
         if (a.phase == 2) {
           auto &recv = *a.recv;
           recv.assign(size_t(a.size), {});
@@ -591,8 +682,10 @@ private:
           std::chrono::duration<double>(Clock::now() - start).count() >
               timeoutS)
         return Status::error("timed out after " + std::to_string(timeoutS) +
-                             " s waiting for an all-to-all: a peer has died "
-                             "or hangs");
+                             " s waiting for " +
+                             (reduceColl(id) ? "a gradient allreduce"
+                                             : "an all-to-all") +
+                             ": a peer has died or hangs");
     }
   }
 

@@ -174,6 +174,8 @@ public:
   Status allreduce(float *buf, int64_t n, Group g, ReduceOp op) override;
   bool deviceCollectives() const override { return true; }
   Status allreduceDevice(float *buf, int64_t n, Group g) override;
+  Expected<RequestId> allreduceDeviceStart(float *buf, int64_t n,
+                                           Group g) override;
   template <typename Call>
   Status deviceCollective(Group g, const char *what, Call call, int64_t n);
   Status allGatherDevice(const float *in, float *out, int64_t n,
@@ -445,6 +447,14 @@ private:
   }
   Status postData(A2A &a);
   Status waitColl(RequestId id);
+  /// Device allreduces in flight (allreduceDeviceStart): the event recorded
+  /// after the sum on the group's stream, and the group.
+  struct DevReduce {
+    cudaEvent_t done = nullptr;
+    Comm *comm = nullptr;
+  };
+  std::map<RequestId, DevReduce> devReduces;
+  Status waitDevReduce(RequestId id);
   Status syncHost() {
     return cudaCheck(cudaStreamSynchronize(hostStream),
                      "cudaStreamSynchronize");
@@ -774,6 +784,8 @@ Status NcclTransport::finish(RequestId id) {
 Status NcclTransport::wait(RequestId id) {
   if (colls.count(id))
     return waitColl(id);
+  if (devReduces.count(id))
+    return waitDevReduce(id);
   auto it = reqs.find(id);
   if (it == reqs.end())
     return Status::ok();
@@ -787,6 +799,10 @@ Status NcclTransport::wait(RequestId id) {
 
 bool NcclTransport::test(RequestId id) {
   drain();
+  if (auto d = devReduces.find(id); d != devReduces.end()) {
+    auto e = eventDone(d->second.done);
+    return e && *e && waitDevReduce(id);
+  }
   if (auto c = colls.find(id); c != colls.end()) {
     A2A &a = *c->second;
     if (a.phase != 1)
@@ -849,6 +865,45 @@ Status NcclTransport::allreduceDevice(float *buf, int64_t n, Group g) {
   return deviceCollective(g, "allreduce", [&](Comm &c) {
     return ncclAllReduce(buf, buf, size_t(n), ncclFloat32, ncclSum, c.c, c.s);
   }, n);
+}
+
+// The overlapped gradient reduction: the sum is queued on the group's
+// stream behind the compute work queued so far, and the compute stream goes
+// on; wait() makes it wait for the sum (waitDevReduce).
+Expected<RequestId> NcclTransport::allreduceDeviceStart(float *buf, int64_t n,
+                                                        Group g) {
+  if (g != Group::DataParallel && g != Group::Expert)
+    return Status::error("nccl transport: an overlapped device allreduce "
+                         "runs over the data-parallel or expert group");
+  if ((g == Group::DataParallel ? D : E) == 1 || n <= 0)
+    return RequestId(0);
+  PF_TRY(collectiveComm(g));
+  Comm &c = g == Group::DataParallel ? dpC : epC;
+  if (compute())
+    PF_TRY(failed(handoff(compute(), c.s)));
+  PF_TRY(failed(enqueued(
+      c, ncclAllReduce(buf, buf, size_t(n), ncclFloat32, ncclSum, c.c, c.s),
+      "ncclAllReduce (overlapped)")));
+  DevReduce d;
+  d.comm = &c;
+  PF_TRY(failed(record(d.done, c.s)));
+  RequestId id = next++;
+  devReduces[id] = d;
+  return id;
+}
+
+Status NcclTransport::waitDevReduce(RequestId id) {
+  DevReduce d = devReduces.at(id);
+  Status w = poll("an overlapped gradient allreduce over the " + d.comm->what,
+                  [&]() -> Expected<bool> {
+                    PF_TRY(commError(*d.comm));
+                    return eventDone(d.done);
+                  });
+  if (w && compute())
+    w = waitOn(compute(), d.done);
+  recycle(d.done);
+  devReduces.erase(id);
+  return failed(w);
 }
 
 Status NcclTransport::allGatherDevice(const float *in, float *out, int64_t n,

@@ -323,6 +323,26 @@ void runP2P(Transport &t, FakeBackend &be, int D, int E, int T) {
     yd[i] = float(t.dpIndex() + 1) + float(i % 7);
   CHECK_OK(t.allreduceDevice(yd.data(), int64_t(yd.size()), Group::DataParallel));
   CHECK(yd == y, "data-parallel sum on the device");
+  // The overlapped gradient reduction: two sums in flight at once (posted
+  // behind the compute stream, waited for in order, one polled by test()
+  // first), each equal to the blocking one.
+  std::vector<float> o1(yd.size()), o2(513);
+  for (size_t i = 0; i < o1.size(); ++i)
+    o1[i] = float(t.dpIndex() + 1) + float(i % 7);
+  for (size_t i = 0; i < o2.size(); ++i)
+    o2[i] = float(t.dpIndex() + 1) + float(i % 7);
+  auto h1 = t.allreduceDeviceStart(o1.data(), int64_t(o1.size()),
+                                   Group::DataParallel);
+  auto h2 = t.allreduceDeviceStart(o2.data(), int64_t(o2.size()),
+                                   Group::DataParallel);
+  CHECK(bool(h1) && bool(h2), "overlapped device allreduces posted");
+  while (!t.test(*h2))
+    t.progress();
+  CHECK_OK(t.wait(*h1));
+  CHECK_OK(t.wait(*h2)); // released by test(): returns at once
+  CHECK(o1 == y, "overlapped data-parallel sum on the device");
+  CHECK(std::equal(o2.begin(), o2.end(), y.begin()),
+        "second overlapped sum on the device");
   float z = float(t.epIndex());
   CHECK_OK(t.allreduce(&z, 1, Group::Expert, ReduceOp::Max));
   CHECK(z == float(E - 1), "expert max");

@@ -114,6 +114,7 @@ private:
   LogicalResult shard(EmbeddingOp op);
   LogicalResult shard(LinearOp op);
   LogicalResult shard(AttentionOp op);
+  LogicalResult shard(ConcatHeadsOp op);
   LogicalResult shard(CrossEntropyOp op);
   LogicalResult shardNorm(Operation *op);
   LogicalResult shardWhole(Operation *op);
@@ -263,12 +264,16 @@ LogicalResult Sharder::shard(EmbeddingOp op) {
   return success();
 }
 
-/// Whether every user of a linear's result takes a feature-split operand.
+/// Whether every user of a linear's result takes a feature-split operand
+/// (nn.concat_heads: its per-head `lhs`, not a shared head).
 static bool feedsSplitConsumers(Value v) {
   if (v.use_empty())
     return false;
-  return llvm::all_of(v.getUsers(), [](Operation *u) {
-    return isa<AttentionOp, GeluOp, SiluOp, MulOp, CrossEntropyOp>(u);
+  return llvm::all_of(v.getUses(), [](OpOperand &u) {
+    Operation *o = u.getOwner();
+    if (auto c = dyn_cast<ConcatHeadsOp>(o))
+      return u.getOperandNumber() == 0 || !c.getBroadcast();
+    return isa<AttentionOp, GeluOp, SiluOp, MulOp, CrossEntropyOp>(o);
   });
 }
 
@@ -288,7 +293,13 @@ LogicalResult Sharder::shard(LinearOp op) {
   if (in == Layout::Partial)
     return op->emitOpError("reads a partial sum");
   if (!feedsSplitConsumers(op.getResult())) {
-    // Not part of a column/row pair: computed whole on every rank.
+    // Not part of a column/row pair: computed whole on every rank (on a
+    // sequence split: on its tokens, its parameter gradients partial).
+    if (in == Layout::Sequence) {
+      for (Value p : op->getOperands().drop_front())
+        markReduceGrad(p);
+      op.getResult().setType(scaleDim(resultType, 1, tp, true));
+    }
     layout[op.getResult()] = in;
     return success();
   }
@@ -312,6 +323,36 @@ LogicalResult Sharder::shard(AttentionOp op) {
              << layoutName(layoutOf(v)) << " operand";
   op.setNumHeads(op.getNumHeads() / tp);
   op.setNumKvHeads(op.getNumKvHeads() / tp);
+  auto resultType = op.getResult().getType();
+  op.getResult().setType(
+      scaleDim(resultType, resultType.getRank() - 1, tp, true));
+  layout[op.getResult()] = Layout::Split;
+  return success();
+}
+
+/// MLA's keys: each rank concatenates the heads it holds. A shared head
+/// (`broadcast`, the one RoPE key) is whole on every rank: it passes an
+/// nn.tp_copy (sequence parallelism: an nn.tp_all_gather) first, whose B
+/// sums the ranks' partial gradients of it (each rank's heads' share).
+LogicalResult Sharder::shard(ConcatHeadsOp op) {
+  if (layoutOf(op.getLhs()) != Layout::Split)
+    return op->emitOpError("expects per-head values from a column-parallel "
+                           "linear, got a ")
+           << layoutName(layoutOf(op.getLhs())) << " operand";
+  if (failed(checkDivisible(op, op.getNumHeads(), "num_heads")))
+    return failure();
+  Layout rhs = layoutOf(op.getRhs());
+  if (op.getBroadcast()) {
+    if (rhs != Layout::Replicated && rhs != Layout::Sequence)
+      return op->emitOpError("expects a whole shared head, got a ")
+             << layoutName(rhs) << " operand";
+    op.getRhsMutable().assign(columnInputOf(op, op.getRhs()));
+  } else if (rhs != Layout::Split) {
+    return op->emitOpError("expects per-head values from a column-parallel "
+                           "linear, got a ")
+           << layoutName(rhs) << " operand";
+  }
+  op.setNumHeads(op.getNumHeads() / tp);
   auto resultType = op.getResult().getType();
   op.getResult().setType(
       scaleDim(resultType, resultType.getRank() - 1, tp, true));
@@ -412,6 +453,7 @@ LogicalResult Sharder::run() {
             .Case([&](EmbeddingOp o) { return shard(o); })
             .Case([&](LinearOp o) { return shard(o); })
             .Case([&](AttentionOp o) { return shard(o); })
+            .Case([&](ConcatHeadsOp o) { return shard(o); })
             .Case([&](CrossEntropyOp o) { return shard(o); })
             .Case([&](MoEOp o) { return shardMoE(o); })
             .Case<LayerNormOp, RMSNormOp>(

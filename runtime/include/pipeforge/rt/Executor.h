@@ -171,6 +171,17 @@ struct ExecutorOptions {
   /// are reduced to that rank and the updated values gathered from it.
   /// 0: every data-parallel replica holds all of it.
   int zeroStage = 0;
+  /// Overlap the data-parallel gradient reduction with the backward pass
+  /// (docs/runtime.md, "Overlapped gradient reduction"): a parameter's
+  /// gradient is summed over the replicas as soon as the stage's last
+  /// gradient function has produced it, in buckets of at least
+  /// `gradBucketBytes` (0: one bucket per kernel's gradients), while the
+  /// rank goes on computing. The sums are those of the reduction after the
+  /// step, bit for bit. Tied parameters, sequence-parallel partial
+  /// gradients and ZeRO-1 keep the reduction after the step. false
+  /// (pipeforge-run --overlap-grad-reduce=false): everything after the step.
+  bool overlapGradReduce = true;
+  int64_t gradBucketBytes = int64_t(25) << 20;
 };
 
 struct StepStats {

@@ -136,6 +136,17 @@ public:
   /// In-place allreduce over a group (fixed order per implementation).
   virtual Status allreduce(float *buf, int64_t n, Group g,
                            ReduceOp op = ReduceOp::Sum) = 0;
+  /// Non-blocking in-place sum over group `g` (the overlapped gradient
+  /// reduction): posted now, complete when wait(handle) returns, with the
+  /// bits of allreduce(buf, n, g). `buf` must stay alive and untouched until
+  /// then. Every member of the group starts its allreduces and all-to-alls
+  /// in the same order (MPI collective ordering). Default: the blocking
+  /// allreduce, handle 0 (wait(0) returns at once).
+  virtual Expected<RequestId> allreduceStart(float *buf, int64_t n, Group g) {
+    if (Status s = allreduce(buf, n, g); !s)
+      return s;
+    return RequestId(0);
+  }
   /// Collectives on the backend's device memory, ordered after the work
   /// queued on the backend's compute stream, which waits for the result:
   /// gradients and tensor-parallel activations need not cross to the host.
@@ -160,6 +171,11 @@ public:
     hostAddress = std::move(toHost);
   }
   virtual Status allreduceDevice(float *buf, int64_t n, Group g);
+  /// allreduceStart on device memory: ordered after the work queued on the
+  /// compute stream; wait(handle) orders the compute stream after the sum.
+  /// Default (host-addressable device memory): allreduceStart in place.
+  virtual Expected<RequestId> allreduceDeviceStart(float *buf, int64_t n,
+                                                   Group g);
   virtual Status allGatherDevice(const float *in, float *out, int64_t n,
                                  Group g);
   virtual Status reduceScatterDevice(const float *in, float *out, int64_t n,
@@ -227,6 +243,13 @@ inline Status Transport::allreduceDevice(float *buf, int64_t n, Group g) {
   if (!hostAddress)
     return noDeviceCollectives("allreduce");
   return allreduce(hostAddress(buf), n, g);
+}
+
+inline Expected<RequestId> Transport::allreduceDeviceStart(float *buf,
+                                                          int64_t n, Group g) {
+  if (!hostAddress)
+    return noDeviceCollectives("allreduce");
+  return allreduceStart(hostAddress(buf), n, g);
 }
 
 inline Status Transport::allGatherHost(const float *in, float *out, int64_t n,
