@@ -118,7 +118,7 @@ private:
   Value moeMlp(Value x, const std::string &m);
   Value moe(Value x, Value router, Value w1, Value w2, Value w3, int64_t topK,
             StringRef scoring, bool norm, double scale, int64_t groups,
-            int64_t topkGroup);
+            int64_t topkGroup, StringRef bias = {});
   Value llamaBlock(Value x, int64_t i);
   Value deepseekBlock(Value x, int64_t i);
   Value mlaAttention(Value x, const std::string &p);
@@ -168,7 +168,8 @@ Value ModelBuilder::denseMlp(Value x, const std::string &p, int64_t ffn) {
 /// nn.moe with the routing attributes; the defaults stay unset (elided).
 Value ModelBuilder::moe(Value x, Value router, Value w1, Value w2, Value w3,
                         int64_t topK, StringRef scoring, bool norm,
-                        double scale, int64_t groups, int64_t topkGroup) {
+                        double scale, int64_t groups, int64_t topkGroup,
+                        StringRef bias) {
   return tag(nn::MoEOp::create(
                  b, loc, x.getType(), x, router, w1, w2, w3,
                  b.getI64IntegerAttr(topK), FloatAttr(),
@@ -178,7 +179,11 @@ Value ModelBuilder::moe(Value x, Value router, Value w1, Value w2, Value w3,
                  scale == 1.0 ? FloatAttr() : b.getF32FloatAttr(scale),
                  groups == 1 ? IntegerAttr() : b.getI64IntegerAttr(groups),
                  topkGroup == 1 ? IntegerAttr()
-                                : b.getI64IntegerAttr(topkGroup)))
+                                : b.getI64IntegerAttr(topkGroup),
+                 bias.empty() ? StringAttr() : b.getStringAttr(bias),
+                 bias.empty() || c.biasUpdateSpeed == 0.001
+                     ? FloatAttr()
+                     : b.getF32FloatAttr(c.biasUpdateSpeed)))
       .getResult();
 }
 
@@ -199,7 +204,8 @@ Value ModelBuilder::moeMlp(Value x, const std::string &m) {
   Value w3 = param(m + (hfProj ? "experts.up_proj" : "experts.w3"),
                    {e, ffn, h}, init);
   Value y = moe(x, router, w1, w2, w3, c.topK, c.scoring, c.normTopkProb,
-                c.routedScaling, c.nGroup, c.topkGroup);
+                c.routedScaling, c.nGroup, c.topkGroup,
+                c.routingBias ? m + "gate.e_score_correction_bias" : "");
   if (c.sharedFfn == 0)
     return y;
   Value shared;

@@ -325,9 +325,21 @@ static void readDeepSeek(KeyReader &r, const json &root, ModelConfig &c) {
   c.routedScaling = r.positiveNumber({"routed_scaling_factor"}, 1.0, 1e6);
   c.scoring = r.text("scoring_func", v3 ? "sigmoid" : "softmax");
   c.normTopkProb = r.boolean("norm_topk_prob", v3);
-  // topk_method (greedy, group_limited_greedy, noaux_tc) follows from
-  // n_group / topk_group and the scoring; read for its type only.
-  (void)r.text("topk_method", "");
+  // topk_method: greedy and group_limited_greedy follow from n_group /
+  // topk_group and the scoring; noaux_tc (DeepSeek-V3's default) adds the
+  // load-balancing bias (nn.moe's `bias`, e_score_correction_bias) with
+  // PipeForge's `bias_update_speed` (default 0.001, the paper's gamma).
+  std::string method = r.text("topk_method", v3 ? "noaux_tc" : "greedy");
+  if (r.error.empty() && method != "greedy" &&
+      method != "group_limited_greedy" && method != "noaux_tc")
+    r.fail("key 'topk_method': unsupported value '" + method +
+           "' (expected greedy, group_limited_greedy or noaux_tc)");
+  c.routingBias = method == "noaux_tc" && c.numExperts > 0;
+  c.biasUpdateSpeed = r.number({"bias_update_speed"}, 0.001);
+  if (r.error.empty() &&
+      !(c.biasUpdateSpeed >= 0.0 && c.biasUpdateSpeed <= 3.4e38))
+    r.fail("key 'bias_update_speed' must be a finite number >= 0, got " +
+           num(c.biasUpdateSpeed));
   if (r.error.empty() && c.scoring != "softmax" && c.scoring != "sigmoid")
     r.fail("key 'scoring_func': unsupported value '" + c.scoring +
            "' (expected softmax or sigmoid)");

@@ -241,7 +241,25 @@ void moeParams(const Operands &o, bool withDy, MoEParams<float> &p,
   size_t n = o.nin();
   bool hasW3Slot = withDy ? n >= 6 : n >= 5;
   p.w3 = hasW3Slot ? o.f(4) : nullptr;
+  p.bias = o.c.moeBias;
   dy = withDy ? o.f(n - 1) : nullptr;
+}
+
+Status moeCheckBias(const Kernel &k, const KernelCall &c) {
+  bool named = k.attrs.count("bias") > 0;
+  if (named && !c.moeBias)
+    return opError(k, "names the bias '" + attrStr(k, "bias", "") +
+                          "' but the call has none");
+  if (!named && (c.moeBias || c.moeLoad))
+    return opError(k, "was given a bias but names none");
+  return Status::ok();
+}
+
+void moeCountLoad(const KernelCall &c, const int32_t *topIdx, int64_t n) {
+  if (!c.moeLoad)
+    return;
+  for (int64_t a = 0; a < n; ++a)
+    c.moeLoad[topIdx[a]] += 1.0f;
 }
 
 Status moeForwardOperands(const Kernel &k, const Operands &o, MoEShape &s,
@@ -249,6 +267,8 @@ Status moeForwardOperands(const Kernel &k, const Operands &o, MoEShape &s,
   if (Status st = need(k, o, 4, 1); !st)
     return st;
   if (Status st = moeShape(k, o, s); !st)
+    return st;
+  if (Status st = moeCheckBias(k, o.c); !st)
     return st;
   const float *dy;
   moeParams(o, false, p, dy);
@@ -260,6 +280,8 @@ Status moeGradOperands(const Kernel &k, const Operands &o, bool weight,
   if (Status st = need(k, o, 5, weight ? 3 : 1); !st)
     return st;
   if (Status st = moeShape(k, o, s); !st)
+    return st;
+  if (Status st = moeCheckBias(k, o.c); !st)
     return st;
   moeParams(o, true, p, dy);
   if (!dy)

@@ -95,7 +95,11 @@ Status moeShape(const Kernel &k, const Operands &o, cpu::MoEShape &s);
 /// routed_scaling_factor, n_group, topk_group; absent: the defaults) into
 /// `s`; isValid(s) checks them against the shape.
 Status moeRouting(const Kernel &k, cpu::MoEShape &s);
-/// The moe weights and (withDy) the result gradient.
+/// A moe kernel names a bias (`bias`) exactly when its call carries one.
+Status moeCheckBias(const Kernel &k, const KernelCall &c);
+/// Adds n top-k choices to the call's per-expert load (none: no-op).
+void moeCountLoad(const KernelCall &c, const int32_t *topIdx, int64_t n);
+/// The moe weights, the call's bias and (withDy) the result gradient.
 void moeParams(const Operands &o, bool withDy, cpu::MoEParams<float> &p,
                const float *&dy);
 /// moe (x, router, w1, w2, [w3]): the shape and the weights.

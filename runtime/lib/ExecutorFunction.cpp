@@ -184,6 +184,7 @@ Status Executor::Impl::fnPrepare(FnRun &r) {
     call.out.push_back(v >= 0 ? valuePtr(v) : nullptr);
     call.outTypes.push_back(v >= 0 ? &fn.values[size_t(v)] : nullptr);
   }
+  bindMoEBias(call, r.which);
   return Status::ok();
 }
 

@@ -446,6 +446,21 @@ struct Executor::Impl {
   Status sumSliceSquares(Group g, const std::function<bool(int32_t)> &sliced,
                          std::vector<float> &paramSq, double &allSq,
                          double &sq);
+
+  /// nn.moe's load-balancing biases (ExecutorMoEBias.cpp), every one of the
+  /// model on every rank, by name: the bias and this step's load [experts].
+  struct MoEBias {
+    std::vector<float> bias, load;
+    double speed = -1; ///< bias_update_speed (-1: no forward kernel seen)
+  };
+  std::map<std::string, MoEBias> moeBiases;
+  Status initMoEBiases();
+  /// The call's bias (and, F of a moe kernel, its load), or none.
+  void bindMoEBias(KernelCall &call, int which);
+  /// After the step: loads summed over the world, every bias updated.
+  Status updateMoEBiases();
+  /// Every rank holds the same bits of every bias.
+  Status checkMoEBiasReplicas();
 };
 
 /// "stage S (copy C): message" (ExecutorInit.cpp).

@@ -199,6 +199,8 @@ Status Executor::Impl::init() {
       pl[k].bufs.resize(ok ? fn.bufferBytes.size() : fn.values.size());
     }
   }
+  if (Status s = initMoEBiases(); !s)
+    return s;
   seed = newBuf(4, MemClass::Data);
   float sv = 1.0f / float(totalMb);
   be.copyFromHost(seed->p, &sv, 4);

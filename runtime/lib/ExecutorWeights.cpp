@@ -206,6 +206,8 @@ Expected<NamedTensors> Executor::gatherWeights() {
     }
   if (Status s = impl->checkReplicas(); !s)
     return s;
+  if (Status s = impl->checkMoEBiasReplicas(); !s)
+    return s;
   auto all = impl->tr.gatherStrings(packTensors(mine));
   if (!all)
     return all.status();
@@ -246,6 +248,10 @@ Expected<NamedTensors> Executor::gatherWeights() {
   }
   std::sort(out.begin(), out.end(),
             [&](auto &a, auto &b) { return pos[a.first] < pos[b.first]; });
+  // The load-balancing biases (model state, equal on every rank) after the
+  // parameters, by name.
+  for (auto &[name, b] : impl->moeBiases)
+    out.emplace_back(name, b.bias);
   // Tied parameters: the two copies must hold the same bits (world rank 0,
   // which alone has the gathered tensors).
   std::map<std::string, const std::vector<float> *> byName;

@@ -249,6 +249,9 @@ Status Executor::Impl::sumSliceSquares(
 }
 
 Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
+  // nn.moe's load-balancing biases from this step's loads.
+  if (Status s = updateMoEBiases(); !s)
+    return s;
   // Tensor parallel: the replicated parameters whose gradients are partial
   // (sequence parallelism) summed over the group.
   if (T > 1)

@@ -78,6 +78,8 @@ struct EpMoE {
   cpu::MoEShape route; ///< the routing fields (experts, topK, scoring, ...)
   const float *x = nullptr, *router = nullptr, *w1 = nullptr, *w2 = nullptr,
               *w3 = nullptr;
+  const float *bias = nullptr; ///< [E] load-balancing bias (choice only)
+  float *load = nullptr;       ///< [E] the step's load (forward), or null
   Transport *tr = nullptr;
   // Source side.
   std::vector<float> probs, gates;
@@ -106,10 +108,12 @@ struct EpMoE {
     gates.assign(static_cast<size_t>(N * K), 0.f);
     for (int64_t t = 0; t < N; ++t) {
       cpu::moeScoreToken(route, probs.data() + t * E);
-      cpu::moeSelectToken(route, probs.data() + t * E,
-                          static_cast<const float *>(nullptr),
+      cpu::moeSelectToken(route, probs.data() + t * E, bias,
                           topIdx.data() + t * K, gates.data() + t * K);
     }
+    // This rank's tokens' choices (the step's load sums them over ranks).
+    for (size_t a = 0; load && a < topIdx.size(); ++a)
+      load[topIdx[a]] += 1.0f;
     // Capacity: per expert, in assignment order (as the local kernel).
     std::vector<int64_t> count(static_cast<size_t>(E), 0);
     kept.assign(static_cast<size_t>(N * K), 0);
@@ -536,6 +540,10 @@ Expected<std::unique_ptr<MoEPhased>> MoEPhased::begin(const KernelCall &call,
     return s;
   if (!cpu::isValid(m.route))
     return err("invalid routing");
+  if (Status s = ops::moeCheckBias(k, call); !s)
+    return s;
+  m.bias = call.moeBias;
+  m.load = S.fwd ? call.moeLoad : nullptr;
   m.x = static_cast<const float *>(call.in[0]);
   m.router = static_cast<const float *>(call.in[1]);
   m.w1 = static_cast<const float *>(call.in[2]);

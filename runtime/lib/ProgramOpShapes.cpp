@@ -666,6 +666,23 @@ R checkMoERouting(Attrs &a, int64_t e, int64_t topK) {
   return R{};
 }
 
+/// The load-balancing bias of nn.moe (DeepSeek-V3's noaux_tc): `bias`
+/// names the per-expert state, `bias_update_speed` its step (needs `bias`).
+R checkMoEBias(Attrs &a) {
+  const bool has = a.find("bias") != nullptr;
+  auto name = a.text("bias", "");
+  auto speed = name ? a.real("bias_update_speed", 0.001) : std::nullopt;
+  if (!speed)
+    return fail(-1, a.error);
+  if (has && name->empty())
+    return fail(-1, "expects a non-empty bias state name");
+  if (!has && a.find("bias_update_speed"))
+    return fail(-1, "has a bias_update_speed but no bias");
+  if (!(*speed >= 0.0) || *speed > 3.4e38)
+    return fail(-1, "expects a finite bias_update_speed >= 0");
+  return R{};
+}
+
 /// The checks of nn.moe on (input, router, w1, w2, w3?) and its attributes.
 R checkMoE(const OpShapeInput &in, int64_t &workspace, bool grad) {
   const TensorType &x = *opd(in, 0), &r = *opd(in, 1), &w1 = *opd(in, 2),
@@ -703,6 +720,8 @@ R checkMoE(const OpShapeInput &in, int64_t &workspace, bool grad) {
     return fail(-1, "activation must be \"gelu\" or \"silu\", got \"" + *act +
                         "\"");
   if (R r = checkMoERouting(a, e, *topK); !r)
+    return r;
+  if (R r = checkMoEBias(a); !r)
     return r;
   // Routing: probabilities (and their gradient) [tokens, E], top-k ids,
   // gates and rows [tokens, k]; per dispatched row (at most tokens x k)

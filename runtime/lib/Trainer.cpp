@@ -288,6 +288,10 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Program &prog,
   for (int32_t i : impl->ex->localParams())
     impl->refs.push_back({prog.params[size_t(i)].name, impl->ex->paramShape(i),
                           impl->ex->paramData(i)});
+  // Model state (the MoE load-balancing biases): saved and restored by name
+  // with the parameters.
+  for (const ParamRef &r : impl->ex->stateRefs())
+    impl->refs.push_back(r);
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
 

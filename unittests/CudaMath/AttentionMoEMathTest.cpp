@@ -314,10 +314,10 @@ struct HostMoEExec {
     return hostGemm(transA, transB, m, n, k, alpha, A, lda, B, ldb, beta, C,
                     ldc, batch, strideA, strideB, strideC);
   }
-  Status route(float *probs, const cpu::MoEShape &s, int32_t *topIdx,
-               float *gates) {
+  Status route(float *probs, const cpu::MoEShape &s, const float *bias,
+               int32_t *topIdx, float *gates) {
     for (long long t = 0; t < s.tokens; ++t)
-      moeRouteToken(s, probs + t * s.experts, topIdx + t * s.topK,
+      moeRouteToken(s, probs + t * s.experts, bias, topIdx + t * s.topK,
                     gates + t * s.topK);
     return Status::ok();
   }
@@ -402,6 +402,7 @@ struct MoECase {
   cpu::MoEScoring scoring = cpu::MoEScoring::Softmax;
   cpu::Index groups = 1, topkGroup = 1;
   float scale = 1.f;
+  float biasScale = 0.f; ///< > 0: a load-balancing bias of that size
 };
 
 void PrintTo(const MoECase &c, std::ostream *os) {
@@ -410,8 +411,9 @@ void PrintTo(const MoECase &c, std::ostream *os) {
       << c.capacity << (c.act == Activation::Gelu ? " gelu" : " silu")
       << (c.renormalize ? " renormalize" : "") << (c.gated ? " gated" : "")
       << " routerScale " << c.routerScale
-      << (c.scoring == cpu::MoEScoring::Sigmoid ? " sigmoid" : "")
-      << " groups " << c.groups << "/" << c.topkGroup << " scale " << c.scale;
+      << (c.scoring == cpu::MoEScoring::Sigmoid ? " sigmoid" : "") << " groups "
+      << c.groups << "/" << c.topkGroup << " scale " << c.scale << " bias "
+      << c.biasScale;
 }
 
 class MoEPlanTest : public ::testing::TestWithParam<MoECase> {};
@@ -440,12 +442,22 @@ TEST_P(MoEPlanTest, MatchesCpuReference) {
        w1 = randomVec(E * F * H, 14, 0.5f), w2 = randomVec(E * H * F, 15, 0.5f),
        w3 = randomVec(E * F * H, 16, 0.5f);
   const float *w3p = c.gated ? w3.data() : nullptr;
+  VecF biasV = randomVec(E, 17, c.biasScale);
+  const float *bias = c.biasScale > 0 ? biasV.data() : nullptr;
 
   // Reference: F, B, and W into zeroed gradients.
-  cpu::MoEParams<float> p{router.data(), w1.data(), w2.data(), w3p};
+  cpu::MoEParams<float> p{router.data(), w1.data(), w2.data(), w3p, bias};
   cpu::MoESaved<float> saved;
   VecF yRef(N * H), dxRef(N * H);
   cpu::moeF(s, p, x.data(), yRef.data(), saved);
+  if (bias) { // the bias is large enough to change some choice
+    cpu::MoEParams<float> plain = p;
+    plain.bias = nullptr;
+    cpu::MoESaved<float> unbiased;
+    VecF y0(N * H);
+    cpu::moeF(s, plain, x.data(), y0.data(), unbiased);
+    EXPECT_NE(unbiased.topIdx, saved.topIdx);
+  }
   cpu::Workspace<float> cws;
   cpu::moeB(s, saved, dy.data(), dxRef.data(), cws);
   VecF drRef(E * H, 0.f), dw1Ref(E * F * H, 0.f), dw2Ref(E * H * F, 0.f),
@@ -462,6 +474,7 @@ TEST_P(MoEPlanTest, MatchesCpuReference) {
     Scratch ws(bytes);
     MoEBuffers b;
     carveMoE(s, ws.data(), b);
+    b.bias = bias;
     VecF y(N * H, kNaN);
     ASSERT_TRUE(moeForwardPlan(ex, s, x.data(), router.data(), w1.data(),
                                w2.data(), w3p, y.data(), b));
@@ -497,6 +510,7 @@ TEST_P(MoEPlanTest, MatchesCpuReference) {
     Scratch ws(bytes);
     MoEBuffers b;
     carveMoE(s, ws.data(), b);
+    b.bias = bias;
     VecF dx(N * H, kNaN);
     ASSERT_TRUE(moeBackwardInputPlan(ex, s, x.data(), router.data(), w1.data(),
                                      w2.data(), w3p, dy.data(), dx.data(), b));
@@ -507,6 +521,7 @@ TEST_P(MoEPlanTest, MatchesCpuReference) {
     Scratch ws(bytes);
     MoEBuffers b;
     carveMoE(s, ws.data(), b);
+    b.bias = bias;
     VecF dr(E * H, kNaN), dw1(E * F * H, kNaN), dw2(E * H * F, kNaN),
         dw3(E * F * H, kNaN);
     ASSERT_TRUE(moeBackwardWeightPlan(
@@ -543,7 +558,13 @@ INSTANTIATE_TEST_SUITE_P(
                 1.f},
         // DeepSeek-V2: softmax group-limited greedy.
         MoECase{12, 8, 6, 6, 2, 0, kGelu, true, true, 1.f, kSoftmax, 3, 2,
-                16.f}));
+                16.f},
+        // DeepSeek-V3 with its load-balancing bias (noaux_tc), large enough
+        // to change the choice: groups and top-k on the biased scores.
+        MoECase{16, 8, 12, 8, 3, 0, kSilu, true, true, 1.f, kSigmoid, 4, 2,
+                2.5f, 0.5f},
+        MoECase{16, 8, 12, 8, 2, 5, kSilu, false, false, 1.f, kSigmoid, 1, 1,
+                1.f, 0.3f}));
 
 /// Group-limited sigmoid routing by hand: 8 experts in 4 groups of 2, the
 /// best 2 groups by the sum of their two scores, the top-3 of those.
@@ -565,7 +586,7 @@ TEST(MoEMath, GroupLimitedSigmoidByHand) {
   float probs[8], gates[3];
   std::copy(logits, logits + 8, probs);
   int32_t top[3];
-  moeRouteToken(s, probs, top, gates);
+  moeRouteToken(s, probs, nullptr, top, gates);
   auto sig = [](float x) { return 1.f / (1.f + std::exp(-x)); };
   for (int e = 0; e < 8; ++e)
     EXPECT_FLOAT_EQ(probs[e], sig(logits[e]));
@@ -583,7 +604,7 @@ TEST(MoEMath, GroupLimitedSigmoidByHand) {
   // (expert 3); the top-3 of experts 2, 3, 6, 7 are 6, 3, 2.
   s.scoring = cpu::MoEScoring::Softmax;
   std::copy(logits, logits + 8, probs);
-  moeRouteToken(s, probs, top, gates);
+  moeRouteToken(s, probs, nullptr, top, gates);
   EXPECT_EQ(top[0], 6);
   EXPECT_EQ(top[1], 3);
   EXPECT_EQ(top[2], 2);
@@ -652,7 +673,7 @@ TEST(MoEMath, RouteTokenTiesGoToLowerIndex) {
   cpu::MoEShape s;
   s.experts = 5;
   s.topK = 4;
-  moeRouteToken(s, probs, top, gates);
+  moeRouteToken(s, probs, nullptr, top, gates);
   EXPECT_EQ(top[0], 1);
   EXPECT_EQ(top[1], 3);
   EXPECT_EQ(top[2], 0);

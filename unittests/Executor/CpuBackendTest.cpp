@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 using namespace pipeforge::rt;
@@ -70,4 +71,89 @@ TEST(ParamInit, CopiesInitialiseIdentically) {
   EXPECT_EQ(0, std::memcmp(a, b, sizeof a));
   p0.init = "bogus";
   EXPECT_FALSE(initParamValues(p0, 7, a).isOk());
+}
+
+namespace {
+/// One moe forward (8 tokens, hidden 4, 4 experts of ffn 3, top-2, sigmoid
+/// scores) on `be` with an optional bias and load; the output.
+std::vector<float> runMoE(Backend &be, const float *bias, float *load,
+                          Status *status = nullptr, bool namesBias = true) {
+  Kernel k;
+  k.op = "moe";
+  k.attrs["top_k"] = int64_t(2);
+  k.attrs["scoring"] = std::string("sigmoid");
+  if (namesBias)
+    k.attrs["bias"] = std::string("layers.0.mlp.gate.e_score_correction_bias");
+  TensorType x{DType::F32, {8, 4}}, r{DType::F32, {4, 4}},
+      w1{DType::F32, {4, 3, 4}}, w2{DType::F32, {4, 4, 3}};
+  std::vector<std::vector<float>> host;
+  for (const TensorType *t : {&x, &r, &w1, &w2}) {
+    std::vector<float> v(size_t(t->numElements()));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = float((i * 7 + host.size() * 3) % 11) / 11.0f - 0.45f;
+    host.push_back(std::move(v));
+  }
+  std::vector<void *> bufs;
+  KernelCall c;
+  c.kernel = &k;
+  for (size_t i = 0; i < host.size(); ++i) {
+    void *p = be.alloc(int64_t(host[i].size()) * 4);
+    be.copyFromHost(p, host[i].data(), int64_t(host[i].size()) * 4);
+    bufs.push_back(p);
+    c.in.push_back(p);
+  }
+  c.inTypes = {&x, &r, &w1, &w2};
+  void *y = be.alloc(x.numBytes());
+  bufs.push_back(y);
+  c.out = {y};
+  c.outTypes = {&x};
+  c.moeBias = bias;
+  c.moeLoad = load;
+  Status s = be.run(c);
+  if (status)
+    *status = s;
+  std::vector<float> out(size_t(x.numElements()));
+  be.copyToHost(out.data(), y, x.numBytes());
+  for (void *p : bufs)
+    be.free(p);
+  return out;
+}
+} // namespace
+
+/// nn.moe's load-balancing bias: it changes the choice (so the output), the
+/// load counts every top-k choice, and the cpu-device backend (opaque
+/// buffers, host bias and load) gives the same bits.
+TEST(CpuBackend, MoELoadBalancingBias) {
+  auto cpu = createCpuBackend(), dev = createCpuDeviceBackend();
+  const float zero[4] = {0, 0, 0, 0}, bias[4] = {0.5f, -0.5f, 0.25f, -0.25f};
+  float load0[4] = {0, 0, 0, 0}, load1[4] = {0, 0, 0, 0},
+        load2[4] = {0, 0, 0, 0};
+  std::vector<float> plain = runMoE(*cpu, zero, load0);
+  std::vector<float> biased = runMoE(*cpu, bias, load1);
+  std::vector<float> onDev = runMoE(*dev, bias, load2);
+  EXPECT_NE(plain, biased);
+  EXPECT_EQ(biased, onDev);
+  float sum = 0;
+  for (int e = 0; e < 4; ++e) {
+    sum += load1[e];
+    EXPECT_EQ(load1[e], load2[e]) << e;
+    EXPECT_EQ(load1[e], std::floor(load1[e])) << e;
+  }
+  EXPECT_EQ(sum, 16.0f); // 8 tokens x top-2
+  // The bias pulls towards experts 0 and 2.
+  EXPECT_GT(load1[0] + load1[2], load0[0] + load0[2]);
+  // A kernel naming a bias needs one, and one without must not get one.
+  Status s = Status::ok();
+  runMoE(*cpu, nullptr, nullptr, &s);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("names the bias "
+                             "'layers.0.mlp.gate.e_score_correction_bias' but "
+                             "the call has none"),
+            std::string::npos)
+      << s.message();
+  runMoE(*cpu, bias, nullptr, &s, /*namesBias=*/false);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("was given a bias but names none"),
+            std::string::npos)
+      << s.message();
 }

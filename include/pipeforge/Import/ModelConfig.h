@@ -58,6 +58,9 @@ struct ModelConfig {
   bool normTopkProb = true;     // norm_topk_prob
   double routedScaling = 1.0;   // routed_scaling_factor
   int64_t nGroup = 1, topkGroup = 1;
+  // topk_method noaux_tc (DeepSeek-V3): nn.moe's load-balancing bias.
+  bool routingBias = false;
+  double biasUpdateSpeed = 0.001; // bias_update_speed (PipeForge's key)
   int64_t sharedFfn = 0;        // shared experts' width; 0: none
   bool sharedGate = false;      // Qwen2-MoE: sigmoid(W x) * shared(x)
   int64_t firstDense = 0;       // first_k_dense_replace

@@ -109,6 +109,7 @@ private:
   }
 
   LogicalResult checkExpertParallel(pp::PipelineOp pipeline);
+  LogicalResult checkMoEBiases(pp::PipelineOp pipeline);
   LogicalResult setTensorParallel(pp::PipelineOp pipeline);
   void markExpertShards(pp::PipelineOp pipeline);
 
@@ -474,6 +475,29 @@ LogicalResult Lowering::checkExpertParallel(pp::PipelineOp pipeline) {
   return success();
 }
 
+/// A load-balancing bias (nn.moe's `bias`) is one layer's state: named by
+/// one nn.moe of each model copy (the runtime sums its load over the copies).
+LogicalResult Lowering::checkMoEBiases(pp::PipelineOp pipeline) {
+  std::map<std::pair<int64_t, std::string>, nn::MoEOp> seen;
+  WalkResult r = pipeline.walk([&](nn::MoEOp moe) {
+    auto fn = moe->getParentOfType<func::FuncOp>();
+    auto stage = moe->getParentOfType<pp::StageOp>();
+    std::optional<StringRef> bias = moe.getBias();
+    if (!bias || !fn || fn.getSymName() != "forward" || !stage)
+      return WalkResult::advance();
+    auto [it, fresh] =
+        seen.try_emplace({int64_t(stage.getCopy()), bias->str()}, moe);
+    if (fresh)
+      return WalkResult::advance();
+    InFlightDiagnostic d = moe.emitError()
+                           << "the load-balancing bias '" << *bias
+                           << "' is named by two moe layers";
+    d.attachNote(it->second.getLoc()) << "the other layer";
+    return WalkResult::interrupt();
+  });
+  return failure(r.wasInterrupted());
+}
+
 /// The tensor-parallel group size: the `tp` of every collective (and the
 /// `vocab_shards` of the embedding) that --nn-shard-tensor put in the
 /// stages; all must agree.
@@ -551,6 +575,8 @@ FailureOr<rt::Program> Lowering::run() {
   prog.training = opts.training;
   if (!opts.schedule && prog.training.schedule.empty())
     prog.training.schedule = schedOp.getKind().str();
+  if (failed(checkMoEBiases(pipeline)))
+    return failure();
   if (failed(checkExpertParallel(pipeline)))
     return failure();
   if (failed(setTensorParallel(pipeline)))

@@ -281,6 +281,7 @@ CpuBackend::CpuBackend() {
     assertElems(o.ot(0), numel(o.t(0)));
     MoESaved<float> sv;
     moeF(sh, p, o.f(0), o.o(0), sv);
+    moeCountLoad(o.c, sv.topIdx.data(), int64_t(sv.topIdx.size()));
     return Status::ok();
   };
   table["cross_entropy"] = [this](const Kernel &k, const Ops &o) -> Status {

@@ -450,6 +450,9 @@ template <typename T> struct MoEParams {
   const T *w1 = nullptr;     ///< [E, ffn, hidden]
   const T *w2 = nullptr;     ///< [E, hidden, ffn]
   const T *w3 = nullptr;     ///< [E, ffn, hidden]; optional SwiGLU gate
+  /// [E]; optional load-balancing bias, added to the scores for the top-k
+  /// choice only (MoERouting.h).
+  const T *bias = nullptr;
 };
 template <typename T> struct MoEGrads {
   T *drouter = nullptr; ///< accumulated

@@ -71,8 +71,8 @@ void moeF(const MoEShape &s, const MoEParams<T> &p, const T *x, T *y,
   saved.gates.assign(N * K, T(0));
   for (Index t = 0; t < N; ++t) {
     moeScoreToken(s, probs + t * E);
-    moeSelectToken(s, probs + t * E, static_cast<const T *>(nullptr),
-                   saved.topIdx.data() + t * K, saved.gates.data() + t * K);
+    moeSelectToken(s, probs + t * E, p.bias, saved.topIdx.data() + t * K,
+                   saved.gates.data() + t * K);
   }
 
   // Capacity and dispatch rows.

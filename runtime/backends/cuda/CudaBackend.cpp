@@ -217,6 +217,46 @@ private:
       return s;
     return ws;
   }
+  /// A moe kernel's workspace, followed by its load-balancing bias [E]
+  /// (copied from the host `bias`, stream-ordered) and its load [E]
+  /// (zeroed) when the call has them.
+  struct MoEWorkspace {
+    void *ws = nullptr;
+    const float *bias = nullptr;
+    float *load = nullptr;
+  };
+  Expected<MoEWorkspace> moeWorkspace(const MoEShape &sh, const float *bias,
+                                      const float *load) {
+    const size_t base = cuda::moeWorkspaceBytes(sh);
+    const size_t vec = (size_t(sh.experts) * 4 + 255) / 256 * 256;
+    auto w = workspace(base + (bias ? vec : 0) + (load ? vec : 0));
+    if (!w)
+      return w.status();
+    MoEWorkspace m;
+    m.ws = *w;
+    char *tail = static_cast<char *>(*w) + base;
+    if (bias) {
+      float *b = reinterpret_cast<float *>(tail);
+      copyFromHost(b, bias, sh.experts * 4);
+      m.bias = b;
+      tail += vec;
+    }
+    if (load) {
+      m.load = reinterpret_cast<float *>(tail);
+      fillZero(m.load, sh.experts * 4);
+    }
+    return m;
+  }
+  /// The forward's device load added to the call's host load.
+  Status moeLoadToHost(const MoEShape &sh, const MoEWorkspace &w, float *load) {
+    if (!load || !w.load)
+      return Status::ok();
+    std::vector<float> got(size_t(sh.experts));
+    copyToHost(got.data(), w.load, sh.experts * 4);
+    for (size_t e = 0; e < got.size(); ++e)
+      load[e] += got[e];
+    return Status::ok();
+  }
   void addForwardOps();
   void addGradientOps();
 };
@@ -451,11 +491,14 @@ void CudaBackend::addForwardOps() {
     MoEParams<float> p;
     if (Status s = moeForwardOperands(k, o, sh, p); !s)
       return s;
-    auto w = workspace(cuda::moeWorkspaceBytes(sh));
+    auto w = moeWorkspace(sh, p.bias, o.c.moeLoad);
     if (!w)
       return w.status();
-    return cuda::moeForward(ctx, sh, o.f(0), p.router, p.w1, p.w2, p.w3, o.o(0),
-                            *w);
+    if (Status s = cuda::moeForward(ctx, sh, o.f(0), p.router, p.w1, p.w2, p.w3,
+                                    o.o(0), w->ws, w->bias, w->load);
+        !s)
+      return s;
+    return moeLoadToHost(sh, *w, o.c.moeLoad);
   };
   table["cross_entropy"] = [this](const Kernel &k,
                                   const Operands &o) -> Status {
@@ -558,15 +601,15 @@ void CudaBackend::addGradientOps() {
       const float *dy;
       if (Status s = moeGradOperands(k, o, weight, sh, p, dy); !s)
         return s;
-      auto w = workspace(cuda::moeWorkspaceBytes(sh));
+      auto w = moeWorkspace(sh, p.bias, nullptr);
       if (!w)
         return w.status();
       if (!weight)
         return cuda::moeBackwardInput(ctx, sh, o.f(0), p.router, p.w1, p.w2,
-                                      p.w3, dy, o.o(0), *w);
+                                      p.w3, dy, o.o(0), w->ws, w->bias);
       return cuda::moeBackwardWeight(ctx, sh, o.f(0), p.router, p.w1, p.w2,
                                      p.w3, dy, o.o(0), o.o(1), o.o(2),
-                                     p.w3 ? o.o(3) : nullptr, *w);
+                                     p.w3 ? o.o(3) : nullptr, w->ws, w->bias);
     };
   };
   table["moe_bwd_input"] = moeBwd(false);

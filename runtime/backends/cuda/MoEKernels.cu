@@ -18,11 +18,19 @@ namespace pipeforge::rt::cuda {
 
 namespace {
 
-__global__ void routeKernel(float *probs, cpu::MoEShape s, int32_t *topIdx,
-                            float *gates) {
+__global__ void routeKernel(float *probs, cpu::MoEShape s, const float *bias,
+                            int32_t *topIdx, float *gates) {
   PF_GRID_LOOP(t, s.tokens)
-  moeRouteToken(s, probs + t * s.experts, topIdx + t * s.topK,
+  moeRouteToken(s, probs + t * s.experts, bias, topIdx + t * s.topK,
                 gates + t * s.topK);
+}
+
+/// load[e] += the assignments to expert e: whole numbers in float, so the
+/// atomics' order does not change the result (below 2^24).
+__global__ void loadKernel(const int32_t *topIdx, long long assignments,
+                           float *load) {
+  PF_GRID_LOOP(a, assignments)
+  atomicAdd(load + topIdx[a], 1.0f);
 }
 
 __global__ void assignKernel(const int32_t *topIdx, long long assignments,
@@ -102,10 +110,10 @@ __global__ void scatterKernel(long long n, long long hidden, long long topK,
 
 /// MoEPlan.h's executor: everything queued on ctx.stream.
 struct CudaExec : GemmExec {
-  Status route(float *probs, const cpu::MoEShape &s, int32_t *topIdx,
-               float *gates) {
+  Status route(float *probs, const cpu::MoEShape &s, const float *bias,
+               int32_t *topIdx, float *gates) {
     routeKernel<<<blocksFor(s.tokens), kThreads, 0, ctx.stream>>>(
-        probs, s, topIdx, gates);
+        probs, s, bias, topIdx, gates);
     return launchStatus("moe route");
   }
   Status assign(const int32_t *topIdx, long long assignments, long long experts,
@@ -182,26 +190,36 @@ size_t moeWorkspaceBytes(const cpu::MoEShape &s) {
 
 Status moeForward(GemmCtx &ctx, const cpu::MoEShape &s, const float *x,
                   const float *router, const float *w1, const float *w2,
-                  const float *w3, float *y, void *ws) {
+                  const float *w3, float *y, void *ws, const float *bias,
+                  float *load) {
   if (!cpu::isValid(s))
     return Status::error("moe: invalid shape");
   if (s.tokens == 0)
     return Status::ok();
   MoEBuffers b;
   carveMoE(s, ws, b);
+  b.bias = bias;
   CudaExec e{{ctx}};
-  return moeForwardPlan(e, s, x, router, w1, w2, w3, y, b);
+  if (Status st = moeForwardPlan(e, s, x, router, w1, w2, w3, y, b); !st)
+    return st;
+  if (!load)
+    return Status::ok();
+  const long long n = s.tokens * s.topK;
+  loadKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(b.topIdx, n, load);
+  return launchStatus("moe load");
 }
 
 Status moeBackwardInput(GemmCtx &ctx, const cpu::MoEShape &s, const float *x,
                         const float *router, const float *w1, const float *w2,
-                        const float *w3, const float *dy, float *dx, void *ws) {
+                        const float *w3, const float *dy, float *dx, void *ws,
+                        const float *bias) {
   if (!cpu::isValid(s))
     return Status::error("moe: invalid shape");
   if (s.tokens == 0)
     return Status::ok();
   MoEBuffers b;
   carveMoE(s, ws, b);
+  b.bias = bias;
   CudaExec e{{ctx}};
   return moeBackwardInputPlan(e, s, x, router, w1, w2, w3, dy, dx, b);
 }
@@ -209,13 +227,15 @@ Status moeBackwardInput(GemmCtx &ctx, const cpu::MoEShape &s, const float *x,
 Status moeBackwardWeight(GemmCtx &ctx, const cpu::MoEShape &s, const float *x,
                          const float *router, const float *w1, const float *w2,
                          const float *w3, const float *dy, float *drouter,
-                         float *dw1, float *dw2, float *dw3, void *ws) {
+                         float *dw1, float *dw2, float *dw3, void *ws,
+                         const float *bias) {
   if (!cpu::isValid(s))
     return Status::error("moe: invalid shape");
   if (w3 && !dw3)
     return Status::error("moe: missing w3 gradient");
   MoEBuffers b;
   carveMoE(s, ws, b);
+  b.bias = bias;
   CudaExec e{{ctx}};
   return moeBackwardWeightPlan(e, s, x, router, w1, w2, w3, dy, drouter, dw1,
                                dw2, dw3, b);

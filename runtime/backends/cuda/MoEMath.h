@@ -51,12 +51,13 @@ PF_HOST_DEVICE inline float moeActGrad(Activation a, float x) {
 /// One token's routing (cpu/MoERouting.h, shared with the CPU kernels and
 /// the expert-parallel path): probs [E] holds the logits on entry and the
 /// scores (softmax or sigmoid) on return; top-k with ties to the lower
-/// expert index, group-limited when s.groups > 1; the gates.
+/// expert index, group-limited when s.groups > 1, on the scores plus the
+/// optional load-balancing bias [E]; the gates (unbiased).
 PF_HOST_DEVICE inline void moeRouteToken(const cpu::MoEShape &s, float *probs,
-                                         int32_t *topIdx, float *gates) {
+                                         const float *bias, int32_t *topIdx,
+                                         float *gates) {
   cpu::moeScoreToken(s, probs);
-  cpu::moeSelectToken(s, probs, static_cast<const float *>(nullptr), topIdx,
-                      gates);
+  cpu::moeSelectToken(s, probs, bias, topIdx, gates);
 }
 
 /// Expert e's capacity scan: its assignments in token order take slots

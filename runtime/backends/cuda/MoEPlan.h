@@ -19,7 +19,8 @@
 // Exec provides (each returns Status; n is a thread count):
 //   gemm(transA, transB, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
 //        batch, strideA, strideB, strideC)          row-major, as cuda::gemm
-//   route(probs, shape, topIdx, gates)      (the routing fields of shape)
+//   route(probs, shape, bias, topIdx, gates) (the routing fields of shape;
+//                                           bias [E] or null)
 //   assign(topIdx, assignments, experts, rows, slotOf, rowAssign)
 //   gather(n, hidden, topK, rowAssign, x, xe)
 //   act(n, Activation, pre, pre3, out)
@@ -56,6 +57,9 @@ struct MoEBuffers {
   float *pre, *pre3, *act, *dpre, *dpre3; ///< [R, F]
   int32_t *topIdx, *slotOf;               ///< [N, K]
   int32_t *rowAssign;                     ///< [R]
+  /// [E] the load-balancing bias (choice only), or null; the caller's, not
+  /// carved from the workspace.
+  const float *bias = nullptr;
 };
 
 /// Lays the buffers out from `base` (null: sizing only); returns the bytes.
@@ -106,8 +110,7 @@ Status moeExpertForward(Exec &x, const cpu::MoEShape &s, const float *in,
                          b.probs, E, 1, 0, 0, 0);
       !st)
     return st;
-  if (Status st = x.route(b.probs, s, b.topIdx, b.gates);
-      !st)
+  if (Status st = x.route(b.probs, s, b.bias, b.topIdx, b.gates); !st)
     return st;
   if (Status st = x.assign(b.topIdx, N * K, E, rows, b.slotOf, b.rowAssign);
       !st)

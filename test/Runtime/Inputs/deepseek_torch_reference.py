@@ -20,12 +20,20 @@ initial weights (pipeforge-run --steps 0 --dump-weights) and its data
 RoPE follows PipeForge's rotate-half convention (docs/import.md "RoPE
 convention": a fixed permutation of HF's interleaved rope rows).
 
+DeepSeek-V3's auxiliary-loss-free load balancing (topk_method noaux_tc):
+each MoE layer's bias e_score_correction_bias (zero at first) is added to
+the scores for the choice only (the groups' scores and the top-k); after
+each optimizer step b_e += gamma * sign(mean load - load_e), load_e the
+tokens routed to expert e over the step's microbatches (gamma =
+bias_update_speed, 0.001 by default).
+
 PipeForge runs the program compiled with dualpipev on 2 pipeline ranks x 2
 expert-parallel ranks (MPIRUN -np 4). Checks:
   - the first step's gradients: a one-step SGD run with lr L gives
     g = (w0 - w1) / L; per tensor max|g - g_torch| <= 1e-5 max|g_torch| + 1e-7;
   - the losses of STEPS AdamW steps (weight decay on matrices only) within
-    1e-5 relative of torch.optim.AdamW with the same settings.
+    1e-5 relative of torch.optim.AdamW with the same settings, and the
+    biases after them bitwise.
 Prints the worst tensor and the routing margins (the smallest gap between
 the last chosen and the first unchosen expert or group): a tie flipping
 between the implementations would show there. Exit 1 on a mismatch.
@@ -138,9 +146,22 @@ class Margins:
 
 
 class DeepSeekV3:
-    def __init__(self, cfg, params):
+    def __init__(self, cfg, params, biases):
         self.c, self.p = cfg, params
         self.margins = Margins()
+        # The load-balancing biases (not parameters: no gradient) and the
+        # current step's load per MoE layer.
+        self.biases = biases
+        self.load = {m: torch.zeros_like(b) for m, b in biases.items()}
+
+    def update_biases(self):
+        """After a step: b += gamma * sign(mean(load) - load), loads reset."""
+        gamma = self.c.get("bias_update_speed", 0.001)
+        for m, b in self.biases.items():
+            load = self.load[m]
+            b += torch.sign(load.mean() - load) * torch.tensor(
+                gamma, dtype=torch.float32)
+            load.zero_()
 
     def w(self, name):
         return self.p[name]
@@ -186,8 +207,9 @@ class DeepSeekV3:
         G, TG = c.get("n_group", 1), c.get("topk_group", 1)
         t = x.reshape(-1, x.shape[-1])
         scores = (t @ self.w(m + "gate.weight").T).sigmoid()
-        # Group-limited: a group's score is the sum of its two best experts.
-        s_det = scores.detach()
+        # The choice: the scores plus the bias (noaux_tc). Group-limited: a
+        # group's score is the sum of its two best choice values.
+        s_det = scores.detach() + self.biases[m + "gate.e_score_correction_bias"]
         gs = s_det.view(-1, G, E // G).topk(2, dim=-1).values.sum(-1)
         gsorted = gs.sort(dim=-1, descending=True).values
         if TG < G:
@@ -197,11 +219,14 @@ class DeepSeekV3:
         keep = torch.zeros_like(gs).scatter_(
             1, gs.topk(TG, dim=-1).indices, 1.0)
         keep = keep.unsqueeze(-1).expand(-1, G, E // G).reshape(-1, E)
-        choice = s_det.masked_fill(keep == 0, 0.0)
+        # (-inf, not HF's 0.0: a biased choice value may be negative.)
+        choice = s_det.masked_fill(keep == 0, float("-inf"))
         csorted = choice.sort(dim=-1, descending=True).values
         self.margins.expert = min(
             self.margins.expert, (csorted[:, k - 1] - csorted[:, k]).min().item())
         idx = choice.topk(k, dim=-1).indices
+        self.load[m + "gate.e_score_correction_bias"] += torch.bincount(
+            idx.reshape(-1), minlength=E).to(torch.float32)
         wts = scores.gather(1, idx)  # the unbiased scores
         if c.get("norm_topk_prob", True):
             wts = wts / (wts.sum(-1, keepdim=True) + 1e-20)
@@ -241,6 +266,13 @@ class DeepSeekV3:
         logits = rms_norm(x, self.w("norm.weight"), eps) @ self.w("lm_head.weight").T
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                targets.reshape(-1))
+
+
+def bias_names(c):
+    """The MoE layers' load-balancing biases (noaux_tc), [E] each."""
+    return ["layers.%d.mlp.gate.e_score_correction_bias" % i
+            for i in range(c.get("first_k_dense_replace", 0),
+                           c["num_hidden_layers"])]
 
 
 def shapes(c):
@@ -319,14 +351,21 @@ def main():
     run(pf + ["--steps", "0", "--dump-weights", w0f])
     sgd = run(pf + ["--steps", "1", "--optimizer", "sgd", "--lr", str(SGD_LR),
                     "--dump-weights", w1f], os.path.join(out, "sgd.log"))
+    w3f = os.path.join(out, "w3.bin")
     adamw = run(pf + ["--steps", str(STEPS), "--lr", str(LR),
-                      "--weight-decay", str(WD)], os.path.join(out, "adamw.log"))
-    w0, w1 = read_weights(w0f), read_weights(w1f)
+                      "--weight-decay", str(WD), "--dump-weights", w3f],
+                os.path.join(out, "adamw.log"))
+    w0, w1, w3 = read_weights(w0f), read_weights(w1f), read_weights(w3f)
     shp = shapes(c)
-    if sorted(w0) != sorted(shp):
-        sys.exit("parameter names differ: %s" % sorted(set(w0) ^ set(shp)))
+    bnames = bias_names(c)
+    if sorted(w0) != sorted(list(shp) + bnames):
+        sys.exit("tensor names differ: %s"
+                 % sorted(set(w0) ^ (set(shp) | set(bnames))))
     params = {n: w0[n].clone().view(shp[n]).requires_grad_(True) for n in shp}
-    model = DeepSeekV3(c, params)
+
+    def fresh_biases():
+        return {n: w0[n].clone() for n in bnames}
+    model = DeepSeekV3(c, params, fresh_biases())
 
     ok = True
     # The first step's gradients (mean over the EP * M microbatches).
@@ -363,12 +402,15 @@ def main():
     opt = torch.optim.AdamW([{"params": decayed, "weight_decay": WD},
                              {"params": plain, "weight_decay": 0.0}],
                             lr=LR, betas=BETAS, eps=EPS)
+    model.biases = fresh_biases()
+    model.load = {n: torch.zeros_like(b) for n, b in model.biases.items()}
     ref = []
     for s in range(STEPS):
         opt.zero_grad()
         loss = torch.stack([model.loss(t, y) for t, y in data[s]]).mean()
         loss.backward()
         opt.step()
+        model.update_biases()
         ref.append(loss.item())
     got = losses(adamw)
     if len(got) != STEPS:
@@ -378,6 +420,18 @@ def main():
           % (" ".join("%.6f" % x for x in got),
              " ".join("%.6f" % x for x in ref), worst_loss))
     ok &= worst_loss <= 1e-5
+    # The biases after the steps: the same loads, the same float additions.
+    moved = 0
+    for n in bnames:
+        b_pf, b_t = w3[n], model.biases[n]
+        moved += int((b_pf != w0[n]).sum().item())
+        if not torch.equal(b_pf, b_t):
+            print("bias %s differs: pipeforge %s torch %s"
+                  % (n, b_pf.tolist(), b_t.tolist()))
+            ok = False
+    print("biases after %d steps: %d tensors, %d of %d values moved, %s"
+          % (STEPS, len(bnames), moved, sum(w0[n].numel() for n in bnames),
+             "bitwise equal" if ok else "differ"))
     print("MATCH" if ok else "MISMATCH")
     sys.exit(0 if ok else 1)
 

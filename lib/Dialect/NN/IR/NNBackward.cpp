@@ -372,10 +372,10 @@ LogicalResult MoEOp::buildBackwardInput(OpBuilder &b, FwdMap fwd,
   if (Value dy = resultGrads[0])
     grads[base] = MoEBwdInputOp::create(
         b, getLoc(), getInput().getType(), fwd(getInput()), fwd(getRouter()),
-        fwd(getW1()), fwd(getW2()), fwdOrNull(fwd, getW3()), dy,
-        getTopKAttr(), getCapacityFactorAttr(), getActivationAttr(),
-        getScoringAttr(), getNormTopkProbAttr(), getRoutedScalingFactorAttr(),
-        getNGroupAttr(), getTopkGroupAttr());
+        fwd(getW1()), fwd(getW2()), fwdOrNull(fwd, getW3()), dy, getTopKAttr(),
+        getCapacityFactorAttr(), getActivationAttr(), getScoringAttr(),
+        getNormTopkProbAttr(), getRoutedScalingFactorAttr(), getNGroupAttr(),
+        getTopkGroupAttr(), getBiasAttr());
   return success();
 }
 
@@ -387,12 +387,12 @@ LogicalResult MoEOp::buildBackwardWeight(OpBuilder &b, FwdMap fwd,
     return emitOpError("needs its result gradient to build W");
   Value w3 = getW3();
   auto op = MoEBwdWeightOp::create(
-      b, getLoc(), getRouter().getType(), getW1().getType(),
-      getW2().getType(), w3 ? w3.getType() : Type(), fwd(getInput()),
-      fwd(getRouter()), fwd(getW1()), fwd(getW2()), fwdOrNull(fwd, w3), dy,
-      getTopKAttr(), getCapacityFactorAttr(), getActivationAttr(),
-      getScoringAttr(), getNormTopkProbAttr(), getRoutedScalingFactorAttr(),
-      getNGroupAttr(), getTopkGroupAttr());
+      b, getLoc(), getRouter().getType(), getW1().getType(), getW2().getType(),
+      w3 ? w3.getType() : Type(), fwd(getInput()), fwd(getRouter()),
+      fwd(getW1()), fwd(getW2()), fwdOrNull(fwd, w3), dy, getTopKAttr(),
+      getCapacityFactorAttr(), getActivationAttr(), getScoringAttr(),
+      getNormTopkProbAttr(), getRoutedScalingFactorAttr(), getNGroupAttr(),
+      getTopkGroupAttr(), getBiasAttr());
   grads.push_back(op.getRouterGrad());
   grads.push_back(op.getW1Grad());
   grads.push_back(op.getW2Grad());

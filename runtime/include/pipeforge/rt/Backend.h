@@ -34,6 +34,14 @@ struct KernelCall {
   /// (dropout::stepKey of the seed, the step and the global microbatch,
   /// DropoutRng.h); kernels with dropout mix in their site.
   uint64_t rngKey = 0;
+  /// A moe kernel that names a load-balancing bias (nn.moe's `bias`,
+  /// docs/runtime.md "MoE load balancing"): the bias [experts] in host
+  /// memory, added to the scores for the top-k choice only. Null otherwise.
+  const float *moeBias = nullptr;
+  /// The forward moe kernel of a training step with a bias: the per-expert
+  /// load [experts] (host floats) to which the kernel adds its top-k
+  /// choices (one per token and k; integers, exact below 2^24).
+  float *moeLoad = nullptr;
 };
 
 class Backend {

@@ -35,6 +35,7 @@
 #define PIPEFORGE_RT_EXECUTOR_H
 
 #include "pipeforge/rt/Backend.h"
+#include "pipeforge/rt/Checkpoint.h"
 #include "pipeforge/rt/Optimizer.h"
 #include "pipeforge/rt/Program.h"
 #include "pipeforge/rt/Transport.h"
@@ -259,6 +260,10 @@ public:
   /// one from the last step's work (the copies would hold garbage).
   Status pullValues();
   Status pushValues();
+  /// Model state that is not a parameter, in host memory, for checkpoints:
+  /// nn.moe's load-balancing biases ([experts] each, every one of the model
+  /// on every rank, by name; docs/runtime.md "MoE load balancing").
+  std::vector<ParamRef> stateRefs();
   /// The backend's pending asynchronous error, if any (after host copies
   /// of device state such as AdamW's moments for a checkpoint).
   Status backendError();

@@ -283,6 +283,17 @@ def NN_MoEOp : NN_Op<"moe", NN_ModelTraits> {
     The choice is a constant for the gradient: it flows through the chosen
     weights (scaling, renormalisation, then the softmax or sigmoid).
 
+    Auxiliary-loss-free load balancing (DeepSeek-V3's `noaux_tc`): `bias`
+    names a per-expert bias state `[experts]` (HF's
+    `e_score_correction_bias`, zero at the start) that is added to the
+    scores for the choice only (top-k and the group scores); the gates come
+    from the unbiased scores. It is model state, not a parameter: no
+    gradient, no optimizer, saved in checkpoints. After every training step
+    the runtime updates it from the step's load (the tokens routed to each
+    expert, over all microbatches and ranks):
+    `b_e += bias_update_speed * sign(mean_e load - load_e)`
+    (`bias_update_speed`, default 0.001, >= 0; 0 keeps the bias fixed).
+
     ```mlir
     %y = nn.moe %x, %r, %w1, %w2 {top_k = 2 : i64, activation = "silu"}
         : (tensor<2x16x64xf32>, tensor<4x64xf32>, tensor<4x128x64xf32>, tensor<4x64x128xf32>)
@@ -299,7 +310,9 @@ def NN_MoEOp : NN_Op<"moe", NN_ModelTraits> {
                        DefaultValuedAttr<BoolAttr, "true">:$norm_topk_prob,
                        DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling_factor,
                        DefaultValuedAttr<I64Attr, "1">:$n_group,
-                       DefaultValuedAttr<I64Attr, "1">:$topk_group);
+                       DefaultValuedAttr<I64Attr, "1">:$topk_group,
+                       OptionalAttr<StrAttr>:$bias,
+                       OptionalAttr<F32Attr>:$bias_update_speed);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $router `,` $w1 `,` $w2 (`,` $w3^)? attr-dict `:` functional-type(operands, results)
@@ -548,7 +561,8 @@ def NN_MoEBwdInputOp : NN_GradOp<"moe_bwd_input"> {
                        DefaultValuedAttr<BoolAttr, "true">:$norm_topk_prob,
                        DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling_factor,
                        DefaultValuedAttr<I64Attr, "1">:$n_group,
-                       DefaultValuedAttr<I64Attr, "1">:$topk_group);
+                       DefaultValuedAttr<I64Attr, "1">:$topk_group,
+                       OptionalAttr<StrAttr>:$bias);
   let results = (outs NN_FloatTensor:$input_grad);
 }
 
@@ -565,7 +579,8 @@ def NN_MoEBwdWeightOp : NN_GradOp<"moe_bwd_weight"> {
                        DefaultValuedAttr<BoolAttr, "true">:$norm_topk_prob,
                        DefaultValuedAttr<F32Attr, "1.0">:$routed_scaling_factor,
                        DefaultValuedAttr<I64Attr, "1">:$n_group,
-                       DefaultValuedAttr<I64Attr, "1">:$topk_group);
+                       DefaultValuedAttr<I64Attr, "1">:$topk_group,
+                       OptionalAttr<StrAttr>:$bias);
   let results = (outs NN_FloatTensor:$router_grad, NN_FloatTensor:$w1_grad,
                       NN_FloatTensor:$w2_grad, Optional<NN_FloatTensor>:$w3_grad);
 }
