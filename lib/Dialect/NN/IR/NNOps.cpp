@@ -187,16 +187,25 @@ PIPEFORGE_NN_SHARED_VERIFIER(TPReduceScatterOp)
 // Forward ops: the shared rules, then MLIR's element types and results.
 //===----------------------------------------------------------------------===//
 
+/// The result's shape against the shared rules' first result.
+static LogicalResult verifySharedResultShape(Operation *op,
+                                             const rt::OpShapeResult &r,
+                                             RankedTensorType y) {
+  SmallVector<int64_t> expected = sharedResultShape(r, 0);
+  if (!shapesAgree(y.getShape(), expected))
+    return op->emitOpError("result shape ")
+           << shapeStr(y.getShape()) << " does not match expected "
+           << shapeStr(expected);
+  return success();
+}
+
 LogicalResult LinearOp::verify() {
   FailureOr<rt::OpShapeResult> r = inferShared(*this);
   if (failed(r))
     return failure();
   auto y = getResult().getType();
-  SmallVector<int64_t> expected = sharedResultShape(*r, 0);
-  if (!shapesAgree(y.getShape(), expected))
-    return emitOpError("result shape ")
-           << shapeStr(y.getShape()) << " does not match expected "
-           << shapeStr(expected);
+  if (failed(verifySharedResultShape(*this, *r, y)))
+    return failure();
   SmallVector<Value> floats{getInput(), getWeight(), getResult()};
   if (Value b = getBias())
     floats.push_back(b);
@@ -258,11 +267,8 @@ LogicalResult EmbeddingOp::verify() {
     if (cast<RankedTensorType>(pos.getType()).getElementType() !=
         table.getElementType())
       return emitOpError("expects positions and table of one element type");
-  SmallVector<int64_t> expected = sharedResultShape(*r, 0);
-  if (!shapesAgree(y.getShape(), expected))
-    return emitOpError("result shape ")
-           << shapeStr(y.getShape()) << " does not match expected "
-           << shapeStr(expected);
+  if (failed(verifySharedResultShape(*this, *r, y)))
+    return failure();
   if (y.getElementType() != table.getElementType())
     return emitOpError("expects the result element type to match the table");
   return success();
@@ -288,11 +294,8 @@ LogicalResult ConcatHeadsOp::verify() {
   if (failed(r))
     return failure();
   auto y = getResult().getType();
-  SmallVector<int64_t> expected = sharedResultShape(*r, 0);
-  if (!shapesAgree(y.getShape(), expected))
-    return emitOpError("result shape ")
-           << shapeStr(y.getShape()) << " does not match expected "
-           << shapeStr(expected);
+  if (failed(verifySharedResultShape(*this, *r, y)))
+    return failure();
   return checkSameElementType(*this, {getLhs(), getRhs(), getResult()});
 }
 
