@@ -56,6 +56,14 @@ for sr in 1f1b:4 zb-h1:2 dualpipev:2; do
   "$bin/pipeforge-compile" examples/deepseek-tiny.json --schedule "${sr%:*}" --ranks "${sr#*:}" \
     "${common[@]}" -o "$out/programs/ds-${sr%:*}-${sr#*:}.pfp" >/dev/null
 done
+# The other parallel dimensions gpu-check.sh runs: data parallelism (the
+# overlapped gradient reduction), expert and tensor parallelism on DeepSeek.
+"$bin/pipeforge-compile" examples/gpt-tiny.json --schedule 1f1b --ranks 2 --dp 2 "${common[@]}" \
+  -o "$out/programs/1f1b-dp2.pfp" >/dev/null
+"$bin/pipeforge-compile" examples/deepseek-tiny.json --schedule dualpipev --ranks 2 --ep 2 --fuse-overlap \
+  "${common[@]}" -o "$out/programs/ds-dualpipev-ep2.pfp" >/dev/null
+"$bin/pipeforge-compile" examples/deepseek-tiny.json --schedule 1f1b --ranks 2 --tp 2 --sequence-parallel \
+  "${common[@]}" -o "$out/programs/ds-1f1b-tp2.pfp" >/dev/null
 git rev-parse HEAD >"$out/COMMIT" 2>/dev/null || true
 if [ "${GPU_BUNDLE_TAR:-1}" = 0 ]; then
   echo "gpu-bundle: $out: $(ls "$out/bin" | tr '\n' ' ')"

@@ -205,6 +205,59 @@ for sr in 1f1b:4 zb-h1:2 dualpipev:2; do
   fi
 done
 
+say "other parallel dimensions: data (overlapped gradient reduction), expert, tensor"
+# prog NAME COMPILE-ARGS...: the bundle's programs/NAME.pfp, or compiled here.
+prog() {
+  local name=$1; shift
+  if [ -n "${GPU_BUNDLE:-}" ]; then cp "$GPU_BUNDLE/programs/$name.pfp" "$work/$name.pfp"
+  else "$bin/pipeforge-compile" "$@" "${common[@]}" -o "$work/$name.pfp" >/dev/null; fi
+}
+# trainrow LABEL MODE REF RUN LOSS_TOL RTOL ATOL LAUNCH...: runs LAUNCH with the
+# common options, compares RUN with REF, prints the row.
+trainrow() {
+  local label=$1 mode=$2 ref=$3 run=$4 ltol=$5 rtol=$6 atol=$7; shift 7
+  if "$@" --steps "$STEPS" --dump-weights "$run.w" >"$run.log" 2>&1 &&
+      compare "$label $mode" "$ref" "$run" "$ltol" "$rtol" "$atol"; then
+    row "$label" "$mode" "$(tokps "$run.log")" ok
+  else
+    row "$label" "$mode" - FAIL; tail -3 "$run.log"; status=1
+  fi
+}
+# Data parallelism: the gradient reduction overlapped with the backward (the
+# default; device collectives between the threads, host-staged under MPI)
+# must give the bits of the reduction after the step.
+dp=$work/1f1b-dp2
+if prog 1f1b-dp2 examples/gpt-tiny.json --schedule 1f1b --ranks 2 --dp 2 &&
+    "$bin/pipeforge-run" "$dp.pfp" --local-ranks 4 --backend "$be" --overlap-grad-reduce off \
+      --steps "$STEPS" --dump-weights "$dp-off.w" >"$dp-off.log" 2>&1; then
+  trainrow "1f1b dp 2" "4 ranks, threads, overlapped" "$dp-off" "$dp-on" 0 0 0 \
+    "$bin/pipeforge-run" "$dp.pfp" --local-ranks 4 --backend "$be"
+  trainrow "1f1b dp 2" "threads, a bucket per kernel" "$dp-off" "$dp-kernel" 0 0 0 \
+    "$bin/pipeforge-run" "$dp.pfp" --local-ranks 4 --backend "$be" --grad-bucket-mb 0
+  if command -v mpirun >/dev/null 2>&1; then
+    trainrow "1f1b dp 2" "4 MPI ranks, overlapped" "$dp-off" "$dp-mpi" 0 0 0 \
+      mpirun --oversubscribe -np 4 "$bin/pipeforge-run" "$dp.pfp" --backend "$be" --device 0
+  fi
+else
+  row "1f1b dp 2" "4 ranks, threads, not overlapped" - FAIL; tail -3 "$dp-off.log"; status=1
+fi
+# Expert and tensor parallelism on the tiny DeepSeek: the GPU against the
+# CPU backend running the same program (the GPU-vs-CPU tolerances above).
+for spec in "ds-dualpipev-ep2|dualpipev ep 2|--schedule dualpipev --ranks 2 --ep 2 --fuse-overlap" \
+            "ds-1f1b-tp2|1f1b tp 2 sp|--schedule 1f1b --ranks 2 --tp 2 --sequence-parallel"; do
+  IFS='|' read -r name label args <<<"$spec"
+  read -r -a args <<<"$args"
+  run=$work/$name
+  if prog "$name" examples/deepseek-tiny.json "${args[@]}" &&
+      "$bin/pipeforge-run" "$run.pfp" --local-ranks 4 --steps "$STEPS" \
+        --dump-weights "$run-cpu.w" >"$run-cpu.log" 2>&1; then
+    trainrow "ds $label" "4 ranks, threads, vs CPU" "$run-cpu" "$run-gpu" 2e-4 0 5e-3 \
+      "$bin/pipeforge-run" "$run.pfp" --local-ranks 4 --backend "$be"
+  else
+    row "ds $label" "4 ranks, CPU backend" - FAIL; tail -3 "$run-cpu.log"; status=1
+  fi
+done
+
 say "GEMM throughput"
 "$bin/cuda_gemm" || status=1
 
