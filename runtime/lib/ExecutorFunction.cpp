@@ -324,7 +324,7 @@ Status Executor::Impl::fnStep(FnRun &r, bool &posted) {
       ++r.next;
       return Status::ok();
     }
-    if (!(E > 1 && isMoEOp(k.op))) {
+    if (!(E > 1 && isMoEOp(k.op)) || localMoE.count(&k)) {
       if (Status s = be.run(r.call); !s)
         return fnError(r, s.message());
       ++r.next;

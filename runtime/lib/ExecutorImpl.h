@@ -193,6 +193,9 @@ struct Executor::Impl {
   /// expert params (w1/w2/w3) of which this rank holds a 1/E slice.
   int E = 1, epi = 0;
   std::set<int32_t> expertParams;
+  /// Under expert parallelism, the moe kernels whose expert weights are not
+  /// sharded (one-expert layers): they run whole, without all-to-all.
+  std::set<const Kernel *> localMoE;
   /// Tensor parallelism: group size and index. With T > 1 `prog` is this
   /// rank's specialisation (specializeForTensorRank), owned here.
   int T = 1, tpi = 0;

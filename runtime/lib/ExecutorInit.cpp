@@ -83,6 +83,18 @@ Status Executor::Impl::init() {
         for (const Kernel &k : fn.kernels) {
           if (!isMoEOp(k.op))
             continue;
+          // A kernel none of whose expert weights is sharded (a one-expert
+          // moe: Qwen2-MoE's gated shared expert) runs whole on this rank.
+          bool anySharded = false;
+          for (size_t j = 0; j < k.inputs.size(); ++j) {
+            auto it = paramOf.find(k.inputs[j]);
+            anySharded |= isMoEExpertOperand(k.op, k.inputs.size(), j) &&
+                          it != paramOf.end() && expertParams.count(it->second);
+          }
+          if (!anySharded) {
+            localMoE.insert(&k);
+            continue;
+          }
           for (size_t j = 0; j < k.inputs.size(); ++j) {
             if (!isMoEExpertOperand(k.op, k.inputs.size(), j))
               continue;
@@ -99,8 +111,7 @@ Status Executor::Impl::init() {
                       k.op + "' is parameter '" +
                       prog.params[size_t(it->second)].name +
                       "', which the program does not mark expert-sharded "
-                      "(compiled by an older pipeforge-compile? compile it "
-                      "again)");
+                      "while the kernel's other expert weights are");
           }
         }
       }

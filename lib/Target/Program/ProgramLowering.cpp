@@ -445,7 +445,16 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
   return success();
 }
 
-/// Every nn.moe layer's experts must split evenly over the EP group.
+/// The experts of an nn.moe (its router's rows; 0 when unknown).
+static int64_t moeExperts(nn::MoEOp moe) {
+  auto router = dyn_cast<RankedTensorType>(moe.getRouter().getType());
+  return router && router.getRank() >= 1 ? router.getDimSize(0) : 0;
+}
+
+/// Every nn.moe layer's experts must split evenly over the EP group. A
+/// one-expert nn.moe (Qwen2-MoE's gated shared expert) is a gated dense MLP:
+/// it stays whole on every rank of the group, like the router, and needs no
+/// all-to-all.
 LogicalResult Lowering::checkExpertParallel(pp::PipelineOp pipeline) {
   int ep = opts.training.expertParallel;
   if (ep <= 1)
@@ -456,10 +465,10 @@ LogicalResult Lowering::checkExpertParallel(pp::PipelineOp pipeline) {
     auto fn = moe->getParentOfType<func::FuncOp>();
     if (!fn || fn.getSymName() != "forward")
       return WalkResult::advance();
+    int64_t experts = moeExperts(moe);
+    if (experts == 1)
+      return WalkResult::advance();
     anyMoE = true;
-    auto router = dyn_cast<RankedTensorType>(moe.getRouter().getType());
-    int64_t experts =
-        router && router.getRank() >= 1 ? router.getDimSize(0) : 0;
     if (experts % ep != 0) {
       moe.emitError() << "--ep " << ep << " does not divide the " << experts
                       << " experts of a moe layer";
@@ -471,7 +480,8 @@ LogicalResult Lowering::checkExpertParallel(pp::PipelineOp pipeline) {
     return failure();
   if (!anyMoE)
     return pipeline.emitError()
-           << "--ep " << ep << ": the model has no moe layer";
+           << "--ep " << ep << ": the model has no moe layer with more "
+              "than one expert";
   return success();
 }
 
@@ -527,13 +537,14 @@ LogicalResult Lowering::setTensorParallel(pp::PipelineOp pipeline) {
   return success();
 }
 
-/// The expert weights (w1, w2, w3) of every nn.moe are split over the EP
-/// group: the program says so per parameter, so the runtime never looks at
-/// kernels to find them.
+/// The expert weights (w1, w2, w3) of every nn.moe with more than one
+/// expert are split over the EP group: the program says so per parameter,
+/// so the runtime never looks at kernels to find them (a moe kernel whose
+/// expert weights are all unmarked runs whole on each rank).
 void Lowering::markExpertShards(pp::PipelineOp pipeline) {
   pipeline.walk([&](nn::MoEOp moe) {
     auto fn = moe->getParentOfType<func::FuncOp>();
-    if (!fn || fn.getSymName() != "forward")
+    if (!fn || fn.getSymName() != "forward" || moeExperts(moe) == 1)
       return;
     auto st = fn->getParentOfType<pp::StageOp>();
     std::string suffix =
