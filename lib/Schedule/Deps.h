@@ -28,9 +28,13 @@ struct WorkIndex {
       : numCopies(s.placement.numCopies), numStages(s.placement.numStages),
         numMb(s.numMicrobatches) {}
 
-  size_t size() const {
-    return static_cast<size_t>(numCopies) * numStages * numMb * 4;
+  size_t size() const { return numItems() * 4; }
+  /// Items (copy, stage, mb); each has 4 work ids and 2 message keys.
+  size_t numItems() const {
+    return static_cast<size_t>(numCopies) * numStages * numMb;
   }
+  /// The range of messageKey: an activation and a gradient per item.
+  size_t numMessages() const { return numItems() * 2; }
   bool inRange(const Work &w) const {
     return w.copy >= 0 && w.copy < numCopies && w.stage >= 0 &&
            w.stage < numStages && w.mb >= 0 && w.mb < numMb;
@@ -77,12 +81,12 @@ inline bool sameMessage(const Action &a, const Action &b) {
          a.work.mb == b.work.mb && a.work.copy == b.work.copy;
 }
 
-/// The id used to key a message: the producer slot (F for activations, B
-/// for gradients, whatever the producer kind). Requires idx.inRange.
+/// The id used to key a message, in [0, idx.numMessages()): the producer's
+/// item, activation (F) or gradient (B or BW, whatever the producer kind).
+/// Dense, half the work ids: tables keyed by it stay small. Requires
+/// idx.inRange.
 inline size_t messageKey(const Work &producer, const WorkIndex &idx) {
-  Work k = producer;
-  k.kind = producer.kind == WorkKind::F ? WorkKind::F : WorkKind::B;
-  return idx.id(k);
+  return idx.id(producer) / 4 * 2 + (producer.kind == WorkKind::F ? 0 : 1);
 }
 
 /// The stage that consumes a message: stage+1 for activations, stage-1 for

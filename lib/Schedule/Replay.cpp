@@ -28,10 +28,15 @@ void ReplayEngine::assignChannels() {
   };
   for (int32_t r = 0; r < numRanks; ++r) {
     const std::vector<Action> &prog = s.programs[r];
-    slots[r].resize(prog.size());
+    size_t numComm = 0;
+    for (const Action &a : prog)
+      numComm += a.isComm();
+    slots[r].reserve(numComm);
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
-      CommSlot &sl = slots[r][i];
+      if (!a.isComm())
+        continue;
+      CommSlot &sl = slots[r].emplace_back();
       Loc here{r, static_cast<int32_t>(i)};
       switch (a.kind) {
       case ActionKind::Send:
@@ -59,11 +64,12 @@ void ReplayEngine::assignChannels() {
 void ReplayEngine::reset() {
   size_t nc = chans.size();
   done.assign(idx.size(), 0);
-  received.assign(idx.size(), 0);
+  received.assign(idx.numMessages(), 0);
   sendArr.assign(nc, 0);
   recvArr.assign(nc, 0);
   grArr.assign(nc, 0);
   pc.assign(numRanks, 0);
+  commPc.assign(numRanks, 0);
   arrived.assign(numRanks, 0);
   mem.assign(numRanks, 0);
   peak.assign(numRanks, 0);

@@ -97,7 +97,6 @@ public:
   template <class Client> Outcome run(Client &client);
 
   // The channel tables (after assignChannels).
-  const CommSlot &slot(int32_t r, size_t i) const { return slots[r][i]; }
   int32_t numChannels() const { return chans.size(); }
   /// Where each Send / Recv of channel `c` is, in ordinal (FIFO) order.
   const std::vector<Loc> &sendsOn(int32_t c) const { return chanSends[c]; }
@@ -165,7 +164,11 @@ private:
 
   // Channels.
   ChannelMap chans;
+  /// Per rank, one slot per message action, in program order (compute
+  /// actions have none: 12 bytes per message, not per action); the rank's
+  /// current one is slots[r][commPc[r]].
   std::vector<std::vector<CommSlot>> slots;
+  std::vector<size_t> commPc;
   std::vector<std::vector<Loc>> chanSends, chanRecvs;
 
   // Dataflow state.
@@ -225,7 +228,7 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
       break;
     }
     case ActionKind::Send: {
-      const CommSlot &sl = slots[r][i];
+      const CommSlot &sl = slots[r][commPc[r]];
       if (arrive(r)) {
         if (!opts.prechecked)
           if (Step k = checkSend(r, i, a); k != Step::Done)
@@ -239,7 +242,7 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
       break;
     }
     case ActionKind::Recv: {
-      const CommSlot &sl = slots[r][i];
+      const CommSlot &sl = slots[r][commPc[r]];
       if (arrive(r)) {
         ++recvArr[sl.chan];
         if (opts.rendezvousSends)
@@ -256,7 +259,7 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
       break;
     }
     case ActionKind::GradReduce: {
-      const CommSlot &sl = slots[r][i];
+      const CommSlot &sl = slots[r][commPc[r]];
       if (arrive(r)) {
         c.gradReduceArrive(r, i, sl);
         ++grArr[sl.chan];
@@ -269,6 +272,8 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
     }
     }
     arrived[r] = 0;
+    if (a.isComm())
+      ++commPc[r];
     ++pc[r];
   }
   return Step::Done;

@@ -168,7 +168,8 @@ private:
   std::vector<Interval> intervals;
   std::vector<size_t> base;
   void place(int32_t r, size_t i, double start, double end) {
-    intervals[base[r] + i] = Interval{r, i, start, end};
+    intervals[base[r] + i] =
+        Interval{r, static_cast<uint32_t>(i), start, end};
   }
   // Communication model.
   bool commModel = false;       ///< overlapComm, or some stage has all-to-alls
@@ -180,6 +181,12 @@ Status Simulation::prepare() {
   if (Status st = checkShape(s); !st)
     return st;
   const Placement &pl = s.placement;
+  for (int32_t r = 0; r < numRanks; ++r)
+    if (s.programs[r].size() > UINT32_MAX)
+      return Status::error("rank " + std::to_string(r) + " has " +
+                           std::to_string(s.programs[r].size()) +
+                           " actions; the simulator takes at most 2^32 - 1 "
+                           "per rank");
   locs = locateWork(s, idx);
   for (int32_t r = 0; r < numRanks; ++r) {
     const std::vector<Action> &prog = s.programs[r];
@@ -221,11 +228,17 @@ Status Simulation::prepare() {
   }
   engine.assignChannels();
   size_t nc = engine.numChannels();
-  endTime.assign(idx.size(), 0);
-  recvTime.assign(idx.size(), 0);
-  sentAt.assign(idx.size(), 0);
   sendPost.resize(nc);
   sendArrive.resize(nc);
+  // Sized once: a channel's sends are known (growth by doubling would
+  // hold up to twice the bytes).
+  for (size_t c = 0; c < nc; ++c) {
+    sendPost[c].reserve(engine.sendsOn(c).size());
+    sendArrive[c].reserve(engine.sendsOn(c).size());
+  }
+  endTime.assign(idx.size(), 0);
+  recvTime.assign(idx.numMessages(), 0);
+  sentAt.assign(idx.numMessages(), 0);
   grArrive.resize(nc);
   now.assign(numRanks, 0);
   stats.assign(numRanks, RankStats());

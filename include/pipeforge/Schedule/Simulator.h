@@ -96,12 +96,15 @@ struct CommInterval {
   int32_t layer = 0;
 };
 
-/// One executed compute (or comm) interval, for traces.
+/// One executed compute (or comm) interval, for traces. 24 bytes: one per
+/// action of a schedule of millions is resident (simulate refuses programs
+/// of 2^32 actions or more).
 struct Interval {
   int32_t rank;
-  size_t actionIndex; ///< into programs[rank]
+  uint32_t actionIndex; ///< into programs[rank]
   double start, end;
 };
+static_assert(sizeof(Interval) <= 24, "one Interval per action is resident");
 
 struct SimResult {
   double makespan = 0;
