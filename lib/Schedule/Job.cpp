@@ -423,7 +423,7 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
     return Status::error("invalid schedule: " + st.message());
 
   step("simulating");
-  auto sim = simulate(sch, cost);
+  auto sim = simulate(sch, cost, j.intervals);
   if (!sim)
     return Status::error("simulation failed: " + sim.message());
   r.sim = sim.take();
@@ -435,6 +435,14 @@ bool isJobFormat(const std::string &format) {
     if (format == f)
       return true;
   return false;
+}
+
+SimIntervals intervalsForFormat(const std::string &format) {
+  if (format == "text")
+    return SimIntervals::Compute;
+  if (format == "json" || format == "csv")
+    return SimIntervals::None;
+  return SimIntervals::All;
 }
 
 namespace {

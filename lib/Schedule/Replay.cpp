@@ -75,7 +75,7 @@ void ReplayEngine::reset() {
   peak.assign(numRanks, 0);
   overStep.assign(numRanks, SIZE_MAX);
   overMem.assign(numRanks, 0);
-  sendKeyBase = idx.size();
+  sendKeyBase = s.hasComm ? 0 : idx.size();
   recvKeyBase = sendKeyBase + nc;
   grKeyBase = recvKeyBase + nc;
   waits.reset(grKeyBase + nc, numRanks);
@@ -198,7 +198,7 @@ std::string ReplayEngine::blockedReason(int32_t r) const {
   default: {
     // A compute waiting on a remote producer (compute-only schedules).
     size_t key = waits.parkedOn(r);
-    if (!waits.isParked(r) || key >= idx.size())
+    if (!waits.isParked(r) || key >= sendKeyBase)
       return toString(a) + " cannot proceed";
     for (const Work *w : {&a.work, &a.work2}) {
       if (w == &a.work2 && a.kind != ActionKind::Overlap)

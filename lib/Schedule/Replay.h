@@ -132,7 +132,8 @@ private:
   void complete(const Work &w) {
     size_t id = idx.id(w);
     done[id] = 1;
-    waits.wake(id, ready);
+    if (!s.hasComm) // only compute-only schedules park on work ids
+      waits.wake(id, ready);
   }
   Step fail(int32_t r, size_t i, std::string msg) {
     outcome = Outcome{Outcome::Failed, r, i, std::move(msg)};
@@ -182,7 +183,9 @@ private:
   std::vector<size_t> overStep; ///< first step over memLimit, or SIZE_MAX
   std::vector<double> overMem;
 
-  // Parking: keys are work ids, then send, recv and GradReduce channel keys.
+  // Parking: keys are work ids (compute-only schedules: a compute waits
+  // for a remote producer; none with messages), then send, recv and
+  // GradReduce channel keys.
   WaitLists waits;
   std::vector<int32_t> ready;
   size_t sendKeyBase = 0, recvKeyBase = 0, grKeyBase = 0;

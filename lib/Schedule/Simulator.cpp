@@ -73,8 +73,8 @@ using namespace detail;
 
 class Simulation {
 public:
-  Simulation(const Schedule &s, const CostModel &cost)
-      : s(s), cost(cost), idx(s), numRanks(s.numRanks()),
+  Simulation(const Schedule &s, const CostModel &cost, SimIntervals keep)
+      : s(s), cost(cost), keep(keep), idx(s), numRanks(s.numRanks()),
         engine(s, idx, locs, engineOptions(cost)) {}
 
   Expected<SimResult> run();
@@ -92,7 +92,7 @@ public:
     double end = std::max(t, grArrive[sl.other][sl.ordinal]);
     stats[r].exposedComm += end - t;
     now[r] = end;
-    place(r, i, t, end);
+    place(r, i, t, end, false);
   }
 
 private:
@@ -113,7 +113,7 @@ private:
       return;
     case Input::Message:
       readyAt = recvTime[in.id];
-      sent = sentAt[in.id];
+      sent = sentAt.empty() ? readyAt : sentAt[in.id];
       return;
     case Input::Edge: // compute-only: an edge delay, not a message
       readyAt = sent = endTime[in.id] + cost.tcomm;
@@ -146,6 +146,7 @@ private:
 
   const Schedule &s;
   const CostModel &cost;
+  SimIntervals keep;
   WorkIndex idx;
   int32_t numRanks;
   std::vector<Loc> locs;
@@ -154,7 +155,9 @@ private:
   // Times.
   std::vector<double> endTime;  ///< by work id
   std::vector<double> recvTime; ///< by messageKey
-  std::vector<double> sentAt;   ///< by messageKey: when the Send posted
+  /// By messageKey: when the Send posted (overlapComm only: it measures
+  /// the exposed transfer in the consumer).
+  std::vector<double> sentAt;
   std::vector<std::vector<double>> sendPost, sendArrive; ///< per channel
   std::vector<std::vector<double>> grArrive;             ///< per channel
 
@@ -162,14 +165,19 @@ private:
   std::vector<double> now;
   std::vector<RankStats> stats;
   std::vector<char> anyCompute;
-  /// Every action's interval, rank after rank in program order (rank r's
-  /// action i at base[r] + i): sized once, written in place, handed to the
-  /// result without a copy (one 32-byte Interval per action resident).
+  /// The kept actions' intervals, rank after rank in program order (rank
+  /// r's n-th kept action at base[r] + n): sized once, written in place,
+  /// handed to the result without a copy (one 24-byte Interval per kept
+  /// action resident).
   std::vector<Interval> intervals;
-  std::vector<size_t> base;
-  void place(int32_t r, size_t i, double start, double end) {
-    intervals[base[r] + i] =
-        Interval{r, static_cast<uint32_t>(i), start, end};
+  std::vector<size_t> base, kept;
+  double makespan = 0;
+  void place(int32_t r, size_t i, double start, double end, bool isCompute) {
+    makespan = std::max(makespan, end);
+    if (keep == SimIntervals::All ||
+        (keep == SimIntervals::Compute && isCompute))
+      intervals[base[r] + kept[r]++] =
+          Interval{r, static_cast<uint32_t>(i), start, end};
   }
   // Communication model.
   bool commModel = false;       ///< overlapComm, or some stage has all-to-alls
@@ -238,14 +246,23 @@ Status Simulation::prepare() {
   }
   endTime.assign(idx.size(), 0);
   recvTime.assign(idx.numMessages(), 0);
-  sentAt.assign(idx.numMessages(), 0);
+  if (cost.overlapComm)
+    sentAt.assign(idx.numMessages(), 0);
   grArrive.resize(nc);
   now.assign(numRanks, 0);
   stats.assign(numRanks, RankStats());
   anyCompute.assign(numRanks, 0);
   base.assign(numRanks + 1, 0);
-  for (int32_t r = 0; r < numRanks; ++r)
-    base[r + 1] = base[r] + s.programs[r].size();
+  kept.assign(numRanks, 0);
+  for (int32_t r = 0; r < numRanks; ++r) {
+    size_t n = 0;
+    if (keep == SimIntervals::All)
+      n = s.programs[r].size();
+    else if (keep == SimIntervals::Compute)
+      for (const Action &a : s.programs[r])
+        n += !a.isComm();
+    base[r + 1] = base[r] + n;
+  }
   intervals.assign(base[numRanks], Interval{0, 0, 0, 0});
   commModel = cost.overlapComm;
   for (int st = 0; st < pl.numStages && !commModel; ++st)
@@ -290,7 +307,7 @@ void Simulation::compute(int32_t r, size_t i, const Action &a, const Input &in1,
   st.busy += busy;
   st.lastEnd = end;
   now[r] = end;
-  place(r, i, start, end);
+  place(r, i, start, end, true);
   endTime[idx.id(a.work)] = end;
   if (pair)
     endTime[idx.id(a.work2)] = end;
@@ -306,7 +323,7 @@ void Simulation::send(int32_t r, size_t i, const Action &, const CommSlot &sl) {
   } else {
     sendArrive[sl.chan].push_back(t + cost.tcomm);
   }
-  place(r, i, t, t);
+  place(r, i, t, t, false);
 }
 
 void Simulation::recv(int32_t r, size_t i, const Action &a,
@@ -326,11 +343,12 @@ void Simulation::recv(int32_t r, size_t i, const Action &a,
       addComm(r, i, end - fl, end, CommInterval::ExposedP2P);
   }
   now[r] = end;
-  place(r, i, t, end);
+  place(r, i, t, end, false);
   if (a.payload != Payload::WeightGrad) {
     size_t key = messageKey(a.work, idx);
     recvTime[key] = cost.overlapComm ? std::max(t, arrive) : end;
-    sentAt[key] = posted;
+    if (!sentAt.empty())
+      sentAt[key] = posted;
   }
 }
 
@@ -433,9 +451,8 @@ Expected<SimResult> Simulation::run() {
     maxBusy = std::max(maxBusy, st.busy);
     if (anyCompute[r])
       zbCost = std::max(zbCost, st.lastEnd - st.firstStart);
-    for (size_t k = base[r]; k < base[r + 1]; ++k)
-      res.makespan = std::max(res.makespan, intervals[k].end);
   }
+  res.makespan = makespan;
   if (res.makespan > 0)
     res.bubbleRate = 1 - sumBusy / (numRanks * res.makespan);
   if (zbCost > 0)
@@ -445,8 +462,9 @@ Expected<SimResult> Simulation::run() {
 }
 } // namespace
 
-Expected<SimResult> simulate(const Schedule &s, const CostModel &cost) {
-  Simulation sim(s, cost);
+Expected<SimResult> simulate(const Schedule &s, const CostModel &cost,
+                             SimIntervals keep) {
+  Simulation sim(s, cost, keep);
   return sim.run();
 }
 

@@ -114,7 +114,9 @@ struct SimResult {
   /// (cost - max busy) / cost.
   double zbBubbleRate = 0;
   std::vector<RankStats> ranks;
-  std::vector<Interval> intervals; ///< every action, in start order per rank
+  /// Every action (or those SimIntervals asks for), rank after rank, in
+  /// program (= start) order per rank.
+  std::vector<Interval> intervals;
   /// Totals over ranks of the RankStats fields of the same names.
   double exposedComm = 0, exposedP2P = 0, exposedA2A = 0;
   /// Comm resource occupancy and exposed waits, per rank in time order
@@ -122,12 +124,22 @@ struct SimResult {
   std::vector<CommInterval> commIntervals;
 };
 
+/// Which actions SimResult::intervals records. A front end that prints only
+/// the statistics (JSON, CSV) or only the compute grid (text) asks for less:
+/// at millions of actions the intervals are the simulator's largest output.
+enum class SimIntervals : uint8_t {
+  All,     ///< every action
+  Compute, ///< Compute and Overlap actions only
+  None     ///< none (makespan, bubble rates, RankStats and comm intervals only)
+};
+
 /// Replays the schedule. Works on compute-only schedules (dependencies are
 /// inferred, tcomm is added on cross-rank edges) and on schedules with
 /// messages (a Recv completes at the matching Send's time + tcomm). Fails
 /// with the rank and step if the programs cannot finish (deadlock or a
 /// missing producer).
-Expected<SimResult> simulate(const Schedule &s, const CostModel &cost);
+Expected<SimResult> simulate(const Schedule &s, const CostModel &cost,
+                             SimIntervals keep = SimIntervals::All);
 
 } // namespace pipeforge::sched
 
