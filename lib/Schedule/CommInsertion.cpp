@@ -326,15 +326,21 @@ Status insertComm(Schedule &s, const CostModel &cost) {
                          toString(a) + ") waits for " + missing);
   }
 
-  // Messages (step 2): one global list of keys, sorted once. The id encodes
-  // the producer (item index * 2 + gradient?), so the key alone describes the
-  // message.
+  // Messages (step 2): the keys in one global order. The id encodes the
+  // producer (item index * 2 + gradient?), so the key alone describes the
+  // message. Each rank's keys, collected in program order, are already
+  // sorted but for ties (the two members of a pair, zero-length actions):
+  // sorted per rank where needed, then merged across ranks (O(A log p),
+  // not a sort of all messages).
   // The replay's per-item state is no longer needed.
   release(end);
   release(endRank);
   release(waitHead);
   release(seen);
-  std::vector<MsgKey> keys;
+  auto before = [](const MsgKey &x, const MsgKey &y) {
+    return x.time != y.time ? x.time < y.time : x.id < y.id;
+  };
+  std::vector<std::vector<MsgKey>> keys(numRanks); // by producing rank
   for (int32_t r = 0; r < numRanks; ++r) {
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
@@ -348,17 +354,16 @@ Status insertComm(Schedule &s, const CostModel &cost) {
         const int32_t consumer = grad ? w.stage - 1 : w.stage + 1;
         if (s.placement.rank(w.copy, consumer) == r)
           return; // same-rank hand-off
-        keys.push_back({endAt[r][i], uint64_t(space.index(w)) * 2 + grad});
+        keys[r].push_back({endAt[r][i], uint64_t(space.index(w)) * 2 + grad});
       };
       collect(a.work);
       if (a.kind == ActionKind::Overlap)
         collect(a.work2);
     }
+    release(endAt[r]);
+    if (!std::is_sorted(keys[r].begin(), keys[r].end(), before))
+      std::sort(keys[r].begin(), keys[r].end(), before);
   }
-  release(endAt);
-  std::sort(keys.begin(), keys.end(), [](const MsgKey &x, const MsgKey &y) {
-    return x.time != y.time ? x.time < y.time : x.id < y.id;
-  });
   // The two ranks of a message (sender, receiver).
   auto ranksOf = [&](uint64_t id) {
     const Work w = producerOf(size_t(id / 2), id % 2);
@@ -366,22 +371,39 @@ Status insertComm(Schedule &s, const CostModel &cost) {
         s.placement.rank(w.copy, w.stage),
         s.placement.rank(w.copy, id % 2 ? w.stage - 1 : w.stage + 1));
   };
-  // Distributed in key order, so every rank's list is sorted too.
   std::vector<size_t> perRank(numRanks, 0);
-  for (const MsgKey &k : keys) {
-    auto [src, dst] = ranksOf(k.id);
-    ++perRank[src];
-    ++perRank[dst];
-  }
+  for (int32_t r = 0; r < numRanks; ++r)
+    for (const MsgKey &k : keys[r]) {
+      ++perRank[r];
+      ++perRank[ranksOf(k.id).second];
+    }
   std::vector<std::vector<MsgKey>> events(numRanks);
   for (int32_t r = 0; r < numRanks; ++r)
     events[r].reserve(perRank[r]);
-  for (const MsgKey &k : keys) {
-    auto [src, dst] = ranksOf(k.id);
-    events[src].push_back(k);
-    events[dst].push_back(k);
+  // Merged in key order (a heap of the ranks' next keys) and distributed,
+  // so every rank's list is sorted too.
+  std::vector<size_t> head(numRanks, 0);
+  std::vector<int32_t> heap;
+  auto later = [&](int32_t x, int32_t y) {
+    return before(keys[y][head[y]], keys[x][head[x]]);
+  };
+  for (int32_t r = 0; r < numRanks; ++r)
+    if (!keys[r].empty())
+      heap.push_back(r);
+  std::make_heap(heap.begin(), heap.end(), later);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    int32_t q = heap.back();
+    const MsgKey &k = keys[q][head[q]++];
+    events[q].push_back(k);
+    events[ranksOf(k.id).second].push_back(k);
+    if (head[q] < keys[q].size())
+      std::push_heap(heap.begin(), heap.end(), later);
+    else {
+      heap.pop_back();
+      release(keys[q]);
+    }
   }
-  release(keys);
   // The Send (on the producer's rank) or Recv of one message.
   auto messageOn = [&](int32_t r, uint64_t id) {
     const Work w = producerOf(size_t(id / 2), id % 2);
