@@ -65,14 +65,49 @@ std::vector<Loc> locateWork(const Schedule &s, const WorkIndex &idx);
 
 /// The nominal producer of `w`'s input: F(s-1) for F, the backward of s+1
 /// (kind B) or F(last) for B and BW, B(s) for W. None for F on stage 0.
-std::optional<Work> nominalProducer(const Work &w, int32_t numStages);
+/// Inline: the verifier and the simulator ask it for every compute.
+inline std::optional<Work> nominalProducer(const Work &w, int32_t numStages) {
+  Work p = w;
+  switch (w.kind) {
+  case WorkKind::F:
+    if (w.stage == 0)
+      return std::nullopt;
+    p.stage = w.stage - 1;
+    return p;
+  case WorkKind::B:
+  case WorkKind::BW:
+    if (w.stage == numStages - 1) {
+      p.kind = WorkKind::F;
+      return p;
+    }
+    p.kind = WorkKind::B;
+    p.stage = w.stage + 1;
+    return p;
+  case WorkKind::W:
+    p.kind = WorkKind::B;
+    return p;
+  }
+  return std::nullopt;
+}
 
 /// Resolves a nominal producer against the table: a nominal B means "B or
 /// BW", whichever exists; W's producer B may also be satisfied by nothing
 /// else. Returns the actual producer work, or nullopt when absent.
-std::optional<Work> resolveProducer(const Work &nominal,
-                                    const std::vector<Loc> &locs,
-                                    const WorkIndex &idx);
+inline std::optional<Work> resolveProducer(const Work &nominal,
+                                           const std::vector<Loc> &locs,
+                                           const WorkIndex &idx) {
+  if (!idx.inRange(nominal))
+    return std::nullopt;
+  if (locs[idx.id(nominal)].present())
+    return nominal;
+  if (nominal.kind == WorkKind::B) {
+    Work bw = nominal;
+    bw.kind = WorkKind::BW;
+    if (locs[idx.id(bw)].present())
+      return bw;
+  }
+  return std::nullopt;
+}
 
 /// The identity of a message: payload kind plus the producer's (copy, stage,
 /// mb); B and BW producers carry the same gradient identity.

@@ -158,7 +158,9 @@ private:
   /// By messageKey: when the Send posted (overlapComm only: it measures
   /// the exposed transfer in the consumer).
   std::vector<double> sentAt;
-  std::vector<std::vector<double>> sendPost, sendArrive; ///< per channel
+  /// Per channel, by ordinal: when each Send posted and (overlapComm only;
+  /// else tcomm later) when it arrives.
+  std::vector<std::vector<double>> sendPost, sendArrive;
   std::vector<std::vector<double>> grArrive;             ///< per channel
 
   // Rank state.
@@ -242,7 +244,8 @@ Status Simulation::prepare() {
   // hold up to twice the bytes).
   for (size_t c = 0; c < nc; ++c) {
     sendPost[c].reserve(engine.sendsOn(c).size());
-    sendArrive[c].reserve(engine.sendsOn(c).size());
+    if (cost.overlapComm)
+      sendArrive[c].reserve(engine.sendsOn(c).size());
   }
   endTime.assign(idx.size(), 0);
   recvTime.assign(idx.numMessages(), 0);
@@ -320,8 +323,6 @@ void Simulation::send(int32_t r, size_t i, const Action &, const CommSlot &sl) {
     double arrive = occupyComm(r, t, cost.tcomm);
     addComm(r, i, arrive - cost.tcomm, arrive, CommInterval::P2P);
     sendArrive[sl.chan].push_back(arrive);
-  } else {
-    sendArrive[sl.chan].push_back(t + cost.tcomm);
   }
   place(r, i, t, t, false);
 }
@@ -331,7 +332,9 @@ void Simulation::recv(int32_t r, size_t i, const Action &a,
   double t = now[r];
   RankStats &st = stats[r];
   double posted = sendPost[sl.chan][sl.ordinal];
-  double arrive = sendArrive[sl.chan][sl.ordinal];
+  // Without overlapComm a message arrives tcomm after it was posted.
+  double arrive = cost.overlapComm ? sendArrive[sl.chan][sl.ordinal]
+                                   : posted + cost.tcomm;
   // Blocking (default): the rank waits here. overlapComm: the receive is
   // posted and the consumer waits for `arrive`.
   double end = cost.overlapComm ? t : std::max(t, arrive);
