@@ -128,23 +128,40 @@ inline size_t messageKey(const Work &producer, const WorkIndex &idx) {
 /// gradients; -1 (none) for weight grads.
 int32_t consumerStage(const Action &msg);
 
-/// Dense ids for the (src, dst) channels used by the program's messages.
+/// Dense ids for the (src, dst) channels used by the program's messages,
+/// numbered in order of first use. Up to kDenseRanks ranks a p x p table
+/// answers (a lookup per message action of millions); beyond, a hash map.
 class ChannelMap {
 public:
+  static constexpr int32_t kDenseRanks = 1024;
+  explicit ChannelMap(int32_t numRanks = 0) {
+    if (numRanks > 0 && numRanks <= kDenseRanks) {
+      n = numRanks;
+      dense.assign(size_t(n) * n, -1);
+    }
+  }
   /// Id of channel src->dst, creating it on first use.
   int32_t get(int32_t src, int32_t dst) {
+    if (src >= 0 && src < n && dst >= 0 && dst < n) {
+      int32_t &id = dense[size_t(src) * n + dst];
+      if (id < 0)
+        id = count++;
+      return id;
+    }
     int64_t key =
         (static_cast<int64_t>(src) << 32) | static_cast<uint32_t>(dst);
     // find first: emplace would allocate a node on every call.
     if (auto it = ids.find(key); it != ids.end())
       return it->second;
-    int32_t id = static_cast<int32_t>(ids.size());
+    int32_t id = count++;
     ids.emplace(key, id);
     return id;
   }
-  int32_t size() const { return static_cast<int32_t>(ids.size()); }
+  int32_t size() const { return count; }
 
 private:
+  int32_t n = 0, count = 0;
+  std::vector<int32_t> dense;
   std::unordered_map<int64_t, int32_t> ids;
 };
 

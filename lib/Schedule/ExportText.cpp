@@ -51,6 +51,30 @@ char *putInt(char *p, long long v) {
   return p;
 }
 
+/// Decimal digits of v >= 0.
+size_t digits(long long v) {
+  size_t n = 1;
+  for (; v >= 10; v /= 10)
+    ++n;
+  return n;
+}
+
+/// The chunk number of w on its rank, -1 for none.
+int chunkOf(const Work &w, const std::vector<int> &chunks, int32_t stages) {
+  size_t at = size_t(w.copy) * size_t(stages) + size_t(w.stage);
+  if (w.copy >= 0 && w.stage >= 0 && w.stage < stages && at < chunks.size())
+    return chunks[at];
+  return -1;
+}
+
+/// The length putCell writes, without writing it.
+size_t cellLen(const Work &w, const std::vector<int> &chunks, int32_t stages) {
+  size_t n = (w.kind == WorkKind::BW ? 2 : 1) +
+             (w.mb < 0 ? 1 + digits(-(long long)w.mb) : digits(w.mb));
+  int c = chunkOf(w, chunks, stages);
+  return c >= 0 ? n + 1 + digits(c) : n;
+}
+
 /// "F3" or "F3.1" (microbatch 3 of the rank's chunk 1) at p; returns the
 /// end. At most 2 + 11 + 1 + 11 bytes.
 char *putCell(char *p, const Work &w, const std::vector<int> &chunks,
@@ -58,11 +82,9 @@ char *putCell(char *p, const Work &w, const std::vector<int> &chunks,
   for (const char *k = workKindName(w.kind); *k; ++k)
     *p++ = *k;
   p = putInt(p, w.mb);
-  size_t at = size_t(w.copy) * size_t(stages) + size_t(w.stage);
-  if (w.copy >= 0 && w.stage >= 0 && w.stage < stages && at < chunks.size() &&
-      chunks[at] >= 0) {
+  if (int c = chunkOf(w, chunks, stages); c >= 0) {
     *p++ = '.';
-    p = putInt(p, chunks[at]);
+    p = putInt(p, c);
   }
   return p;
 }
@@ -114,6 +136,13 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
     }
     return size_t(p - buf);
   };
+  auto labelLen = [&](int r, uint64_t idx) -> size_t {
+    const Action &a = s.programs[r][idx];
+    size_t n = cellLen(a.work, chunks[r], stages);
+    if (a.kind == ActionKind::Overlap)
+      n += 1 + cellLen(a.work2, chunks[r], stages);
+    return n;
+  };
   char buf[64];
   for (const Interval &iv : sim.intervals) {
     if (iv.rank < 0 || iv.rank >= p)
@@ -142,7 +171,7 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
   for (int r = 0; r < p; ++r)
     for (size_t c = 0; c < rows[r].size(); ++c)
       if (rows[r][c] < kBusy)
-        width[c] = std::max<size_t>(width[c], labelOf(r, rows[r][c], buf));
+        width[c] = std::max<size_t>(width[c], labelLen(r, rows[r][c]));
   os << (s.name.empty() ? std::string("schedule") : s.name) << ": " << p
      << " ranks, " << s.numMicrobatches << " microbatches, slot " << fmt(unit)
      << ", makespan " << fmt(sim.makespan) << ", bubble "

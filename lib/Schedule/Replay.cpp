@@ -10,7 +10,7 @@ namespace pipeforge::sched::detail {
 ReplayEngine::ReplayEngine(const Schedule &s, const WorkIndex &idx,
                            const std::vector<Loc> &locs, Options opts)
     : s(s), idx(idx), locs(locs), opts(std::move(opts)),
-      numRanks(s.numRanks()) {}
+      numRanks(s.numRanks()), chans(s.numRanks()) {}
 
 void ReplayEngine::assignChannels() {
   // Channels are numbered in program order (callers report channel errors
