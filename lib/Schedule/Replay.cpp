@@ -15,23 +15,46 @@ ReplayEngine::ReplayEngine(const Schedule &s, const WorkIndex &idx,
 void ReplayEngine::assignChannels() {
   // Channels are numbered in program order (callers report channel errors
   // in that order); ordinals count each side's messages in program order.
+  // A first pass numbers the channels and counts their messages, so that
+  // every table is sized once (millions of messages: no growth by
+  // doubling).
   slots.assign(numRanks, {});
-  std::vector<int32_t> nGr;
-  auto channel = [&](int32_t src, int32_t dst) {
-    int32_t c = chans.get(src, dst);
-    if (static_cast<size_t>(c) == chanSends.size()) {
-      chanSends.emplace_back();
-      chanRecvs.emplace_back();
-      nGr.push_back(0);
+  std::vector<size_t> nSend, nRecv;
+  auto touch = [&](int32_t src, int32_t dst) {
+    size_t c = static_cast<size_t>(chans.get(src, dst));
+    if (c >= nSend.size()) {
+      nSend.resize(c + 1, 0);
+      nRecv.resize(c + 1, 0);
     }
     return c;
   };
   for (int32_t r = 0; r < numRanks; ++r) {
-    const std::vector<Action> &prog = s.programs[r];
     size_t numComm = 0;
-    for (const Action &a : prog)
-      numComm += a.isComm();
+    for (const Action &a : s.programs[r]) {
+      if (!a.isComm())
+        continue;
+      ++numComm;
+      if (a.kind == ActionKind::Send) {
+        ++nSend[touch(r, a.peer)];
+      } else if (a.kind == ActionKind::Recv) {
+        ++nRecv[touch(a.peer, r)];
+      } else { // GradReduce: both directions, no Send or Recv
+        touch(r, a.peer);
+        touch(a.peer, r);
+      }
+    }
     slots[r].reserve(numComm);
+  }
+  chanSends.resize(nSend.size());
+  chanRecvs.resize(nSend.size());
+  for (size_t c = 0; c < nSend.size(); ++c) {
+    chanSends[c].reserve(nSend[c]);
+    chanRecvs[c].reserve(nRecv[c]);
+  }
+  std::vector<int32_t> nGr(nSend.size(), 0);
+  auto channel = [&](int32_t src, int32_t dst) { return chans.get(src, dst); };
+  for (int32_t r = 0; r < numRanks; ++r) {
+    const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
       if (!a.isComm())
