@@ -29,7 +29,9 @@
 // M, which therefore completes: a contradiction. The final DualPipe
 // GradReduce pairs come after everything else on both ranks of each pair.
 //
-// Cost: O(A log A) for A actions (one sort of all message keys).
+// Cost: O(A log p) for A actions on p ranks: a rank's keys come out of the
+// replay in time order (a sort only where ties break it), and the ranks'
+// lists are merged.
 //
 //===----------------------------------------------------------------------===//
 
@@ -120,6 +122,19 @@ Status insertComm(Schedule &s, const CostModel &cost) {
   const int32_t numRanks = s.placement.numRanks;
   const int32_t lastStage = space.stages - 1;
 
+  // Whether work `w`, run on rank r, sends its output to another rank: W
+  // sends nothing, neither do the last stage's F and stage 0's B.
+  auto sendsMessage = [&](const Work &w, int32_t r) {
+    if (w.kind == WorkKind::W)
+      return false;
+    const bool grad = w.kind != WorkKind::F;
+    if (grad ? w.stage == 0 : w.stage == lastStage)
+      return false;
+    const int32_t consumer = grad ? w.stage - 1 : w.stage + 1;
+    return s.placement.rank(w.copy, consumer) != r; // else a hand-off
+  };
+  std::vector<size_t> numSends(numRanks, 0);
+
   // Validate actions and record which slots get produced (to report a work
   // that nobody runs separately from a deadlock).
   const size_t numItems = space.size();
@@ -179,6 +194,7 @@ Status insertComm(Schedule &s, const CostModel &cost) {
         if (!fresh)
           return Status::error(where() + ": " + toString(*w) +
                                " is scheduled more than once");
+        numSends[r] += sendsMessage(*w, r);
       }
     }
   }
@@ -196,44 +212,57 @@ Status insertComm(Schedule &s, const CostModel &cost) {
 
   // ASAP replay (step 1). end[idx*3 + slot] = end time, -1 while pending.
   std::vector<double> end(numItems * 3, -1);
-  std::vector<int32_t> endRank(numItems * 3, -1);
   std::vector<int32_t> waitHead(numItems * 3, -1);
   std::vector<int32_t> nextWaiter(numRanks, -1);
   std::vector<size_t> pc(numRanks, 0);
   std::vector<double> clock(numRanks, 0);
-  std::vector<std::vector<double>> startAt(numRanks), endAt(numRanks);
+  std::vector<std::vector<double>> startAt(numRanks);
+  // Step 2's message keys, by producing rank, collected as the replay
+  // finishes each producer (so in program order per rank).
+  std::vector<std::vector<MsgKey>> keys(numRanks);
   std::vector<int32_t> ready;
   ready.reserve(numRanks);
   for (int32_t r = numRanks - 1; r >= 0; --r) {
     ready.push_back(r);
     startAt[r].resize(s.programs[r].size());
-    endAt[r].resize(s.programs[r].size());
   }
 
-  // The (slot) items work `w` needs before it can start.
+  // The (slot) items work `w` needs before it can start, with the rank
+  // that produces each (the placement's: every work runs on its own).
   auto forEachDep = [&](const Work &w, auto &&fn) -> bool {
     Work d = w;
+    const int32_t own = s.placement.rank(w.copy, w.stage);
     switch (w.kind) {
     case WorkKind::F:
       if (w.stage > 0) {
         d.stage = w.stage - 1;
-        return fn(space.index(d) * 3 + SlotF);
+        return fn(space.index(d) * 3 + SlotF,
+                  s.placement.rank(d.copy, d.stage));
       }
       return true;
     case WorkKind::B:
     case WorkKind::BW:
-      if (!fn(space.index(w) * 3 + SlotF))
+      if (!fn(space.index(w) * 3 + SlotF, own))
         return false;
       if (w.stage < lastStage) {
         d.stage = w.stage + 1;
-        return fn(space.index(d) * 3 + SlotB);
+        return fn(space.index(d) * 3 + SlotB,
+                  s.placement.rank(d.copy, d.stage));
       }
       return true;
     case WorkKind::W:
-      return fn(space.index(w) * 3 + SlotB);
+      return fn(space.index(w) * 3 + SlotB, own);
     }
     return true;
   };
+  // The key of the message `w` (run on rank r, ending at `finish`) sends.
+  auto collect = [&](const Work &w, int32_t r, double finish) {
+    if (sendsMessage(w, r))
+      keys[r].push_back({finish, uint64_t(space.index(w)) * 2 +
+                                     (w.kind == WorkKind::F ? 0 : 1)});
+  };
+  for (int32_t r = 0; r < numRanks; ++r)
+    keys[r].reserve(numSends[r]);
 
   while (!ready.empty()) {
     int32_t r = ready.back();
@@ -243,15 +272,14 @@ Status insertComm(Schedule &s, const CostModel &cost) {
       const Action &a = prog[pc[r]];
       const bool isPair = a.kind == ActionKind::Overlap;
       double start = clock[r];
-      auto need = [&](size_t slotIdx) -> bool {
+      auto need = [&](size_t slotIdx, int32_t producerRank) -> bool {
         if (end[slotIdx] < 0) {
           nextWaiter[r] = waitHead[slotIdx];
           waitHead[slotIdx] = r;
           return false;
         }
-        start = std::max(start, end[slotIdx] + (endRank[slotIdx] == r
-                                                    ? 0.0
-                                                    : cost.tcomm));
+        start = std::max(start,
+                         end[slotIdx] + (producerRank == r ? 0.0 : cost.tcomm));
         return true;
       };
       if (!forEachDep(a.work, need) ||
@@ -265,13 +293,11 @@ Status insertComm(Schedule &s, const CostModel &cost) {
       // keys; a tiny positive length keeps every Send after its producer.
       double finish = start + std::max(dur, 1e-9);
       startAt[r][pc[r]] = start;
-      endAt[r][pc[r]] = finish;
       clock[r] = finish;
       auto produce = [&](const Work &w) {
         size_t base = space.index(w) * 3;
         auto fill = [&](int slot) {
           end[base + slot] = finish;
-          endRank[base + slot] = r;
           for (int32_t q = waitHead[base + slot]; q >= 0;) {
             int32_t nq = nextWaiter[q];
             ready.push_back(q);
@@ -296,8 +322,11 @@ Status insertComm(Schedule &s, const CostModel &cost) {
         }
       };
       produce(a.work);
-      if (isPair)
+      collect(a.work, r, finish);
+      if (isPair) {
         produce(a.work2);
+        collect(a.work2, r, finish);
+      }
       ++pc[r];
     }
   }
@@ -306,7 +335,7 @@ Status insertComm(Schedule &s, const CostModel &cost) {
       continue;
     const Action &a = s.programs[r][pc[r]];
     std::string missing;
-    auto find = [&](size_t slotIdx) -> bool {
+    auto find = [&](size_t slotIdx, int32_t) -> bool {
       if (end[slotIdx] >= 0)
         return true;
       size_t idx = slotIdx / 3;
@@ -334,36 +363,14 @@ Status insertComm(Schedule &s, const CostModel &cost) {
   // not a sort of all messages).
   // The replay's per-item state is no longer needed.
   release(end);
-  release(endRank);
   release(waitHead);
   release(seen);
   auto before = [](const MsgKey &x, const MsgKey &y) {
     return x.time != y.time ? x.time < y.time : x.id < y.id;
   };
-  std::vector<std::vector<MsgKey>> keys(numRanks); // by producing rank
-  for (int32_t r = 0; r < numRanks; ++r) {
-    const std::vector<Action> &prog = s.programs[r];
-    for (size_t i = 0; i < prog.size(); ++i) {
-      const Action &a = prog[i];
-      auto collect = [&](const Work &w) {
-        if (w.kind == WorkKind::W)
-          return;
-        const bool grad = w.kind != WorkKind::F;
-        if (grad ? w.stage == 0 : w.stage == lastStage)
-          return;
-        const int32_t consumer = grad ? w.stage - 1 : w.stage + 1;
-        if (s.placement.rank(w.copy, consumer) == r)
-          return; // same-rank hand-off
-        keys[r].push_back({endAt[r][i], uint64_t(space.index(w)) * 2 + grad});
-      };
-      collect(a.work);
-      if (a.kind == ActionKind::Overlap)
-        collect(a.work2);
-    }
-    release(endAt[r]);
+  for (int32_t r = 0; r < numRanks; ++r)
     if (!std::is_sorted(keys[r].begin(), keys[r].end(), before))
       std::sort(keys[r].begin(), keys[r].end(), before);
-  }
   // The two ranks of a message (sender, receiver).
   auto ranksOf = [&](uint64_t id) {
     const Work w = producerOf(size_t(id / 2), id % 2);
