@@ -47,11 +47,14 @@ void ReplayEngine::assignChannels() {
   }
   chanSends.resize(nSend.size());
   chanRecvs.resize(nSend.size());
-  for (size_t c = 0; c < nSend.size(); ++c) {
-    chanSends[c].reserve(nSend[c]);
-    chanRecvs[c].reserve(nRecv[c]);
-  }
-  std::vector<int32_t> nGr(nSend.size(), 0);
+  if (!opts.verified)
+    for (size_t c = 0; c < nSend.size(); ++c) {
+      chanSends[c].reserve(nSend[c]);
+      chanRecvs[c].reserve(nRecv[c]);
+    }
+  chanSendCount = nSend;
+  std::vector<int32_t> nGr(nSend.size(), 0), sendOrd(nSend.size(), 0),
+      recvOrd(nSend.size(), 0);
   auto channel = [&](int32_t src, int32_t dst) { return chans.get(src, dst); };
   for (int32_t r = 0; r < numRanks; ++r) {
     const std::vector<Action> &prog = s.programs[r];
@@ -64,13 +67,15 @@ void ReplayEngine::assignChannels() {
       switch (a.kind) {
       case ActionKind::Send:
         sl.chan = channel(r, a.peer);
-        sl.ordinal = static_cast<int32_t>(chanSends[sl.chan].size());
-        chanSends[sl.chan].push_back(here);
+        sl.ordinal = sendOrd[sl.chan]++;
+        if (!opts.verified)
+          chanSends[sl.chan].push_back(here);
         break;
       case ActionKind::Recv:
         sl.chan = channel(a.peer, r);
-        sl.ordinal = static_cast<int32_t>(chanRecvs[sl.chan].size());
-        chanRecvs[sl.chan].push_back(here);
+        sl.ordinal = recvOrd[sl.chan]++;
+        if (!opts.verified)
+          chanRecvs[sl.chan].push_back(here);
         break;
       case ActionKind::GradReduce:
         sl.chan = channel(r, a.peer);
@@ -220,6 +225,8 @@ std::string ReplayEngine::blockedReason(int32_t r) const {
            " reaches its matching GRADREDUCE; " + whereIs(a.peer);
   default: {
     // A compute waiting on a remote producer (compute-only schedules).
+    if (locs.empty())
+      return toString(a) + " cannot proceed";
     size_t key = waits.parkedOn(r);
     if (!waits.isParked(r) || key >= sendKeyBase)
       return toString(a) + " cannot proceed";

@@ -66,6 +66,13 @@ public:
     /// Send): the engine does not check them again, and leaves the Inputs
     /// of schedules with messages unresolved (None).
     bool prechecked = false;
+    /// For a timed client of a schedule with messages that passed verify():
+    /// the checks are skipped as with `prechecked`, and inputs are resolved
+    /// from the placement alone (a producer on this rank is Local with the
+    /// nominal producer's id, B standing for BW too; another rank's is a
+    /// Message), so the engine needs no work locator (`locs` may be
+    /// empty) and keeps no per-channel Loc lists (sendsOn, recvsOn).
+    bool verified = false;
     /// Memory accounting with this cost model's memDelta.
     const CostModel *memCost = nullptr;
     /// With memCost: note, per rank, the first step whose activation memory
@@ -98,7 +105,10 @@ public:
 
   // The channel tables (after assignChannels).
   int32_t numChannels() const { return chans.size(); }
-  /// Where each Send / Recv of channel `c` is, in ordinal (FIFO) order.
+  /// How many Sends channel `c` carries.
+  size_t numSends(int32_t c) const { return chanSendCount[c]; }
+  /// Where each Send / Recv of channel `c` is, in ordinal (FIFO) order
+  /// (empty with Options::verified).
   const std::vector<Loc> &sendsOn(int32_t c) const { return chanSends[c]; }
   const std::vector<Loc> &recvsOn(int32_t c) const { return chanRecvs[c]; }
 
@@ -119,6 +129,8 @@ private:
   void reset();
   template <class Client> Step advance(int32_t r, Client &client);
   Step input(int32_t r, size_t i, const Work &w, Input &in) {
+    if (opts.verified && s.hasComm)
+      return resolveVerified(r, w, in);
     if (opts.prechecked && s.hasComm) {
       in = Input();
       return Step::Done;
@@ -126,6 +138,16 @@ private:
     return resolveInput(r, i, w, in);
   }
   Step resolveInput(int32_t r, size_t i, const Work &w, Input &in);
+  Step resolveVerified(int32_t r, const Work &w, Input &in) {
+    std::optional<Work> nominal = nominalProducer(w, idx.numStages);
+    if (!nominal)
+      in = Input();
+    else if (s.placement.rank(nominal->copy, nominal->stage) == r)
+      in = Input{Input::Local, idx.id(*nominal)};
+    else
+      in = Input{Input::Message, messageKey(*nominal, idx)};
+    return Step::Done;
+  }
   Step checkSend(int32_t r, size_t i, const Action &a);
   Step checkRecv(int32_t r, size_t i, const Action &a, const CommSlot &sl);
   void account(int32_t r, size_t i, const Action &a);
@@ -171,6 +193,7 @@ private:
   std::vector<std::vector<CommSlot>> slots;
   std::vector<size_t> commPc;
   std::vector<std::vector<Loc>> chanSends, chanRecvs;
+  std::vector<size_t> chanSendCount;
 
   // Dataflow state.
   std::vector<char> done;     ///< by work id: has run
@@ -233,7 +256,7 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
     case ActionKind::Send: {
       const CommSlot &sl = slots[r][commPc[r]];
       if (arrive(r)) {
-        if (!opts.prechecked)
+        if (!opts.prechecked && !opts.verified)
           if (Step k = checkSend(r, i, a); k != Step::Done)
             return k;
         c.send(r, i, a, sl);
@@ -253,7 +276,7 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
       }
       if (sendArr[sl.chan] <= sl.ordinal)
         return park(r, recvKey(sl.chan));
-      if (!opts.prechecked)
+      if (!opts.prechecked && !opts.verified)
         if (Step k = checkRecv(r, i, a, sl); k != Step::Done)
           return k;
       c.recv(r, i, a, sl);

@@ -73,9 +73,10 @@ using namespace detail;
 
 class Simulation {
 public:
-  Simulation(const Schedule &s, const CostModel &cost, SimIntervals keep)
-      : s(s), cost(cost), keep(keep), idx(s), numRanks(s.numRanks()),
-        engine(s, idx, locs, engineOptions(cost)) {}
+  Simulation(const Schedule &s, const CostModel &cost, const SimOptions &o)
+      : s(s), cost(cost), keep(o.intervals),
+        verified(o.verified && s.hasComm), idx(s), numRanks(s.numRanks()),
+        engine(s, idx, locs, engineOptions(cost, verified)) {}
 
   Expected<SimResult> run();
 
@@ -96,9 +97,11 @@ public:
   }
 
 private:
-  static ReplayEngine::Options engineOptions(const CostModel &cost) {
+  static ReplayEngine::Options engineOptions(const CostModel &cost,
+                                             bool verified) {
     ReplayEngine::Options o;
     o.memCost = &cost;
+    o.verified = verified;
     return o;
   }
   Status prepare();
@@ -147,6 +150,8 @@ private:
   const Schedule &s;
   const CostModel &cost;
   SimIntervals keep;
+  /// SimOptions::verified, with messages: no checks, no work locator.
+  bool verified;
   WorkIndex idx;
   int32_t numRanks;
   std::vector<Loc> locs;
@@ -197,8 +202,7 @@ Status Simulation::prepare() {
                            std::to_string(s.programs[r].size()) +
                            " actions; the simulator takes at most 2^32 - 1 "
                            "per rank");
-  locs = locateWork(s, idx);
-  for (int32_t r = 0; r < numRanks; ++r) {
+  for (int32_t r = 0; r < numRanks && !verified; ++r) {
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
@@ -236,6 +240,8 @@ Status Simulation::prepare() {
             s, r, i, "message " + toString(a.work) + " is out of range"));
     }
   }
+  if (!verified)
+    locs = locateWork(s, idx);
   engine.assignChannels();
   size_t nc = engine.numChannels();
   sendPost.resize(nc);
@@ -243,9 +249,9 @@ Status Simulation::prepare() {
   // Sized once: a channel's sends are known (growth by doubling would
   // hold up to twice the bytes).
   for (size_t c = 0; c < nc; ++c) {
-    sendPost[c].reserve(engine.sendsOn(c).size());
+    sendPost[c].reserve(engine.numSends(c));
     if (cost.overlapComm)
-      sendArrive[c].reserve(engine.sendsOn(c).size());
+      sendArrive[c].reserve(engine.numSends(c));
   }
   endTime.assign(idx.size(), 0);
   recvTime.assign(idx.numMessages(), 0);
@@ -311,9 +317,19 @@ void Simulation::compute(int32_t r, size_t i, const Action &a, const Input &in1,
   st.lastEnd = end;
   now[r] = end;
   place(r, i, start, end, true);
-  endTime[idx.id(a.work)] = end;
+  auto finish = [&](const Work &w) {
+    endTime[idx.id(w)] = end;
+    // A verified replay resolves a local input by its nominal producer:
+    // B stands for BW too.
+    if (verified && w.kind == WorkKind::BW) {
+      Work b = w;
+      b.kind = WorkKind::B;
+      endTime[idx.id(b)] = end;
+    }
+  };
+  finish(a.work);
   if (pair)
-    endTime[idx.id(a.work2)] = end;
+    finish(a.work2);
 }
 
 void Simulation::send(int32_t r, size_t i, const Action &, const CommSlot &sl) {
@@ -466,8 +482,8 @@ Expected<SimResult> Simulation::run() {
 } // namespace
 
 Expected<SimResult> simulate(const Schedule &s, const CostModel &cost,
-                             SimIntervals keep) {
-  Simulation sim(s, cost, keep);
+                             const SimOptions &opts) {
+  Simulation sim(s, cost, opts);
   return sim.run();
 }
 

@@ -341,8 +341,8 @@ TEST(SimulatorTest, KeptIntervalsAreASubsetWithTheSameResult) {
   insertCommByTime(s);
   CostModel c = costs(1, 2, 1, 0.1);
   Expected<SimResult> all = simulate(s, c);
-  Expected<SimResult> compute = simulate(s, c, SimIntervals::Compute);
-  Expected<SimResult> none = simulate(s, c, SimIntervals::None);
+  Expected<SimResult> compute = simulate(s, c, {SimIntervals::Compute});
+  Expected<SimResult> none = simulate(s, c, {SimIntervals::None});
   ASSERT_TRUE(all && compute && none);
   std::vector<Interval> expected;
   for (const Interval &iv : all->intervals)
@@ -365,6 +365,37 @@ TEST(SimulatorTest, KeptIntervalsAreASubsetWithTheSameResult) {
       EXPECT_EQ((*r)->ranks[k].busy, all->ranks[k].busy);
       EXPECT_EQ((*r)->ranks[k].peakMemory, all->ranks[k].peakMemory);
       EXPECT_EQ((*r)->ranks[k].exposedComm, all->ranks[k].exposedComm);
+    }
+  }
+}
+
+// A verified schedule simulates to the same result without the work
+// locator and the checks (SimOptions::verified), B and BW alike.
+TEST(SimulatorTest, VerifiedReplayIsTheSame) {
+  for (ScheduleKind k : {ScheduleKind::ZBV, ScheduleKind::DualPipe,
+                         ScheduleKind::OneFOneB, ScheduleKind::Interleaved}) {
+    GenOptions g;
+    g.ranks = 4;
+    g.microbatches = 8;
+    auto gen = generate(k, g);
+    ASSERT_TRUE(gen) << gen.message();
+    Schedule s = gen.take();
+    CostModel c = costs(1, 2, 1, 0.3);
+    ASSERT_TRUE(insertComm(s, c));
+    SimOptions vo;
+    vo.verified = true;
+    Expected<SimResult> a = simulate(s, c), b = simulate(s, c, vo);
+    ASSERT_TRUE(a && b) << scheduleKindName(k);
+    EXPECT_EQ(a->makespan, b->makespan) << scheduleKindName(k);
+    ASSERT_EQ(a->intervals.size(), b->intervals.size());
+    for (size_t i = 0; i < a->intervals.size(); ++i) {
+      EXPECT_EQ(a->intervals[i].start, b->intervals[i].start);
+      EXPECT_EQ(a->intervals[i].end, b->intervals[i].end);
+    }
+    for (size_t r = 0; r < a->ranks.size(); ++r) {
+      EXPECT_EQ(a->ranks[r].busy, b->ranks[r].busy);
+      EXPECT_EQ(a->ranks[r].peakMemory, b->ranks[r].peakMemory);
+      EXPECT_EQ(a->ranks[r].exposedComm, b->ranks[r].exposedComm);
     }
   }
 }

@@ -133,13 +133,24 @@ enum class SimIntervals : uint8_t {
   None     ///< none (makespan, bubble rates, RankStats and comm intervals only)
 };
 
+struct SimOptions {
+  /// The intervals to keep.
+  SimIntervals intervals = SimIntervals::All;
+  /// The schedule passed verify() (a front end that verified it first):
+  /// with messages, the simulator skips its own checks and resolves each
+  /// input from the placement, without the table of where every work runs
+  /// (less time and memory at millions of actions; the same result).
+  /// Requires a schedule that verify() accepts; ignored without messages.
+  bool verified = false;
+};
+
 /// Replays the schedule. Works on compute-only schedules (dependencies are
 /// inferred, tcomm is added on cross-rank edges) and on schedules with
 /// messages (a Recv completes at the matching Send's time + tcomm). Fails
 /// with the rank and step if the programs cannot finish (deadlock or a
 /// missing producer).
 Expected<SimResult> simulate(const Schedule &s, const CostModel &cost,
-                             SimIntervals keep = SimIntervals::All);
+                             const SimOptions &opts = {});
 
 } // namespace pipeforge::sched
 
