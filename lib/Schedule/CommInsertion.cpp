@@ -7,8 +7,9 @@
 //    members, no communication time): every action starts when its rank is
 //    free and its inputs are done (plus tcomm when they come from another
 //    rank). With the real costs, every message sits where the simulator will
-//    need it, so inserting messages does not stretch the schedule. Programs whose compute order cannot run (a cycle through the
-//    dependencies) are rejected here.
+//    need it, so inserting messages does not stretch the schedule. Programs
+//    whose compute order cannot run (a cycle through the dependencies) are
+//    rejected here.
 // 2. Every cross-rank dependency becomes one message with the global key
 //    (end time of its producer in the replay, message id). The id is unique
 //    per producer, so the keys are totally ordered.

@@ -9,8 +9,8 @@ namespace pipeforge::sched::detail {
 
 ReplayEngine::ReplayEngine(const Schedule &s, const WorkIndex &idx,
                            const std::vector<Loc> &locs, Options opts)
-    : s(s), idx(idx), locs(locs), opts(std::move(opts)),
-      numRanks(s.numRanks()), chans(s.numRanks()) {}
+    : s(s), idx(idx), locs(locs), opts(std::move(opts)), numRanks(s.numRanks()),
+      chans(s.numRanks()) {}
 
 void ReplayEngine::assignChannels() {
   // Channels are numbered in program order (callers report channel errors

@@ -74,8 +74,8 @@ using namespace detail;
 class Simulation {
 public:
   Simulation(const Schedule &s, const CostModel &cost, const SimOptions &o)
-      : s(s), cost(cost), keep(o.intervals),
-        verified(o.verified && s.hasComm), idx(s), numRanks(s.numRanks()),
+      : s(s), cost(cost), keep(o.intervals), verified(o.verified && s.hasComm),
+        idx(s), numRanks(s.numRanks()),
         engine(s, idx, locs, engineOptions(cost, verified)) {}
 
   Expected<SimResult> run();
@@ -349,8 +349,8 @@ void Simulation::recv(int32_t r, size_t i, const Action &a,
   RankStats &st = stats[r];
   double posted = sendPost[sl.chan][sl.ordinal];
   // Without overlapComm a message arrives tcomm after it was posted.
-  double arrive = cost.overlapComm ? sendArrive[sl.chan][sl.ordinal]
-                                   : posted + cost.tcomm;
+  double arrive =
+      cost.overlapComm ? sendArrive[sl.chan][sl.ordinal] : posted + cost.tcomm;
   // Blocking (default): the rank waits here. overlapComm: the receive is
   // posted and the consumer waits for `arrive`.
   double end = cost.overlapComm ? t : std::max(t, arrive);
