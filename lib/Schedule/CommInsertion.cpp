@@ -7,8 +7,9 @@
 //    members, no communication time): every action starts when its rank is
 //    free and its inputs are done (plus tcomm when they come from another
 //    rank). With the real costs, every message sits where the simulator will
-//    need it, so inserting messages does not stretch the schedule. Programs whose compute order cannot run (a cycle through the
-//    dependencies) are rejected here.
+//    need it, so inserting messages does not stretch the schedule. Programs
+//    whose compute order cannot run (a cycle through the dependencies) are
+//    rejected here.
 // 2. Every cross-rank dependency becomes one message with the global key
 //    (end time of its producer in the replay, message id). The id is unique
 //    per producer, so the keys are totally ordered.
@@ -29,7 +30,9 @@
 // M, which therefore completes: a contradiction. The final DualPipe
 // GradReduce pairs come after everything else on both ranks of each pair.
 //
-// Cost: O(A log A) for A actions (one sort of all message keys).
+// Cost: O(A log p) for A actions on p ranks: a rank's keys come out of the
+// replay in time order (a sort only where ties break it), and the ranks'
+// lists are merged.
 //
 //===----------------------------------------------------------------------===//
 
@@ -120,6 +123,19 @@ Status insertComm(Schedule &s, const CostModel &cost) {
   const int32_t numRanks = s.placement.numRanks;
   const int32_t lastStage = space.stages - 1;
 
+  // Whether work `w`, run on rank r, sends its output to another rank: W
+  // sends nothing, neither do the last stage's F and stage 0's B.
+  auto sendsMessage = [&](const Work &w, int32_t r) {
+    if (w.kind == WorkKind::W)
+      return false;
+    const bool grad = w.kind != WorkKind::F;
+    if (grad ? w.stage == 0 : w.stage == lastStage)
+      return false;
+    const int32_t consumer = grad ? w.stage - 1 : w.stage + 1;
+    return s.placement.rank(w.copy, consumer) != r; // else a hand-off
+  };
+  std::vector<size_t> numSends(numRanks, 0);
+
   // Validate actions and record which slots get produced (to report a work
   // that nobody runs separately from a deadlock).
   const size_t numItems = space.size();
@@ -179,6 +195,7 @@ Status insertComm(Schedule &s, const CostModel &cost) {
         if (!fresh)
           return Status::error(where() + ": " + toString(*w) +
                                " is scheduled more than once");
+        numSends[r] += sendsMessage(*w, r);
       }
     }
   }
@@ -196,44 +213,57 @@ Status insertComm(Schedule &s, const CostModel &cost) {
 
   // ASAP replay (step 1). end[idx*3 + slot] = end time, -1 while pending.
   std::vector<double> end(numItems * 3, -1);
-  std::vector<int32_t> endRank(numItems * 3, -1);
   std::vector<int32_t> waitHead(numItems * 3, -1);
   std::vector<int32_t> nextWaiter(numRanks, -1);
   std::vector<size_t> pc(numRanks, 0);
   std::vector<double> clock(numRanks, 0);
-  std::vector<std::vector<double>> startAt(numRanks), endAt(numRanks);
+  std::vector<std::vector<double>> startAt(numRanks);
+  // Step 2's message keys, by producing rank, collected as the replay
+  // finishes each producer (so in program order per rank).
+  std::vector<std::vector<MsgKey>> keys(numRanks);
   std::vector<int32_t> ready;
   ready.reserve(numRanks);
   for (int32_t r = numRanks - 1; r >= 0; --r) {
     ready.push_back(r);
     startAt[r].resize(s.programs[r].size());
-    endAt[r].resize(s.programs[r].size());
   }
 
-  // The (slot) items work `w` needs before it can start.
+  // The (slot) items work `w` needs before it can start, with the rank
+  // that produces each (the placement's: every work runs on its own).
   auto forEachDep = [&](const Work &w, auto &&fn) -> bool {
     Work d = w;
+    const int32_t own = s.placement.rank(w.copy, w.stage);
     switch (w.kind) {
     case WorkKind::F:
       if (w.stage > 0) {
         d.stage = w.stage - 1;
-        return fn(space.index(d) * 3 + SlotF);
+        return fn(space.index(d) * 3 + SlotF,
+                  s.placement.rank(d.copy, d.stage));
       }
       return true;
     case WorkKind::B:
     case WorkKind::BW:
-      if (!fn(space.index(w) * 3 + SlotF))
+      if (!fn(space.index(w) * 3 + SlotF, own))
         return false;
       if (w.stage < lastStage) {
         d.stage = w.stage + 1;
-        return fn(space.index(d) * 3 + SlotB);
+        return fn(space.index(d) * 3 + SlotB,
+                  s.placement.rank(d.copy, d.stage));
       }
       return true;
     case WorkKind::W:
-      return fn(space.index(w) * 3 + SlotB);
+      return fn(space.index(w) * 3 + SlotB, own);
     }
     return true;
   };
+  // The key of the message `w` (run on rank r, ending at `finish`) sends.
+  auto collect = [&](const Work &w, int32_t r, double finish) {
+    if (sendsMessage(w, r))
+      keys[r].push_back({finish, uint64_t(space.index(w)) * 2 +
+                                     (w.kind == WorkKind::F ? 0 : 1)});
+  };
+  for (int32_t r = 0; r < numRanks; ++r)
+    keys[r].reserve(numSends[r]);
 
   while (!ready.empty()) {
     int32_t r = ready.back();
@@ -243,15 +273,14 @@ Status insertComm(Schedule &s, const CostModel &cost) {
       const Action &a = prog[pc[r]];
       const bool isPair = a.kind == ActionKind::Overlap;
       double start = clock[r];
-      auto need = [&](size_t slotIdx) -> bool {
+      auto need = [&](size_t slotIdx, int32_t producerRank) -> bool {
         if (end[slotIdx] < 0) {
           nextWaiter[r] = waitHead[slotIdx];
           waitHead[slotIdx] = r;
           return false;
         }
-        start = std::max(start, end[slotIdx] + (endRank[slotIdx] == r
-                                                    ? 0.0
-                                                    : cost.tcomm));
+        start = std::max(start,
+                         end[slotIdx] + (producerRank == r ? 0.0 : cost.tcomm));
         return true;
       };
       if (!forEachDep(a.work, need) ||
@@ -265,13 +294,11 @@ Status insertComm(Schedule &s, const CostModel &cost) {
       // keys; a tiny positive length keeps every Send after its producer.
       double finish = start + std::max(dur, 1e-9);
       startAt[r][pc[r]] = start;
-      endAt[r][pc[r]] = finish;
       clock[r] = finish;
       auto produce = [&](const Work &w) {
         size_t base = space.index(w) * 3;
         auto fill = [&](int slot) {
           end[base + slot] = finish;
-          endRank[base + slot] = r;
           for (int32_t q = waitHead[base + slot]; q >= 0;) {
             int32_t nq = nextWaiter[q];
             ready.push_back(q);
@@ -296,8 +323,11 @@ Status insertComm(Schedule &s, const CostModel &cost) {
         }
       };
       produce(a.work);
-      if (isPair)
+      collect(a.work, r, finish);
+      if (isPair) {
         produce(a.work2);
+        collect(a.work2, r, finish);
+      }
       ++pc[r];
     }
   }
@@ -306,7 +336,7 @@ Status insertComm(Schedule &s, const CostModel &cost) {
       continue;
     const Action &a = s.programs[r][pc[r]];
     std::string missing;
-    auto find = [&](size_t slotIdx) -> bool {
+    auto find = [&](size_t slotIdx, int32_t) -> bool {
       if (end[slotIdx] >= 0)
         return true;
       size_t idx = slotIdx / 3;
@@ -326,39 +356,22 @@ Status insertComm(Schedule &s, const CostModel &cost) {
                          toString(a) + ") waits for " + missing);
   }
 
-  // Messages (step 2): one global list of keys, sorted once. The id encodes
-  // the producer (item index * 2 + gradient?), so the key alone describes the
-  // message.
+  // Messages (step 2): the keys in one global order. The id encodes the
+  // producer (item index * 2 + gradient?), so the key alone describes the
+  // message. Each rank's keys, collected in program order, are already
+  // sorted but for ties (the two members of a pair, zero-length actions):
+  // sorted per rank where needed, then merged across ranks (O(A log p),
+  // not a sort of all messages).
   // The replay's per-item state is no longer needed.
   release(end);
-  release(endRank);
   release(waitHead);
   release(seen);
-  std::vector<MsgKey> keys;
-  for (int32_t r = 0; r < numRanks; ++r) {
-    const std::vector<Action> &prog = s.programs[r];
-    for (size_t i = 0; i < prog.size(); ++i) {
-      const Action &a = prog[i];
-      auto collect = [&](const Work &w) {
-        if (w.kind == WorkKind::W)
-          return;
-        const bool grad = w.kind != WorkKind::F;
-        if (grad ? w.stage == 0 : w.stage == lastStage)
-          return;
-        const int32_t consumer = grad ? w.stage - 1 : w.stage + 1;
-        if (s.placement.rank(w.copy, consumer) == r)
-          return; // same-rank hand-off
-        keys.push_back({endAt[r][i], uint64_t(space.index(w)) * 2 + grad});
-      };
-      collect(a.work);
-      if (a.kind == ActionKind::Overlap)
-        collect(a.work2);
-    }
-  }
-  release(endAt);
-  std::sort(keys.begin(), keys.end(), [](const MsgKey &x, const MsgKey &y) {
+  auto before = [](const MsgKey &x, const MsgKey &y) {
     return x.time != y.time ? x.time < y.time : x.id < y.id;
-  });
+  };
+  for (int32_t r = 0; r < numRanks; ++r)
+    if (!std::is_sorted(keys[r].begin(), keys[r].end(), before))
+      std::sort(keys[r].begin(), keys[r].end(), before);
   // The two ranks of a message (sender, receiver).
   auto ranksOf = [&](uint64_t id) {
     const Work w = producerOf(size_t(id / 2), id % 2);
@@ -366,22 +379,39 @@ Status insertComm(Schedule &s, const CostModel &cost) {
         s.placement.rank(w.copy, w.stage),
         s.placement.rank(w.copy, id % 2 ? w.stage - 1 : w.stage + 1));
   };
-  // Distributed in key order, so every rank's list is sorted too.
   std::vector<size_t> perRank(numRanks, 0);
-  for (const MsgKey &k : keys) {
-    auto [src, dst] = ranksOf(k.id);
-    ++perRank[src];
-    ++perRank[dst];
-  }
+  for (int32_t r = 0; r < numRanks; ++r)
+    for (const MsgKey &k : keys[r]) {
+      ++perRank[r];
+      ++perRank[ranksOf(k.id).second];
+    }
   std::vector<std::vector<MsgKey>> events(numRanks);
   for (int32_t r = 0; r < numRanks; ++r)
     events[r].reserve(perRank[r]);
-  for (const MsgKey &k : keys) {
-    auto [src, dst] = ranksOf(k.id);
-    events[src].push_back(k);
-    events[dst].push_back(k);
+  // Merged in key order (a heap of the ranks' next keys) and distributed,
+  // so every rank's list is sorted too.
+  std::vector<size_t> head(numRanks, 0);
+  std::vector<int32_t> heap;
+  auto later = [&](int32_t x, int32_t y) {
+    return before(keys[y][head[y]], keys[x][head[x]]);
+  };
+  for (int32_t r = 0; r < numRanks; ++r)
+    if (!keys[r].empty())
+      heap.push_back(r);
+  std::make_heap(heap.begin(), heap.end(), later);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    int32_t q = heap.back();
+    const MsgKey &k = keys[q][head[q]++];
+    events[q].push_back(k);
+    events[ranksOf(k.id).second].push_back(k);
+    if (head[q] < keys[q].size())
+      std::push_heap(heap.begin(), heap.end(), later);
+    else {
+      heap.pop_back();
+      release(keys[q]);
+    }
   }
-  release(keys);
   // The Send (on the producer's rank) or Recv of one message.
   auto messageOn = [&](int32_t r, uint64_t id) {
     const Work w = producerOf(size_t(id / 2), id % 2);

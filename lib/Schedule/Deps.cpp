@@ -61,46 +61,6 @@ std::vector<Loc> locateWork(const Schedule &s, const WorkIndex &idx) {
   return locs;
 }
 
-std::optional<Work> nominalProducer(const Work &w, int32_t numStages) {
-  Work p = w;
-  switch (w.kind) {
-  case WorkKind::F:
-    if (w.stage == 0)
-      return std::nullopt;
-    p.stage = w.stage - 1;
-    return p;
-  case WorkKind::B:
-  case WorkKind::BW:
-    if (w.stage == numStages - 1) {
-      p.kind = WorkKind::F;
-      return p;
-    }
-    p.kind = WorkKind::B;
-    p.stage = w.stage + 1;
-    return p;
-  case WorkKind::W:
-    p.kind = WorkKind::B;
-    return p;
-  }
-  return std::nullopt;
-}
-
-std::optional<Work> resolveProducer(const Work &nominal,
-                                    const std::vector<Loc> &locs,
-                                    const WorkIndex &idx) {
-  if (!idx.inRange(nominal))
-    return std::nullopt;
-  if (locs[idx.id(nominal)].present())
-    return nominal;
-  if (nominal.kind == WorkKind::B) {
-    Work bw = nominal;
-    bw.kind = WorkKind::BW;
-    if (locs[idx.id(bw)].present())
-      return bw;
-  }
-  return std::nullopt;
-}
-
 int32_t consumerStage(const Action &msg) {
   switch (msg.payload) {
   case Payload::Activation:

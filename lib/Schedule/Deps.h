@@ -28,9 +28,13 @@ struct WorkIndex {
       : numCopies(s.placement.numCopies), numStages(s.placement.numStages),
         numMb(s.numMicrobatches) {}
 
-  size_t size() const {
-    return static_cast<size_t>(numCopies) * numStages * numMb * 4;
+  size_t size() const { return numItems() * 4; }
+  /// Items (copy, stage, mb); each has 4 work ids and 2 message keys.
+  size_t numItems() const {
+    return static_cast<size_t>(numCopies) * numStages * numMb;
   }
+  /// The range of messageKey: an activation and a gradient per item.
+  size_t numMessages() const { return numItems() * 2; }
   bool inRange(const Work &w) const {
     return w.copy >= 0 && w.copy < numCopies && w.stage >= 0 &&
            w.stage < numStages && w.mb >= 0 && w.mb < numMb;
@@ -61,14 +65,49 @@ std::vector<Loc> locateWork(const Schedule &s, const WorkIndex &idx);
 
 /// The nominal producer of `w`'s input: F(s-1) for F, the backward of s+1
 /// (kind B) or F(last) for B and BW, B(s) for W. None for F on stage 0.
-std::optional<Work> nominalProducer(const Work &w, int32_t numStages);
+/// Inline: the verifier and the simulator ask it for every compute.
+inline std::optional<Work> nominalProducer(const Work &w, int32_t numStages) {
+  Work p = w;
+  switch (w.kind) {
+  case WorkKind::F:
+    if (w.stage == 0)
+      return std::nullopt;
+    p.stage = w.stage - 1;
+    return p;
+  case WorkKind::B:
+  case WorkKind::BW:
+    if (w.stage == numStages - 1) {
+      p.kind = WorkKind::F;
+      return p;
+    }
+    p.kind = WorkKind::B;
+    p.stage = w.stage + 1;
+    return p;
+  case WorkKind::W:
+    p.kind = WorkKind::B;
+    return p;
+  }
+  return std::nullopt;
+}
 
 /// Resolves a nominal producer against the table: a nominal B means "B or
 /// BW", whichever exists; W's producer B may also be satisfied by nothing
 /// else. Returns the actual producer work, or nullopt when absent.
-std::optional<Work> resolveProducer(const Work &nominal,
-                                    const std::vector<Loc> &locs,
-                                    const WorkIndex &idx);
+inline std::optional<Work> resolveProducer(const Work &nominal,
+                                           const std::vector<Loc> &locs,
+                                           const WorkIndex &idx) {
+  if (!idx.inRange(nominal))
+    return std::nullopt;
+  if (locs[idx.id(nominal)].present())
+    return nominal;
+  if (nominal.kind == WorkKind::B) {
+    Work bw = nominal;
+    bw.kind = WorkKind::BW;
+    if (locs[idx.id(bw)].present())
+      return bw;
+  }
+  return std::nullopt;
+}
 
 /// The identity of a message: payload kind plus the producer's (copy, stage,
 /// mb); B and BW producers carry the same gradient identity.
@@ -77,35 +116,52 @@ inline bool sameMessage(const Action &a, const Action &b) {
          a.work.mb == b.work.mb && a.work.copy == b.work.copy;
 }
 
-/// The id used to key a message: the producer slot (F for activations, B
-/// for gradients, whatever the producer kind). Requires idx.inRange.
+/// The id used to key a message, in [0, idx.numMessages()): the producer's
+/// item, activation (F) or gradient (B or BW, whatever the producer kind).
+/// Dense, half the work ids: tables keyed by it stay small. Requires
+/// idx.inRange.
 inline size_t messageKey(const Work &producer, const WorkIndex &idx) {
-  Work k = producer;
-  k.kind = producer.kind == WorkKind::F ? WorkKind::F : WorkKind::B;
-  return idx.id(k);
+  return idx.id(producer) / 4 * 2 + (producer.kind == WorkKind::F ? 0 : 1);
 }
 
 /// The stage that consumes a message: stage+1 for activations, stage-1 for
 /// gradients; -1 (none) for weight grads.
 int32_t consumerStage(const Action &msg);
 
-/// Dense ids for the (src, dst) channels used by the program's messages.
+/// Dense ids for the (src, dst) channels used by the program's messages,
+/// numbered in order of first use. Up to kDenseRanks ranks a p x p table
+/// answers (a lookup per message action of millions); beyond, a hash map.
 class ChannelMap {
 public:
+  static constexpr int32_t kDenseRanks = 1024;
+  explicit ChannelMap(int32_t numRanks = 0) {
+    if (numRanks > 0 && numRanks <= kDenseRanks) {
+      n = numRanks;
+      dense.assign(size_t(n) * n, -1);
+    }
+  }
   /// Id of channel src->dst, creating it on first use.
   int32_t get(int32_t src, int32_t dst) {
+    if (src >= 0 && src < n && dst >= 0 && dst < n) {
+      int32_t &id = dense[size_t(src) * n + dst];
+      if (id < 0)
+        id = count++;
+      return id;
+    }
     int64_t key =
         (static_cast<int64_t>(src) << 32) | static_cast<uint32_t>(dst);
     // find first: emplace would allocate a node on every call.
     if (auto it = ids.find(key); it != ids.end())
       return it->second;
-    int32_t id = static_cast<int32_t>(ids.size());
+    int32_t id = count++;
     ids.emplace(key, id);
     return id;
   }
-  int32_t size() const { return static_cast<int32_t>(ids.size()); }
+  int32_t size() const { return count; }
 
 private:
+  int32_t n = 0, count = 0;
+  std::vector<int32_t> dense;
   std::unordered_map<int64_t, int32_t> ids;
 };
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <ostream>
 #include <sstream>
 
@@ -13,32 +12,81 @@ namespace pipeforge::sched {
 
 namespace {
 /// Rank-local chunk index of (copy, stage) per rank, -1 if the rank holds
-/// only one.
-std::vector<std::map<std::pair<int, int>, int>> chunkIndex(const Schedule &s) {
-  std::vector<std::map<std::pair<int, int>, int>> idx(s.numRanks());
+/// only one of them (or not this one): chunkIndex(s)[r][copy * stages +
+/// stage], a dense table (a cell of the grid looks it up once).
+std::vector<std::vector<int>> chunkIndex(const Schedule &s) {
   const Placement &pl = s.placement;
-  for (int c = 0; c < pl.numCopies && c < static_cast<int>(pl.rankOf.size());
-       ++c)
-    for (int st = 0; st < static_cast<int>(pl.rankOf[c].size()); ++st) {
+  size_t stages = pl.numStages > 0 ? size_t(pl.numStages) : 0;
+  size_t copies = pl.numCopies > 0 ? size_t(pl.numCopies) : 0;
+  std::vector<std::vector<int>> idx(s.numRanks(),
+                                    std::vector<int>(copies * stages, -1));
+  std::vector<int> held(s.numRanks(), 0);
+  // (copy, stage) in increasing order: the order of the chunks' numbers.
+  for (size_t c = 0; c < copies && c < pl.rankOf.size(); ++c)
+    for (size_t st = 0; st < stages && st < pl.rankOf[c].size(); ++st) {
       int r = pl.rankOf[c][st];
       if (r >= 0 && r < s.numRanks())
-        idx[r].emplace(std::make_pair(c, st), 0);
+        idx[r][c * stages + st] = held[r]++;
     }
-  for (auto &m : idx) {
-    int k = 0;
-    for (auto &kv : m)
-      kv.second = m.size() > 1 ? k++ : -1;
-  }
+  for (int r = 0; r < s.numRanks(); ++r)
+    if (held[r] <= 1)
+      for (int &k : idx[r])
+        k = -1;
   return idx;
 }
 
-std::string cellOf(const Work &w,
-                   const std::map<std::pair<int, int>, int> &ch) {
-  std::string out = workKindName(w.kind) + std::to_string(w.mb);
-  auto it = ch.find({w.copy, w.stage});
-  if (it != ch.end() && it->second >= 0)
-    out += "." + std::to_string(it->second);
-  return out;
+/// Writes the decimal digits of v at p; returns the end.
+char *putInt(char *p, long long v) {
+  char tmp[24];
+  unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : v;
+  int n = 0;
+  do {
+    tmp[n++] = char('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0)
+    *p++ = '-';
+  while (n)
+    *p++ = tmp[--n];
+  return p;
+}
+
+/// Decimal digits of v >= 0.
+size_t digits(long long v) {
+  size_t n = 1;
+  for (; v >= 10; v /= 10)
+    ++n;
+  return n;
+}
+
+/// The chunk number of w on its rank, -1 for none.
+int chunkOf(const Work &w, const std::vector<int> &chunks, int32_t stages) {
+  size_t at = size_t(w.copy) * size_t(stages) + size_t(w.stage);
+  if (w.copy >= 0 && w.stage >= 0 && w.stage < stages && at < chunks.size())
+    return chunks[at];
+  return -1;
+}
+
+/// The length putCell writes, without writing it.
+size_t cellLen(const Work &w, const std::vector<int> &chunks, int32_t stages) {
+  size_t n = (w.kind == WorkKind::BW ? 2 : 1) +
+             (w.mb < 0 ? 1 + digits(-(long long)w.mb) : digits(w.mb));
+  int c = chunkOf(w, chunks, stages);
+  return c >= 0 ? n + 1 + digits(c) : n;
+}
+
+/// "F3" or "F3.1" (microbatch 3 of the rank's chunk 1) at p; returns the
+/// end. At most 2 + 11 + 1 + 11 bytes.
+char *putCell(char *p, const Work &w, const std::vector<int> &chunks,
+              int32_t stages) {
+  for (const char *k = workKindName(w.kind); *k; ++k)
+    *p++ = *k;
+  p = putInt(p, w.mb);
+  if (int c = chunkOf(w, chunks, stages); c >= 0) {
+    *p++ = '.';
+    p = putInt(p, c);
+  }
+  return p;
 }
 
 std::string fmt(double v) {
@@ -77,13 +125,25 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
   constexpr uint64_t kIdle = ~uint64_t(0), kBusy = ~uint64_t(0) - 1;
   std::vector<std::vector<uint64_t>> rows(p);
   std::vector<size_t> nextFree(p, 0);
-  auto labelOf = [&](int r, uint64_t idx) {
+  // A cell's label into buf (64 bytes); returns its length.
+  int32_t stages = s.placement.numStages;
+  auto labelOf = [&](int r, uint64_t idx, char *buf) -> size_t {
     const Action &a = s.programs[r][idx];
-    std::string label = cellOf(a.work, chunks[r]);
-    if (a.kind == ActionKind::Overlap)
-      label += "+" + cellOf(a.work2, chunks[r]);
-    return label;
+    char *p = putCell(buf, a.work, chunks[r], stages);
+    if (a.kind == ActionKind::Overlap) {
+      *p++ = '+';
+      p = putCell(p, a.work2, chunks[r], stages);
+    }
+    return size_t(p - buf);
   };
+  auto labelLen = [&](int r, uint64_t idx) -> size_t {
+    const Action &a = s.programs[r][idx];
+    size_t n = cellLen(a.work, chunks[r], stages);
+    if (a.kind == ActionKind::Overlap)
+      n += 1 + cellLen(a.work2, chunks[r], stages);
+    return n;
+  };
+  char buf[64];
   for (const Interval &iv : sim.intervals) {
     if (iv.rank < 0 || iv.rank >= p)
       continue;
@@ -111,7 +171,7 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
   for (int r = 0; r < p; ++r)
     for (size_t c = 0; c < rows[r].size(); ++c)
       if (rows[r][c] < kBusy)
-        width[c] = std::max<size_t>(width[c], labelOf(r, rows[r][c]).size());
+        width[c] = std::max<size_t>(width[c], labelLen(r, rows[r][c]));
   os << (s.name.empty() ? std::string("schedule") : s.name) << ": " << p
      << " ranks, " << s.numMicrobatches << " microbatches, slot " << fmt(unit)
      << ", makespan " << fmt(sim.makespan) << ", bubble "
@@ -125,12 +185,16 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
     size_t pendingSpaces = 0;
     for (size_t c = 0; c < cols; ++c) {
       uint64_t cell = c < rows[r].size() ? rows[r][c] : kIdle;
-      std::string label = cell == kIdle   ? std::string(".")
-                          : cell == kBusy ? std::string("-")
-                                          : labelOf(r, cell);
+      size_t len = 1;
+      if (cell == kIdle)
+        buf[0] = '.';
+      else if (cell == kBusy)
+        buf[0] = '-';
+      else
+        len = labelOf(r, cell, buf);
       line.append(pendingSpaces + 1, ' ');
-      line += label;
-      pendingSpaces = width[c] - label.size();
+      line.append(buf, len);
+      pendingSpaces = width[c] - len;
       if (line.size() > (1 << 16)) {
         os << line;
         line.clear();

@@ -423,7 +423,11 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
     return Status::error("invalid schedule: " + st.message());
 
   step("simulating");
-  auto sim = simulate(sch, cost);
+  // verify() accepted it: the simulator need not check it again.
+  SimOptions so;
+  so.intervals = j.intervals;
+  so.verified = true;
+  auto sim = simulate(sch, cost, so);
   if (!sim)
     return Status::error("simulation failed: " + sim.message());
   r.sim = sim.take();
@@ -435,6 +439,14 @@ bool isJobFormat(const std::string &format) {
     if (format == f)
       return true;
   return false;
+}
+
+SimIntervals intervalsForFormat(const std::string &format) {
+  if (format == "text")
+    return SimIntervals::Compute;
+  if (format == "json" || format == "csv")
+    return SimIntervals::None;
+  return SimIntervals::All;
 }
 
 namespace {

@@ -9,40 +9,73 @@ namespace pipeforge::sched::detail {
 
 ReplayEngine::ReplayEngine(const Schedule &s, const WorkIndex &idx,
                            const std::vector<Loc> &locs, Options opts)
-    : s(s), idx(idx), locs(locs), opts(std::move(opts)),
-      numRanks(s.numRanks()) {}
+    : s(s), idx(idx), locs(locs), opts(std::move(opts)), numRanks(s.numRanks()),
+      chans(s.numRanks()) {}
 
 void ReplayEngine::assignChannels() {
   // Channels are numbered in program order (callers report channel errors
   // in that order); ordinals count each side's messages in program order.
+  // A first pass numbers the channels and counts their messages, so that
+  // every table is sized once (millions of messages: no growth by
+  // doubling).
   slots.assign(numRanks, {});
-  std::vector<int32_t> nGr;
-  auto channel = [&](int32_t src, int32_t dst) {
-    int32_t c = chans.get(src, dst);
-    if (static_cast<size_t>(c) == chanSends.size()) {
-      chanSends.emplace_back();
-      chanRecvs.emplace_back();
-      nGr.push_back(0);
+  std::vector<size_t> nSend, nRecv;
+  auto touch = [&](int32_t src, int32_t dst) {
+    size_t c = static_cast<size_t>(chans.get(src, dst));
+    if (c >= nSend.size()) {
+      nSend.resize(c + 1, 0);
+      nRecv.resize(c + 1, 0);
     }
     return c;
   };
   for (int32_t r = 0; r < numRanks; ++r) {
+    size_t numComm = 0;
+    for (const Action &a : s.programs[r]) {
+      if (!a.isComm())
+        continue;
+      ++numComm;
+      if (a.kind == ActionKind::Send) {
+        ++nSend[touch(r, a.peer)];
+      } else if (a.kind == ActionKind::Recv) {
+        ++nRecv[touch(a.peer, r)];
+      } else { // GradReduce: both directions, no Send or Recv
+        touch(r, a.peer);
+        touch(a.peer, r);
+      }
+    }
+    slots[r].reserve(numComm);
+  }
+  chanSends.resize(nSend.size());
+  chanRecvs.resize(nSend.size());
+  if (!opts.verified)
+    for (size_t c = 0; c < nSend.size(); ++c) {
+      chanSends[c].reserve(nSend[c]);
+      chanRecvs[c].reserve(nRecv[c]);
+    }
+  chanSendCount = nSend;
+  std::vector<int32_t> nGr(nSend.size(), 0), sendOrd(nSend.size(), 0),
+      recvOrd(nSend.size(), 0);
+  auto channel = [&](int32_t src, int32_t dst) { return chans.get(src, dst); };
+  for (int32_t r = 0; r < numRanks; ++r) {
     const std::vector<Action> &prog = s.programs[r];
-    slots[r].resize(prog.size());
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
-      CommSlot &sl = slots[r][i];
+      if (!a.isComm())
+        continue;
+      CommSlot &sl = slots[r].emplace_back();
       Loc here{r, static_cast<int32_t>(i)};
       switch (a.kind) {
       case ActionKind::Send:
         sl.chan = channel(r, a.peer);
-        sl.ordinal = static_cast<int32_t>(chanSends[sl.chan].size());
-        chanSends[sl.chan].push_back(here);
+        sl.ordinal = sendOrd[sl.chan]++;
+        if (!opts.verified)
+          chanSends[sl.chan].push_back(here);
         break;
       case ActionKind::Recv:
         sl.chan = channel(a.peer, r);
-        sl.ordinal = static_cast<int32_t>(chanRecvs[sl.chan].size());
-        chanRecvs[sl.chan].push_back(here);
+        sl.ordinal = recvOrd[sl.chan]++;
+        if (!opts.verified)
+          chanRecvs[sl.chan].push_back(here);
         break;
       case ActionKind::GradReduce:
         sl.chan = channel(r, a.peer);
@@ -59,17 +92,18 @@ void ReplayEngine::assignChannels() {
 void ReplayEngine::reset() {
   size_t nc = chans.size();
   done.assign(idx.size(), 0);
-  received.assign(idx.size(), 0);
+  received.assign(idx.numMessages(), 0);
   sendArr.assign(nc, 0);
   recvArr.assign(nc, 0);
   grArr.assign(nc, 0);
   pc.assign(numRanks, 0);
+  commPc.assign(numRanks, 0);
   arrived.assign(numRanks, 0);
   mem.assign(numRanks, 0);
   peak.assign(numRanks, 0);
   overStep.assign(numRanks, SIZE_MAX);
   overMem.assign(numRanks, 0);
-  sendKeyBase = idx.size();
+  sendKeyBase = s.hasComm ? 0 : idx.size();
   recvKeyBase = sendKeyBase + nc;
   grKeyBase = recvKeyBase + nc;
   waits.reset(grKeyBase + nc, numRanks);
@@ -191,8 +225,10 @@ std::string ReplayEngine::blockedReason(int32_t r) const {
            " reaches its matching GRADREDUCE; " + whereIs(a.peer);
   default: {
     // A compute waiting on a remote producer (compute-only schedules).
+    if (locs.empty())
+      return toString(a) + " cannot proceed";
     size_t key = waits.parkedOn(r);
-    if (!waits.isParked(r) || key >= idx.size())
+    if (!waits.isParked(r) || key >= sendKeyBase)
       return toString(a) + " cannot proceed";
     for (const Work *w : {&a.work, &a.work2}) {
       if (w == &a.work2 && a.kind != ActionKind::Overlap)

@@ -66,6 +66,13 @@ public:
     /// Send): the engine does not check them again, and leaves the Inputs
     /// of schedules with messages unresolved (None).
     bool prechecked = false;
+    /// For a timed client of a schedule with messages that passed verify():
+    /// the checks are skipped as with `prechecked`, and inputs are resolved
+    /// from the placement alone (a producer on this rank is Local with the
+    /// nominal producer's id, B standing for BW too; another rank's is a
+    /// Message), so the engine needs no work locator (`locs` may be
+    /// empty) and keeps no per-channel Loc lists (sendsOn, recvsOn).
+    bool verified = false;
     /// Memory accounting with this cost model's memDelta.
     const CostModel *memCost = nullptr;
     /// With memCost: note, per rank, the first step whose activation memory
@@ -97,9 +104,11 @@ public:
   template <class Client> Outcome run(Client &client);
 
   // The channel tables (after assignChannels).
-  const CommSlot &slot(int32_t r, size_t i) const { return slots[r][i]; }
   int32_t numChannels() const { return chans.size(); }
-  /// Where each Send / Recv of channel `c` is, in ordinal (FIFO) order.
+  /// How many Sends channel `c` carries.
+  size_t numSends(int32_t c) const { return chanSendCount[c]; }
+  /// Where each Send / Recv of channel `c` is, in ordinal (FIFO) order
+  /// (empty with Options::verified).
   const std::vector<Loc> &sendsOn(int32_t c) const { return chanSends[c]; }
   const std::vector<Loc> &recvsOn(int32_t c) const { return chanRecvs[c]; }
 
@@ -120,6 +129,8 @@ private:
   void reset();
   template <class Client> Step advance(int32_t r, Client &client);
   Step input(int32_t r, size_t i, const Work &w, Input &in) {
+    if (opts.verified && s.hasComm)
+      return resolveVerified(r, w, in);
     if (opts.prechecked && s.hasComm) {
       in = Input();
       return Step::Done;
@@ -127,13 +138,24 @@ private:
     return resolveInput(r, i, w, in);
   }
   Step resolveInput(int32_t r, size_t i, const Work &w, Input &in);
+  Step resolveVerified(int32_t r, const Work &w, Input &in) {
+    std::optional<Work> nominal = nominalProducer(w, idx.numStages);
+    if (!nominal)
+      in = Input();
+    else if (s.placement.rank(nominal->copy, nominal->stage) == r)
+      in = Input{Input::Local, idx.id(*nominal)};
+    else
+      in = Input{Input::Message, messageKey(*nominal, idx)};
+    return Step::Done;
+  }
   Step checkSend(int32_t r, size_t i, const Action &a);
   Step checkRecv(int32_t r, size_t i, const Action &a, const CommSlot &sl);
   void account(int32_t r, size_t i, const Action &a);
   void complete(const Work &w) {
     size_t id = idx.id(w);
     done[id] = 1;
-    waits.wake(id, ready);
+    if (!s.hasComm) // only compute-only schedules park on work ids
+      waits.wake(id, ready);
   }
   Step fail(int32_t r, size_t i, std::string msg) {
     outcome = Outcome{Outcome::Failed, r, i, std::move(msg)};
@@ -165,8 +187,13 @@ private:
 
   // Channels.
   ChannelMap chans;
+  /// Per rank, one slot per message action, in program order (compute
+  /// actions have none: 12 bytes per message, not per action); the rank's
+  /// current one is slots[r][commPc[r]].
   std::vector<std::vector<CommSlot>> slots;
+  std::vector<size_t> commPc;
   std::vector<std::vector<Loc>> chanSends, chanRecvs;
+  std::vector<size_t> chanSendCount;
 
   // Dataflow state.
   std::vector<char> done;     ///< by work id: has run
@@ -179,7 +206,9 @@ private:
   std::vector<size_t> overStep; ///< first step over memLimit, or SIZE_MAX
   std::vector<double> overMem;
 
-  // Parking: keys are work ids, then send, recv and GradReduce channel keys.
+  // Parking: keys are work ids (compute-only schedules: a compute waits
+  // for a remote producer; none with messages), then send, recv and
+  // GradReduce channel keys.
   WaitLists waits;
   std::vector<int32_t> ready;
   size_t sendKeyBase = 0, recvKeyBase = 0, grKeyBase = 0;
@@ -225,9 +254,9 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
       break;
     }
     case ActionKind::Send: {
-      const CommSlot &sl = slots[r][i];
+      const CommSlot &sl = slots[r][commPc[r]];
       if (arrive(r)) {
-        if (!opts.prechecked)
+        if (!opts.prechecked && !opts.verified)
           if (Step k = checkSend(r, i, a); k != Step::Done)
             return k;
         c.send(r, i, a, sl);
@@ -239,7 +268,7 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
       break;
     }
     case ActionKind::Recv: {
-      const CommSlot &sl = slots[r][i];
+      const CommSlot &sl = slots[r][commPc[r]];
       if (arrive(r)) {
         ++recvArr[sl.chan];
         if (opts.rendezvousSends)
@@ -247,7 +276,7 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
       }
       if (sendArr[sl.chan] <= sl.ordinal)
         return park(r, recvKey(sl.chan));
-      if (!opts.prechecked)
+      if (!opts.prechecked && !opts.verified)
         if (Step k = checkRecv(r, i, a, sl); k != Step::Done)
           return k;
       c.recv(r, i, a, sl);
@@ -256,7 +285,7 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
       break;
     }
     case ActionKind::GradReduce: {
-      const CommSlot &sl = slots[r][i];
+      const CommSlot &sl = slots[r][commPc[r]];
       if (arrive(r)) {
         c.gradReduceArrive(r, i, sl);
         ++grArr[sl.chan];
@@ -269,6 +298,8 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
     }
     }
     arrived[r] = 0;
+    if (a.isComm())
+      ++commPc[r];
     ++pc[r];
   }
   return Step::Done;

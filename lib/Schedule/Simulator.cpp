@@ -73,9 +73,10 @@ using namespace detail;
 
 class Simulation {
 public:
-  Simulation(const Schedule &s, const CostModel &cost)
-      : s(s), cost(cost), idx(s), numRanks(s.numRanks()),
-        engine(s, idx, locs, engineOptions(cost)) {}
+  Simulation(const Schedule &s, const CostModel &cost, const SimOptions &o)
+      : s(s), cost(cost), keep(o.intervals), verified(o.verified && s.hasComm),
+        idx(s), numRanks(s.numRanks()),
+        engine(s, idx, locs, engineOptions(cost, verified)) {}
 
   Expected<SimResult> run();
 
@@ -92,13 +93,15 @@ public:
     double end = std::max(t, grArrive[sl.other][sl.ordinal]);
     stats[r].exposedComm += end - t;
     now[r] = end;
-    place(r, i, t, end);
+    place(r, i, t, end, false);
   }
 
 private:
-  static ReplayEngine::Options engineOptions(const CostModel &cost) {
+  static ReplayEngine::Options engineOptions(const CostModel &cost,
+                                             bool verified) {
     ReplayEngine::Options o;
     o.memCost = &cost;
+    o.verified = verified;
     return o;
   }
   Status prepare();
@@ -113,7 +116,7 @@ private:
       return;
     case Input::Message:
       readyAt = recvTime[in.id];
-      sent = sentAt[in.id];
+      sent = sentAt.empty() ? readyAt : sentAt[in.id];
       return;
     case Input::Edge: // compute-only: an edge delay, not a message
       readyAt = sent = endTime[in.id] + cost.tcomm;
@@ -146,6 +149,9 @@ private:
 
   const Schedule &s;
   const CostModel &cost;
+  SimIntervals keep;
+  /// SimOptions::verified, with messages: no checks, no work locator.
+  bool verified;
   WorkIndex idx;
   int32_t numRanks;
   std::vector<Loc> locs;
@@ -154,21 +160,31 @@ private:
   // Times.
   std::vector<double> endTime;  ///< by work id
   std::vector<double> recvTime; ///< by messageKey
-  std::vector<double> sentAt;   ///< by messageKey: when the Send posted
-  std::vector<std::vector<double>> sendPost, sendArrive; ///< per channel
+  /// By messageKey: when the Send posted (overlapComm only: it measures
+  /// the exposed transfer in the consumer).
+  std::vector<double> sentAt;
+  /// Per channel, by ordinal: when each Send posted and (overlapComm only;
+  /// else tcomm later) when it arrives.
+  std::vector<std::vector<double>> sendPost, sendArrive;
   std::vector<std::vector<double>> grArrive;             ///< per channel
 
   // Rank state.
   std::vector<double> now;
   std::vector<RankStats> stats;
   std::vector<char> anyCompute;
-  /// Every action's interval, rank after rank in program order (rank r's
-  /// action i at base[r] + i): sized once, written in place, handed to the
-  /// result without a copy (one 32-byte Interval per action resident).
+  /// The kept actions' intervals, rank after rank in program order (rank
+  /// r's n-th kept action at base[r] + n): sized once, written in place,
+  /// handed to the result without a copy (one 24-byte Interval per kept
+  /// action resident).
   std::vector<Interval> intervals;
-  std::vector<size_t> base;
-  void place(int32_t r, size_t i, double start, double end) {
-    intervals[base[r] + i] = Interval{r, i, start, end};
+  std::vector<size_t> base, kept;
+  double makespan = 0;
+  void place(int32_t r, size_t i, double start, double end, bool isCompute) {
+    makespan = std::max(makespan, end);
+    if (keep == SimIntervals::All ||
+        (keep == SimIntervals::Compute && isCompute))
+      intervals[base[r] + kept[r]++] =
+          Interval{r, static_cast<uint32_t>(i), start, end};
   }
   // Communication model.
   bool commModel = false;       ///< overlapComm, or some stage has all-to-alls
@@ -180,8 +196,13 @@ Status Simulation::prepare() {
   if (Status st = checkShape(s); !st)
     return st;
   const Placement &pl = s.placement;
-  locs = locateWork(s, idx);
-  for (int32_t r = 0; r < numRanks; ++r) {
+  for (int32_t r = 0; r < numRanks; ++r)
+    if (s.programs[r].size() > UINT32_MAX)
+      return Status::error("rank " + std::to_string(r) + " has " +
+                           std::to_string(s.programs[r].size()) +
+                           " actions; the simulator takes at most 2^32 - 1 "
+                           "per rank");
+  for (int32_t r = 0; r < numRanks && !verified; ++r) {
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
@@ -219,20 +240,38 @@ Status Simulation::prepare() {
             s, r, i, "message " + toString(a.work) + " is out of range"));
     }
   }
+  if (!verified)
+    locs = locateWork(s, idx);
   engine.assignChannels();
   size_t nc = engine.numChannels();
-  endTime.assign(idx.size(), 0);
-  recvTime.assign(idx.size(), 0);
-  sentAt.assign(idx.size(), 0);
   sendPost.resize(nc);
   sendArrive.resize(nc);
+  // Sized once: a channel's sends are known (growth by doubling would
+  // hold up to twice the bytes).
+  for (size_t c = 0; c < nc; ++c) {
+    sendPost[c].reserve(engine.numSends(c));
+    if (cost.overlapComm)
+      sendArrive[c].reserve(engine.numSends(c));
+  }
+  endTime.assign(idx.size(), 0);
+  recvTime.assign(idx.numMessages(), 0);
+  if (cost.overlapComm)
+    sentAt.assign(idx.numMessages(), 0);
   grArrive.resize(nc);
   now.assign(numRanks, 0);
   stats.assign(numRanks, RankStats());
   anyCompute.assign(numRanks, 0);
   base.assign(numRanks + 1, 0);
-  for (int32_t r = 0; r < numRanks; ++r)
-    base[r + 1] = base[r] + s.programs[r].size();
+  kept.assign(numRanks, 0);
+  for (int32_t r = 0; r < numRanks; ++r) {
+    size_t n = 0;
+    if (keep == SimIntervals::All)
+      n = s.programs[r].size();
+    else if (keep == SimIntervals::Compute)
+      for (const Action &a : s.programs[r])
+        n += !a.isComm();
+    base[r + 1] = base[r] + n;
+  }
   intervals.assign(base[numRanks], Interval{0, 0, 0, 0});
   commModel = cost.overlapComm;
   for (int st = 0; st < pl.numStages && !commModel; ++st)
@@ -277,10 +316,20 @@ void Simulation::compute(int32_t r, size_t i, const Action &a, const Input &in1,
   st.busy += busy;
   st.lastEnd = end;
   now[r] = end;
-  place(r, i, start, end);
-  endTime[idx.id(a.work)] = end;
+  place(r, i, start, end, true);
+  auto finish = [&](const Work &w) {
+    endTime[idx.id(w)] = end;
+    // A verified replay resolves a local input by its nominal producer:
+    // B stands for BW too.
+    if (verified && w.kind == WorkKind::BW) {
+      Work b = w;
+      b.kind = WorkKind::B;
+      endTime[idx.id(b)] = end;
+    }
+  };
+  finish(a.work);
   if (pair)
-    endTime[idx.id(a.work2)] = end;
+    finish(a.work2);
 }
 
 void Simulation::send(int32_t r, size_t i, const Action &, const CommSlot &sl) {
@@ -290,10 +339,8 @@ void Simulation::send(int32_t r, size_t i, const Action &, const CommSlot &sl) {
     double arrive = occupyComm(r, t, cost.tcomm);
     addComm(r, i, arrive - cost.tcomm, arrive, CommInterval::P2P);
     sendArrive[sl.chan].push_back(arrive);
-  } else {
-    sendArrive[sl.chan].push_back(t + cost.tcomm);
   }
-  place(r, i, t, t);
+  place(r, i, t, t, false);
 }
 
 void Simulation::recv(int32_t r, size_t i, const Action &a,
@@ -301,7 +348,9 @@ void Simulation::recv(int32_t r, size_t i, const Action &a,
   double t = now[r];
   RankStats &st = stats[r];
   double posted = sendPost[sl.chan][sl.ordinal];
-  double arrive = sendArrive[sl.chan][sl.ordinal];
+  // Without overlapComm a message arrives tcomm after it was posted.
+  double arrive =
+      cost.overlapComm ? sendArrive[sl.chan][sl.ordinal] : posted + cost.tcomm;
   // Blocking (default): the rank waits here. overlapComm: the receive is
   // posted and the consumer waits for `arrive`.
   double end = cost.overlapComm ? t : std::max(t, arrive);
@@ -313,11 +362,12 @@ void Simulation::recv(int32_t r, size_t i, const Action &a,
       addComm(r, i, end - fl, end, CommInterval::ExposedP2P);
   }
   now[r] = end;
-  place(r, i, t, end);
+  place(r, i, t, end, false);
   if (a.payload != Payload::WeightGrad) {
     size_t key = messageKey(a.work, idx);
     recvTime[key] = cost.overlapComm ? std::max(t, arrive) : end;
-    sentAt[key] = posted;
+    if (!sentAt.empty())
+      sentAt[key] = posted;
   }
 }
 
@@ -420,9 +470,8 @@ Expected<SimResult> Simulation::run() {
     maxBusy = std::max(maxBusy, st.busy);
     if (anyCompute[r])
       zbCost = std::max(zbCost, st.lastEnd - st.firstStart);
-    for (size_t k = base[r]; k < base[r + 1]; ++k)
-      res.makespan = std::max(res.makespan, intervals[k].end);
   }
+  res.makespan = makespan;
   if (res.makespan > 0)
     res.bubbleRate = 1 - sumBusy / (numRanks * res.makespan);
   if (zbCost > 0)
@@ -432,8 +481,9 @@ Expected<SimResult> Simulation::run() {
 }
 } // namespace
 
-Expected<SimResult> simulate(const Schedule &s, const CostModel &cost) {
-  Simulation sim(s, cost);
+Expected<SimResult> simulate(const Schedule &s, const CostModel &cost,
+                             const SimOptions &opts) {
+  Simulation sim(s, cost, opts);
   return sim.run();
 }
 

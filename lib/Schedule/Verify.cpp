@@ -165,7 +165,7 @@ Status Verifier::checkOnce() {
       }
     }
   }
-  locs = first;
+  locs = std::move(first);
   for (int8_t c = 0; c < idx.numCopies; ++c)
     for (int32_t st = 0; st < idx.numStages; ++st)
       for (int32_t j = 0; j < idx.numMb; ++j) {
@@ -265,8 +265,8 @@ Status Verifier::checkLocalDeps() {
 }
 
 Status Verifier::checkMessages() {
-  std::vector<Loc> sentAt(idx.size());
-  recvAt.assign(idx.size(), Loc());
+  std::vector<Loc> sentAt(idx.numMessages());
+  recvAt.assign(idx.numMessages(), Loc());
   for (int32_t r = 0; r < numRanks; ++r) {
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
@@ -379,7 +379,7 @@ Status Verifier::run() {
   engine.assignChannels();
   if (Status st = checkOnce(); !st)
     return st;
-  recvAt.assign(idx.size(), Loc());
+  recvAt.assign(idx.numMessages(), Loc());
   if (anyComm) {
     if (Status st = checkMessages(); !st)
       return st;

@@ -294,6 +294,7 @@ Options parseArgs(int argc, char **argv) {
   if (!isJobFormat(o.format))
     usageError("unknown --format '" + o.format +
                "'; expected text, json, csv, svg or trace");
+  j.intervals = intervalsForFormat(o.format);
   return o;
 }
 

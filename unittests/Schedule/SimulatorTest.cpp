@@ -334,6 +334,72 @@ TEST(SimulatorTest, IntervalsCoverEveryActionInOrder) {
   }
 }
 
+// A front end that prints less keeps fewer intervals; every other result
+// is the same.
+TEST(SimulatorTest, KeptIntervalsAreASubsetWithTheSameResult) {
+  Schedule s = handZB(4, 8, 1);
+  insertCommByTime(s);
+  CostModel c = costs(1, 2, 1, 0.1);
+  Expected<SimResult> all = simulate(s, c);
+  Expected<SimResult> compute = simulate(s, c, {SimIntervals::Compute});
+  Expected<SimResult> none = simulate(s, c, {SimIntervals::None});
+  ASSERT_TRUE(all && compute && none);
+  std::vector<Interval> expected;
+  for (const Interval &iv : all->intervals)
+    if (!s.programs[iv.rank][iv.actionIndex].isComm())
+      expected.push_back(iv);
+  ASSERT_EQ(compute->intervals.size(), expected.size());
+  for (size_t k = 0; k < expected.size(); ++k) {
+    EXPECT_EQ(compute->intervals[k].rank, expected[k].rank);
+    EXPECT_EQ(compute->intervals[k].actionIndex, expected[k].actionIndex);
+    EXPECT_EQ(compute->intervals[k].start, expected[k].start);
+    EXPECT_EQ(compute->intervals[k].end, expected[k].end);
+  }
+  EXPECT_TRUE(none->intervals.empty());
+  for (const Expected<SimResult> *r : {&compute, &none}) {
+    EXPECT_EQ((*r)->makespan, all->makespan);
+    EXPECT_EQ((*r)->bubbleRate, all->bubbleRate);
+    EXPECT_EQ((*r)->zbBubbleRate, all->zbBubbleRate);
+    ASSERT_EQ((*r)->ranks.size(), all->ranks.size());
+    for (size_t k = 0; k < all->ranks.size(); ++k) {
+      EXPECT_EQ((*r)->ranks[k].busy, all->ranks[k].busy);
+      EXPECT_EQ((*r)->ranks[k].peakMemory, all->ranks[k].peakMemory);
+      EXPECT_EQ((*r)->ranks[k].exposedComm, all->ranks[k].exposedComm);
+    }
+  }
+}
+
+// A verified schedule simulates to the same result without the work
+// locator and the checks (SimOptions::verified), B and BW alike.
+TEST(SimulatorTest, VerifiedReplayIsTheSame) {
+  for (ScheduleKind k : {ScheduleKind::ZBV, ScheduleKind::DualPipe,
+                         ScheduleKind::OneFOneB, ScheduleKind::Interleaved}) {
+    GenOptions g;
+    g.ranks = 4;
+    g.microbatches = 8;
+    auto gen = generate(k, g);
+    ASSERT_TRUE(gen) << gen.message();
+    Schedule s = gen.take();
+    CostModel c = costs(1, 2, 1, 0.3);
+    ASSERT_TRUE(insertComm(s, c));
+    SimOptions vo;
+    vo.verified = true;
+    Expected<SimResult> a = simulate(s, c), b = simulate(s, c, vo);
+    ASSERT_TRUE(a && b) << scheduleKindName(k);
+    EXPECT_EQ(a->makespan, b->makespan) << scheduleKindName(k);
+    ASSERT_EQ(a->intervals.size(), b->intervals.size());
+    for (size_t i = 0; i < a->intervals.size(); ++i) {
+      EXPECT_EQ(a->intervals[i].start, b->intervals[i].start);
+      EXPECT_EQ(a->intervals[i].end, b->intervals[i].end);
+    }
+    for (size_t r = 0; r < a->ranks.size(); ++r) {
+      EXPECT_EQ(a->ranks[r].busy, b->ranks[r].busy);
+      EXPECT_EQ(a->ranks[r].peakMemory, b->ranks[r].peakMemory);
+      EXPECT_EQ(a->ranks[r].exposedComm, b->ranks[r].exposedComm);
+    }
+  }
+}
+
 // Speed is measured by benchmarks/ScheduleBench.cpp; these check that large
 // schedules simulate at all.
 TEST(SimulatorTest, LargeScheduleSimulates) {

@@ -78,6 +78,10 @@ struct ScheduleJob {
   int64_t searchMoves = kDefaultSearchMoves;
   int64_t ilpNodes = kDefaultIlpNodes;
   bool useIlp = true;
+  /// The intervals the simulation keeps (SimResult::intervals): All by
+  /// default; intervalsForFormat(format) keeps only what that output
+  /// format prints (at millions of actions, hundreds of MB fewer).
+  SimIntervals intervals = SimIntervals::All;
   /// Called as each step begins ("generating", "searching", "inserting
   /// messages", "verifying", "simulating"), e.g. for a front end that bounds
   /// the whole command and names the step it stopped in. May be empty.
@@ -112,6 +116,9 @@ Expected<ScheduleJobResult> runScheduleJob(const ScheduleJob &job);
 inline constexpr const char *kJobFormats[] = {"text", "json", "csv", "svg",
                                               "trace"};
 bool isJobFormat(const std::string &format);
+/// What `format` needs of the simulation's intervals: text the compute
+/// actions' (its grid), json and csv none, svg and trace all.
+SimIntervals intervalsForFormat(const std::string &format);
 
 /// The result as `format`: text (summary, per-rank statistics and the
 /// grid), json (docs/schedule-json.md; with the automatic scheduler's

@@ -96,12 +96,15 @@ struct CommInterval {
   int32_t layer = 0;
 };
 
-/// One executed compute (or comm) interval, for traces.
+/// One executed compute (or comm) interval, for traces. 24 bytes: one per
+/// action of a schedule of millions is resident (simulate refuses programs
+/// of 2^32 actions or more).
 struct Interval {
   int32_t rank;
-  size_t actionIndex; ///< into programs[rank]
+  uint32_t actionIndex; ///< into programs[rank]
   double start, end;
 };
+static_assert(sizeof(Interval) <= 24, "one Interval per action is resident");
 
 struct SimResult {
   double makespan = 0;
@@ -111,7 +114,9 @@ struct SimResult {
   /// (cost - max busy) / cost.
   double zbBubbleRate = 0;
   std::vector<RankStats> ranks;
-  std::vector<Interval> intervals; ///< every action, in start order per rank
+  /// Every action (or those SimIntervals asks for), rank after rank, in
+  /// program (= start) order per rank.
+  std::vector<Interval> intervals;
   /// Totals over ranks of the RankStats fields of the same names.
   double exposedComm = 0, exposedP2P = 0, exposedA2A = 0;
   /// Comm resource occupancy and exposed waits, per rank in time order
@@ -119,12 +124,33 @@ struct SimResult {
   std::vector<CommInterval> commIntervals;
 };
 
+/// Which actions SimResult::intervals records. A front end that prints only
+/// the statistics (JSON, CSV) or only the compute grid (text) asks for less:
+/// at millions of actions the intervals are the simulator's largest output.
+enum class SimIntervals : uint8_t {
+  All,     ///< every action
+  Compute, ///< Compute and Overlap actions only
+  None     ///< none (makespan, bubble rates, RankStats and comm intervals only)
+};
+
+struct SimOptions {
+  /// The intervals to keep.
+  SimIntervals intervals = SimIntervals::All;
+  /// The schedule passed verify() (a front end that verified it first):
+  /// with messages, the simulator skips its own checks and resolves each
+  /// input from the placement, without the table of where every work runs
+  /// (less time and memory at millions of actions; the same result).
+  /// Requires a schedule that verify() accepts; ignored without messages.
+  bool verified = false;
+};
+
 /// Replays the schedule. Works on compute-only schedules (dependencies are
 /// inferred, tcomm is added on cross-rank edges) and on schedules with
 /// messages (a Recv completes at the matching Send's time + tcomm). Fails
 /// with the rank and step if the programs cannot finish (deadlock or a
 /// missing producer).
-Expected<SimResult> simulate(const Schedule &s, const CostModel &cost);
+Expected<SimResult> simulate(const Schedule &s, const CostModel &cost,
+                             const SimOptions &opts = {});
 
 } // namespace pipeforge::sched
 
