@@ -61,12 +61,14 @@ public:
   const char *name() const override { return "cpu"; }
   bool hostVisible() const override { return true; }
   void *alloc(int64_t bytes) override {
-    size_t n = size_t(bytes > 0 ? bytes : 1);
-    n = (n + 63) / 64 * 64;
+    size_t n = roundedBytes(bytes);
     void *p = std::aligned_alloc(64, n);
     if (p)
       std::memset(p, 0, n);
     return p;
+  }
+  void *allocUninit(int64_t bytes) override {
+    return std::aligned_alloc(64, roundedBytes(bytes));
   }
   void free(void *p) override { std::free(p); }
   void copyToHost(void *d, const void *s, int64_t b) override {
@@ -104,6 +106,11 @@ public:
   std::vector<std::string> ops() const { return opNames(table); }
 
 private:
+  /// At least one byte, a multiple of the 64-byte alignment.
+  static size_t roundedBytes(int64_t bytes) {
+    size_t n = size_t(bytes > 0 ? bytes : 1);
+    return (n + 63) / 64 * 64;
+  }
   using Fn = std::function<Status(const Kernel &, const Ops &)>;
   std::unordered_map<std::string, Fn> table;
   Workspace<float> ws;
