@@ -385,6 +385,8 @@ template <typename T> struct AttentionSaved : SavedBase {
 /// when rotary, sizes >= 0.
 bool isValid(const AttentionShape &s);
 
+/// `out` null: only what B needs (`saved`: the probabilities and, with
+/// dropout, their dropped copy), not the output (attention_bwd recomputes).
 template <typename T>
 void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
                 T *out, AttentionSaved<T> &saved);
