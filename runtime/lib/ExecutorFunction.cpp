@@ -430,7 +430,8 @@ BufP Executor::Impl::stashResult(FnRun &run, int32_t value, const void *src,
   // (no copy). Else (a parameter or an argument, a buffer shared with a
   // larger value, or one already handed over by another result) a copy.
   const FnPlan &plan = *run.plan;
-  size_t b = plan.perValue ? size_t(value) : size_t(run.fn->buffer[size_t(value)]);
+  size_t b =
+      plan.perValue ? size_t(value) : size_t(run.fn->buffer[size_t(value)]);
   const int64_t want = std::max<int64_t>(bytes, 4);
   std::unique_ptr<Buf> &ws = run.plan->bufs[b];
   if (ws && ws->p == src && ws->bytes == want) {

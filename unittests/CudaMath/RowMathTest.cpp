@@ -142,18 +142,16 @@ template <typename F> double normSum(long long n, Order o, F f) {
 
 Stats rowStats(const float *xr, long long H, double eps, bool layer, Order o) {
   if (layer) {
-    double mean =
-        normSum(H, o, [&](long long i) { return xr[i]; }) / double(H);
+    double mean = normSum(H, o, [&](long long i) { return xr[i]; }) / double(H);
     double var = normSum(H, o,
-                                [&](long long i) {
-                                  return normSquaredDeviation(xr[i], mean);
-                                }) /
+                         [&](long long i) {
+                           return normSquaredDeviation(xr[i], mean);
+                         }) /
                  double(H);
     return {float(mean), normRstd(var, eps)};
   }
   double ms =
-      normSum(H, o, [&](long long i) { return normSquare(xr[i]); }) /
-      double(H);
+      normSum(H, o, [&](long long i) { return normSquare(xr[i]); }) / double(H);
   return {0.0f, normRstd(ms, eps)};
 }
 
@@ -185,11 +183,9 @@ VecF normBwdInput(const cpu::NormShape &s, bool layer, const VecF &x,
     float mg = 0.0f;
     if (layer)
       mg = normBwdMean(
-          normSum(H, o, [&](long long i) { return double(term(i).g); }),
-          H);
+          normSum(H, o, [&](long long i) { return double(term(i).g); }), H);
     float mgx = normBwdMean(
-        normSum(H, o, [&](long long i) { return normBwdGX(term(i)); }),
-        H);
+        normSum(H, o, [&](long long i) { return normBwdGX(term(i)); }), H);
     for (long long i = 0; i < H; ++i)
       dx[r * H + i] = normBwdDx(term(i), st.rstd, mg, mgx);
   }

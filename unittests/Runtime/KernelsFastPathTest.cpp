@@ -1,4 +1,5 @@
-//===- KernelsFastPathTest.cpp - The CPU kernels' shortcuts keep their bits ===//
+//===- KernelsFastPathTest.cpp - The CPU kernels' shortcuts keep their bits
+//===//
 //
 // The shortcuts the CPU kernels take for speed (benchmarks/README.md, "peer"):
 // the norms' lane-ordered row sums, the statistics-only recomputation of the

@@ -355,7 +355,8 @@ CpuBackend::CpuBackend() {
       std::memset(g.dgamma, 0, size_t(sh.hidden) * 4);
       if (g.dbeta)
         std::memset(g.dbeta, 0, size_t(sh.hidden) * 4);
-      normStats(sh, layer, o.f(0), /*gamma=*/static_cast<const float *>(nullptr),
+      normStats(sh, layer, o.f(0),
+                /*gamma=*/static_cast<const float *>(nullptr),
                 sv); // W reads x and the statistics only
       if (layer)
         layerNormW(sh, sv, o.f(1), g);

@@ -10,7 +10,7 @@
 // and picked at load time by the CPU. The same bits either way: the
 // arithmetic is elementwise, correctly rounded, never reassociated, and
 // AVX2 alone has no FMA to contract into.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&        \
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&         \
     defined(__linux__)
 #define PF_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else

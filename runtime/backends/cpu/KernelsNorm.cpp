@@ -32,16 +32,16 @@ void normStats(const NormShape &s, bool centered, const T *x, const T *gamma,
     if (!centered) {
       double ss = normLaneSum(
           H, [&](Index i) { return double(xr[i]) * double(xr[i]); });
-      saved.rstd[size_t(t)] =
-          T(1) / pfSqrt(T(ss / double(H)) + T(s.eps));
+      saved.rstd[size_t(t)] = T(1) / pfSqrt(T(ss / double(H)) + T(s.eps));
       continue;
     }
-    double mean = normLaneSum(H, [&](Index i) { return double(xr[i]); }) /
-                  double(H);
-    double var = normLaneSum(H, [&](Index i) {
-                   double d = xr[i] - mean;
-                   return d * d;
-                 }) /
+    double mean =
+        normLaneSum(H, [&](Index i) { return double(xr[i]); }) / double(H);
+    double var = normLaneSum(H,
+                             [&](Index i) {
+                               double d = xr[i] - mean;
+                               return d * d;
+                             }) /
                  double(H);
     saved.mean[size_t(t)] = T(mean);
     saved.rstd[size_t(t)] = T(1) / pfSqrt(T(var) + T(s.eps));
@@ -74,10 +74,10 @@ static void normB(const NormShape &s, const NormSaved<T> &saved, const T *dy,
     T m = centered ? saved.mean[t] : T(0);
     T r = saved.rstd[t];
     const T *gamma = saved.gamma;
-    double sg = centered ? normLaneSum(H, [&](Index i) {
-      return double(dyr[i] * gamma[i]);
-    })
-                         : 0.0;
+    double sg =
+        centered
+            ? normLaneSum(H, [&](Index i) { return double(dyr[i] * gamma[i]); })
+            : 0.0;
     double sgx = normLaneSum(H, [&](Index i) {
       return double((dyr[i] * gamma[i]) * ((xr[i] - m) * r));
     });
