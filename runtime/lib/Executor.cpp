@@ -243,8 +243,9 @@ Status Executor::Impl::recv(const Action &a, size_t idx) {
   int layoutStage = act ? w.stage : w.stage - 1;
   if (consumer < 0 || consumer >= numStages)
     return Status::error("receive " + sched::toString(a) + " has no consumer");
+  // Not cleared: the receive (or its host stage's copy) writes all of it.
   auto b = newBuf(std::max<int64_t>(actBytes[{w.copy, layoutStage}], 4),
-                  MemClass::Messages);
+                  MemClass::Messages, /*clear=*/false);
   MessageId id{a.payload, w.stage, w.mb, w.copy};
   int64_t n = actBytes[{w.copy, layoutStage}] / 4;
   HostStage stage;

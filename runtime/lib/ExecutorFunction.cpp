@@ -152,9 +152,12 @@ Status Executor::Impl::fnPrepare(FnRun &r) {
     size_t b = plan.perValue ? size_t(v) : size_t(fn.buffer[size_t(v)]);
     int64_t bytes =
         plan.perValue ? fn.values[size_t(v)].numBytes() : fn.bufferBytes[b];
+    // Not cleared: every kernel writes the whole of each output it defines
+    // (Backend::run), and a value is read only after its definition.
     if (!plan.bufs[b])
-      plan.bufs[b] = std::make_unique<Buf>(be, std::max<int64_t>(bytes, 4),
-                                           &ledger, MemClass::Workspace);
+      plan.bufs[b] =
+          std::make_unique<Buf>(be, std::max<int64_t>(bytes, 4), &ledger,
+                                MemClass::Workspace, /*clear=*/false);
     return ptr[size_t(v)] = plan.bufs[b]->p;
   };
   const Kernel &k = fn.kernels[r.next];
@@ -376,8 +379,7 @@ Status Executor::Impl::fnResults(FnRun &run) {
     case ResultRole::Activation: {
       auto &off = actOffsets[{c, st.index}];
       if (!*actOut)
-        *actOut = newBuf(std::max<int64_t>(actBytes[{c, st.index}], 4),
-                         MemClass::Messages);
+        *actOut = newMessage(run, ResultRole::Activation, c, st.index);
       be.copy(static_cast<char *>((*actOut)->p) + off.at(size_t(r.index)), src,
               bytes);
       break;
@@ -390,8 +392,7 @@ Status Executor::Impl::fnResults(FnRun &run) {
         return err("gradient result #" + std::to_string(r.index) +
                    " has no activation");
       if (!*gradOut)
-        *gradOut = newBuf(std::max<int64_t>(actBytes[{c, st.index - 1}], 4),
-                          MemClass::Messages);
+        *gradOut = newMessage(run, ResultRole::GradOut, c, st.index - 1);
       be.copy(static_cast<char *>((*gradOut)->p) + off[size_t(r.index)], src,
               bytes);
       break;
@@ -410,9 +411,7 @@ Status Executor::Impl::fnResults(FnRun &run) {
         return err("unexpected stash result");
       if (v->size() <= size_t(r.index))
         v->resize(size_t(r.index) + 1);
-      auto b = newBuf(std::max<int64_t>(bytes, 4), MemClass::Stash);
-      be.copy(b->p, src, bytes);
-      (*v)[size_t(r.index)] = b;
+      (*v)[size_t(r.index)] = stashResult(run, r.value, src, bytes);
       break;
     }
     case ResultRole::ParamGrad:
@@ -422,6 +421,52 @@ Status Executor::Impl::fnResults(FnRun &run) {
     }
   }
   return Status::ok();
+}
+
+BufP Executor::Impl::stashResult(FnRun &run, int32_t value, const void *src,
+                                 int64_t bytes) {
+  // The value's workspace buffer itself when it holds just this value: the
+  // stash takes it and the function allocates a fresh one on its next run
+  // (no copy). Else (a parameter or an argument, a buffer shared with a
+  // larger value, or one already handed over by another result) a copy.
+  const FnPlan &plan = *run.plan;
+  size_t b =
+      plan.perValue ? size_t(value) : size_t(run.fn->buffer[size_t(value)]);
+  const int64_t want = std::max<int64_t>(bytes, 4);
+  std::unique_ptr<Buf> &ws = run.plan->bufs[b];
+  if (ws && ws->p == src && ws->bytes == want) {
+    ws->reclassify(MemClass::Stash);
+    return BufP(std::move(ws));
+  }
+  BufP out = newBuf(want, MemClass::Stash, /*clear=*/false);
+  be.copy(out->p, src, bytes);
+  return out;
+}
+
+BufP Executor::Impl::newMessage(const FnRun &run, ResultRole role, int c,
+                                int layoutStage) {
+  // The function's results of `role` fill their slots (copies of the
+  // values); the slots' 64-byte padding and any slot without a result are
+  // cleared, so that a message never carries undefined bytes.
+  const std::vector<int64_t> &off = actOffsets[{c, layoutStage}];
+  const int64_t total = actBytes[{c, layoutStage}];
+  BufP m = newBuf(std::max<int64_t>(total, 4), MemClass::Messages,
+                  /*clear=*/false);
+  std::vector<int64_t> written(off.size(), 0);
+  for (const ResultBinding &r : run.fn->results)
+    if (r.role == role && r.index >= 0 && size_t(r.index) < off.size() &&
+        r.value >= 0 && size_t(r.value) < run.fn->values.size())
+      written[size_t(r.index)] = run.fn->values[size_t(r.value)].numBytes();
+  char *p = static_cast<char *>(m->p);
+  for (size_t i = 0; i < off.size(); ++i) {
+    int64_t end = i + 1 < off.size() ? off[i + 1] : total;
+    int64_t from = std::min(off[i] + written[i], end);
+    if (end > from)
+      be.fillZero(p + from, end - from);
+  }
+  if (off.empty() || total < 4)
+    be.fillZero(p, std::max<int64_t>(total, 4));
+  return m;
 }
 
 Status Executor::Impl::accumulateParamGrad(FnRun &run, size_t k) {

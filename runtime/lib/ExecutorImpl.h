@@ -82,11 +82,23 @@ struct Buf {
   int64_t bytes = 0;
   MemLedger *ledger = nullptr;
   MemClass cls = MemClass::Workspace;
+  /// `clear` false: the contents are undefined (Backend::allocUninit), for
+  /// a buffer written whole before it is read.
   Buf(Backend &b, int64_t n, MemLedger *l = nullptr,
-      MemClass c = MemClass::Workspace)
-      : be(&b), p(b.alloc(n)), bytes(n), ledger(l), cls(c) {
+      MemClass c = MemClass::Workspace, bool clear = true)
+      : be(&b), p(clear ? b.alloc(n) : b.allocUninit(n)), bytes(n), ledger(l),
+        cls(c) {
     if (ledger)
       ledger->add(cls, bytes);
+  }
+  /// Moves the buffer's bytes to another class of the ledger (a function's
+  /// workspace buffer handed over as a stash).
+  void reclassify(MemClass c) {
+    if (ledger) {
+      ledger->sub(cls, bytes);
+      ledger->add(c, bytes);
+    }
+    cls = c;
   }
   ~Buf() {
     if (ledger)
@@ -181,8 +193,8 @@ struct Executor::Impl {
   int64_t tracedStash = -1;
   /// Every backend buffer this executor allocates, by class.
   MemLedger ledger;
-  BufP newBuf(int64_t bytes, MemClass c) {
-    return std::make_shared<Buf>(be, bytes, &ledger, c);
+  BufP newBuf(int64_t bytes, MemClass c, bool clear = true) {
+    return std::make_shared<Buf>(be, bytes, &ledger, c, clear);
   }
   /// Messages go through host memory: the backend's buffers are device
   /// memory and the transport takes host memory.
@@ -337,6 +349,11 @@ struct Executor::Impl {
   Status fnBegin(FnRun &r);
   Status fnPrepare(FnRun &r); ///< binds r.call for kernel r.next
   Status fnResults(FnRun &r);
+  /// A stash slot for a function result (fnResults).
+  BufP stashResult(FnRun &run, int32_t value, const void *src, int64_t bytes);
+  /// The outgoing activation (role Activation) or gradient (GradOut) bundle
+  /// of `run`, laid out as stage `layoutStage`'s activations.
+  BufP newMessage(const FnRun &run, ResultRole role, int c, int layoutStage);
   /// Result `k` of r's function (a ParamGrad) added to its gradient.
   Status accumulateParamGrad(FnRun &r, size_t k);
   Status fnError(const FnRun &r, const std::string &m);

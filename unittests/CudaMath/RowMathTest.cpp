@@ -131,20 +131,27 @@ struct Stats {
   float mean, rstd;
 };
 
+/// A norm's row sum in order o. Sequential: the CPU kernels' order
+/// (cpu::normLaneSum: four interleaved partial sums), which the per-element
+/// functions must reproduce bit for bit.
+template <typename F> double normSum(long long n, Order o, F f) {
+  if (o == Order::Sequential)
+    return cpu::normLaneSum(n, f);
+  return rowSum<double>(n, o, f);
+}
+
 Stats rowStats(const float *xr, long long H, double eps, bool layer, Order o) {
   if (layer) {
-    double mean =
-        rowSum<double>(H, o, [&](long long i) { return xr[i]; }) / double(H);
-    double var = rowSum<double>(H, o,
-                                [&](long long i) {
-                                  return normSquaredDeviation(xr[i], mean);
-                                }) /
+    double mean = normSum(H, o, [&](long long i) { return xr[i]; }) / double(H);
+    double var = normSum(H, o,
+                         [&](long long i) {
+                           return normSquaredDeviation(xr[i], mean);
+                         }) /
                  double(H);
     return {float(mean), normRstd(var, eps)};
   }
   double ms =
-      rowSum<double>(H, o, [&](long long i) { return normSquare(xr[i]); }) /
-      double(H);
+      normSum(H, o, [&](long long i) { return normSquare(xr[i]); }) / double(H);
   return {0.0f, normRstd(ms, eps)};
 }
 
@@ -176,11 +183,9 @@ VecF normBwdInput(const cpu::NormShape &s, bool layer, const VecF &x,
     float mg = 0.0f;
     if (layer)
       mg = normBwdMean(
-          rowSum<double>(H, o, [&](long long i) { return double(term(i).g); }),
-          H);
+          normSum(H, o, [&](long long i) { return double(term(i).g); }), H);
     float mgx = normBwdMean(
-        rowSum<double>(H, o, [&](long long i) { return normBwdGX(term(i)); }),
-        H);
+        normSum(H, o, [&](long long i) { return normBwdGX(term(i)); }), H);
     for (long long i = 0; i < H; ++i)
       dx[r * H + i] = normBwdDx(term(i), st.rstd, mg, mgx);
   }

@@ -61,12 +61,14 @@ public:
   const char *name() const override { return "cpu"; }
   bool hostVisible() const override { return true; }
   void *alloc(int64_t bytes) override {
-    size_t n = size_t(bytes > 0 ? bytes : 1);
-    n = (n + 63) / 64 * 64;
+    size_t n = roundedBytes(bytes);
     void *p = std::aligned_alloc(64, n);
     if (p)
       std::memset(p, 0, n);
     return p;
+  }
+  void *allocUninit(int64_t bytes) override {
+    return std::aligned_alloc(64, roundedBytes(bytes));
   }
   void free(void *p) override { std::free(p); }
   void copyToHost(void *d, const void *s, int64_t b) override {
@@ -104,25 +106,20 @@ public:
   std::vector<std::string> ops() const { return opNames(table); }
 
 private:
+  /// At least one byte, a multiple of the 64-byte alignment.
+  static size_t roundedBytes(int64_t bytes) {
+    size_t n = size_t(bytes > 0 ? bytes : 1);
+    return (n + 63) / 64 * 64;
+  }
   using Fn = std::function<Status(const Kernel &, const Ops &)>;
   std::unordered_map<std::string, Fn> table;
   Workspace<float> ws;
-  std::vector<float> scratch, ones, zeros;
+  std::vector<float> scratch;
 
   float *tmp(int64_t n) {
     if ((int64_t)scratch.size() < n)
       scratch.resize(size_t(n));
     return scratch.data();
-  }
-  const float *onesOf(int64_t n) {
-    if ((int64_t)ones.size() < n)
-      ones.assign(size_t(n), 1.0f);
-    return ones.data();
-  }
-  const float *zerosOf(int64_t n) {
-    if ((int64_t)zeros.size() < n)
-      zeros.assign(size_t(n), 0.0f);
-    return zeros.data();
   }
   Status checkTargets(const Kernel &k, const int32_t *t, int64_t n,
                       int64_t limit, const char *what) {
@@ -337,15 +334,11 @@ CpuBackend::CpuBackend() {
       assertElems(o.t(2), numel(o.t(0)));
       assertElems(o.ot(0), numel(o.t(0)));
       NormSaved<float> sv;
-      float *y = tmp(numel(o.t(0)));
-      if (layer) {
-        layerNormF(sh, NormParams<float>{o.f(1), zerosOf(sh.hidden)}, o.f(0), y,
-                   sv);
+      normStats(sh, layer, o.f(0), o.f(1), sv);
+      if (layer)
         layerNormB(sh, sv, o.f(2), o.o(0));
-      } else {
-        rmsNormF(sh, NormParams<float>{o.f(1), nullptr}, o.f(0), y, sv);
+      else
         rmsNormB(sh, sv, o.f(2), o.o(0));
-      }
       return Status::ok();
     };
   };
@@ -358,20 +351,17 @@ CpuBackend::CpuBackend() {
       assertElems(o.ot(0), sh.hidden);
       assertElems(layer ? o.ot(1) : nullptr, sh.hidden, !layer);
       NormSaved<float> sv;
-      float *y = tmp(numel(o.t(0)));
       NormGrads<float> g{o.o(0), layer ? o.o(1) : nullptr};
       std::memset(g.dgamma, 0, size_t(sh.hidden) * 4);
       if (g.dbeta)
         std::memset(g.dbeta, 0, size_t(sh.hidden) * 4);
-      if (layer) {
-        layerNormF(sh, NormParams<float>{onesOf(sh.hidden), zerosOf(sh.hidden)},
-                   o.f(0), y, sv);
+      normStats(sh, layer, o.f(0),
+                /*gamma=*/static_cast<const float *>(nullptr),
+                sv); // W reads x and the statistics only
+      if (layer)
         layerNormW(sh, sv, o.f(1), g);
-      } else {
-        rmsNormF(sh, NormParams<float>{onesOf(sh.hidden), nullptr}, o.f(0), y,
-                 sv);
+      else
         rmsNormW(sh, sv, o.f(1), g);
-      }
       return Status::ok();
     };
   };
@@ -431,7 +421,8 @@ CpuBackend::CpuBackend() {
     for (size_t i = 0; i < 3; ++i)
       assertElems(o.ot(i), numel(o.t(i)));
     AttentionSaved<float> sv;
-    attentionF(sh, o.f(0), o.f(1), o.f(2), tmp(outElems), sv);
+    attentionF(sh, o.f(0), o.f(1), o.f(2), static_cast<float *>(nullptr),
+               sv); // no output: P (and its dropout) only
     attentionB(sh, sv, o.f(3), o.o(0), o.o(1), o.o(2), ws);
     return Status::ok();
   };

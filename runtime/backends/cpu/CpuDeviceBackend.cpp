@@ -41,6 +41,9 @@ public:
   int device() const override { return 0; }
 
   void *alloc(int64_t bytes) override { return hide(cpu->alloc(bytes)); }
+  void *allocUninit(int64_t bytes) override {
+    return hide(cpu->allocUninit(bytes));
+  }
   void free(void *p) override { cpu->free(reveal(p)); }
   void copyToHost(void *hostDst, const void *src, int64_t bytes) override {
     moved.toHost += bytes;

@@ -175,6 +175,33 @@ template <typename T> struct NormSaved : SavedBase {
   std::vector<T> rstd; ///< [tokens]
 };
 
+/// The row sums of the norms (statistics, and the backward's sums of g and
+/// g * xhat): sum_{i < n} f(i) in double as kNormLanes partial sums, lane k
+/// adding the terms i = k (mod kNormLanes) in index order, combined as
+/// (s0 + s1) + (s2 + s3). A fixed order (the same bits every run) that
+/// vectorises; the CUDA kernels' block reductions agree to rounding.
+constexpr int kNormLanes = 4;
+template <typename F> inline double normLaneSum(Index n, F f) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  Index i = 0;
+  for (; i + kNormLanes <= n; i += kNormLanes) {
+    s0 += f(i);
+    s1 += f(i + 1);
+    s2 += f(i + 2);
+    s3 += f(i + 3);
+  }
+  double tail[kNormLanes] = {0, 0, 0, 0};
+  for (; i < n; ++i)
+    tail[i % kNormLanes] = f(i);
+  return ((s0 + tail[0]) + (s1 + tail[1])) + ((s2 + tail[2]) + (s3 + tail[3]));
+}
+
+/// The statistics of x into `saved` (x, gamma, mean for a centered norm,
+/// rstd) without the output: what the gradient ops recompute.
+template <typename T>
+void normStats(const NormShape &s, bool centered, const T *x, const T *gamma,
+               NormSaved<T> &saved);
+
 template <typename T>
 void layerNormF(const NormShape &s, const NormParams<T> &p, const T *x, T *y,
                 NormSaved<T> &saved);
@@ -358,6 +385,8 @@ template <typename T> struct AttentionSaved : SavedBase {
 /// when rotary, sizes >= 0.
 bool isValid(const AttentionShape &s);
 
+/// `out` null: only what B needs (`saved`: the probabilities and, with
+/// dropout, their dropped copy), not the output (attention_bwd recomputes).
 template <typename T>
 void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
                 T *out, AttentionSaved<T> &saved);

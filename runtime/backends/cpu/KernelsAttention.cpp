@@ -142,8 +142,9 @@ void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
         dropRows(s, b, h, P, PD);
         PV = PD;
       }
-      gemm(false, false, S, DV, S, T(1), PV, S, V, ldv, T(0),
-           out + b * S * ldo + h * DV, ldo);
+      if (out)
+        gemm(false, false, S, DV, S, T(1), PV, S, V, ldv, T(0),
+             out + b * S * ldo + h * DV, ldo);
     }
 }
 

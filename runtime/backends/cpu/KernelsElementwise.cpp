@@ -4,13 +4,43 @@
 #include "ElementwiseMath.h"
 #include "Kernels.h"
 
+#include <type_traits>
+
+// The float GELU loops are also built for AVX2 (8 lanes instead of SSE's 4)
+// and picked at load time by the CPU. The same bits either way: the
+// arithmetic is elementwise, correctly rounded, never reassociated, and
+// AVX2 alone has no FMA to contract into.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&         \
+    defined(__linux__)
+#define PF_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PF_VECTOR_CLONES
+#endif
+
 namespace pipeforge {
 namespace rt {
 namespace cpu {
+namespace detail {
+PF_VECTOR_CLONES void geluLoop(Index n, const float *x, float *y) {
+  for (Index i = 0; i < n; ++i)
+    y[i] = math::gelu(x[i]);
+}
+PF_VECTOR_CLONES void geluGradLoop(Index n, const float *x, const float *dy,
+                                   float *dx) {
+  for (Index i = 0; i < n; ++i)
+    dx[i] = dy[i] * math::geluGrad(x[i]);
+}
+} // namespace detail
 
 template <typename T>
 void activationF(Activation act, Index n, const T *x, T *y,
                  ActivationSaved<T> &saved) {
+  if constexpr (std::is_same_v<T, float>)
+    if (act == Activation::Gelu) {
+      detail::geluLoop(n, x, y);
+      saved.x = x;
+      return;
+    }
   if (act == Activation::Gelu)
     for (Index i = 0; i < n; ++i)
       y[i] = math::gelu(x[i]);
@@ -24,6 +54,9 @@ template <typename T>
 void activationB(Activation act, Index n, const ActivationSaved<T> &saved,
                  const T *dy, T *dx) {
   const T *x = saved.x;
+  if constexpr (std::is_same_v<T, float>)
+    if (act == Activation::Gelu)
+      return detail::geluGradLoop(n, x, dy, dx);
   if (act == Activation::Gelu)
     for (Index i = 0; i < n; ++i)
       dx[i] = dy[i] * math::geluGrad(x[i]);

@@ -3,6 +3,8 @@
 #include "Blas.h"
 #include "Kernels.h"
 
+#include <algorithm>
+
 namespace pipeforge {
 namespace rt {
 namespace cpu {
@@ -12,13 +14,14 @@ using detail::gemm;
 template <typename T>
 void linearF(const LinearShape &s, const LinearParams<T> &p, const T *x, T *y,
              LinearSaved<T> &saved) {
-  // y [tokens, out] = x [tokens, in] * W^T
-  gemm(false, true, s.tokens, s.out, s.in, T(1), x, s.in, p.weight, s.in, T(0),
-       y, s.out);
+  // y [tokens, out] = x [tokens, in] * W^T (+ bias). With a bias, y starts
+  // as the bias rows and the GEMM adds to it (beta = 1): no clearing of y
+  // inside the BLAS and no second pass over y for the bias.
   if (s.hasBias)
     for (Index t = 0; t < s.tokens; ++t)
-      for (Index o = 0; o < s.out; ++o)
-        y[t * s.out + o] += p.bias[o];
+      std::copy(p.bias, p.bias + s.out, y + t * s.out);
+  gemm(false, true, s.tokens, s.out, s.in, T(1), x, s.in, p.weight, s.in,
+       s.hasBias ? T(1) : T(0), y, s.out);
   saved.x = x;
   saved.weight = p.weight;
 }

@@ -1,7 +1,9 @@
 //===- KernelsNorm.cpp - LayerNorm and RMSNorm F/B/W ----------------------===//
 //
 // Statistics are accumulated in double for float inputs too (then stored as
-// T), which keeps float results close to the double reference.
+// T), which keeps float results close to the double reference. Each row sum
+// runs in kNormLanes interleaved partial sums (normLaneSum): a fixed order,
+// so the bits are the same on every run, and one the compiler vectorises.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,29 +17,45 @@ namespace cpu {
 using math::pfSqrt;
 
 template <typename T>
+void normStats(const NormShape &s, bool centered, const T *x, const T *gamma,
+               NormSaved<T> &saved) {
+  const Index H = s.hidden;
+  saved.x = x;
+  saved.gamma = gamma;
+  saved.rstd.resize(size_t(s.tokens));
+  if (centered)
+    saved.mean.resize(size_t(s.tokens));
+  else
+    saved.mean.clear();
+  for (Index t = 0; t < s.tokens; ++t) {
+    const T *xr = x + t * H;
+    if (!centered) {
+      double ss = normLaneSum(
+          H, [&](Index i) { return double(xr[i]) * double(xr[i]); });
+      saved.rstd[size_t(t)] = T(1) / pfSqrt(T(ss / double(H)) + T(s.eps));
+      continue;
+    }
+    double mean =
+        normLaneSum(H, [&](Index i) { return double(xr[i]); }) / double(H);
+    double var = normLaneSum(H,
+                             [&](Index i) {
+                               double d = xr[i] - mean;
+                               return d * d;
+                             }) /
+                 double(H);
+    saved.mean[size_t(t)] = T(mean);
+    saved.rstd[size_t(t)] = T(1) / pfSqrt(T(var) + T(s.eps));
+  }
+}
+
+template <typename T>
 void layerNormF(const NormShape &s, const NormParams<T> &p, const T *x, T *y,
                 NormSaved<T> &saved) {
   const Index H = s.hidden;
-  saved.x = x;
-  saved.gamma = p.gamma;
-  saved.mean.assign(s.tokens, T(0));
-  saved.rstd.assign(s.tokens, T(0));
+  normStats(s, /*centered=*/true, x, p.gamma, saved);
   for (Index t = 0; t < s.tokens; ++t) {
     const T *xr = x + t * H;
-    double sum = 0;
-    for (Index i = 0; i < H; ++i)
-      sum += xr[i];
-    double mean = sum / double(H);
-    double var = 0;
-    for (Index i = 0; i < H; ++i) {
-      double d = xr[i] - mean;
-      var += d * d;
-    }
-    var /= double(H);
-    T m = T(mean);
-    T r = T(1) / pfSqrt(T(var) + T(s.eps));
-    saved.mean[t] = m;
-    saved.rstd[t] = r;
+    const T m = saved.mean[size_t(t)], r = saved.rstd[size_t(t)];
     T *yr = y + t * H;
     for (Index i = 0; i < H; ++i)
       yr[i] = (xr[i] - m) * r * p.gamma[i] + p.beta[i];
@@ -55,13 +73,14 @@ static void normB(const NormShape &s, const NormSaved<T> &saved, const T *dy,
     const T *dyr = dy + t * H;
     T m = centered ? saved.mean[t] : T(0);
     T r = saved.rstd[t];
-    double sg = 0, sgx = 0;
-    for (Index i = 0; i < H; ++i) {
-      T g = dyr[i] * saved.gamma[i];
-      T xhat = (xr[i] - m) * r;
-      sg += g;
-      sgx += g * xhat;
-    }
+    const T *gamma = saved.gamma;
+    double sg =
+        centered
+            ? normLaneSum(H, [&](Index i) { return double(dyr[i] * gamma[i]); })
+            : 0.0;
+    double sgx = normLaneSum(H, [&](Index i) {
+      return double((dyr[i] * gamma[i]) * ((xr[i] - m) * r));
+    });
     T mg = centered ? T(sg / double(H)) : T(0);
     T mgx = T(sgx / double(H));
     T *dxr = dx + t * H;
@@ -111,17 +130,10 @@ template <typename T>
 void rmsNormF(const NormShape &s, const NormParams<T> &p, const T *x, T *y,
               NormSaved<T> &saved) {
   const Index H = s.hidden;
-  saved.x = x;
-  saved.gamma = p.gamma;
-  saved.mean.clear();
-  saved.rstd.assign(s.tokens, T(0));
+  normStats(s, /*centered=*/false, x, p.gamma, saved);
   for (Index t = 0; t < s.tokens; ++t) {
     const T *xr = x + t * H;
-    double ss = 0;
-    for (Index i = 0; i < H; ++i)
-      ss += double(xr[i]) * double(xr[i]);
-    T r = T(1) / pfSqrt(T(ss / double(H)) + T(s.eps));
-    saved.rstd[t] = r;
+    const T r = saved.rstd[size_t(t)];
     T *yr = y + t * H;
     for (Index i = 0; i < H; ++i)
       yr[i] = xr[i] * r * p.gamma[i];
@@ -143,6 +155,11 @@ void rmsNormBW(const NormShape &s, const NormSaved<T> &saved, const T *dy,
   rmsNormB(s, saved, dy, dx);
   rmsNormW(s, saved, dy, g);
 }
+
+template void normStats<float>(const NormShape &, bool, const float *,
+                               const float *, NormSaved<float> &);
+template void normStats<double>(const NormShape &, bool, const double *,
+                                const double *, NormSaved<double> &);
 
 #define PF_INSTANTIATE_NORM(NAME, T)                                           \
   template void NAME##F<T>(const NormShape &, const NormParams<T> &,           \

@@ -96,10 +96,14 @@ PF_HOST_DEVICE inline void adamwElementUndo(const AdamWCoeffsT<T> &c, T grad,
   v = vi > T(0) ? vi : T(0);
 }
 
-/// Whole tensors, in element order.
+/// Whole tensors, in element order. The coefficients are copied first: a
+/// store through theta, m or v could otherwise alias them (the caller's
+/// copy), which keeps the compiler from vectorising the loop (built with
+/// -fno-math-errno, runtime/CMakeLists.txt; the bits do not change).
 template <typename T>
-inline void adamwTensor(const AdamWCoeffsT<T> &c, long long n, T *theta, T *m,
-                        T *v, const T *grad, bool undo) {
+inline void adamwTensor(const AdamWCoeffsT<T> &coeffs, long long n, T *theta,
+                        T *m, T *v, const T *grad, bool undo) {
+  const AdamWCoeffsT<T> c = coeffs;
   if (undo)
     for (long long i = 0; i < n; ++i)
       adamwElementUndo(c, grad[i], theta[i], m[i], v[i]);

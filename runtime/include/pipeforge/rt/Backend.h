@@ -53,6 +53,10 @@ public:
 
   /// A zero-filled buffer of `bytes` bytes (null on failure).
   virtual void *alloc(int64_t bytes) = 0;
+  /// A buffer of `bytes` bytes whose contents are undefined, for a caller
+  /// that writes every byte it later reads (a copy's destination, a
+  /// receive, a kernel's outputs). Default: alloc (zero-filled).
+  virtual void *allocUninit(int64_t bytes) { return alloc(bytes); }
   virtual void free(void *p) = 0;
 
   virtual void copyToHost(void *hostDst, const void *src, int64_t bytes) = 0;
