@@ -4,6 +4,26 @@
 
 namespace pipeforge::sched {
 
+Status Schedule::setPairOrder(Action &a, PairComponentOrder order) {
+  if (order.empty()) {
+    a.pairOrder = 0;
+    return Status::ok();
+  }
+  // Distinct orders are few (one per kind of pair and stage): a linear
+  // search keeps the table free of any index structure.
+  for (size_t i = 0; i < pairOrders.size(); ++i)
+    if (pairOrders[i] == order) {
+      a.pairOrder = uint16_t(i + 1);
+      return Status::ok();
+    }
+  if (pairOrders.size() >= 0xffff)
+    return Status::error("more than 65535 distinct fused-pair component "
+                         "orders in one schedule");
+  pairOrders.push_back(std::move(order));
+  a.pairOrder = uint16_t(pairOrders.size());
+  return Status::ok();
+}
+
 Placement Placement::linear(int ranks) { return interleaved(ranks, 1); }
 
 Placement Placement::interleaved(int ranks, int chunksPerRank) {

@@ -365,6 +365,9 @@ Expected<Schedule> importCsv(const std::string &text,
           pl.rankOf[0] == Placement::vShape(numRanks).rankOf[0])
         pl = Placement::dual(numRanks);
     }
+    if (pl.numStages > kMaxStages)
+      return Status::error("csv: more than " + std::to_string(kMaxStages) +
+                           " stages");
     int32_t ns = pl.numStages;
     int32_t total = ns * pl.numCopies;
 

@@ -26,7 +26,8 @@ void writeWork(JsonWriter &w, const char *opKey, const Work &work,
   }
 }
 
-void writeAction(JsonWriter &w, const Action &a, bool copies) {
+void writeAction(JsonWriter &w, const Schedule &s, const Action &a,
+                 bool copies) {
   w.beginObject();
   switch (a.kind) {
   case ActionKind::Compute:
@@ -43,10 +44,10 @@ void writeAction(JsonWriter &w, const Action &a, bool copies) {
       w.endObject();
     }
     w.endArray();
-    if (!a.pairOrder.empty()) {
+    if (const PairComponentOrder *order = s.pairOrderOf(a)) {
       w.key("order");
       w.beginArray();
-      for (const PairComponentStep &p : a.pairOrder) {
+      for (const PairComponentStep &p : *order) {
         w.beginArray();
         w.plainString(p.member == PairComponentStep::F   ? "F"
                       : p.member == PairComponentStep::B ? "B"
@@ -119,7 +120,7 @@ void exportJson(const Schedule &s, std::ostream &os, const SimResult *sim,
     w.key("actions");
     w.beginArray();
     for (const Action &a : s.programs[r])
-      writeAction(w, a, copies);
+      writeAction(w, s, a, copies);
     w.endArray();
     w.endObject();
   }
@@ -188,14 +189,18 @@ Work parseWork(const Json &j, const std::string &where, const char *opKey) {
   if (!k)
     throw ParseError{where + ": unknown work kind \"" + op + "\""};
   w.kind = *k;
-  w.stage = intField(j, "stage", where);
+  int64_t stage = intField(j, "stage", where);
+  int64_t copy = j.contains("copy") ? intField(j, "copy", where) : 0;
+  if (!Work::fits(stage, copy))
+    throw ParseError{where + ": stage " + std::to_string(stage) + " or copy " +
+                     std::to_string(copy) + " out of range"};
+  w.stage = int32_t(stage);
+  w.copy = int32_t(copy);
   w.mb = intField(j, "mb", where);
-  w.copy = static_cast<int8_t>(j.contains("copy") ? intField(j, "copy", where)
-                                                  : 0);
   return w;
 }
 
-Action parseAction(const Json &j, const std::string &where) {
+Action parseAction(const Json &j, const std::string &where, Schedule &s) {
   std::string op = strField(j, "op", where);
   if (op == "FB") {
     const Json &m = field(j, "members", where);
@@ -207,6 +212,7 @@ Action parseAction(const Json &j, const std::string &where) {
       const Json &o = j.at("order");
       if (!o.is_array())
         throw ParseError{where + ": \"order\" must be an array"};
+      PairComponentOrder order;
       for (size_t i = 0; i < o.size(); ++i) {
         const Json &e = o[i];
         std::string at = where + ".order[" + std::to_string(i) + "]";
@@ -234,8 +240,10 @@ Action parseAction(const Json &j, const std::string &where) {
         if (layer < 0 || layer > 32767)
           throw ParseError{at + ": layer out of range"};
         p.layer = int16_t(layer);
-        a.pairOrder.push_back(p);
+        order.push_back(p);
       }
+      if (Status st = s.setPairOrder(a, std::move(order)); !st)
+        throw ParseError{where + ": " + st.message()};
     }
     return a;
   }
@@ -276,6 +284,9 @@ Expected<Schedule> importJson(const std::string &text) {
     s.name = j.contains("name") ? strField(j, "name", "json") : "";
     s.placement.numRanks = intField(j, "ranks", "json");
     s.placement.numStages = intField(j, "stages", "json");
+    if (s.placement.numStages > kMaxStages)
+      throw ParseError{"json: \"stages\" is over " +
+                       std::to_string(kMaxStages)};
     s.placement.numCopies = intField(j, "copies", "json");
     s.numMicrobatches = intField(j, "microbatches", "json");
     const Json &hc = field(j, "has_comm", "json");
@@ -299,7 +310,7 @@ Expected<Schedule> importJson(const std::string &text) {
         throw ParseError{where + ": \"actions\" must be a list"};
       for (size_t i = 0; i < acts.size(); ++i)
         s.programs[r].push_back(parseAction(
-            acts[i], where + ".actions[" + std::to_string(i) + "]"));
+            acts[i], where + ".actions[" + std::to_string(i) + "]", s));
     }
     return s;
   } catch (const ParseError &e) {

@@ -3,10 +3,12 @@
 #include "pipeforge/Schedule/Export.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <ostream>
 #include <sstream>
+#include <thread>
 
 namespace pipeforge::sched {
 
@@ -96,8 +98,41 @@ std::string fmt(double v) {
 }
 } // namespace
 
+/// Frees a container's memory now (clear() keeps the capacity).
+template <typename C> void release(C &c) { C().swap(c); }
+
+/// Runs fn(i) for i in [0, n) on up to min(n, cores) threads (the calling
+/// thread is one of them). fn must touch only item i's state.
+template <class Fn> void forEachParallel(size_t n, Fn fn) {
+  size_t threads = std::min<size_t>(
+      n, std::max<unsigned>(1, std::thread::hardware_concurrency()));
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++)
+      fn(i);
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t)
+    pool.emplace_back(work);
+  work();
+  for (std::thread &t : pool)
+    t.join();
+}
+
 void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
   int p = s.numRanks();
+  // Each rank's intervals (SimResult keeps them rank after rank).
+  std::vector<size_t> first(size_t(p) + 1, sim.intervals.size());
+  for (int r = p - 1; r >= 0; --r)
+    first[r] = size_t(
+        std::partition_point(sim.intervals.begin(),
+                             sim.intervals.begin() + first[r + 1],
+                             [&](const Interval &iv) { return iv.rank < r; }) -
+        sim.intervals.begin());
+  auto inRank = [&](int r) {
+    return std::pair(sim.intervals.begin() + first[r],
+                     sim.intervals.begin() + first[r + 1]);
+  };
   double unit = 0;
   for (const Interval &iv : sim.intervals) {
     const Action &a = s.programs[iv.rank][iv.actionIndex];
@@ -119,15 +154,15 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
     unit = makespan > 0 && std::isfinite(makespan) ? makespan / kMaxGridColumns
                                                    : 1;
   auto chunks = chunkIndex(s);
-  // A cell is 8 bytes: the action it starts (its label is formatted when
-  // written), or kIdle ".", or kBusy "-" (the action of the cell before
-  // still runs). Millions of actions stay compact.
-  constexpr uint64_t kIdle = ~uint64_t(0), kBusy = ~uint64_t(0) - 1;
-  std::vector<std::vector<uint64_t>> rows(p);
-  std::vector<size_t> nextFree(p, 0);
+  // A cell is 4 bytes: the action it starts (its label is formatted when
+  // written; simulate() refuses 2^32 actions on a rank), or kIdle ".", or
+  // kBusy "-" (the action of the cell before still runs). Millions of
+  // actions stay compact.
+  constexpr uint32_t kIdle = ~uint32_t(0), kBusy = ~uint32_t(0) - 1;
+  std::vector<std::vector<uint32_t>> rows(p);
   // A cell's label into buf (64 bytes); returns its length.
   int32_t stages = s.placement.numStages;
-  auto labelOf = [&](int r, uint64_t idx, char *buf) -> size_t {
+  auto labelOf = [&](int r, uint32_t idx, char *buf) -> size_t {
     const Action &a = s.programs[r][idx];
     char *p = putCell(buf, a.work, chunks[r], stages);
     if (a.kind == ActionKind::Overlap) {
@@ -136,55 +171,66 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
     }
     return size_t(p - buf);
   };
-  auto labelLen = [&](int r, uint64_t idx) -> size_t {
+  auto labelLen = [&](int r, uint32_t idx) -> size_t {
     const Action &a = s.programs[r][idx];
     size_t n = cellLen(a.work, chunks[r], stages);
     if (a.kind == ActionKind::Overlap)
       n += 1 + cellLen(a.work2, chunks[r], stages);
     return n;
   };
-  char buf[64];
-  for (const Interval &iv : sim.intervals) {
-    if (iv.rank < 0 || iv.rank >= p)
-      continue;
-    const Action &a = s.programs[iv.rank][iv.actionIndex];
-    if (a.isComm())
-      continue;
-    size_t col = std::max(
-        nextFree[iv.rank],
-        static_cast<size_t>(std::llround(std::max(0.0, iv.start) / unit)));
-    size_t span =
-        std::max<long long>(1, std::llround((iv.end - iv.start) / unit));
-    auto &row = rows[iv.rank];
-    if (row.size() < col + span)
-      row.resize(col + span, kIdle);
-    row[col] = iv.actionIndex;
-    for (size_t k = 1; k < span; ++k)
-      row[col + k] = kBusy;
-    nextFree[iv.rank] = col + span;
-  }
+  // The ranks' rows and their columns' label widths, one rank per thread
+  // (rows are independent; millions of cells per row).
+  std::vector<std::vector<uint16_t>> rowWidth(p);
+  forEachParallel(size_t(p), [&](size_t r) {
+    auto &row = rows[r];
+    size_t nextFree = 0;
+    auto [b, e] = inRank(int(r));
+    for (auto it = b; it != e; ++it) {
+      const Interval &iv = *it;
+      if (s.programs[r][iv.actionIndex].isComm())
+        continue;
+      size_t col = std::max(
+          nextFree,
+          static_cast<size_t>(std::llround(std::max(0.0, iv.start) / unit)));
+      size_t span =
+          std::max<long long>(1, std::llround((iv.end - iv.start) / unit));
+      if (row.size() < col + span)
+        row.resize(col + span, kIdle);
+      row[col] = iv.actionIndex;
+      for (size_t k = 1; k < span; ++k)
+        row[col + k] = kBusy;
+      nextFree = col + span;
+    }
+    std::vector<uint16_t> &w = rowWidth[r];
+    w.assign(row.size(), 1);
+    for (size_t c = 0; c < row.size(); ++c)
+      if (row[c] < kBusy)
+        w[c] = uint16_t(labelLen(int(r), row[c]));
+  });
   // Per-column widths: an overlapped pair widens only its own column.
   size_t cols = 0;
   for (const auto &row : rows)
     cols = std::max(cols, row.size());
   std::vector<uint16_t> width(cols, 1);
-  for (int r = 0; r < p; ++r)
-    for (size_t c = 0; c < rows[r].size(); ++c)
-      if (rows[r][c] < kBusy)
-        width[c] = std::max<size_t>(width[c], labelLen(r, rows[r][c]));
+  for (int r = 0; r < p; ++r) {
+    for (size_t c = 0; c < rowWidth[r].size(); ++c)
+      width[c] = std::max(width[c], rowWidth[r][c]);
+    release(rowWidth[r]);
+  }
   os << (s.name.empty() ? std::string("schedule") : s.name) << ": " << p
      << " ranks, " << s.numMicrobatches << " microbatches, slot " << fmt(unit)
      << ", makespan " << fmt(sim.makespan) << ", bubble "
      << fmt(sim.bubbleRate) << "\n";
   std::string rankHdr = "r" + std::to_string(p - 1);
-  std::string line;
-  for (int r = 0; r < p; ++r) {
+  // Rank r's line, handed to `out` in pieces of about 64 KiB (a row of a
+  // million cells is not built whole when it goes straight to the stream).
+  auto writeRow = [&](int r, auto &&out) {
+    char buf[64];
     std::string name = "r" + std::to_string(r);
-    line = name + std::string(rankHdr.size() - name.size(), ' ') + " |";
-    // Written in pieces: a row of a million cells is not built whole.
+    std::string line = name + std::string(rankHdr.size() - name.size(), ' ') + " |";
     size_t pendingSpaces = 0;
     for (size_t c = 0; c < cols; ++c) {
-      uint64_t cell = c < rows[r].size() ? rows[r][c] : kIdle;
+      uint32_t cell = c < rows[r].size() ? rows[r][c] : kIdle;
       size_t len = 1;
       if (cell == kIdle)
         buf[0] = '.';
@@ -196,11 +242,40 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
       line.append(buf, len);
       pendingSpaces = width[c] - len;
       if (line.size() > (1 << 16)) {
-        os << line;
+        out(line);
         line.clear();
       }
     }
-    os << line << "\n";
+    line += '\n';
+    out(line);
+    release(rows[r]);
+  };
+  // Rows in batches of as many as there are threads: the batch's first row
+  // goes straight to the stream, the others are formatted meanwhile into
+  // strings written after it.
+  size_t batch = std::max<size_t>(
+      1, std::min<size_t>(size_t(p), std::thread::hardware_concurrency()));
+  std::vector<std::string> text(batch);
+  // A buffered row's exact size bound (each column: a space and its
+  // width), so that it is allocated once.
+  size_t lineBound = rankHdr.size() + 3;
+  for (uint16_t w : width)
+    lineBound += size_t(w) + 1;
+  for (int b = 0; b < p; b += int(batch)) {
+    size_t n = std::min<size_t>(batch, size_t(p - b));
+    forEachParallel(n, [&](size_t k) {
+      if (k == 0)
+        writeRow(b, [&](const std::string &piece) { os << piece; });
+      else {
+        text[k].reserve(lineBound);
+        writeRow(b + int(k),
+                 [&](const std::string &piece) { text[k] += piece; });
+      }
+    });
+    for (size_t k = 1; k < n; ++k) {
+      os << text[k];
+      release(text[k]);
+    }
   }
 }
 

@@ -14,11 +14,10 @@ ReplayEngine::ReplayEngine(const Schedule &s, const WorkIndex &idx,
 
 void ReplayEngine::assignChannels() {
   // Channels are numbered in program order (callers report channel errors
-  // in that order); ordinals count each side's messages in program order.
-  // A first pass numbers the channels and counts their messages, so that
-  // every table is sized once (millions of messages: no growth by
-  // doubling).
-  slots.assign(numRanks, {});
+  // in that order); each message action's ordinal on its channel is derived
+  // as the replay reaches it (slotOf). A first pass numbers the channels
+  // and counts their messages, so that every table is sized once
+  // (millions of messages: no growth by doubling).
   std::vector<size_t> nSend, nRecv;
   auto touch = [&](int32_t src, int32_t dst) {
     size_t c = static_cast<size_t>(chans.get(src, dst));
@@ -28,63 +27,37 @@ void ReplayEngine::assignChannels() {
     }
     return c;
   };
-  for (int32_t r = 0; r < numRanks; ++r) {
-    size_t numComm = 0;
+  for (int32_t r = 0; r < numRanks; ++r)
     for (const Action &a : s.programs[r]) {
-      if (!a.isComm())
-        continue;
-      ++numComm;
       if (a.kind == ActionKind::Send) {
         ++nSend[touch(r, a.peer)];
       } else if (a.kind == ActionKind::Recv) {
         ++nRecv[touch(a.peer, r)];
-      } else { // GradReduce: both directions, no Send or Recv
+      } else if (a.kind == ActionKind::GradReduce) {
+        // Both directions, no Send or Recv.
         touch(r, a.peer);
         touch(a.peer, r);
       }
     }
-    slots[r].reserve(numComm);
-  }
   chanSends.resize(nSend.size());
   chanRecvs.resize(nSend.size());
-  if (!opts.verified)
-    for (size_t c = 0; c < nSend.size(); ++c) {
-      chanSends[c].reserve(nSend[c]);
-      chanRecvs[c].reserve(nRecv[c]);
-    }
   chanSendCount = nSend;
-  std::vector<int32_t> nGr(nSend.size(), 0), sendOrd(nSend.size(), 0),
-      recvOrd(nSend.size(), 0);
-  auto channel = [&](int32_t src, int32_t dst) { return chans.get(src, dst); };
+  if (opts.verified)
+    return;
+  // The Loc lists of the checks and error reports, in ordinal order.
+  for (size_t c = 0; c < nSend.size(); ++c) {
+    chanSends[c].reserve(nSend[c]);
+    chanRecvs[c].reserve(nRecv[c]);
+  }
   for (int32_t r = 0; r < numRanks; ++r) {
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
-      if (!a.isComm())
-        continue;
-      CommSlot &sl = slots[r].emplace_back();
       Loc here{r, static_cast<int32_t>(i)};
-      switch (a.kind) {
-      case ActionKind::Send:
-        sl.chan = channel(r, a.peer);
-        sl.ordinal = sendOrd[sl.chan]++;
-        if (!opts.verified)
-          chanSends[sl.chan].push_back(here);
-        break;
-      case ActionKind::Recv:
-        sl.chan = channel(a.peer, r);
-        sl.ordinal = recvOrd[sl.chan]++;
-        if (!opts.verified)
-          chanRecvs[sl.chan].push_back(here);
-        break;
-      case ActionKind::GradReduce:
-        sl.chan = channel(r, a.peer);
-        sl.other = channel(a.peer, r);
-        sl.ordinal = nGr[sl.chan]++;
-        break;
-      default:
-        break;
-      }
+      if (a.kind == ActionKind::Send)
+        chanSends[size_t(chans.get(r, a.peer))].push_back(here);
+      else if (a.kind == ActionKind::Recv)
+        chanRecvs[size_t(chans.get(a.peer, r))].push_back(here);
     }
   }
 }
@@ -97,7 +70,6 @@ void ReplayEngine::reset() {
   recvArr.assign(nc, 0);
   grArr.assign(nc, 0);
   pc.assign(numRanks, 0);
-  commPc.assign(numRanks, 0);
   arrived.assign(numRanks, 0);
   mem.assign(numRanks, 0);
   peak.assign(numRanks, 0);

@@ -165,6 +165,33 @@ private:
     waits.park(r, key);
     return Step::Blocked;
   }
+  /// The channel and ordinal of rank r's current message action `a`,
+  /// derived when the rank reaches it (no table per message: millions of
+  /// messages). One side of a channel is one rank's program, so the
+  /// action's ordinal is that side's arrival count so far, less its own
+  /// arrival once counted.
+  CommSlot slotOf(int32_t r, const Action &a) {
+    CommSlot sl;
+    int32_t self = arrived[r];
+    switch (a.kind) {
+    case ActionKind::Send:
+      sl.chan = chans.get(r, a.peer);
+      sl.ordinal = int32_t(sendArr[sl.chan]) - self;
+      break;
+    case ActionKind::Recv:
+      sl.chan = chans.get(a.peer, r);
+      sl.ordinal = int32_t(recvArr[sl.chan]) - self;
+      break;
+    case ActionKind::GradReduce:
+      sl.chan = chans.get(r, a.peer);
+      sl.other = chans.get(a.peer, r);
+      sl.ordinal = int32_t(grArr[sl.chan]) - self;
+      break;
+    default:
+      break;
+    }
+    return sl;
+  }
   /// True the first time rank r reaches its current step.
   bool arrive(int32_t r) {
     if (arrived[r])
@@ -187,11 +214,6 @@ private:
 
   // Channels.
   ChannelMap chans;
-  /// Per rank, one slot per message action, in program order (compute
-  /// actions have none: 12 bytes per message, not per action); the rank's
-  /// current one is slots[r][commPc[r]].
-  std::vector<std::vector<CommSlot>> slots;
-  std::vector<size_t> commPc;
   std::vector<std::vector<Loc>> chanSends, chanRecvs;
   std::vector<size_t> chanSendCount;
 
@@ -254,7 +276,7 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
       break;
     }
     case ActionKind::Send: {
-      const CommSlot &sl = slots[r][commPc[r]];
+      const CommSlot sl = slotOf(r, a);
       if (arrive(r)) {
         if (!opts.prechecked && !opts.verified)
           if (Step k = checkSend(r, i, a); k != Step::Done)
@@ -268,7 +290,7 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
       break;
     }
     case ActionKind::Recv: {
-      const CommSlot &sl = slots[r][commPc[r]];
+      const CommSlot sl = slotOf(r, a);
       if (arrive(r)) {
         ++recvArr[sl.chan];
         if (opts.rendezvousSends)
@@ -285,7 +307,7 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
       break;
     }
     case ActionKind::GradReduce: {
-      const CommSlot &sl = slots[r][commPc[r]];
+      const CommSlot sl = slotOf(r, a);
       if (arrive(r)) {
         c.gradReduceArrive(r, i, sl);
         ++grArr[sl.chan];
@@ -298,8 +320,6 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
     }
     }
     arrived[r] = 0;
-    if (a.isComm())
-      ++commPc[r];
     ++pc[r];
   }
   return Step::Done;

@@ -112,7 +112,7 @@ private:
       readyAt = sent = 0;
       return;
     case Input::Local:
-      readyAt = sent = endTime[in.id];
+      readyAt = sent = endTime[endSlot(in.id)];
       return;
     case Input::Message:
       readyAt = recvTime[in.id];
@@ -158,7 +158,15 @@ private:
   ReplayEngine engine;
 
   // Times.
-  std::vector<double> endTime;  ///< by work id
+  /// By endSlot of the work id. A verified replay keeps two per item (F,
+  /// and B or BW: what it resolves a local input to; W produces nothing),
+  /// any other replay one per work id.
+  std::vector<double> endTime;
+  size_t endSlot(size_t workId) const {
+    return verified
+               ? workId / 4 * 2 + (workId % 4 == size_t(WorkKind::F) ? 0 : 1)
+               : workId;
+  }
   std::vector<double> recvTime; ///< by messageKey
   /// By messageKey: when the Send posted (overlapComm only: it measures
   /// the exposed transfer in the consumer).
@@ -253,7 +261,7 @@ Status Simulation::prepare() {
     if (cost.overlapComm)
       sendArrive[c].reserve(engine.numSends(c));
   }
-  endTime.assign(idx.size(), 0);
+  endTime.assign(verified ? idx.numMessages() : idx.size(), 0);
   recvTime.assign(idx.numMessages(), 0);
   if (cost.overlapComm)
     sentAt.assign(idx.numMessages(), 0);
@@ -318,14 +326,10 @@ void Simulation::compute(int32_t r, size_t i, const Action &a, const Input &in1,
   now[r] = end;
   place(r, i, start, end, true);
   auto finish = [&](const Work &w) {
-    endTime[idx.id(w)] = end;
-    // A verified replay resolves a local input by its nominal producer:
-    // B stands for BW too.
-    if (verified && w.kind == WorkKind::BW) {
-      Work b = w;
-      b.kind = WorkKind::B;
-      endTime[idx.id(b)] = end;
-    }
+    // A verified replay resolves a local input by its nominal producer (B
+    // stands for BW too; W is no producer and would take B's slot).
+    if (!(verified && w.kind == WorkKind::W))
+      endTime[endSlot(idx.id(w))] = end;
   };
   finish(a.work);
   if (pair)

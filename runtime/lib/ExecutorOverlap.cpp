@@ -113,8 +113,8 @@ Status Executor::Impl::doOverlap(const Action &a, bool &fusedRun) {
       tr.progress();
     return Status::ok();
   };
-  if (!a.pairOrder.empty()) {
-    // The compiled order (Action::pairOrder, from the pp.component ops of
+  if (const sched::PairComponentOrder *order = prog.schedule.pairOrderOf(a)) {
+    // The compiled order (Schedule::pairOrderOf, from the pp.component ops of
     // the fused pp.overlap). A step (member, kind, layer) runs that
     // member's kernels up to the end of the component's kernel range in
     // the member's function (a member's kernels always run in its own
@@ -137,7 +137,7 @@ Status Executor::Impl::doOverlap(const Action &a, bool &fusedRun) {
           return &cr;
       return nullptr;
     };
-    for (const sched::PairComponentStep &p : a.pairOrder) {
+    for (const sched::PairComponentStep &p : *order) {
       if (p.member == sched::PairComponentStep::W)
         continue;
       FnRun &r = p.member == sched::PairComponentStep::F ? rf : rb;

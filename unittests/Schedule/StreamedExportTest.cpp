@@ -28,14 +28,14 @@ namespace {
 OJson refWork(const Work &w, bool copies, const char *opKey = "op") {
   OJson j;
   j[opKey] = workKindName(w.kind);
-  j["stage"] = w.stage;
+  j["stage"] = int32_t(w.stage);
   j["mb"] = w.mb;
   if (copies)
-    j["copy"] = w.copy;
+    j["copy"] = int32_t(w.copy);
   return j;
 }
 
-OJson refAction(const Action &a, bool copies) {
+OJson refAction(const Schedule &s, const Action &a, bool copies) {
   OJson j;
   switch (a.kind) {
   case ActionKind::Compute:
@@ -44,9 +44,9 @@ OJson refAction(const Action &a, bool copies) {
     j["op"] = "FB";
     j["members"] =
         OJson::array({refWork(a.work, copies), refWork(a.work2, copies)});
-    if (!a.pairOrder.empty()) {
+    if (const PairComponentOrder *order = s.pairOrderOf(a)) {
       OJson o = OJson::array();
-      for (const PairComponentStep &p : a.pairOrder)
+      for (const PairComponentStep &p : *order)
         o.push_back(OJson::array({p.member == PairComponentStep::F   ? "F"
                                   : p.member == PairComponentStep::B ? "B"
                                                                      : "W",
@@ -91,7 +91,7 @@ std::string refJson(const Schedule &s, const SimResult *sim, int indent) {
   for (size_t r = 0; r < s.programs.size(); ++r) {
     OJson actions = OJson::array();
     for (const Action &a : s.programs[r])
-      actions.push_back(refAction(a, copies));
+      actions.push_back(refAction(s, a, copies));
     OJson prog;
     prog["rank"] = r;
     prog["actions"] = std::move(actions);
@@ -134,10 +134,10 @@ std::vector<Schedule> schedules() {
   for (auto &prog : ordered.programs)
     for (Action &a : prog)
       if (a.kind == ActionKind::Overlap)
-        a.pairOrder = std::vector<PairComponentStep>{
-            {PairComponentStep::F, PairComponentStep::Attn, 0},
-            {PairComponentStep::B, PairComponentStep::Mlp, 1},
-            {PairComponentStep::W, PairComponentStep::Attn, 2}};
+        EXPECT_TRUE(ordered.setPairOrder(
+            a, {{PairComponentStep::F, PairComponentStep::Attn, 0},
+                {PairComponentStep::B, PairComponentStep::Mlp, 1},
+                {PairComponentStep::W, PairComponentStep::Attn, 2}}));
   all.push_back(ordered);
   for (ScheduleKind k : {ScheduleKind::ZBV, ScheduleKind::DualPipe,
                          ScheduleKind::Interleaved, ScheduleKind::Chimera}) {

@@ -85,19 +85,35 @@ private:
 /// The kind of one unit of compute on one stage for one microbatch.
 enum class WorkKind : uint8_t { F, B, W, BW };
 
+/// The largest stage count a schedule may have: Work keeps its stage in 26
+/// bits (a schedule of millions of actions stays compact; kMaxComputeActions
+/// bounds the generators well below this). Parsers and the pp.schedule
+/// verifier refuse more.
+inline constexpr int32_t kMaxStages = int32_t(1) << 25;
+/// Model copies: two (DualPipe, Chimera) at most; Work keeps the copy in 3
+/// bits.
+inline constexpr int32_t kMaxCopies = 2;
+
 /// One unit of compute: `kind` of stage `stage` of model copy `copy` on
 /// microbatch `mb`.
-/// Laid out stage, mb, kind, copy: 12 bytes (kind first would pad it to 16);
-/// the constructor keeps the (kind, stage, mb, copy) order of brace lists.
+/// 8 bytes: the microbatch, then stage, copy and kind packed in one word
+/// (Action holds two Works; a schedule holds millions of Actions). The
+/// constructor keeps the (kind, stage, mb, copy) order of brace lists.
 struct Work {
-  int32_t stage = 0;
   int32_t mb = 0;
-  WorkKind kind = WorkKind::F;
-  int8_t copy = 0;
+  int32_t stage : 26; ///< [0, kMaxStages); negative only in malformed input
+  int32_t copy : 3;   ///< [0, kMaxCopies)
+  WorkKind kind : 3;
 
-  Work() = default;
-  Work(WorkKind kind, int32_t stage, int32_t mb, int8_t copy = 0)
-      : stage(stage), mb(mb), kind(kind), copy(copy) {}
+  Work() : stage(0), copy(0), kind(WorkKind::F) {}
+  Work(WorkKind kind, int32_t stage, int32_t mb, int32_t copy = 0)
+      : mb(mb), stage(stage), copy(copy), kind(kind) {}
+
+  /// Whether (stage, copy) read from input fit the packed fields.
+  static bool fits(int64_t stage, int64_t copy) {
+    return stage >= -kMaxStages && stage < kMaxStages && copy >= -4 &&
+           copy < 4;
+  }
 
   friend bool operator==(const Work &a, const Work &b) {
     return a.kind == b.kind && a.stage == b.stage && a.mb == b.mb &&
@@ -105,6 +121,7 @@ struct Work {
   }
   friend bool operator!=(const Work &a, const Work &b) { return !(a == b); }
 };
+static_assert(sizeof(Work) == 8, "Work is held twice in every Action");
 
 /// What a message carries: the activation produced by F(stage, mb) (sent
 /// downstream to stage+1) or the gradient produced by B/BW(stage, mb) (sent
@@ -135,65 +152,21 @@ struct PairComponentStep {
   }
 };
 
-/// The component order of one fused pair, stored out of line: one pointer
-/// in every Action (null when empty), so that a schedule of millions of
-/// actions stays compact (sizeof(Action) <= 40; docs/schedule-library.md).
-/// A value type: copies are deep.
-class PairComponentOrder {
-public:
-  PairComponentOrder() = default;
-  PairComponentOrder(const PairComponentOrder &o)
-      : steps(o.steps ? new std::vector<PairComponentStep>(*o.steps)
-                      : nullptr) {}
-  PairComponentOrder(PairComponentOrder &&) noexcept = default;
-  PairComponentOrder &operator=(const PairComponentOrder &o) {
-    if (this != &o)
-      steps.reset(o.steps ? new std::vector<PairComponentStep>(*o.steps)
-                          : nullptr);
-    return *this;
-  }
-  PairComponentOrder &operator=(PairComponentOrder &&) noexcept = default;
-  PairComponentOrder(std::vector<PairComponentStep> v) { *this = std::move(v); }
-  PairComponentOrder &operator=(std::vector<PairComponentStep> v) {
-    steps = v.empty() ? nullptr
-                      : std::make_unique<std::vector<PairComponentStep>>(
-                            std::move(v));
-    return *this;
-  }
-
-  bool empty() const { return !steps || steps->empty(); }
-  size_t size() const { return steps ? steps->size() : 0; }
-  void clear() { steps.reset(); }
-  void push_back(const PairComponentStep &p) {
-    if (!steps)
-      steps = std::make_unique<std::vector<PairComponentStep>>();
-    steps->push_back(p);
-  }
-  const PairComponentStep &operator[](size_t i) const { return (*steps)[i]; }
-  const PairComponentStep *begin() const {
-    return steps ? steps->data() : nullptr;
-  }
-  const PairComponentStep *end() const {
-    return steps ? steps->data() + steps->size() : nullptr;
-  }
-  std::vector<PairComponentStep> toVector() const {
-    return steps ? *steps : std::vector<PairComponentStep>();
-  }
-
-private:
-  std::unique_ptr<std::vector<PairComponentStep>> steps;
-};
+/// The component order of one fused pair. A schedule keeps each distinct
+/// order once (Schedule::pairOrders); an Overlap action names its order by
+/// index (Action::pairOrder), so that an Action stays 24 bytes.
+using PairComponentOrder = std::vector<PairComponentStep>;
 
 struct Action {
-  ActionKind kind = ActionKind::Compute;
-  Payload payload = Payload::Activation; ///< Send / Recv
-  int32_t peer = -1;    ///< Send / Recv / GradReduce: the other rank
   Work work;            ///< Compute / Overlap (F member) / message identity
   Work work2;           ///< Overlap: the backward member (B or BW)
-  /// Overlap only, optional: the compiled component order of the fused
-  /// pair (empty: the runtime's own policy). Ignored by operator== and by
-  /// everything that does not know it.
-  PairComponentOrder pairOrder;
+  int32_t peer = -1;    ///< Send / Recv / GradReduce: the other rank
+  ActionKind kind = ActionKind::Compute;
+  Payload payload = Payload::Activation; ///< Send / Recv
+  /// Overlap only, optional: 1 + the index of the fused pair's compiled
+  /// component order in Schedule::pairOrders; 0: none (the runtime's own
+  /// policy). Ignored by operator== (Schedule::pairOrderOf reads it).
+  uint16_t pairOrder = 0;
 
   static Action compute(Work w) {
     Action a;
@@ -242,8 +215,7 @@ struct Action {
   }
 };
 
-static_assert(sizeof(Work) <= 12, "Work is held twice in every Action");
-static_assert(sizeof(Action) <= 40,
+static_assert(sizeof(Action) <= 24,
               "Action is resident once per action of a schedule of millions");
 
 //===----------------------------------------------------------------------===//
@@ -297,8 +269,23 @@ struct Schedule {
   int32_t numMicrobatches = 0; ///< per copy
   bool hasComm = false;        ///< send/recv inserted
   std::vector<std::vector<Action>> programs; ///< per rank, in order
+  /// The distinct compiled component orders of fused Overlap pairs
+  /// (pipeforge-compile --fuse-overlap), named by Action::pairOrder.
+  std::vector<PairComponentOrder> pairOrders;
 
   int32_t numRanks() const { return placement.numRanks; }
+
+  /// The compiled component order of Overlap action `a`, or null (none, or
+  /// an index out of range).
+  const PairComponentOrder *pairOrderOf(const Action &a) const {
+    if (a.kind != ActionKind::Overlap || a.pairOrder == 0 ||
+        a.pairOrder > pairOrders.size())
+      return nullptr;
+    return &pairOrders[a.pairOrder - 1];
+  }
+  /// Gives `a` the order `order` (empty: none), kept once in pairOrders.
+  /// Fails past 65,535 distinct orders.
+  Status setPairOrder(Action &a, PairComponentOrder order);
 };
 
 //===----------------------------------------------------------------------===//

@@ -10,6 +10,12 @@ pp.schedule "x" ranks 1 stages 0 microbatches 1 placement [0] {}
 
 // -----
 
+// The stage of every work is packed in 26 bits (sched::Work).
+// expected-error @+1 {{'pp.schedule' op supports at most 33554432 stages, got 33554433}}
+pp.schedule "x" ranks 1 stages 33554433 microbatches 1 placement [0] {}
+
+// -----
+
 // expected-error @+1 {{'pp.schedule' op expects at least one microbatch, got 0}}
 pp.schedule "x" ranks 1 stages 1 microbatches 0 placement [0] {}
 

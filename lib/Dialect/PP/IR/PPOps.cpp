@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
+#include "pipeforge/Schedule/Action.h"
 
 #include "llvm/ADT/DenseSet.h"
 
@@ -123,6 +124,9 @@ LogicalResult ScheduleOp::verifyRegions() {
     return emitOpError("expects at least one rank, got ") << ranks;
   if (stages < 1)
     return emitOpError("expects at least one stage, got ") << stages;
+  if (stages > pipeforge::sched::kMaxStages)
+    return emitOpError("supports at most ")
+           << pipeforge::sched::kMaxStages << " stages, got " << stages;
   if (getNumMicrobatches() < 1)
     return emitOpError("expects at least one microbatch, got ")
            << getNumMicrobatches();

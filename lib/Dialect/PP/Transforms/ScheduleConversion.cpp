@@ -72,6 +72,7 @@ sched::Schedule pp::toLibrarySchedule(ScheduleOp op) {
         auto it = members.begin();
         sched::Work f = workOf(*it++);
         sched::Action act = sched::Action::overlap(f, workOf(*it));
+        sched::PairComponentOrder order;
         // A fused pair (--pp-fuse-overlap): its compute components in
         // program order; the all-to-alls (pp.comm_start / pp.comm_wait) are
         // implied by the mlp components under expert parallelism.
@@ -87,8 +88,13 @@ sched::Schedule pp::toLibrarySchedule(ScheduleOp op) {
                        ? sched::PairComponentStep::Attn
                        : sched::PairComponentStep::Mlp;
           p.layer = int16_t(c.getLayer());
-          act.pairOrder.push_back(p);
+          order.push_back(p);
         }
+        // Past 65,535 distinct orders the pair runs in the runtime's own
+        // order (the same results; only the interleaving differs).
+        if (sched::Status st = s.setPairOrder(act, std::move(order)); !st)
+          o.emitWarning() << st.message()
+                          << "; this pair runs in the runtime's own order";
         actions.push_back(std::move(act));
       } else if (auto snd = dyn_cast<SendOp>(a)) {
         sched::Work w = workOf(snd);
