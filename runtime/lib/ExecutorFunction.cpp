@@ -70,6 +70,8 @@ Status Executor::Impl::fnBegin(FnRun &r) {
                             &st.backward};
   r.fn = fns[r.which];
   r.plan = &plans[{st.copy, st.index}][r.which];
+  auto dg = directGrads.find(r.fn);
+  r.direct = dg == directGrads.end() ? nullptr : &dg->second;
   const Function &fn = *r.fn;
   const int c = r.c, mb = r.mb;
   auto &ptr = r.ptr;
@@ -169,6 +171,7 @@ Status Executor::Impl::fnPrepare(FnRun &r) {
   call.inTypes.clear();
   call.out.clear();
   call.outTypes.clear();
+  call.addTo = 0;
   for (int32_t v : k.inputs) {
     if (v >= int32_t(ptr.size()))
       return err("bad value id in kernel '" + k.op + "'");
@@ -181,10 +184,17 @@ Status Executor::Impl::fnPrepare(FnRun &r) {
   for (int32_t v : k.outputs) {
     if (v >= int32_t(ptr.size()))
       return err("bad value id in kernel '" + k.op + "'");
-    // A new definition: (re)bind to the value's own buffer.
+    // A new definition: (re)bind to the value's own buffer, or a gradient
+    // the kernel adds straight to its parameter's (planDirectGrads).
     if (v >= 0)
       ptr[size_t(v)] = nullptr;
-    call.out.push_back(v >= 0 ? valuePtr(v) : nullptr);
+    if (v >= 0 && r.direct && r.direct->param[size_t(v)] >= 0) {
+      call.addTo |= 1u << call.out.size();
+      ptr[size_t(v)] = params.at(r.direct->param[size_t(v)]).grad->p;
+      call.out.push_back(ptr[size_t(v)]);
+    } else {
+      call.out.push_back(v >= 0 ? valuePtr(v) : nullptr);
+    }
     call.outTypes.push_back(v >= 0 ? &fn.values[size_t(v)] : nullptr);
   }
   bindMoEBias(call, r.which);
@@ -423,6 +433,72 @@ Status Executor::Impl::fnResults(FnRun &run) {
   return Status::ok();
 }
 
+void Executor::Impl::planDirectGrads() {
+  // A ParamGrad result goes straight into its parameter's gradient when the
+  // backend's kernel can add to it (Backend::canAddTo) and nothing else
+  // could tell the difference: the value is defined once, by that kernel,
+  // read by no kernel, bound to no argument and to no other result; its
+  // parameter is local and whole (not an expert slice) and the function
+  // has no other result for it (two would add in kernel order, not result
+  // order). The first microbatch adds to the gradient that step() cleared,
+  // so it needs no special case; the overlapped reduction (GradOverlap.cpp)
+  // reads the gradient after the kernel, as after accumulateParamGrad.
+  directGrads.clear();
+  for (const Stage &st : prog.stages)
+    for (const Function *fn : {&st.forward, &st.backwardInput,
+                               &st.backwardWeight, &st.backward}) {
+      const size_t nv = fn->values.size();
+      std::vector<int> defs(nv, 0), uses(nv, 0);
+      std::vector<std::pair<int, size_t>> def(nv, {-1, 0});
+      for (size_t k = 0; k < fn->kernels.size(); ++k) {
+        const Kernel &kn = fn->kernels[k];
+        for (int32_t v : kn.inputs)
+          if (v >= 0 && size_t(v) < nv)
+            ++uses[size_t(v)];
+        for (size_t i = 0; i < kn.outputs.size(); ++i) {
+          int32_t v = kn.outputs[i];
+          if (v >= 0 && size_t(v) < nv)
+            ++defs[size_t(v)], def[size_t(v)] = {int(k), i};
+        }
+      }
+      for (const ArgBinding &a : fn->args)
+        if (a.value >= 0 && size_t(a.value) < nv)
+          ++uses[size_t(a.value)];
+      std::map<int32_t, int> perParam;
+      for (const ResultBinding &r : fn->results) {
+        if (r.value >= 0 && size_t(r.value) < nv)
+          ++uses[size_t(r.value)];
+        if (r.role == ResultRole::ParamGrad)
+          ++perParam[r.index];
+      }
+      DirectGrads d;
+      d.param.assign(nv, -1);
+      d.result.assign(fn->results.size(), false);
+      bool any = false;
+      for (size_t k = 0; k < fn->results.size(); ++k) {
+        const ResultBinding &r = fn->results[k];
+        if (r.role != ResultRole::ParamGrad || r.value < 0 ||
+            size_t(r.value) >= nv || perParam[r.index] != 1)
+          continue;
+        const size_t v = size_t(r.value);
+        // uses: the result itself only.
+        if (defs[v] != 1 || uses[v] != 1 || def[v].second >= 32 ||
+            !params.count(r.index) ||
+            localElems(r.index) !=
+                prog.params[size_t(r.index)].type.numElements() ||
+            prog.params[size_t(r.index)].type.numBytes() !=
+                fn->values[v].numBytes() ||
+            !be.canAddTo(fn->kernels[size_t(def[v].first)], def[v].second))
+          continue;
+        d.param[v] = r.index;
+        d.result[k] = true;
+        any = true;
+      }
+      if (any)
+        directGrads[fn] = std::move(d);
+    }
+}
+
 BufP Executor::Impl::stashResult(FnRun &run, int32_t value, const void *src,
                                  int64_t bytes) {
   // The value's workspace buffer itself when it holds just this value: the
@@ -484,9 +560,11 @@ Status Executor::Impl::accumulateParamGrad(FnRun &run, size_t k) {
       run.fn->values[size_t(r.value)].numBytes())
     return err("gradient size of parameter '" +
                prog.params[size_t(r.index)].name + "' differs");
-  // Expert params: the kernel wrote this rank's slice first.
-  be.accumulate(it->second.grad->f(), static_cast<const float *>(src),
-                localElems(r.index));
+  // Expert params: the kernel wrote this rank's slice first. A gradient
+  // written straight into place is there already.
+  if (!run.direct || !run.direct->result[k])
+    be.accumulate(it->second.grad->f(), static_cast<const float *>(src),
+                  localElems(r.index));
   if (nanPending && run.st->index == numStages - 1 &&
       int64_t(tr.dpIndex()) * totalMb + int64_t(run.c) * mPerCopy + run.mb ==
           opts.injectNanMb) {

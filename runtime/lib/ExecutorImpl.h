@@ -312,6 +312,15 @@ struct Executor::Impl {
            mb;
   }
 
+  /// Parameter gradients written straight into place (Backend::canAddTo;
+  /// planDirectGrads, ExecutorFunction.cpp): per function with at least one.
+  struct DirectGrads {
+    std::vector<int32_t> param; ///< per value: the parameter, or -1
+    std::vector<bool> result;   ///< per result: already added by its kernel
+  };
+  std::map<const Function *, DirectGrads> directGrads;
+  void planDirectGrads();
+
   /// One invocation of a stage function, run kernel by kernel (a moe
   /// kernel under expert parallelism phase by phase) so that an Overlap
   /// pair can interleave two of them.
@@ -344,6 +353,8 @@ struct Executor::Impl {
     /// those results for fnResults.
     bool earlyGrads = false;
     std::vector<bool> taken;
+    /// The function's gradients written straight into place (null: none).
+    const DirectGrads *direct = nullptr;
     bool done() const { return next >= fn->kernels.size(); }
   };
   Status fnBegin(FnRun &r);

@@ -180,6 +180,7 @@ Status Executor::Impl::init() {
   if (opts.zeroStage == 1)
     assignStateOwners();
   planGradOverlap();
+  planDirectGrads();
   // Buffer plans: per-value when the assignment is missing or lets a kernel
   // write a buffer it also reads.
   for (const Stage &st : prog.stages) {

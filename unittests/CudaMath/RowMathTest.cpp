@@ -105,7 +105,7 @@ template <typename T, typename F> T rowSum(long long n, Order o, F f) {
   return part[0];
 }
 
-/// The row max of KernelsLoss.cpp / rowLse: `x > m ? x : m` from row[0].
+/// A row max: `x > m ? x : m` from row[0] (exact in any order).
 float rowMax(const float *row, long long n, Order o) {
   if (o == Order::Sequential) {
     float m = row[0];
@@ -482,7 +482,13 @@ TEST(RowMath, EmbeddingBackwardWeightMatchesReference) {
 // crossEntropyBwdKernel (which recomputes lse the same way).
 //===----------------------------------------------------------------------===//
 
+/// Sequential: the CPU kernel's order (cpu::rowLaneMax, cpu::rowExpSum:
+/// eight interleaved lanes).
 float rowLse(const float *row, long long V, Order o) {
+  if (o == Order::Sequential) {
+    const float m = cpu::rowLaneMax(row, V);
+    return crossEntropyLse(m, cpu::rowExpSum(row, V, m));
+  }
   float m = rowMax(row, V, o);
   float s = rowSum<float>(
       V, o, [&](long long j) { return math::softmaxExp(row[j], m); });

@@ -50,6 +50,95 @@ TEST(CpuBackend, LinearBwdWeightOverwritesNotAccumulates) {
   EXPECT_FLOAT_EQ(dbv[0], 3);
 }
 
+/// KernelCall::addTo: dW added to what the buffer holds (the bias still
+/// overwritten: the backend adds only dW, Backend::canAddTo).
+TEST(CpuBackend, LinearBwdWeightAddsWhereAsked) {
+  auto be = createCpuBackend();
+  Kernel k;
+  k.op = "linear_bwd_weight";
+  k.attrs["has_bias"] = true;
+  EXPECT_TRUE(be->canAddTo(k, 0));
+  EXPECT_FALSE(be->canAddTo(k, 1));
+  Kernel other = k;
+  other.op = "layernorm_bwd_weight";
+  EXPECT_FALSE(be->canAddTo(other, 0));
+  EXPECT_TRUE(createCpuDeviceBackend()->canAddTo(k, 0));
+  TensorType x{DType::F32, {2, 3}}, dy{DType::F32, {2, 1}},
+      dw{DType::F32, {1, 3}}, db{DType::F32, {1}};
+  float xv[6] = {1, 2, 3, 4, 5, 6}, dyv[2] = {1, 2}, dwv[3] = {9, 9, 9},
+        dbv[1] = {9};
+  KernelCall c{&k, {xv, dyv}, {&x, &dy}, {dwv, dbv}, {&dw, &db}};
+  c.addTo = 1;
+  ASSERT_TRUE(be->run(c).isOk());
+  EXPECT_FLOAT_EQ(dwv[0], 18); // 9 + 1*1 + 2*4
+  EXPECT_FLOAT_EQ(dwv[2], 24);
+  EXPECT_FLOAT_EQ(dbv[0], 3);
+}
+
+namespace {
+/// dW of linear_bwd_weight (x [tokens, in], dy [tokens, out]) on `be`:
+/// added to `grad` (addTo) or, as the executor did before, into a cleared
+/// buffer that is then accumulated into `grad`.
+void linearDW(Backend &be, int64_t tokens, int64_t in, int64_t out,
+              const std::vector<float> &x, const std::vector<float> &dy,
+              std::vector<float> &grad, bool addTo) {
+  Kernel k;
+  k.op = "linear_bwd_weight";
+  TensorType xt{DType::F32, {tokens, in}}, dyt{DType::F32, {tokens, out}},
+      dwt{DType::F32, {out, in}};
+  std::vector<float> tmp(grad.size(), 7.0f);
+  KernelCall c{&k,
+               {x.data(), dy.data()},
+               {&xt, &dyt},
+               {addTo ? grad.data() : tmp.data()},
+               {&dwt}};
+  c.addTo = addTo ? 1 : 0;
+  ASSERT_TRUE(be.run(c).isOk());
+  if (!addTo)
+    be.accumulate(grad.data(), tmp.data(), int64_t(grad.size()));
+}
+} // namespace
+
+/// Straight into the gradient (the executor's planDirectGrads) against the
+/// cleared buffer + accumulate it replaces: the same bits while the GEMM's
+/// K (the microbatch's tokens) fits one OpenBLAS K block (the peer
+/// benchmark's 256 tokens; 384 on this OpenBLAS), else within a few ulps
+/// of the gradient's size (the blocks' partial sums add to the old value
+/// one after another).
+TEST(CpuBackend, LinearBwdWeightAddToEqualsAccumulate) {
+  auto be = createCpuBackend();
+  for (int64_t tokens : {1, 9, 256, 1024}) {
+    const int64_t in = 96, out = 80;
+    std::vector<float> x(size_t(tokens * in)), dy(size_t(tokens * out)),
+        g0(size_t(out * in));
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = float((i * 37) % 101) / 50.0f - 1.0f;
+    for (size_t i = 0; i < dy.size(); ++i)
+      dy[i] = float((i * 53) % 97) / 48.0f - 1.0f;
+    for (size_t i = 0; i < g0.size(); ++i)
+      g0[i] = float((i * 29) % 89) / 8.0f - 5.0f;
+    // Two microbatches on a cleared gradient, then one on a filled one.
+    for (bool fromZero : {true, false}) {
+      std::vector<float> direct = fromZero ? std::vector<float>(g0.size(), 0.f)
+                                           : g0;
+      std::vector<float> plain = direct;
+      for (int mb = 0; mb < 2; ++mb) {
+        linearDW(*be, tokens, in, out, x, dy, direct, true);
+        linearDW(*be, tokens, in, out, x, dy, plain, false);
+      }
+      for (size_t i = 0; i < plain.size(); ++i) {
+        if (tokens <= 256)
+          ASSERT_EQ(0, std::memcmp(&direct[i], &plain[i], 4))
+              << tokens << " [" << i << "]: " << direct[i] << " vs "
+              << plain[i];
+        else
+          ASSERT_NEAR(direct[i], plain[i], 1e-5 * float(tokens))
+              << tokens << " [" << i << "]";
+      }
+    }
+  }
+}
+
 TEST(Weights, CompareReportsBitwise) {
   NamedTensors a{{"w", {1.0f, 2.0f}}}, b{{"w", {1.0f, 2.0f + 1e-6f}}};
   std::string r;

@@ -11,12 +11,14 @@
 
 #include "MlpProgram.h"
 
+#include "pipeforge/rt/Backend.h"
 #include "pipeforge/rt/Executor.h"
 #include "pipeforge/rt/ThreadTransport.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <thread>
 
 using namespace pipeforge;
@@ -33,15 +35,58 @@ struct RunResult {
   std::vector<double> losses;
   NamedTensors weights;
   std::string error;
+  int added = 0; ///< kernel calls that added to a gradient (AddToSwitch)
 };
 
-Status runRank(const Program &prog, Transport &tr, RunResult &out) {
+/// The CPU backend with Backend::canAddTo on or off (off: every parameter
+/// gradient through a workspace buffer and accumulate(), as before the
+/// executor wrote them straight into place); counts the kernel calls that
+/// add to a gradient.
+class AddToSwitch final : public Backend {
+public:
+  AddToSwitch(bool on, int *added) : on(on), added(added) {}
+  const char *name() const override { return "cpu"; }
+  bool hostVisible() const override { return true; }
+  void *alloc(int64_t b) override { return cpu->alloc(b); }
+  void *allocUninit(int64_t b) override { return cpu->allocUninit(b); }
+  void free(void *p) override { cpu->free(p); }
+  void copyToHost(void *d, const void *s, int64_t b) override {
+    cpu->copyToHost(d, s, b);
+  }
+  void copyFromHost(void *d, const void *s, int64_t b) override {
+    cpu->copyFromHost(d, s, b);
+  }
+  void copy(void *d, const void *s, int64_t b) override { cpu->copy(d, s, b); }
+  void fillZero(void *p, int64_t b) override { cpu->fillZero(p, b); }
+  void accumulate(float *d, const float *s, int64_t n) override {
+    cpu->accumulate(d, s, n);
+  }
+  void scale(float *x, float a, int64_t n) override { cpu->scale(x, a, n); }
+  bool canAddTo(const Kernel &k, size_t out) const override {
+    return on && cpu->canAddTo(k, out);
+  }
+  Status run(const KernelCall &c) override {
+    if (c.addTo && added)
+      ++*added;
+    return cpu->run(c);
+  }
+
+private:
+  std::unique_ptr<Backend> cpu = createCpuBackend();
+  bool on;
+  int *added;
+};
+
+Status runRank(const Program &prog, Transport &tr, RunResult &out,
+               int addTo = -1) {
   if (Status s =
           tr.setupGrid(prog.training.pipelineRanks, prog.training.dataParallel,
                        prog.training.expertParallel);
       !s)
     return s;
-  auto be = createCpuBackend();
+  std::unique_ptr<Backend> be =
+      addTo < 0 ? createCpuBackend()
+                : std::make_unique<AddToSwitch>(addTo > 0, &out.added);
   auto data = createPatternTokens(prog.training.seed, prog.model.vocab);
   auto sgd = createSgd(0.05f);
   auto ex = Executor::create(prog, *be, tr, *data, *sgd);
@@ -61,13 +106,13 @@ Status runRank(const Program &prog, Transport &tr, RunResult &out) {
 }
 
 /// Runs `prog` on its pipeline ranks (threads when more than one); the
-/// result of rank 0.
-RunResult run(const Program &prog) {
+/// result of rank 0. addTo >= 0: on AddToSwitch(addTo > 0).
+RunResult run(const Program &prog, int addTo = -1) {
   int ranks = prog.schedule.numRanks();
   std::vector<RunResult> results(static_cast<size_t>(ranks));
   if (ranks == 1) {
     auto tr = createLocalTransport();
-    if (Status s = runRank(prog, *tr, results[0]); !s)
+    if (Status s = runRank(prog, *tr, results[0], addTo); !s)
       results[0].error = s.message();
     return results[0];
   }
@@ -75,7 +120,9 @@ RunResult run(const Program &prog) {
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
-      if (Status s = runRank(prog, *trs[size_t(r)], results[size_t(r)]); !s)
+      if (Status s =
+              runRank(prog, *trs[size_t(r)], results[size_t(r)], addTo);
+          !s)
         results[size_t(r)].error = s.message();
     });
   for (auto &t : threads)
@@ -129,6 +176,28 @@ TEST_P(PipelinedEqualsReference, LossesAndWeightsBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Schedules, PipelinedEqualsReference,
                          ::testing::Values("gpipe", "1f1b", "zb-h1", "zb-h2"));
+
+/// Parameter gradients written straight into place (Backend::canAddTo)
+/// against the workspace buffer + accumulate path: the same losses and
+/// weights bit for bit (the MLP's microbatches are far below one BLAS K
+/// block), single process and pipelined, split (zb-h1) or fused backward.
+TEST(Executor, GradientsStraightIntoPlaceKeepTheBits) {
+  for (const char *kind : {"none", "1f1b", "zb-h1"}) {
+    Program p = mlp(kind, std::string(kind) == "none" ? 1 : kStages);
+    RunResult off = run(p, 0), on = run(p, 1);
+    ASSERT_EQ(off.error, "") << kind;
+    ASSERT_EQ(on.error, "") << kind;
+    EXPECT_EQ(off.added, 0) << kind;
+    // Rank 0's stage: one linear_bwd_weight per microbatch and step.
+    EXPECT_GE(on.added, kSteps * kMicrobatches) << kind;
+    EXPECT_EQ(on.losses, off.losses) << kind;
+    std::string report;
+    bool bitwise = false;
+    EXPECT_TRUE(compareWeights(on.weights, off.weights, 0, 0, report, bitwise))
+        << kind << ": " << report;
+    EXPECT_TRUE(bitwise) << kind << ": " << report;
+  }
+}
 
 TEST(Executor, RankCountMismatchIsAnError) {
   // A 4-rank program on a transport set up for 1 rank: refused at create,

@@ -15,6 +15,7 @@
 #include <cblas.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -151,3 +152,68 @@ TEST(GeluLoops, EqualTheScalarFunctions) {
 }
 
 } // namespace
+
+namespace {
+/// ulps between two finite floats of the same sign (or both zero).
+int64_t ulpDistance(float a, float b) {
+  int32_t ia, ib;
+  std::memcpy(&ia, &a, 4);
+  std::memcpy(&ib, &b, 4);
+  return ia > ib ? int64_t(ia) - ib : int64_t(ib) - ia;
+}
+} // namespace
+
+/// The softmax's exp (ElementwiseMath.h pfExpFast) against exp in double,
+/// rounded to float: at most 2 ulp over every float step of 2^-12 on the
+/// range where exp is normal; 1 at 0; 0 below (exp subnormal: an absolute
+/// error under 1.2e-38), +inf above, NaN for NaN; increasing.
+TEST(ExpFast, WithinTwoUlpOfExp) {
+  int64_t worst = 0;
+  float worstAt = 0, prev = 0;
+  for (double xd = -87.33; xd <= 88.72; xd += 1.0 / 4096) {
+    const float x = float(xd);
+    const float got = pmath::pfExpFast(x);
+    const float want = float(std::exp(double(x)));
+    const int64_t d = ulpDistance(got, want);
+    if (d > worst)
+      worst = d, worstAt = x;
+    ASSERT_GE(got, prev) << "not increasing at " << x;
+    prev = got;
+  }
+  EXPECT_LE(worst, 2) << "at " << worstAt;
+  EXPECT_EQ(pmath::pfExpFast(0.0f), 1.0f);
+  EXPECT_EQ(pmath::pfExpFast(-0.0f), 1.0f);
+  for (float x : {-87.5f, -100.0f, -1e30f, -INFINITY})
+    EXPECT_EQ(pmath::pfExpFast(x), 0.0f) << x;
+  for (float x : {88.8f, 1e30f, INFINITY})
+    EXPECT_EQ(pmath::pfExpFast(x), INFINITY) << x;
+  EXPECT_TRUE(std::isnan(pmath::pfExpFast(NAN)));
+  // The extremes of the normal range stay finite and normal.
+  EXPECT_TRUE(std::isfinite(pmath::pfExpFast(88.72f)));
+  EXPECT_GE(pmath::pfExpFast(-87.33f), 1.17549435e-38f);
+}
+
+/// The softmax rows' reductions: eight interleaved lanes combined pairwise,
+/// the exps computed a block at a time (rowExpSum) in the same order as
+/// rowLaneSum of the stored exps; the max is the plain running max.
+TEST(RowLanes, EightInterleavedLanesCombinedPairwise) {
+  for (Index n : {1, 2, 7, 8, 9, 255, 256, 257, 1000}) {
+    VecF x = randomVec(size_t(n), unsigned(n), -30.f, 30.f);
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (Index j = 0; j < n; ++j)
+      lane[j % 8] += x[size_t(j)];
+    const float want =
+        ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+        ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    EXPECT_TRUE(sameBits(rowLaneSum(x.data(), n), want)) << n;
+    float m = x[0];
+    for (Index j = 1; j < n; ++j)
+      m = x[size_t(j)] > m ? x[size_t(j)] : m;
+    EXPECT_TRUE(sameBits(rowLaneMax(x.data(), n), m)) << n;
+    VecF e(x.size());
+    for (size_t j = 0; j < e.size(); ++j)
+      e[j] = pmath::softmaxExp(x[j], m);
+    EXPECT_TRUE(sameBits(rowExpSum(x.data(), n, m), rowLaneSum(e.data(), n)))
+        << n;
+  }
+}

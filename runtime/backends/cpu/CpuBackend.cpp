@@ -103,6 +103,12 @@ public:
     return it->second(k, Ops{call});
   }
 
+  bool canAddTo(const Kernel &k, size_t out) const override {
+    // linear_bwd_weight's dW (one GEMM with beta = 1). Not its bias: the
+    // column sums would add to the old value row by row, not once.
+    return out == 0 && k.op == "linear_bwd_weight";
+  }
+
   std::vector<std::string> ops() const { return opNames(table); }
 
 private:
@@ -317,7 +323,11 @@ CpuBackend::CpuBackend() {
     assertElems(o.ot(0), sh.out * sh.in);
     assertElems(o.o(1) ? o.ot(1) : nullptr, sh.out, true);
     LinearGrads<float> g{o.o(0), o.o(1)};
-    std::memset(g.dweight, 0, size_t(sh.out * sh.in) * 4);
+    // Added to (addTo): the GEMM's beta = 1 adds dy^T x to the gradient so
+    // far, which is what the executor's accumulate of a cleared buffer gave
+    // (the same bits while K = tokens fits one OpenBLAS K block).
+    if (!o.c.addsTo(0))
+      std::memset(g.dweight, 0, size_t(sh.out * sh.in) * 4);
     if (g.dbias)
       std::memset(g.dbias, 0, size_t(sh.out) * 4);
     LinearSaved<float> sv;

@@ -78,6 +78,9 @@ public:
   Status sumSquares(const float *x, int64_t n, double *out) override {
     return cpu->sumSquares(reveal(x), n, out);
   }
+  bool canAddTo(const Kernel &k, size_t out) const override {
+    return cpu->canAddTo(k, out);
+  }
   Status run(const KernelCall &call) override {
     KernelCall c = call;
     for (const void *&p : c.in)

@@ -22,6 +22,49 @@ namespace math {
 // the plain ones (both exist on host and device).
 PF_HOST_DEVICE inline float pfExp(float x) { return expf(x); }
 PF_HOST_DEVICE inline double pfExp(double x) { return exp(x); }
+/// exp in float as plain arithmetic (Cephes' expf: x = n ln2 + r with
+/// |r| <= ln2 / 2 by Cody-Waite, exp(r) by a degree-6 polynomial, 2^n from
+/// the exponent bits in two factors so that n = 128 does not overflow): at
+/// most 2 ulp from exp over the normal range, 0 below -87.34 (where exp is
+/// subnormal), +inf above 88.72, NaN for NaN. No libm call and no
+/// float-to-int conversion, so GCC vectorises the softmax loops around it
+/// (libm's expf is a call per element) and a CUDA kernel computes the same
+/// expression.
+PF_HOST_DEVICE inline float pfExpFast(float x) {
+  const float hi = 88.7228394f, lo = -87.3365479f;
+  const float xc = x > hi ? hi : (x < lo ? lo : x);
+  // 1.5 * 2^23: adding it rounds x log2(e) to an integer n, which then sits
+  // in the low mantissa bits of t.
+  const float shifter = 12582912.0f;
+  const float t = xc * 1.44269504088896341f + shifter;
+  const float n = t - shifter;
+  float r = xc - n * 0.693359375f; // ln 2 split: 0.693359375 is exact
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * (r * r) + r + 1.0f;
+#ifdef __CUDA_ARCH__
+  const int ni = __float_as_int(t) - __float_as_int(shifter);
+  const float s1 = __int_as_float((127 + (ni >> 1)) << 23);
+  const float s2 = __int_as_float((127 + ni - (ni >> 1)) << 23);
+#else
+  unsigned tb, sb = 0x4b400000u; // the bits of `shifter`
+  __builtin_memcpy(&tb, &t, 4);
+  const int ni = int(tb - sb); // |n| <= 128
+  const unsigned b1 = unsigned(127 + (ni >> 1)) << 23,
+                 b2 = unsigned(127 + ni - (ni >> 1)) << 23;
+  float s1, s2;
+  __builtin_memcpy(&s1, &b1, 4);
+  __builtin_memcpy(&s2, &b2, 4);
+#endif
+  const float e = y * s1 * s2;
+  return x < lo ? 0.0f : (x > hi ? INFINITY : (x != x ? x : e));
+}
+PF_HOST_DEVICE inline double pfExpFast(double x) { return exp(x); }
 PF_HOST_DEVICE inline float pfLog(float x) { return logf(x); }
 PF_HOST_DEVICE inline double pfLog(double x) { return log(x); }
 /// tanh in float as a rational function (Eigen's generic_fast_tanh_float:
@@ -132,9 +175,10 @@ PF_HOST_DEVICE inline void rotaryRotateTranspose(T g1, T g2, T c, T s, T &x1,
 //===--- Softmax pieces
 //-----------------------------------------------------===//
 
-/// exp(x - rowMax): the unnormalised, overflow-free softmax numerator.
+/// exp(x - rowMax): the unnormalised, overflow-free softmax numerator
+/// (pfExpFast: the loops over a row vectorise).
 template <typename T> PF_HOST_DEVICE inline T softmaxExp(T x, T rowMax) {
-  return pfExp(x - rowMax);
+  return pfExpFast(x - rowMax);
 }
 
 /// Online (streaming) softmax: fold x into the running max m and running sum

@@ -42,6 +42,8 @@
 #ifndef PIPEFORGE_RUNTIME_CPU_KERNELS_H
 #define PIPEFORGE_RUNTIME_CPU_KERNELS_H
 
+#include "ElementwiseMath.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -194,6 +196,59 @@ template <typename F> inline double normLaneSum(Index n, F f) {
   for (; i < n; ++i)
     tail[i % kNormLanes] = f(i);
   return ((s0 + tail[0]) + (s1 + tail[1])) + ((s2 + tail[2]) + (s3 + tail[3]));
+}
+
+/// The sums and maxima over a softmax row (attention's scores, the loss's
+/// logits) in kRowLanes interleaved partial results of T, lane k taking the
+/// terms j = k (mod kRowLanes) in index order, combined pairwise: a fixed
+/// order (the same bits every run) that GCC vectorises, where one running
+/// sum is a chain of dependent adds. The CUDA kernels' block reductions
+/// agree to rounding.
+constexpr int kRowLanes = 8;
+template <typename T> inline T rowLaneSum(const T *x, Index n) {
+  T s[kRowLanes] = {};
+  Index j = 0;
+  for (; j + kRowLanes <= n; j += kRowLanes)
+    for (int l = 0; l < kRowLanes; ++l)
+      s[l] += x[j + l];
+  for (int l = 0; j < n; ++j, ++l)
+    s[l] += x[j];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+/// max_{j < n} x[j], n >= 1 (exact in any order; a NaN in the row reaches
+/// the softmax through its exp whatever the max is).
+template <typename T> inline T rowLaneMax(const T *x, Index n) {
+  T m[kRowLanes];
+  for (int l = 0; l < kRowLanes; ++l)
+    m[l] = x[0];
+  Index j = 0;
+  for (; j + kRowLanes <= n; j += kRowLanes)
+    for (int l = 0; l < kRowLanes; ++l)
+      m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
+  for (int l = 0; j < n; ++j, ++l)
+    m[l] = x[j] > m[l] ? x[j] : m[l];
+  for (int l = 1; l < kRowLanes; ++l)
+    m[0] = m[l] > m[0] ? m[l] : m[0];
+  return m[0];
+}
+/// sum_{j < n} exp(x[j] - m) in rowLaneSum's order, the exps computed a
+/// block at a time into a stack buffer (a loop GCC vectorises).
+template <typename T> inline T rowExpSum(const T *x, Index n, T m) {
+  constexpr Index kBlock = 256; // a multiple of kRowLanes
+  T s[kRowLanes] = {};
+  T e[kBlock];
+  for (Index j0 = 0; j0 < n; j0 += kBlock) {
+    const Index len = n - j0 < kBlock ? n - j0 : kBlock;
+    for (Index j = 0; j < len; ++j)
+      e[j] = math::softmaxExp(x[j0 + j], m);
+    Index j = 0;
+    for (; j + kRowLanes <= len; j += kRowLanes)
+      for (int l = 0; l < kRowLanes; ++l)
+        s[l] += e[j + l];
+    for (int l = 0; j < len; ++j, ++l)
+      s[l] += e[j];
+  }
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 /// The statistics of x into `saved` (x, gamma, mean for a centered norm,

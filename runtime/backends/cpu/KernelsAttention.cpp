@@ -122,15 +122,10 @@ void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
       gemm(false, true, S, S, D, scale, Q, ldq, K, ldk, T(0), P, S);
       for (Index i = 0; i < S; ++i) {
         T *row = P + i * S;
-        T m = row[0];
-        for (Index j = 1; j <= i; ++j)
-          m = row[j] > m ? row[j] : m;
-        T sum = 0;
-        for (Index j = 0; j <= i; ++j) {
+        const T m = rowLaneMax(row, i + 1);
+        for (Index j = 0; j <= i; ++j)
           row[j] = math::softmaxExp(row[j], m);
-          sum += row[j];
-        }
-        T inv = T(1) / sum;
+        T inv = T(1) / rowLaneSum(row, i + 1);
         for (Index j = 0; j <= i; ++j)
           row[j] *= inv;
         for (Index j = i + 1; j < S; ++j)

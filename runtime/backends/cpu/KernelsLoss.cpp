@@ -17,13 +17,8 @@ T crossEntropyF(const CrossEntropyShape &s, const T *logits,
   double total = 0;
   for (Index t = 0; t < s.tokens; ++t) {
     const T *row = logits + t * V;
-    T m = row[0];
-    for (Index j = 1; j < V; ++j)
-      m = row[j] > m ? row[j] : m;
-    T sum = 0;
-    for (Index j = 0; j < V; ++j)
-      sum += math::softmaxExp(row[j], m);
-    T lse = m + math::pfLog(sum);
+    const T m = rowLaneMax(row, V);
+    T lse = m + math::pfLog(rowExpSum(row, V, m));
     saved.lse[t] = lse;
     total += double(lse - row[targets[t]]);
   }
@@ -42,18 +37,14 @@ void crossEntropyB(const CrossEntropyShape &s,
     T lse = saved.lse[t];
     T *d = dlogits + t * V;
     for (Index j = 0; j < V; ++j)
-      d[j] = math::pfExp(row[j] - lse) * scale;
+      d[j] = math::pfExpFast(row[j] - lse) * scale;
     d[saved.targets[t]] -= scale;
   }
 }
 
 void vocabShardMax(Index tokens, Index V, const float *logits, float *m) {
   for (Index t = 0; t < tokens; ++t) {
-    const float *row = logits + t * V;
-    float x = row[0];
-    for (Index j = 1; j < V; ++j)
-      x = row[j] > x ? row[j] : x;
-    m[t] = x;
+    m[t] = rowLaneMax(logits + t * V, V);
   }
 }
 
@@ -61,9 +52,7 @@ void vocabShardStats(Index tokens, Index V, Index start, const float *logits,
                      const int32_t *targets, const float *m, float *stats) {
   for (Index t = 0; t < tokens; ++t) {
     const float *row = logits + t * V;
-    float sum = 0;
-    for (Index j = 0; j < V; ++j)
-      sum += math::softmaxExp(row[j], m[t]);
+    const float sum = rowExpSum(row, V, m[t]);
     Index local = Index(targets[t]) - start;
     stats[2 * t] = sum;
     stats[2 * t + 1] = local >= 0 && local < V ? row[local] : 0.0f;
@@ -91,7 +80,7 @@ void vocabParallelLossBwd(Index tokens, Index V, Index start,
     float lse = m[t] + math::pfLog(stats[2 * t]);
     float *d = dlogits + t * V;
     for (Index j = 0; j < V; ++j)
-      d[j] = math::pfExp(row[j] - lse) * scale;
+      d[j] = math::pfExpFast(row[j] - lse) * scale;
     Index local = Index(targets[t]) - start;
     if (local >= 0 && local < V)
       d[local] -= scale;

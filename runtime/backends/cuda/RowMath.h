@@ -99,7 +99,7 @@ PF_HOST_DEVICE inline float crossEntropyScale(float dloss, long long tokens) {
 }
 PF_HOST_DEVICE inline float crossEntropyGrad(float x, float lse, float scale,
                                              bool isTarget) {
-  float d = math::pfExp(x - lse) * scale;
+  float d = math::pfExpFast(x - lse) * scale;
   return isTarget ? d - scale : d;
 }
 

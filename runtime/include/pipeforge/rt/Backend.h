@@ -42,6 +42,11 @@ struct KernelCall {
   /// load [experts] (host floats) to which the kernel adds its top-k
   /// choices (one per token and k; integers, exact below 2^24).
   float *moeLoad = nullptr;
+  /// Bit i set: out[i] already holds a value (a parameter's gradient so
+  /// far) and the kernel adds its result to it instead of overwriting it.
+  /// Set only where Backend::canAddTo says the backend does so.
+  uint32_t addTo = 0;
+  bool addsTo(size_t i) const { return i < 32 && (addTo >> i & 1u); }
 };
 
 class Backend {
@@ -73,9 +78,22 @@ public:
   virtual void scale(float *x, float a, int64_t n) = 0;
 
   /// Runs one kernel. Outputs are overwritten (gradient ops' parameter
-  /// gradients too: the executor accumulates them). Unknown op or bad
-  /// operands: an error naming the op.
+  /// gradients too: the executor accumulates them), except those marked in
+  /// KernelCall::addTo. Unknown op or bad operands: an error naming the op.
   virtual Status run(const KernelCall &call) = 0;
+
+  /// Whether run() adds output `out` of `k` to its buffer when
+  /// KernelCall::addTo marks it. The executor then writes that parameter
+  /// gradient straight into the parameter's gradient buffer: no workspace
+  /// buffer, no clearing, no separate accumulate pass (docs/runtime.md,
+  /// "Parameter gradients straight into place"). A backend says yes only
+  /// where the sum is formed as before and then added to the old value
+  /// once (the bits of overwrite-then-accumulate; CPU linear_bwd_weight:
+  /// a GEMM with beta = 1 whose K fits one OpenBLAS block), or close to
+  /// that (a GEMM adding block by block). Default: never.
+  virtual bool canAddTo(const Kernel & /*k*/, size_t /*out*/) const {
+    return false;
+  }
 
   /// Waits until all queued work is done (no-op on CPU).
   virtual void synchronize() {}
