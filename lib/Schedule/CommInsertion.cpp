@@ -38,6 +38,8 @@
 
 #include "pipeforge/Schedule/CommInsertion.h"
 
+#include "Parallel.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -46,6 +48,7 @@
 namespace pipeforge::sched {
 
 namespace {
+using detail::release;
 
 /// Dense indices for (copy, stage, mb) and per-item replay state.
 struct ItemSpace {
@@ -97,10 +100,6 @@ struct MsgKey {
 };
 
 /// Frees a vector's storage (clear() keeps it).
-template <typename T> void release(std::vector<T> &v) {
-  std::vector<T>().swap(v);
-}
-
 } // namespace
 
 void stripComm(Schedule &s) {
@@ -137,11 +136,15 @@ Status insertComm(Schedule &s, const CostModel &cost) {
   std::vector<size_t> numSends(numRanks, 0);
 
   // Validate actions and record which slots get produced (to report a work
-  // that nobody runs separately from a deadlock).
+  // that nobody runs separately from a deadlock). Each rank marks only the
+  // items of its own stages (checked first), so the ranks run in parallel
+  // on big schedules; the lowest rank's first error is reported.
+  const bool parallel = detail::parallelWorth(s);
   const size_t numItems = space.size();
   std::vector<uint8_t> seen(numItems * 3, 0);
   std::vector<uint8_t> fusedBackward(numItems, 0); // produced by a BW
-  for (int32_t r = 0; r < numRanks; ++r) {
+  Status valid = detail::firstFailure(size_t(numRanks), parallel, [&](size_t rr) {
+    const int32_t r = int32_t(rr);
     for (size_t i = 0; i < s.programs[r].size(); ++i) {
       const Action &a = s.programs[r][i];
       auto where = [&] {
@@ -198,7 +201,10 @@ Status insertComm(Schedule &s, const CostModel &cost) {
         numSends[r] += sendsMessage(*w, r);
       }
     }
-  }
+    return Status::ok();
+  });
+  if (!valid)
+    return valid;
 
   // The work that produced an item's activation (F) or gradient (B or BW).
   auto producerOf = [&](size_t idx, bool grad) {
@@ -421,8 +427,9 @@ Status insertComm(Schedule &s, const CostModel &cost) {
                     : Action::recv(payload, w, src);
   };
 
-  // Merge (step 3).
-  for (int32_t r = 0; r < numRanks; ++r) {
+  // Merge (step 3), each rank on its own.
+  detail::forEachParallel(size_t(numRanks), [&](size_t rr) {
+    const int32_t r = int32_t(rr);
     const std::vector<MsgKey> &ev = events[r];
     std::vector<Action> &prog = s.programs[r];
     std::vector<Action> merged;
@@ -444,7 +451,7 @@ Status insertComm(Schedule &s, const CostModel &cost) {
         merged.push_back(Action::gradReduce(peer));
     }
     prog = std::move(merged);
-  }
+  }, parallel);
   s.hasComm = true;
   return Status::ok();
 }

@@ -2,13 +2,13 @@
 
 #include "pipeforge/Schedule/Export.h"
 
+#include "Parallel.h"
+
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <ostream>
 #include <sstream>
-#include <thread>
 
 namespace pipeforge::sched {
 
@@ -98,26 +98,8 @@ std::string fmt(double v) {
 }
 } // namespace
 
-/// Frees a container's memory now (clear() keeps the capacity).
-template <typename C> void release(C &c) { C().swap(c); }
-
-/// Runs fn(i) for i in [0, n) on up to min(n, cores) threads (the calling
-/// thread is one of them). fn must touch only item i's state.
-template <class Fn> void forEachParallel(size_t n, Fn fn) {
-  size_t threads = std::min<size_t>(
-      n, std::max<unsigned>(1, std::thread::hardware_concurrency()));
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < n; i = next++)
-      fn(i);
-  };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t)
-    pool.emplace_back(work);
-  work();
-  for (std::thread &t : pool)
-    t.join();
-}
+using detail::forEachParallel;
+using detail::release;
 
 void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
   int p = s.numRanks();

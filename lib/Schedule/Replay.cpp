@@ -2,8 +2,11 @@
 
 #include "Replay.h"
 
+#include "Parallel.h"
+
 #include <algorithm>
 #include <cstdint>
+#include <unordered_map>
 
 namespace pipeforge::sched::detail {
 
@@ -18,26 +21,67 @@ void ReplayEngine::assignChannels() {
   // as the replay reaches it (slotOf). A first pass numbers the channels
   // and counts their messages, so that every table is sized once
   // (millions of messages: no growth by doubling).
-  std::vector<size_t> nSend, nRecv;
-  auto touch = [&](int32_t src, int32_t dst) {
-    size_t c = static_cast<size_t>(chans.get(src, dst));
-    if (c >= nSend.size()) {
-      nSend.resize(c + 1, 0);
-      nRecv.resize(c + 1, 0);
-    }
-    return c;
+  //
+  // Each rank first lists the channels it touches in the order it touches
+  // them, with its message counts (the ranks in parallel on big schedules;
+  // a rank talks to few peers, so the last one hit is remembered); the
+  // lists are then numbered rank after rank, which is program order.
+  struct Touched {
+    int32_t src, dst;
+    size_t sends = 0, recvs = 0;
   };
-  for (int32_t r = 0; r < numRanks; ++r)
+  std::vector<std::vector<Touched>> touched(static_cast<size_t>(numRanks));
+  forEachParallel(size_t(numRanks), [&](size_t rr) {
+    const int32_t r = int32_t(rr);
+    std::vector<Touched> &list = touched[rr];
+    std::unordered_map<int64_t, size_t> where; // once the list is long
+    size_t last = 0;
+    auto touch = [&](int32_t src, int32_t dst) -> Touched & {
+      if (last < list.size() && list[last].src == src && list[last].dst == dst)
+        return list[last];
+      int64_t key = (int64_t(src) << 32) | uint32_t(dst);
+      if (list.size() > 16) {
+        if (auto it = where.find(key); it != where.end())
+          return list[last = it->second];
+      } else {
+        for (size_t i = 0; i < list.size(); ++i)
+          if (list[i].src == src && list[i].dst == dst)
+            return list[last = i];
+      }
+      last = list.size();
+      list.push_back(Touched{src, dst});
+      if (list.size() > 16) {
+        if (where.empty())
+          for (size_t i = 0; i < list.size(); ++i)
+            where.emplace((int64_t(list[i].src) << 32) | uint32_t(list[i].dst),
+                          i);
+        else
+          where.emplace(key, last);
+      }
+      return list[last];
+    };
     for (const Action &a : s.programs[r]) {
       if (a.kind == ActionKind::Send) {
-        ++nSend[touch(r, a.peer)];
+        ++touch(r, a.peer).sends;
       } else if (a.kind == ActionKind::Recv) {
-        ++nRecv[touch(a.peer, r)];
+        ++touch(a.peer, r).recvs;
       } else if (a.kind == ActionKind::GradReduce) {
         // Both directions, no Send or Recv.
         touch(r, a.peer);
         touch(a.peer, r);
       }
+    }
+  }, parallelWorth(s));
+  std::vector<size_t> nSend, nRecv;
+  for (const std::vector<Touched> &list : touched)
+    for (const Touched &t : list) {
+      size_t c = static_cast<size_t>(chans.get(t.src, t.dst));
+      if (c >= nSend.size()) {
+        nSend.resize(c + 1, 0);
+        nRecv.resize(c + 1, 0);
+      }
+      nSend[c] += t.sends;
+      nRecv[c] += t.recvs;
     }
   chanSends.resize(nSend.size());
   chanRecvs.resize(nSend.size());
@@ -49,17 +93,21 @@ void ReplayEngine::assignChannels() {
     chanSends[c].reserve(nSend[c]);
     chanRecvs[c].reserve(nRecv[c]);
   }
-  for (int32_t r = 0; r < numRanks; ++r) {
+  // A channel's sends all come from its source rank and its receives from
+  // its destination, so each rank fills its own lists (in parallel on big
+  // schedules).
+  forEachParallel(size_t(numRanks), [&](size_t rr) {
+    const int32_t r = int32_t(rr);
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
       Loc here{r, static_cast<int32_t>(i)};
       if (a.kind == ActionKind::Send)
-        chanSends[size_t(chans.get(r, a.peer))].push_back(here);
+        chanSends[size_t(chans.find(r, a.peer))].push_back(here);
       else if (a.kind == ActionKind::Recv)
-        chanRecvs[size_t(chans.get(a.peer, r))].push_back(here);
+        chanRecvs[size_t(chans.find(a.peer, r))].push_back(here);
     }
-  }
+  }, parallelWorth(s));
 }
 
 void ReplayEngine::reset() {

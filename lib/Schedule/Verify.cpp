@@ -12,6 +12,7 @@
 #include "pipeforge/Schedule/Verify.h"
 
 #include "Deps.h"
+#include "Parallel.h"
 #include "Replay.h"
 
 #include <algorithm>
@@ -26,6 +27,7 @@ class Verifier {
 public:
   Verifier(const Schedule &s, const VerifyOptions &opts)
       : s(s), opts(opts), idx(s), numRanks(s.numRanks()),
+        parallel(parallelWorth(s)),
         engine(s, idx, locs, engineOptions(opts)) {}
 
   Status run();
@@ -42,6 +44,15 @@ private:
   }
   Status err(int32_t r, size_t step, const std::string &msg) const {
     return Status::errorAt(r, long(step), stepError(s, r, step, msg));
+  }
+  /// The per-rank checks below run the ranks in parallel on big schedules
+  /// (Parallel.h): each writes only its own rank's entries (a work lives on
+  /// one rank, checkActions proves it first; a message has one sender and
+  /// one receiver, checkMessages proves it before recording) and the lowest
+  /// rank's first error is the one reported, as in a loop in order.
+  template <class Check> Status eachRank(Check check) const {
+    return firstFailure(size_t(numRanks), parallel,
+                        [&](size_t r) { return check(int32_t(r)); });
   }
   Status checkActions();
   Status checkOnce();
@@ -65,6 +76,7 @@ private:
   const VerifyOptions &opts;
   WorkIndex idx;
   int32_t numRanks;
+  bool parallel;
   std::vector<Loc> locs;
   /// By messageKey: where the message is received (first occurrence).
   std::vector<Loc> recvAt;
@@ -74,7 +86,8 @@ private:
 
 Status Verifier::checkActions() {
   const Placement &pl = s.placement;
-  for (int32_t r = 0; r < numRanks; ++r) {
+  std::vector<uint8_t> rankHasComm(size_t(numRanks), 0);
+  Status st = eachRank([&](int32_t r) -> Status {
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
@@ -108,7 +121,7 @@ Status Verifier::checkActions() {
         }
         continue;
       }
-      anyComm = true;
+      rankHasComm[size_t(r)] = 1;
       if (!s.hasComm)
         return err(r, i, "message action in a schedule without hasComm set");
       if (a.peer < 0 || a.peer >= numRanks)
@@ -140,13 +153,16 @@ Status Verifier::checkActions() {
                    "message " + toString(a) + " has no consumer stage " +
                        std::to_string(cs));
     }
-  }
-  return Status::ok();
+    return Status::ok();
+  });
+  anyComm = std::find(rankHasComm.begin(), rankHasComm.end(), 1) !=
+            rankHasComm.end();
+  return st;
 }
 
 Status Verifier::checkOnce() {
   std::vector<Loc> first(idx.size());
-  for (int32_t r = 0; r < numRanks; ++r) {
+  Status st = eachRank([&](int32_t r) -> Status {
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
@@ -164,7 +180,10 @@ Status Verifier::checkOnce() {
         l = Loc{r, static_cast<int32_t>(i)};
       }
     }
-  }
+    return Status::ok();
+  });
+  if (!st)
+    return st;
   locs = std::move(first);
   for (int8_t c = 0; c < idx.numCopies; ++c)
     for (int32_t st = 0; st < idx.numStages; ++st)
@@ -216,7 +235,7 @@ Status Verifier::checkOnce() {
 }
 
 Status Verifier::checkLocalDeps() {
-  for (int32_t r = 0; r < numRanks; ++r) {
+  return eachRank([&](int32_t r) -> Status {
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
@@ -260,14 +279,14 @@ Status Verifier::checkLocalDeps() {
                          std::to_string(rv.step));
       }
     }
-  }
-  return Status::ok();
+    return Status::ok();
+  });
 }
 
 Status Verifier::checkMessages() {
   std::vector<Loc> sentAt(idx.numMessages());
   recvAt.assign(idx.numMessages(), Loc());
-  for (int32_t r = 0; r < numRanks; ++r) {
+  return eachRank([&](int32_t r) -> Status {
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
@@ -316,14 +335,15 @@ Status Verifier::checkMessages() {
                        ", step " + std::to_string(seen.step));
       seen = Loc{r, static_cast<int32_t>(i)};
     }
-  }
-  return Status::ok();
+    return Status::ok();
+  });
 }
 
 Status Verifier::checkChannels() {
-  int32_t nc = engine.numChannels();
-  for (int32_t c = 0; c < nc; ++c) {
-    const std::vector<Loc> &snd = engine.sendsOn(c), &rcv = engine.recvsOn(c);
+  return firstFailure(size_t(engine.numChannels()), parallel,
+                      [&](size_t c) -> Status {
+    const std::vector<Loc> &snd = engine.sendsOn(int32_t(c)),
+                            &rcv = engine.recvsOn(int32_t(c));
     size_t n = std::min(snd.size(), rcv.size());
     for (size_t k = 0; k < n; ++k) {
       const Action &a = s.programs[snd[k].rank][snd[k].step];
@@ -355,8 +375,8 @@ Status Verifier::checkChannels() {
                      std::to_string(snd.size()) + " sends, " +
                      std::to_string(rcv.size()) + " receives)");
     }
-  }
-  return Status::ok();
+    return Status::ok();
+  });
 }
 
 Status Verifier::execute() {

@@ -400,4 +400,104 @@ TEST(VerifyTest, MemoryLimit) {
       << v.message();
 }
 
+// --- big schedules: the per-rank checks run the ranks in parallel ---------
+
+/// ZB-V on 2 ranks with messages: 20 actions per microbatch, so 8,000
+/// microbatches are 160,000 actions, past the size where the verifier and
+/// insertComm check the ranks on threads (Parallel.h).
+Schedule bigZbv() {
+  GenOptions opts;
+  opts.ranks = 2;
+  opts.microbatches = 8000;
+  Expected<Schedule> g = generate(ScheduleKind::ZBV, opts);
+  EXPECT_TRUE(bool(g));
+  Schedule s = g.take();
+  EXPECT_TRUE(insertComm(s).isOk());
+  return s;
+}
+
+/// Index of the n-th compute action on rank r.
+size_t nthCompute(const Schedule &s, int r, size_t n) {
+  for (size_t i = 0; i < s.programs[r].size(); ++i)
+    if (!s.programs[r][i].isComm() && n-- == 0)
+      return i;
+  ADD_FAILURE() << "rank " << r << " has too few compute actions";
+  return 0;
+}
+
+TEST(VerifyTest, BigScheduleErrorsAreTheLowestRanksFirst) {
+  Schedule s = bigZbv();
+  ASSERT_GT(s.programs[0].size() + s.programs[1].size(), size_t(1) << 16);
+  ASSERT_TRUE(verify(s).isOk()) << verify(s).message();
+
+  // Out of range on both ranks, rank 1's much earlier in its program: a
+  // loop over the ranks in order reports rank 0's, and so must the threads.
+  Schedule both = s;
+  size_t late = nthCompute(both, 0, 40000), early = nthCompute(both, 1, 3);
+  both.programs[0][late].work.mb = 9000;
+  both.programs[1][early].work.mb = 9000;
+  Status st = verify(both);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_EQ(st.rank(), 0) << st.message();
+  EXPECT_EQ(st.step(), long(late)) << st.message();
+
+  // Only rank 1 wrong: rank 1's error.
+  Schedule one = s;
+  one.programs[1][early].work.mb = 9000;
+  st = verify(one);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_EQ(st.rank(), 1) << st.message();
+  EXPECT_NE(st.message().find("is out of range"), std::string::npos)
+      << st.message();
+
+  // A work that runs twice (checkOnce), on rank 1 only.
+  Schedule twice = s;
+  size_t a = nthCompute(twice, 1, 10), b = nthCompute(twice, 1, 20000);
+  twice.programs[1][b] = twice.programs[1][a];
+  st = verify(twice);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_EQ(st.rank(), 1) << st.message();
+  EXPECT_EQ(st.step(), long(b)) << st.message();
+  EXPECT_NE(st.message().find("runs twice; first at rank 1, step " +
+                              std::to_string(a)),
+            std::string::npos)
+      << st.message();
+
+  // Two receives swapped deep in the program (the channel check): the
+  // first mismatching ordinal on the channel is reported.
+  Schedule fifo = s;
+  std::vector<size_t> recvs;
+  for (size_t i = 0; i < fifo.programs[1].size(); ++i)
+    if (fifo.programs[1][i].kind == ActionKind::Recv &&
+        fifo.programs[1][i].peer == 0)
+      recvs.push_back(i);
+  ASSERT_GT(recvs.size(), 12001u);
+  std::swap(fifo.programs[1][recvs[12000]], fifo.programs[1][recvs[12001]]);
+  st = verify(fifo);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("receive #12000"), std::string::npos)
+      << st.message();
+}
+
+TEST(CommInsertionTest, BigScheduleErrorsAreTheLowestRanksFirst) {
+  GenOptions opts;
+  opts.ranks = 2;
+  opts.microbatches = 8000;
+  Expected<Schedule> g = generate(ScheduleKind::ZBV, opts);
+  ASSERT_TRUE(bool(g));
+  // Each rank runs one of its own works twice; rank 0's is reported.
+  Schedule s = *g;
+  for (int r : {1, 0})
+    s.programs[r][nthCompute(s, r, 30000)] = s.programs[r][nthCompute(s, r, 7)];
+  Status st = insertComm(s);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("rank 0 step " +
+                              std::to_string(nthCompute(*g, 0, 30000))),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("is scheduled more than once"),
+            std::string::npos)
+      << st.message();
+}
+
 } // namespace
