@@ -430,9 +430,6 @@ Status DataPosition::checkSource(const DataSource &src) const {
 //===--- The executor's built-in pattern stream (Executor.h) --------------===//
 
 namespace {
-uint64_t patternHash(const std::string &s, uint64_t h) {
-  return fnv1a64(s.data(), s.size(), h);
-}
 class PatternTokens final : public TokenSource {
 public:
   PatternTokens(uint64_t seed, int64_t vocab) : seed(seed), vocab(vocab) {}
