@@ -31,6 +31,8 @@ PACKAGES=(
   cmake ninja-build ccache g++ pkg-config python3
   # runtime
   libopenmpi-dev openmpi-bin libopenblas-dev
+  # the CPU backend's float GEMM (oneDNN's JIT sgemm; OpenBLAS without it)
+  libdnnl-dev
   # schedule solver, formats
   coinor-libcbc-dev nlohmann-json3-dev
   # tests and benchmarks

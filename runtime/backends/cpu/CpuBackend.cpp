@@ -12,6 +12,7 @@
 #include "pipeforge/rt/Backend.h"
 
 #include "KernelOperands.h"
+#include "cpu/Blas.h"
 #include "cpu/Kernels.h"
 
 #include <cblas.h>
@@ -139,15 +140,16 @@ private:
 };
 
 CpuBackend::CpuBackend() {
-  // One BLAS thread per rank: OpenBLAS picks different kernels for
-  // different thread counts, which changes float results, and a pipelined
-  // run must add up exactly like its single-process reference. (One MPI
-  // rank per core is the intended layout anyway.) PIPEFORGE_BLAS_THREADS
-  // overrides it.
+  // One BLAS thread per rank: OpenBLAS and oneDNN split products
+  // differently for different thread counts, which changes float results,
+  // and a pipelined run must add up exactly like its single-process
+  // reference. (One MPI rank per core is the intended layout anyway.)
+  // PIPEFORGE_BLAS_THREADS overrides it.
   int threads = 1;
   if (const char *env = std::getenv("PIPEFORGE_BLAS_THREADS"))
     threads = std::max(1, std::atoi(env));
   openblas_set_num_threads(threads);
+  cpu::detail::gemmThreads().store(threads);
 
   //===--- forward ops ---===//
   // A zero constant: fills its result (whatever its shape).
