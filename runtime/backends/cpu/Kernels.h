@@ -205,15 +205,23 @@ template <typename F> inline double normLaneSum(Index n, F f) {
 /// sum is a chain of dependent adds. The CUDA kernels' block reductions
 /// agree to rounding.
 constexpr int kRowLanes = 8;
-template <typename T> inline T rowLaneSum(const T *x, Index n) {
-  T s[kRowLanes] = {};
+/// Adds x[0..n) to the lanes, term j to lane j mod kRowLanes.
+template <typename T>
+inline void addToRowLanes(T (&s)[kRowLanes], const T *x, Index n) {
   Index j = 0;
   for (; j + kRowLanes <= n; j += kRowLanes)
     for (int l = 0; l < kRowLanes; ++l)
       s[l] += x[j + l];
   for (int l = 0; j < n; ++j, ++l)
     s[l] += x[j];
+}
+template <typename T> inline T combineRowLanes(const T (&s)[kRowLanes]) {
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+template <typename T> inline T rowLaneSum(const T *x, Index n) {
+  T s[kRowLanes] = {};
+  addToRowLanes(s, x, n);
+  return combineRowLanes(s);
 }
 /// max_{j < n} x[j], n >= 1 (exact in any order; a NaN in the row reaches
 /// the softmax through its exp whatever the max is).
@@ -241,14 +249,9 @@ template <typename T> inline T rowExpSum(const T *x, Index n, T m) {
     const Index len = n - j0 < kBlock ? n - j0 : kBlock;
     for (Index j = 0; j < len; ++j)
       e[j] = math::softmaxExp(x[j0 + j], m);
-    Index j = 0;
-    for (; j + kRowLanes <= len; j += kRowLanes)
-      for (int l = 0; l < kRowLanes; ++l)
-        s[l] += e[j + l];
-    for (int l = 0; j < len; ++j, ++l)
-      s[l] += e[j];
+    addToRowLanes(s, e, len); // j0 is a multiple of kRowLanes: same lanes
   }
-  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+  return combineRowLanes(s);
 }
 
 /// The statistics of x into `saved` (x, gamma, mean for a centered norm,
