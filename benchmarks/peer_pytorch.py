@@ -27,7 +27,8 @@ orders only); the script marks rows where they do not.
 
 PyTorch is a benchmark dependency only (never needed by the build or the
 tests): `bash scripts/setup.sh --bench` makes a virtual environment at
-$PIPEFORGE_TORCH_VENV (default /work/venv-torch) with torch from PyPI. This
+$PIPEFORGE_TORCH_VENV (default ~/.cache/pipeforge/torch-venv, the torch
+tests' own) with torch from PyPI. This
 script itself runs under any python3; it finds torch's interpreter by
 --python, else $PIPEFORGE_TORCH_PYTHON, else $PIPEFORGE_TORCH_VENV/bin/python.
 
@@ -369,7 +370,8 @@ def main():
     m = a.microbatches or cfg["mbs_count"]
     if steps <= warmup:
         sys.exit("peer_pytorch: --steps must exceed --warmup")
-    venv = os.environ.get("PIPEFORGE_TORCH_VENV", "/work/venv-torch")
+    venv = os.environ.get("PIPEFORGE_TORCH_VENV",
+                          os.path.expanduser("~/.cache/pipeforge/torch-venv"))
     py = a.python or os.environ.get("PIPEFORGE_TORCH_PYTHON") or os.path.join(venv, "bin", "python")
     if subprocess.run([py, "-c", "import torch"], capture_output=True).returncode:
         sys.exit(f"peer_pytorch: '{py}' cannot import torch; run "

@@ -4,22 +4,13 @@
 # Idempotent: when everything is present it prints one line and exits 0.
 set -euo pipefail
 
-# --bench: also the benchmark-only Python packages (never needed by the build
-# or the tests): PyTorch (and numpy, which its pipelining uses) in a virtual environment outside the repository, for
-# benchmarks/peer_pytorch.py. PIPEFORGE_TORCH_VENV picks its folder.
+# --bench: the benchmark-only PyTorch (never needed by the build): torch and
+# numpy in a virtual environment outside the repository, the same one the
+# torch tests use (scripts/setup-torch.sh; PIPEFORGE_TORCH_VENV picks its
+# folder, default ~/.cache/pipeforge/torch-venv), where
+# benchmarks/peer_pytorch.py finds it.
 if [ "${1:-}" = "--bench" ]; then
-  venv="${PIPEFORGE_TORCH_VENV:-/work/venv-torch}"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import torch" 2>/dev/null; then
-    echo "setup: torch present in $venv"
-    exit 0
-  fi
-  python3 -m venv "$venv"
-  # CPU wheels first (small); the default PyPI wheel when that index is out of reach.
-  if ! "$venv/bin/pip" install -q torch numpy --index-url https://download.pytorch.org/whl/cpu; then
-    "$venv/bin/pip" install -q torch numpy
-  fi
-  echo "setup: torch installed in $venv (benchmarks/peer_pytorch.py finds it there)"
-  exit 0
+  exec bash "$(dirname "$0")/setup-torch.sh"
 fi
 
 PACKAGES=(
