@@ -145,6 +145,8 @@ Status insertComm(Schedule &s, const CostModel &cost) {
   std::vector<uint8_t> fusedBackward(numItems, 0); // produced by a BW
   Status valid = detail::firstFailure(size_t(numRanks), parallel, [&](size_t rr) {
     const int32_t r = int32_t(rr);
+    // Counted here, stored once: the ranks' counters share a cache line.
+    size_t sends = 0;
     for (size_t i = 0; i < s.programs[r].size(); ++i) {
       const Action &a = s.programs[r][i];
       auto where = [&] {
@@ -198,9 +200,10 @@ Status insertComm(Schedule &s, const CostModel &cost) {
         if (!fresh)
           return Status::error(where() + ": " + toString(*w) +
                                " is scheduled more than once");
-        numSends[r] += sendsMessage(*w, r);
+        sends += sendsMessage(*w, r);
       }
     }
+    numSends[r] = sends;
     return Status::ok();
   });
   if (!valid)
