@@ -145,6 +145,8 @@ Status insertComm(Schedule &s, const CostModel &cost) {
   std::vector<uint8_t> fusedBackward(numItems, 0); // produced by a BW
   Status valid = detail::firstFailure(size_t(numRanks), parallel, [&](size_t rr) {
     const int32_t r = int32_t(rr);
+    // Counted here, stored once: the ranks' counters share a cache line.
+    size_t sends = 0;
     for (size_t i = 0; i < s.programs[r].size(); ++i) {
       const Action &a = s.programs[r][i];
       auto where = [&] {
@@ -198,9 +200,10 @@ Status insertComm(Schedule &s, const CostModel &cost) {
         if (!fresh)
           return Status::error(where() + ": " + toString(*w) +
                                " is scheduled more than once");
-        numSends[r] += sendsMessage(*w, r);
+        sends += sendsMessage(*w, r);
       }
     }
+    numSends[r] = sends;
     return Status::ok();
   });
   if (!valid)
@@ -427,30 +430,35 @@ Status insertComm(Schedule &s, const CostModel &cost) {
                     : Action::recv(payload, w, src);
   };
 
-  // Merge (step 3), each rank on its own.
+  // Merge (step 3), each rank on its own, in place: the program grows to
+  // its final length (within the room the generators reserve, so without
+  // a copy) and is filled from the back. A message goes right before the
+  // first compute action that starts at or after its key (start times
+  // rise strictly along a program), so walking back, the messages with a
+  // key after compute action i's start go after it. The write position
+  // stays above the compute action read next: nothing is overwritten
+  // before it is moved.
   detail::forEachParallel(size_t(numRanks), [&](size_t rr) {
     const int32_t r = int32_t(rr);
     const std::vector<MsgKey> &ev = events[r];
+    const std::vector<double> &start = startAt[r];
     std::vector<Action> &prog = s.programs[r];
-    std::vector<Action> merged;
-    merged.reserve(prog.size() + ev.size() +
-                   (s.placement.numCopies == 2 ? 1 : 0));
-    size_t e = 0;
-    for (size_t i = 0; i < prog.size(); ++i) {
-      while (e < ev.size() && ev[e].time <= startAt[r][i])
-        merged.push_back(messageOn(r, ev[e++].id));
-      merged.push_back(prog[i]);
+    const size_t compute = prog.size(), total = compute + ev.size();
+    const bool gradReduce =
+        s.placement.numCopies == 2 && numRanks - 1 - r != r;
+    prog.resize(total + (gradReduce ? 1 : 0));
+    if (gradReduce)
+      prog[total] = Action::gradReduce(numRanks - 1 - r);
+    size_t w = total, e = ev.size();
+    for (size_t i = compute; i-- > 0;) {
+      while (e > 0 && ev[e - 1].time > start[i])
+        prog[--w] = messageOn(r, ev[--e].id);
+      prog[--w] = prog[i];
     }
-    while (e < ev.size())
-      merged.push_back(messageOn(r, ev[e++].id));
+    while (e > 0)
+      prog[--w] = messageOn(r, ev[--e].id);
     release(events[r]);
     release(startAt[r]);
-    if (s.placement.numCopies == 2) {
-      int32_t peer = numRanks - 1 - r;
-      if (peer != r)
-        merged.push_back(Action::gradReduce(peer));
-    }
-    prog = std::move(merged);
   }, parallel);
   s.hasComm = true;
   return Status::ok();

@@ -157,16 +157,6 @@ public:
     ids.emplace(key, id);
     return id;
   }
-  /// Id of channel src->dst, which get() created before (-1 if it did
-  /// not): a read only, so threads may look up together.
-  int32_t find(int32_t src, int32_t dst) const {
-    if (src >= 0 && src < n && dst >= 0 && dst < n)
-      return dense[size_t(src) * n + dst];
-    int64_t key =
-        (static_cast<int64_t>(src) << 32) | static_cast<uint32_t>(dst);
-    auto it = ids.find(key);
-    return it == ids.end() ? -1 : it->second;
-  }
   int32_t size() const { return count; }
 
 private:

@@ -101,6 +101,19 @@ std::string fmt(double v) {
 using detail::forEachParallel;
 using detail::release;
 
+namespace {
+/// std::llround(x) without the libm call (twice per cell of the grid, at
+/// millions of cells): for 0 <= x < 4.6e18 the truncation is the floor and
+/// x minus it is exact, so the halfway test is exact too; anything else
+/// goes to std::llround itself.
+long long roundHalfAway(double x) {
+  if (!(x >= 0 && x < 4.6e18))
+    return std::llround(x);
+  const long long t = static_cast<long long>(x);
+  return t + (x - static_cast<double>(t) >= 0.5 ? 1 : 0);
+}
+} // namespace
+
 void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
   int p = s.numRanks();
   // Each rank's intervals (SimResult keeps them rank after rank).
@@ -115,12 +128,29 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
     return std::pair(sim.intervals.begin() + first[r],
                      sim.intervals.begin() + first[r + 1]);
   };
-  double unit = 0;
-  for (const Interval &iv : sim.intervals) {
-    const Action &a = s.programs[iv.rank][iv.actionIndex];
-    double d = iv.end - iv.start;
-    if (!a.isComm() && d > 0 && (unit == 0 || d < unit))
-      unit = d;
+  // The shortest compute action (the slot) and the last finite end, one
+  // rank per core (a minimum and a maximum: any order gives the same).
+  std::vector<double> rankUnit(size_t(p), 0), rankEnd(size_t(p), 0);
+  forEachParallel(size_t(p), [&](size_t r) {
+    double u = 0, e = 0;
+    auto [b, end] = inRank(int(r));
+    for (auto it = b; it != end; ++it) {
+      const Interval &iv = *it;
+      double d = iv.end - iv.start;
+      if (d > 0 && (u == 0 || d < u) &&
+          !s.programs[iv.rank][iv.actionIndex].isComm())
+        u = d;
+      if (std::isfinite(iv.end))
+        e = std::max(e, iv.end);
+    }
+    rankUnit[r] = u;
+    rankEnd[r] = e;
+  });
+  double unit = 0, makespan = 0;
+  for (int r = 0; r < p; ++r) {
+    if (rankUnit[r] > 0 && (unit == 0 || rankUnit[r] < unit))
+      unit = rankUnit[r];
+    makespan = std::max(makespan, rankEnd[r]);
   }
   if (unit == 0)
     unit = 1;
@@ -128,10 +158,6 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
   // tiny next to its makespan (--tf 1e-300, or 1e12) is drawn coarser
   // (short actions take one column each) instead of exhausting memory.
   constexpr double kMaxGridColumns = 4096;
-  double makespan = 0;
-  for (const Interval &iv : sim.intervals)
-    if (std::isfinite(iv.end))
-      makespan = std::max(makespan, iv.end);
   if (!std::isfinite(unit) || makespan / unit > kMaxGridColumns)
     unit = makespan > 0 && std::isfinite(makespan) ? makespan / kMaxGridColumns
                                                    : 1;
@@ -173,9 +199,9 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
         continue;
       size_t col = std::max(
           nextFree,
-          static_cast<size_t>(std::llround(std::max(0.0, iv.start) / unit)));
+          static_cast<size_t>(roundHalfAway(std::max(0.0, iv.start) / unit)));
       size_t span =
-          std::max<long long>(1, std::llround((iv.end - iv.start) / unit));
+          std::max<long long>(1, roundHalfAway((iv.end - iv.start) / unit));
       if (row.size() < col + span)
         row.resize(col + span, kIdle);
       row[col] = iv.actionIndex;

@@ -78,7 +78,7 @@ Schedule genChimera(const GenOptions &opts) {
     std::sort(cells.begin(), cells.end(),
               [](const auto &a, const auto &b) { return a.first < b.first; });
     std::vector<Action> &prog = s.programs[r];
-    prog.reserve(cells.size());
+    reserveProgram(prog, cells.size());
     for (const auto &c : cells)
       prog.push_back(Action::compute(c.second));
   }

@@ -134,7 +134,7 @@ Schedule genDualPipe(const GenOptions &opts) {
     spec.H = half;
     spec.steps4 = c2 - n + spec.h + 1;
     spec.serialFirstPair = r == half - 1 || r == half;
-    s.programs[r].reserve(4 * size_t(c2));
+    reserveProgram(s.programs[r], 4 * size_t(c2));
     emitDualRank(spec, s.programs[r]);
   }
   return s;
@@ -154,7 +154,7 @@ Schedule genDualPipeV(const GenOptions &opts) {
     spec.H = n;
     spec.steps4 = c - 2 * n + r + 1;
     spec.serialFirstPair = r == n - 1;
-    s.programs[r].reserve(8 * size_t(c));
+    reserveProgram(s.programs[r], 8 * size_t(c));
     emitDualRank(spec, s.programs[r]);
   }
   return s;

@@ -17,7 +17,7 @@ Schedule genGPipe(const GenOptions &opts) {
   Schedule s = makeSchedule("gpipe", Placement::linear(p), m);
   for (int r = 0; r < p; ++r) {
     std::vector<Action> &prog = s.programs[r];
-    prog.reserve(2 * m);
+    reserveProgram(prog, 2 * m);
     for (int j = 0; j < m; ++j)
       prog.push_back(Action::compute(makeWork(WorkKind::F, r, j)));
     for (int j = 0; j < m; ++j)
@@ -33,7 +33,7 @@ Schedule genOneFOneB(const GenOptions &opts) {
   Schedule s = makeSchedule("1f1b", Placement::linear(p), m);
   for (int r = 0; r < p; ++r) {
     std::vector<Action> &prog = s.programs[r];
-    prog.reserve(2 * m);
+    reserveProgram(prog, 2 * m);
     const int warmup = std::min(p - r - 1, m);
     for (int j = 0; j < warmup; ++j)
       prog.push_back(Action::compute(makeWork(WorkKind::F, r, j)));
@@ -72,7 +72,7 @@ Schedule genInterleaved(const GenOptions &opts) {
   };
   for (int r = 0; r < p; ++r) {
     std::vector<Action> &prog = s.programs[r];
-    prog.reserve(2 * total);
+    reserveProgram(prog, 2 * total);
     auto fwd = [&](long k) {
       prog.push_back(Action::compute(
           makeWork(WorkKind::F, chunkOf(k, true) * p + r, mbOf(k))));

@@ -26,7 +26,7 @@ Schedule genZB(const GenOptions &opts, int c, const char *name) {
   Schedule s = makeSchedule(name, Placement::linear(p), m);
   for (int r = 0; r < p; ++r) {
     std::vector<Action> &prog = s.programs[r];
-    prog.reserve(3 * m);
+    reserveProgram(prog, 3 * m);
     const long warmup = long(p - r - 1) * c;
     int nextF = 0, nextW = 0;
     auto emit = [&](WorkKind k, int mb) {
@@ -71,7 +71,7 @@ Schedule genZBV(const GenOptions &opts) {
   Schedule s = makeSchedule("zbv", Placement::vShape(p), m);
   for (int r = 0; r < p; ++r) {
     std::vector<Action> &prog = s.programs[r];
-    prog.reserve(6 * size_t(m));
+    reserveProgram(prog, 6 * size_t(m));
     const int stage[2] = {r, 2 * p - 1 - r};
     int f[2] = {0, 0}, b[2] = {0, 0}, w[2] = {0, 0};
     auto emit = [&](WorkKind k, int chunk, int &counter) {

@@ -15,6 +15,54 @@ ReplayEngine::ReplayEngine(const Schedule &s, const WorkIndex &idx,
     : s(s), idx(idx), locs(locs), opts(std::move(opts)), numRanks(s.numRanks()),
       chans(s.numRanks()) {}
 
+namespace {
+/// One rank's channels in the order it first touches them: its message
+/// counts on each, then the channel's number and the rank's write cursors
+/// into the channel's lists. A rank talks to few peers: the last channel
+/// hit is remembered, a short list is searched, a long one hashed. Aligned
+/// to a cache line: the ranks' lookups run on different threads.
+struct alignas(64) RankChannels {
+  struct Entry {
+    int32_t src, dst;
+    size_t sends = 0, recvs = 0;
+    int32_t chan = -1;
+  };
+  std::vector<Entry> list;
+
+  Entry &at(int32_t src, int32_t dst) {
+    if (last < list.size() && list[last].src == src && list[last].dst == dst)
+      return list[last];
+    const int64_t k = key(src, dst);
+    if (list.size() > kShort) {
+      if (auto it = where.find(k); it != where.end())
+        return list[last = it->second];
+    } else {
+      for (size_t i = 0; i < list.size(); ++i)
+        if (list[i].src == src && list[i].dst == dst)
+          return list[last = i];
+    }
+    last = list.size();
+    list.push_back(Entry{src, dst});
+    if (list.size() > kShort) {
+      if (where.empty())
+        for (size_t i = 0; i < list.size(); ++i)
+          where.emplace(key(list[i].src, list[i].dst), i);
+      else
+        where.emplace(k, last);
+    }
+    return list[last];
+  }
+
+private:
+  static constexpr size_t kShort = 16;
+  static int64_t key(int32_t src, int32_t dst) {
+    return (int64_t(src) << 32) | uint32_t(dst);
+  }
+  std::unordered_map<int64_t, size_t> where;
+  size_t last = 0;
+};
+} // namespace
+
 void ReplayEngine::assignChannels() {
   // Channels are numbered in program order (callers report channel errors
   // in that order); each message action's ordinal on its channel is derived
@@ -22,60 +70,31 @@ void ReplayEngine::assignChannels() {
   // and counts their messages, so that every table is sized once
   // (millions of messages: no growth by doubling).
   //
-  // Each rank first lists the channels it touches in the order it touches
-  // them, with its message counts (the ranks in parallel on big schedules;
-  // a rank talks to few peers, so the last one hit is remembered); the
-  // lists are then numbered rank after rank, which is program order.
-  struct Touched {
-    int32_t src, dst;
-    size_t sends = 0, recvs = 0;
-  };
-  std::vector<std::vector<Touched>> touched(static_cast<size_t>(numRanks));
+  // Each rank first lists the channels it touches (RankChannels), the ranks
+  // in parallel on big schedules; the lists are then numbered rank after
+  // rank, which is program order.
+  const bool parallel = parallelWorth(s);
+  std::vector<RankChannels> ranks(static_cast<size_t>(numRanks));
   forEachParallel(size_t(numRanks), [&](size_t rr) {
     const int32_t r = int32_t(rr);
-    std::vector<Touched> &list = touched[rr];
-    std::unordered_map<int64_t, size_t> where; // once the list is long
-    size_t last = 0;
-    auto touch = [&](int32_t src, int32_t dst) -> Touched & {
-      if (last < list.size() && list[last].src == src && list[last].dst == dst)
-        return list[last];
-      int64_t key = (int64_t(src) << 32) | uint32_t(dst);
-      if (list.size() > 16) {
-        if (auto it = where.find(key); it != where.end())
-          return list[last = it->second];
-      } else {
-        for (size_t i = 0; i < list.size(); ++i)
-          if (list[i].src == src && list[i].dst == dst)
-            return list[last = i];
-      }
-      last = list.size();
-      list.push_back(Touched{src, dst});
-      if (list.size() > 16) {
-        if (where.empty())
-          for (size_t i = 0; i < list.size(); ++i)
-            where.emplace((int64_t(list[i].src) << 32) | uint32_t(list[i].dst),
-                          i);
-        else
-          where.emplace(key, last);
-      }
-      return list[last];
-    };
+    RankChannels &rc = ranks[rr];
     for (const Action &a : s.programs[r]) {
       if (a.kind == ActionKind::Send) {
-        ++touch(r, a.peer).sends;
+        ++rc.at(r, a.peer).sends;
       } else if (a.kind == ActionKind::Recv) {
-        ++touch(a.peer, r).recvs;
+        ++rc.at(a.peer, r).recvs;
       } else if (a.kind == ActionKind::GradReduce) {
         // Both directions, no Send or Recv.
-        touch(r, a.peer);
-        touch(a.peer, r);
+        rc.at(r, a.peer);
+        rc.at(a.peer, r);
       }
     }
-  }, parallelWorth(s));
+  }, parallel);
   std::vector<size_t> nSend, nRecv;
-  for (const std::vector<Touched> &list : touched)
-    for (const Touched &t : list) {
-      size_t c = static_cast<size_t>(chans.get(t.src, t.dst));
+  for (RankChannels &rc : ranks)
+    for (RankChannels::Entry &t : rc.list) {
+      t.chan = chans.get(t.src, t.dst);
+      size_t c = static_cast<size_t>(t.chan);
       if (c >= nSend.size()) {
         nSend.resize(c + 1, 0);
         nRecv.resize(c + 1, 0);
@@ -88,26 +107,33 @@ void ReplayEngine::assignChannels() {
   chanSendCount = nSend;
   if (opts.verified)
     return;
-  // The Loc lists of the checks and error reports, in ordinal order.
+  // The Loc lists of the checks and error reports, in ordinal order. A
+  // channel's sends all come from its source rank and its receives from its
+  // destination, so each rank fills its own entries through the cursors of
+  // its own list (the lists' headers sit side by side: growing them from
+  // two threads would bounce their cache line).
   for (size_t c = 0; c < nSend.size(); ++c) {
-    chanSends[c].reserve(nSend[c]);
-    chanRecvs[c].reserve(nRecv[c]);
+    chanSends[c].resize(nSend[c]);
+    chanRecvs[c].resize(nRecv[c]);
   }
-  // A channel's sends all come from its source rank and its receives from
-  // its destination, so each rank fills its own lists (in parallel on big
-  // schedules).
   forEachParallel(size_t(numRanks), [&](size_t rr) {
     const int32_t r = int32_t(rr);
+    RankChannels &rc = ranks[rr];
+    for (RankChannels::Entry &t : rc.list)
+      t.sends = t.recvs = 0; // now the write cursors
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
       Loc here{r, static_cast<int32_t>(i)};
-      if (a.kind == ActionKind::Send)
-        chanSends[size_t(chans.find(r, a.peer))].push_back(here);
-      else if (a.kind == ActionKind::Recv)
-        chanRecvs[size_t(chans.find(a.peer, r))].push_back(here);
+      if (a.kind == ActionKind::Send) {
+        RankChannels::Entry &t = rc.at(r, a.peer);
+        chanSends[size_t(t.chan)][t.sends++] = here;
+      } else if (a.kind == ActionKind::Recv) {
+        RankChannels::Entry &t = rc.at(a.peer, r);
+        chanRecvs[size_t(t.chan)][t.recvs++] = here;
+      }
     }
-  }, parallelWorth(s));
+  }, parallel);
 }
 
 void ReplayEngine::reset() {

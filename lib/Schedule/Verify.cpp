@@ -89,6 +89,8 @@ Status Verifier::checkActions() {
   std::vector<uint8_t> rankHasComm(size_t(numRanks), 0);
   Status st = eachRank([&](int32_t r) -> Status {
     const std::vector<Action> &prog = s.programs[r];
+    // Set once at the end: the ranks' flags share a cache line.
+    bool hasComm = false;
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
       auto checkWork = [&](const Work &w) -> Status {
@@ -121,7 +123,7 @@ Status Verifier::checkActions() {
         }
         continue;
       }
-      rankHasComm[size_t(r)] = 1;
+      hasComm = true;
       if (!s.hasComm)
         return err(r, i, "message action in a schedule without hasComm set");
       if (a.peer < 0 || a.peer >= numRanks)
@@ -153,6 +155,7 @@ Status Verifier::checkActions() {
                    "message " + toString(a) + " has no consumer stage " +
                        std::to_string(cs));
     }
+    rankHasComm[size_t(r)] = hasComm;
     return Status::ok();
   });
   anyComm = std::find(rankHasComm.begin(), rankHasComm.end(), 1) !=
