@@ -353,16 +353,9 @@ TEST(CommInsertion, RejectsBadPrograms) {
 // and after), and the same messages in the same places as a merge into a
 // fresh program (a schedule whose programs were copied, so without room).
 TEST(CommInsertion, GeneratedProgramsTakeTheirMessagesInPlace) {
-  const ScheduleKind kinds[] = {
-      ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
-      ScheduleKind::ZBH1,  ScheduleKind::ZBH2,     ScheduleKind::ZBV,
-      ScheduleKind::DualPipe, ScheduleKind::DualPipeV, ScheduleKind::Chimera};
-  for (ScheduleKind k : kinds) {
-    GenOptions opts;
-    opts.ranks = 4;
-    opts.microbatches = 16;
-    Expected<Schedule> g = generate(k, opts);
-    ASSERT_TRUE(bool(g)) << scheduleKindName(k);
+  for (const GenCase &c : sweepCases(6)) {
+    Expected<Schedule> g = generate(c.kind, c.opts);
+    ASSERT_TRUE(bool(g)) << c.label();
     Schedule s = g.take();
     // A copy keeps the actions, not the room: its merge reallocates.
     Schedule copied;
@@ -374,15 +367,15 @@ TEST(CommInsertion, GeneratedProgramsTakeTheirMessagesInPlace) {
     std::vector<const Action *> before;
     for (const std::vector<Action> &prog : s.programs)
       before.push_back(prog.data());
-    ASSERT_TRUE(insertComm(s).isOk()) << scheduleKindName(k);
-    ASSERT_TRUE(insertComm(copied).isOk()) << scheduleKindName(k);
+    ASSERT_TRUE(insertComm(s).isOk()) << c.label();
+    ASSERT_TRUE(insertComm(copied).isOk()) << c.label();
     for (size_t r = 0; r < s.programs.size(); ++r) {
       EXPECT_EQ(s.programs[r].data(), before[r])
-          << scheduleKindName(k) << " rank " << r << " was reallocated";
+          << c.label() << " rank " << r << " was reallocated";
       EXPECT_TRUE(s.programs[r] == copied.programs[r])
-          << scheduleKindName(k) << " rank " << r;
+          << c.label() << " rank " << r;
     }
-    EXPECT_TRUE(verify(s).isOk()) << scheduleKindName(k);
+    EXPECT_TRUE(verify(s).isOk()) << c.label();
   }
 }
 
