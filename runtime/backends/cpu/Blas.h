@@ -61,7 +61,9 @@ inline void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   if (dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', M, N, K, alpha, A,
                  lda, B, ldb, beta, C, ldc) == dnnl_success)
     return;
-  // Only an invalid argument fails, and cblas would refuse it as well.
+  // It fails on invalid arguments (cblas reports those too) or when out of
+  // memory for its packing buffers: OpenBLAS then computes this product
+  // (the same value, possibly other rounding).
 #endif
   cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
               transB ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha,
