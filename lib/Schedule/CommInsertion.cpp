@@ -99,7 +99,6 @@ struct MsgKey {
   uint64_t id;
 };
 
-/// Frees a vector's storage (clear() keeps it).
 } // namespace
 
 void stripComm(Schedule &s) {

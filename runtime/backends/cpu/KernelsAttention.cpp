@@ -186,13 +186,15 @@ void attentionB(const AttentionShape &s, const AttentionSaved<T> &saved,
       const T *P = saved.probs.data() + (b * A + h) * S * S;
       const T *PV = drop ? saved.dropped.data() + (b * A + h) * S * S : P;
       // dP = D'(dO V^T): the gradient of D(P) is dropped with the same mask.
-      // Lower triangle only; the rest of each row is cleared (dropRows
-      // reads whole rows).
+      // Lower triangle only; the loop below clears the rest of each row,
+      // but dropRows reads whole rows first, so with dropout it is cleared
+      // here.
       forCausalBlocks(S, [&](Index i0, Index rows, Index cols) {
         gemm(false, true, rows, cols, DV, T(1), dout + oOff + i0 * ldo, ldo,
              saved.v + vOff, ldv, T(0), dS + i0 * S, S);
-        for (Index i = i0; i < i0 + rows; ++i)
-          std::fill(dS + i * S + cols, dS + (i + 1) * S, T(0));
+        if (drop)
+          for (Index i = i0; i < i0 + rows; ++i)
+            std::fill(dS + i * S + cols, dS + (i + 1) * S, T(0));
       });
       if (drop)
         dropRows(s, b, h, dS, dS);
@@ -218,7 +220,6 @@ void attentionB(const AttentionShape &s, const AttentionSaved<T> &saved,
              saved.q + qOff + i0 * ldq, ldq, T(1), dk + kOff + i0 * ldk, ldk);
         gemm(true, false, rows, DV, S - i0, T(1), PV + i0 * S + i0, S,
              dout + oOff + i0 * ldo, ldo, T(1), dv + vOff + i0 * ldv, ldv);
-        (void)cols;
       });
     }
   if (s.rotary) {
