@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
 #include <ostream>
 #include <sstream>
 
@@ -53,28 +56,12 @@ char *putInt(char *p, long long v) {
   return p;
 }
 
-/// Decimal digits of v >= 0.
-size_t digits(long long v) {
-  size_t n = 1;
-  for (; v >= 10; v /= 10)
-    ++n;
-  return n;
-}
-
 /// The chunk number of w on its rank, -1 for none.
 int chunkOf(const Work &w, const std::vector<int> &chunks, int32_t stages) {
   size_t at = size_t(w.copy) * size_t(stages) + size_t(w.stage);
   if (w.copy >= 0 && w.stage >= 0 && w.stage < stages && at < chunks.size())
     return chunks[at];
   return -1;
-}
-
-/// The length putCell writes, without writing it.
-size_t cellLen(const Work &w, const std::vector<int> &chunks, int32_t stages) {
-  size_t n = (w.kind == WorkKind::BW ? 2 : 1) +
-             (w.mb < 0 ? 1 + digits(-(long long)w.mb) : digits(w.mb));
-  int c = chunkOf(w, chunks, stages);
-  return c >= 0 ? n + 1 + digits(c) : n;
 }
 
 /// "F3" or "F3.1" (microbatch 3 of the rank's chunk 1) at p; returns the
@@ -112,6 +99,60 @@ long long roundHalfAway(double x) {
   const long long t = static_cast<long long>(x);
   return t + (x - static_cast<double>(t) >= 0.5 ? 1 : 0);
 }
+} // namespace
+
+namespace {
+/// A byte buffer that is neither zero-filled nor copied when it grows
+/// (malloc and realloc: a big block grows by remapping its pages). The grid
+/// keeps a few of them of millions of bytes.
+class Bytes {
+public:
+  Bytes() = default;
+  Bytes(const Bytes &) = delete;
+  Bytes &operator=(const Bytes &) = delete;
+  ~Bytes() { std::free(data); }
+  /// Room for n more bytes at end(); throws std::bad_alloc without it.
+  char *room(size_t n) {
+    if (size + n > cap) {
+      size_t want = std::max(size + n, cap + cap / 2 + 4096);
+      void *p = std::realloc(data, want);
+      if (!p)
+        throw std::bad_alloc();
+      data = static_cast<char *>(p);
+      cap = want;
+    }
+    return data + size;
+  }
+  char *end() { return data + size; }
+  void grow(size_t n) { size += n; } ///< n bytes at end() were written
+  void setEnd(char *p) { size = size_t(p - data); }
+  const char *begin() const { return data; }
+  size_t length() const { return size; }
+  void clear() {
+    std::free(data);
+    data = nullptr;
+    size = cap = 0;
+  }
+
+private:
+  char *data = nullptr;
+  size_t size = 0, cap = 0;
+};
+
+/// One rank's row of the grid before the columns are aligned: a code per
+/// column (kIdle ".", kBusy "-": the action of the column before still
+/// runs, else the length of the label of the action starting there) and
+/// the labels of the starting actions, in column order.
+struct GridRow {
+  static constexpr uint8_t kIdle = 0, kBusy = 1;
+  Bytes codes, labels;
+};
+
+/// Room for one cell's label: two Works of at most 2 + 11 + 1 + 11 bytes
+/// and the '+' between them.
+constexpr size_t kMaxLabel = 64;
+constexpr char kSpaces[kMaxLabel + 1] =
+    "                                                                ";
 } // namespace
 
 void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
@@ -162,127 +203,137 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
     unit = makespan > 0 && std::isfinite(makespan) ? makespan / kMaxGridColumns
                                                    : 1;
   auto chunks = chunkIndex(s);
-  // A cell is 4 bytes: the action it starts (its label is formatted when
-  // written; simulate() refuses 2^32 actions on a rank), or kIdle ".", or
-  // kBusy "-" (the action of the cell before still runs). Millions of
-  // actions stay compact.
-  constexpr uint32_t kIdle = ~uint32_t(0), kBusy = ~uint32_t(0) - 1;
-  std::vector<std::vector<uint32_t>> rows(p);
-  // A cell's label into buf (64 bytes); returns its length.
   int32_t stages = s.placement.numStages;
-  auto labelOf = [&](int r, uint32_t idx, char *buf) -> size_t {
-    const Action &a = s.programs[r][idx];
-    char *p = putCell(buf, a.work, chunks[r], stages);
-    if (a.kind == ActionKind::Overlap) {
-      *p++ = '+';
-      p = putCell(p, a.work2, chunks[r], stages);
-    }
-    return size_t(p - buf);
-  };
-  auto labelLen = [&](int r, uint32_t idx) -> size_t {
-    const Action &a = s.programs[r][idx];
-    size_t n = cellLen(a.work, chunks[r], stages);
-    if (a.kind == ActionKind::Overlap)
-      n += 1 + cellLen(a.work2, chunks[r], stages);
-    return n;
-  };
-  // The ranks' rows and their columns' label widths, one rank per thread
-  // (rows are independent; millions of cells per row).
-  std::vector<std::vector<uint16_t>> rowWidth(p);
+  // The ranks' rows, one rank per thread (rows are independent; millions
+  // of cells per row): a byte per column and each label formatted once.
+  std::vector<GridRow> rows(static_cast<size_t>(p));
   forEachParallel(size_t(p), [&](size_t r) {
-    auto &row = rows[r];
-    size_t nextFree = 0;
+    GridRow &row = rows[r];
     auto [b, e] = inRank(int(r));
+    size_t n = size_t(e - b);
+    row.codes.room(n + 1);
+    row.labels.room(n * 8 + kMaxLabel);
     for (auto it = b; it != e; ++it) {
       const Interval &iv = *it;
-      if (s.programs[r][iv.actionIndex].isComm())
+      const Action &a = s.programs[r][iv.actionIndex];
+      if (a.isComm())
         continue;
+      size_t nextFree = row.codes.length();
       size_t col = std::max(
           nextFree,
           static_cast<size_t>(roundHalfAway(std::max(0.0, iv.start) / unit)));
       size_t span =
           std::max<long long>(1, roundHalfAway((iv.end - iv.start) / unit));
-      if (row.size() < col + span)
-        row.resize(col + span, kIdle);
-      row[col] = iv.actionIndex;
-      for (size_t k = 1; k < span; ++k)
-        row[col + k] = kBusy;
-      nextFree = col + span;
+      char *lab = row.labels.room(kMaxLabel);
+      char *labEnd = putCell(lab, a.work, chunks[r], stages);
+      if (a.kind == ActionKind::Overlap) {
+        *labEnd++ = '+';
+        labEnd = putCell(labEnd, a.work2, chunks[r], stages);
+      }
+      row.labels.setEnd(labEnd);
+      char *c = row.codes.room(col + span - nextFree);
+      std::memset(c, GridRow::kIdle, col - nextFree);
+      c += col - nextFree;
+      *c = char(labEnd - lab);
+      std::memset(c + 1, GridRow::kBusy, span - 1);
+      row.codes.grow(col + span - nextFree);
     }
-    std::vector<uint16_t> &w = rowWidth[r];
-    w.assign(row.size(), 1);
-    for (size_t c = 0; c < row.size(); ++c)
-      if (row[c] < kBusy)
-        w[c] = uint16_t(labelLen(int(r), row[c]));
+    row.labels.room(kMaxLabel); // the writer copies kMaxLabel bytes at once
   });
   // Per-column widths: an overlapped pair widens only its own column.
   size_t cols = 0;
-  for (const auto &row : rows)
-    cols = std::max(cols, row.size());
-  std::vector<uint16_t> width(cols, 1);
-  for (int r = 0; r < p; ++r) {
-    for (size_t c = 0; c < rowWidth[r].size(); ++c)
-      width[c] = std::max(width[c], rowWidth[r][c]);
-    release(rowWidth[r]);
+  for (const GridRow &row : rows)
+    cols = std::max(cols, row.codes.length());
+  std::vector<uint8_t> width(cols, 1);
+  for (const GridRow &row : rows) {
+    const uint8_t *c = reinterpret_cast<const uint8_t *>(row.codes.begin());
+    for (size_t k = 0, n = row.codes.length(); k < n; ++k)
+      width[k] = std::max(width[k], c[k]);
   }
   os << (s.name.empty() ? std::string("schedule") : s.name) << ": " << p
      << " ranks, " << s.numMicrobatches << " microbatches, slot " << fmt(unit)
      << ", makespan " << fmt(sim.makespan) << ", bubble "
      << fmt(sim.bubbleRate) << "\n";
   std::string rankHdr = "r" + std::to_string(p - 1);
-  // Rank r's line, handed to `out` in pieces of about 64 KiB (a row of a
-  // million cells is not built whole when it goes straight to the stream).
-  auto writeRow = [&](int r, auto &&out) {
-    char buf[64];
+  // Rank r's line into `out`, handed to `flush` whenever it holds more than
+  // 64 KiB (a row of a million cells is not built whole when it goes
+  // straight to the stream). Each column: a space, the cell, the spaces
+  // that pad it to its column's width (written before the next cell: a
+  // line has no trailing spaces).
+  constexpr size_t kPiece = size_t(1) << 16;
+  auto writeRow = [&](int r, Bytes &out, auto &&flush) {
+    GridRow &row = rows[size_t(r)];
     std::string name = "r" + std::to_string(r);
-    std::string line = name + std::string(rankHdr.size() - name.size(), ' ') + " |";
+    std::string head =
+        name + std::string(rankHdr.size() - name.size(), ' ') + " |";
+    std::memcpy(out.room(head.size()), head.data(), head.size());
+    out.grow(head.size());
+    const uint8_t *codes =
+        reinterpret_cast<const uint8_t *>(row.codes.begin());
+    const size_t n = row.codes.length();
+    const char *label = row.labels.begin();
     size_t pendingSpaces = 0;
+    char *o = out.room(kPiece + 2 * kMaxLabel);
+    char *limit = o + kPiece;
     for (size_t c = 0; c < cols; ++c) {
-      uint32_t cell = c < rows[r].size() ? rows[r][c] : kIdle;
-      size_t len = 1;
-      if (cell == kIdle)
-        buf[0] = '.';
-      else if (cell == kBusy)
-        buf[0] = '-';
-      else
-        len = labelOf(r, cell, buf);
-      line.append(pendingSpaces + 1, ' ');
-      line.append(buf, len);
-      pendingSpaces = width[c] - len;
-      if (line.size() > (1 << 16)) {
-        out(line);
-        line.clear();
+      if (o > limit) {
+        out.setEnd(o);
+        flush(out);
+        o = out.room(kPiece + 2 * kMaxLabel);
+        limit = o + kPiece;
       }
+      // Fixed-size copies (a label and its padding are under kMaxLabel
+      // bytes; `out` and the labels have that much room past their end):
+      // no call, no `rep movs` start-up per cell.
+      std::memcpy(o, kSpaces, kMaxLabel);
+      o += pendingSpaces + 1;
+      uint8_t code = c < n ? codes[c] : GridRow::kIdle;
+      size_t len = 1;
+      if (code == GridRow::kIdle)
+        *o = '.';
+      else if (code == GridRow::kBusy)
+        *o = '-';
+      else {
+        len = code;
+        std::memcpy(o, label, kMaxLabel);
+        label += len;
+      }
+      o += len;
+      pendingSpaces = width[c] - len;
     }
-    line += '\n';
-    out(line);
-    release(rows[r]);
+    *o++ = '\n';
+    out.setEnd(o);
+    flush(out);
+    row.codes.clear();
+    row.labels.clear();
   };
   // Rows in batches of as many as there are threads: the batch's first row
   // goes straight to the stream, the others are formatted meanwhile into
-  // strings written after it.
+  // buffers written after it.
   size_t batch = std::max<size_t>(
       1, std::min<size_t>(size_t(p), std::thread::hardware_concurrency()));
-  std::vector<std::string> text(batch);
+  std::vector<Bytes> text(batch);
   // A buffered row's exact size bound (each column: a space and its
   // width), so that it is allocated once.
-  size_t lineBound = rankHdr.size() + 3;
-  for (uint16_t w : width)
+  size_t lineBound = rankHdr.size() + 3 + kPiece + 2 * kMaxLabel;
+  for (uint8_t w : width)
     lineBound += size_t(w) + 1;
   for (int b = 0; b < p; b += int(batch)) {
     size_t n = std::min<size_t>(batch, size_t(p - b));
     forEachParallel(n, [&](size_t k) {
-      if (k == 0)
-        writeRow(b, [&](const std::string &piece) { os << piece; });
-      else {
-        text[k].reserve(lineBound);
-        writeRow(b + int(k),
-                 [&](const std::string &piece) { text[k] += piece; });
+      if (k == 0) {
+        writeRow(b, text[0], [&](Bytes &piece) {
+          os.write(piece.begin(), std::streamsize(piece.length()));
+          piece.setEnd(const_cast<char *>(piece.begin()));
+        });
+      } else {
+        text[k].room(lineBound);
+        writeRow(b + int(k), text[k], [](Bytes &) {});
       }
     });
     for (size_t k = 1; k < n; ++k) {
-      os << text[k];
-      release(text[k]);
+      os.write(text[k].begin(), std::streamsize(text[k].length()));
+      text[k].clear();
     }
   }
 }
