@@ -255,33 +255,61 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
      << ", makespan " << fmt(sim.makespan) << ", bubble "
      << fmt(sim.bubbleRate) << "\n";
   std::string rankHdr = "r" + std::to_string(p - 1);
-  // Rank r's line into `out`, handed to `flush` whenever it holds more than
-  // 64 KiB (a row of a million cells is not built whole when it goes
-  // straight to the stream). Each column: a space, the cell, the spaces
-  // that pad it to its column's width (written before the next cell: a
-  // line has no trailing spaces).
-  constexpr size_t kPiece = size_t(1) << 16;
-  auto writeRow = [&](int r, Bytes &out, auto &&flush) {
-    GridRow &row = rows[size_t(r)];
-    std::string name = "r" + std::to_string(r);
-    std::string head =
-        name + std::string(rankHdr.size() - name.size(), ' ') + " |";
-    std::memcpy(out.room(head.size()), head.data(), head.size());
-    out.grow(head.size());
+  // The lines are cut into blocks of columns, formatted as many at a time
+  // as there are cores, each into its own buffer, and written in order: a
+  // few megabytes in flight instead of whole rows of a million cells. A
+  // block starts at its first label (the labels before it, counted from the
+  // codes) with the padding its column's predecessor leaves.
+  constexpr size_t kBlockCols = size_t(1) << 19;
+  const size_t blocksPerRow = std::max<size_t>(1, (cols + kBlockCols - 1) / kBlockCols);
+  auto cellLen = [](uint8_t code) -> size_t {
+    return code == GridRow::kIdle || code == GridRow::kBusy ? 1 : code;
+  };
+  auto codeAt = [&](const GridRow &row, size_t c) -> uint8_t {
+    return c < row.codes.length()
+               ? static_cast<uint8_t>(row.codes.begin()[c])
+               : GridRow::kIdle;
+  };
+  // Where each block's labels start in its row's labels.
+  std::vector<std::vector<size_t>> labelAt(static_cast<size_t>(p));
+  forEachParallel(size_t(p), [&](size_t r) {
+    const GridRow &row = rows[r];
+    std::vector<size_t> &at = labelAt[r];
+    at.resize(blocksPerRow);
+    size_t off = 0;
+    for (size_t k = 0; k < blocksPerRow; ++k) {
+      at[k] = off;
+      size_t end = std::min((k + 1) * kBlockCols, row.codes.length());
+      for (size_t c = k * kBlockCols; c < end; ++c) {
+        uint8_t code = static_cast<uint8_t>(row.codes.begin()[c]);
+        off += code > GridRow::kBusy ? code : 0;
+      }
+    }
+  });
+  // Block k of rank r's line into `out`. Each column: a space, the cell,
+  // then the spaces that pad it to its column's width (written before the
+  // next cell: a line has no trailing spaces).
+  auto formatBlock = [&](int r, size_t k, Bytes &out) {
+    const GridRow &row = rows[size_t(r)];
+    const size_t c0 = k * kBlockCols, c1 = std::min(cols, c0 + kBlockCols);
+    size_t bound = rankHdr.size() + 4 + 2 * kMaxLabel;
+    for (size_t c = c0; c < c1; ++c)
+      bound += size_t(width[c]) + 1;
+    out.setEnd(const_cast<char *>(out.begin()));
+    char *o = out.room(bound);
+    if (c0 == 0) {
+      std::string name = "r" + std::to_string(r);
+      std::string head =
+          name + std::string(rankHdr.size() - name.size(), ' ') + " |";
+      std::memcpy(o, head.data(), head.size());
+      o += head.size();
+    }
     const uint8_t *codes =
         reinterpret_cast<const uint8_t *>(row.codes.begin());
     const size_t n = row.codes.length();
-    const char *label = row.labels.begin();
-    size_t pendingSpaces = 0;
-    char *o = out.room(kPiece + 2 * kMaxLabel);
-    char *limit = o + kPiece;
-    for (size_t c = 0; c < cols; ++c) {
-      if (o > limit) {
-        out.setEnd(o);
-        flush(out);
-        o = out.room(kPiece + 2 * kMaxLabel);
-        limit = o + kPiece;
-      }
+    const char *label = row.labels.begin() + labelAt[size_t(r)][k];
+    size_t pendingSpaces = c0 == 0 ? 0 : width[c0 - 1] - cellLen(codeAt(row, c0 - 1));
+    for (size_t c = c0; c < c1; ++c) {
       // Fixed-size copies (a label and its padding are under kMaxLabel
       // bytes; `out` and the labels have that much room past their end):
       // no call, no `rep movs` start-up per cell.
@@ -301,39 +329,31 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
       o += len;
       pendingSpaces = width[c] - len;
     }
-    *o++ = '\n';
+    if (c1 == cols)
+      *o++ = '\n';
     out.setEnd(o);
-    flush(out);
-    row.codes.clear();
-    row.labels.clear();
   };
-  // Rows in batches of as many as there are threads: the batch's first row
-  // goes straight to the stream, the others are formatted meanwhile into
-  // buffers written after it.
-  size_t batch = std::max<size_t>(
-      1, std::min<size_t>(size_t(p), std::thread::hardware_concurrency()));
+  // The blocks in output order, a core's worth at a time (threads only
+  // where the grid is big enough to pay for them).
+  const size_t tasks = size_t(p) * blocksPerRow;
+  const bool parallel = tasks > 1 && size_t(p) * cols >= (size_t(1) << 16);
+  const size_t batch =
+      parallel ? std::max<size_t>(1, std::min<size_t>(
+                                         tasks, std::thread::hardware_concurrency()))
+               : 1;
   std::vector<Bytes> text(batch);
-  // A buffered row's exact size bound (each column: a space and its
-  // width), so that it is allocated once.
-  size_t lineBound = rankHdr.size() + 3 + kPiece + 2 * kMaxLabel;
-  for (uint8_t w : width)
-    lineBound += size_t(w) + 1;
-  for (int b = 0; b < p; b += int(batch)) {
-    size_t n = std::min<size_t>(batch, size_t(p - b));
+  for (size_t t = 0; t < tasks; t += batch) {
+    size_t n = std::min(batch, tasks - t);
     forEachParallel(n, [&](size_t k) {
-      if (k == 0) {
-        writeRow(b, text[0], [&](Bytes &piece) {
-          os.write(piece.begin(), std::streamsize(piece.length()));
-          piece.setEnd(const_cast<char *>(piece.begin()));
-        });
-      } else {
-        text[k].room(lineBound);
-        writeRow(b + int(k), text[k], [](Bytes &) {});
-      }
-    });
-    for (size_t k = 1; k < n; ++k) {
+      formatBlock(int((t + k) / blocksPerRow), (t + k) % blocksPerRow, text[k]);
+    }, parallel);
+    for (size_t k = 0; k < n; ++k) {
       os.write(text[k].begin(), std::streamsize(text[k].length()));
-      text[k].clear();
+      // A row done: its codes and labels are no longer needed.
+      if ((t + k) % blocksPerRow == blocksPerRow - 1) {
+        rows[(t + k) / blocksPerRow].codes.clear();
+        rows[(t + k) / blocksPerRow].labels.clear();
+      }
     }
   }
 }

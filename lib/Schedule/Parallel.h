@@ -18,8 +18,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 namespace pipeforge::sched::detail {
 
@@ -80,6 +87,73 @@ Status firstFailure(size_t n, bool parallel, Check check) {
       return std::move(st);
   return Status::ok();
 }
+
+/// Maps fresh memory in on another core while this thread goes on writing
+/// it. A sequential phase over millions of actions (the simulator's
+/// replay) writes hundreds of megabytes of fresh pages; clearing and
+/// mapping them is kernel time on the phase's critical path (about a third
+/// of the replay on these VMs) while the other core idles. The helper asks
+/// the kernel to map the ranges' pages writable (Linux's
+/// MADV_POPULATE_WRITE), which never changes their contents: the writer
+/// needs no synchronisation with it, and a page it reaches first it simply
+/// faults in itself. The ranges are mapped a slice of each in turn, as a
+/// writer that fills them side by side (one per rank) uses them. The
+/// destructor waits for the helper; the ranges must stay allocated until
+/// then. Elsewhere than Linux, or below kMinBytes, or on one core, it does
+/// nothing.
+class Prefault {
+public:
+  static constexpr size_t kMinBytes = size_t(64) << 20;
+
+  explicit Prefault(std::vector<std::pair<void *, size_t>> ranges) {
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+    size_t total = 0;
+    for (const auto &r : ranges)
+      total += r.second;
+    if (total < kMinBytes || std::thread::hardware_concurrency() < 2)
+      return;
+    helper = std::thread([ranges = std::move(ranges), this] {
+      const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+      constexpr uintptr_t kSlice = uintptr_t(1) << 20;
+      // Whole pages inside each range (a partial edge page is the writer's).
+      std::vector<std::pair<uintptr_t, uintptr_t>> left; // [begin, end)
+      for (const auto &[p, n] : ranges) {
+        uintptr_t b = (uintptr_t(p) + page - 1) / page * page;
+        uintptr_t e = (uintptr_t(p) + n) / page * page;
+        if (b < e)
+          left.emplace_back(b, e);
+      }
+      bool more = true;
+      while (more && !stop.load(std::memory_order_relaxed)) {
+        more = false;
+        for (auto &[b, e] : left) {
+          if (b >= e)
+            continue;
+          uintptr_t n = std::min(kSlice, e - b);
+          if (madvise(reinterpret_cast<void *>(b), n, MADV_POPULATE_WRITE))
+            return; // an older kernel (before 5.14): the writer faults
+          b += n;
+          more |= b < e;
+        }
+      }
+    });
+#else
+    (void)ranges;
+#endif
+  }
+  Prefault(const Prefault &) = delete;
+  Prefault &operator=(const Prefault &) = delete;
+  /// Stops the helper at its next slice and waits for it.
+  ~Prefault() {
+    stop = true;
+    if (helper.joinable())
+      helper.join();
+  }
+
+private:
+  std::atomic<bool> stop{false};
+  std::thread helper;
+};
 
 } // namespace pipeforge::sched::detail
 

@@ -13,10 +13,12 @@
 #include "pipeforge/Schedule/PairOrder.h"
 
 #include "Deps.h"
+#include "Parallel.h"
 #include "Replay.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
 namespace pipeforge::sched {
 
@@ -186,6 +188,7 @@ private:
   /// action resident).
   std::vector<Interval> intervals;
   std::vector<size_t> base, kept;
+  std::optional<Prefault> prefault; ///< of `intervals`, during the replay
   double makespan = 0;
   void place(int32_t r, size_t i, double start, double end, bool isCompute) {
     makespan = std::max(makespan, end);
@@ -280,7 +283,14 @@ Status Simulation::prepare() {
         n += !a.isComm();
     base[r + 1] = base[r] + n;
   }
-  intervals.assign(base[numRanks], Interval{0, 0, 0, 0});
+  // Written once each, by the replay (rank r's from base[r] on): not
+  // cleared first, and mapped in on the other core as the replay goes.
+  intervals.resize(base[numRanks]);
+  std::vector<std::pair<void *, size_t>> fresh;
+  for (int32_t r = 0; r < numRanks; ++r)
+    fresh.emplace_back(intervals.data() + base[r],
+                       (base[r + 1] - base[r]) * sizeof(Interval));
+  prefault.emplace(std::move(fresh));
   commModel = cost.overlapComm;
   for (int st = 0; st < pl.numStages && !commModel; ++st)
     commModel = stageHasA2A(st);
@@ -453,6 +463,7 @@ Expected<SimResult> Simulation::run() {
   if (Status st = prepare(); !st)
     return st;
   ReplayEngine::Outcome out = engine.run(*this);
+  prefault.reset();
   if (!out)
     return Status::error(stepError(s, out.rank, out.step, out.message));
 

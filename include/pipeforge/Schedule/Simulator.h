@@ -103,6 +103,11 @@ struct Interval {
   int32_t rank;
   uint32_t actionIndex; ///< into programs[rank]
   double start, end;
+  /// Left unset, as a plain struct's members: the simulator sizes its
+  /// array of millions and writes each entry once.
+  Interval() {}
+  Interval(int32_t rank, uint32_t actionIndex, double start, double end)
+      : rank(rank), actionIndex(actionIndex), start(start), end(end) {}
 };
 static_assert(sizeof(Interval) <= 24, "one Interval per action is resident");
 
