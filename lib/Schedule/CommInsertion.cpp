@@ -63,9 +63,12 @@ struct ItemSpace {
   }
 };
 
-/// The result slots a work fills and waits on: F fills slot F; B and BW
-/// fill slot B ("input gradient ready"); BW and W fill slot W.
+/// The result slots a work fills: F fills slot F; B and BW fill slot B
+/// ("input gradient ready"); BW and W fill slot W. No work waits on slot W
+/// (W produces nothing another work reads): the replay keeps times for the
+/// first kWaitSlots only.
 enum Slot : int { SlotF = 0, SlotB = 1, SlotW = 2 };
+constexpr size_t kWaitSlots = 2;
 
 
 Status checkShape(const Schedule &s) {
@@ -219,9 +222,10 @@ Status insertComm(Schedule &s, const CostModel &cost) {
     return w;
   };
 
-  // ASAP replay (step 1). end[idx*3 + slot] = end time, -1 while pending.
-  std::vector<double> end(numItems * 3, -1);
-  std::vector<int32_t> waitHead(numItems * 3, -1);
+  // ASAP replay (step 1). end[idx * kWaitSlots + slot] = end time, -1
+  // while pending.
+  std::vector<double> end(numItems * kWaitSlots, -1);
+  std::vector<int32_t> waitHead(numItems * kWaitSlots, -1);
   std::vector<int32_t> nextWaiter(numRanks, -1);
   std::vector<size_t> pc(numRanks, 0);
   std::vector<double> clock(numRanks, 0);
@@ -245,22 +249,22 @@ Status insertComm(Schedule &s, const CostModel &cost) {
     case WorkKind::F:
       if (w.stage > 0) {
         d.stage = w.stage - 1;
-        return fn(space.index(d) * 3 + SlotF,
+        return fn(space.index(d) * kWaitSlots + SlotF,
                   s.placement.rank(d.copy, d.stage));
       }
       return true;
     case WorkKind::B:
     case WorkKind::BW:
-      if (!fn(space.index(w) * 3 + SlotF, own))
+      if (!fn(space.index(w) * kWaitSlots + SlotF, own))
         return false;
       if (w.stage < lastStage) {
         d.stage = w.stage + 1;
-        return fn(space.index(d) * 3 + SlotB,
+        return fn(space.index(d) * kWaitSlots + SlotB,
                   s.placement.rank(d.copy, d.stage));
       }
       return true;
     case WorkKind::W:
-      return fn(space.index(w) * 3 + SlotB, own);
+      return fn(space.index(w) * kWaitSlots + SlotB, own);
     }
     return true;
   };
@@ -304,7 +308,7 @@ Status insertComm(Schedule &s, const CostModel &cost) {
       startAt[r][pc[r]] = start;
       clock[r] = finish;
       auto produce = [&](const Work &w) {
-        size_t base = space.index(w) * 3;
+        size_t base = space.index(w) * kWaitSlots;
         auto fill = [&](int slot) {
           end[base + slot] = finish;
           for (int32_t q = waitHead[base + slot]; q >= 0;) {
@@ -314,21 +318,10 @@ Status insertComm(Schedule &s, const CostModel &cost) {
           }
           waitHead[base + slot] = -1;
         };
-        switch (w.kind) {
-        case WorkKind::F:
+        if (w.kind == WorkKind::F)
           fill(SlotF);
-          break;
-        case WorkKind::B:
+        else if (w.kind != WorkKind::W)
           fill(SlotB);
-          break;
-        case WorkKind::W:
-          fill(SlotW);
-          break;
-        case WorkKind::BW:
-          fill(SlotB);
-          fill(SlotW);
-          break;
-        }
       };
       produce(a.work);
       collect(a.work, r, finish);
@@ -347,14 +340,15 @@ Status insertComm(Schedule &s, const CostModel &cost) {
     auto find = [&](size_t slotIdx, int32_t) -> bool {
       if (end[slotIdx] >= 0)
         return true;
-      size_t idx = slotIdx / 3;
-      int slot = int(slotIdx % 3);
+      size_t idx = slotIdx / kWaitSlots;
+      int slot = int(slotIdx % kWaitSlots);
       Work w;
       w.mb = int32_t(idx % space.mbs);
       w.stage = int32_t((idx / space.mbs) % space.stages);
       w.copy = int8_t(idx / (size_t(space.mbs) * space.stages));
       w.kind = slot == SlotF ? WorkKind::F : WorkKind::B;
-      missing = toString(w) + (seen[slotIdx] ? "" : " (never scheduled)");
+      missing =
+          toString(w) + (seen[idx * 3 + slot] ? "" : " (never scheduled)");
       return false;
     };
     if (forEachDep(a.work, find) && a.kind == ActionKind::Overlap)

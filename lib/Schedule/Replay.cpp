@@ -138,8 +138,9 @@ void ReplayEngine::assignChannels() {
 
 void ReplayEngine::reset() {
   size_t nc = chans.size();
-  done.assign(idx.size(), 0);
-  received.assign(idx.numMessages(), 0);
+  tracked = !s.hasComm || !(opts.prechecked || opts.verified);
+  done.assign(tracked ? idx.size() : 0, 0);
+  received.assign(tracked ? idx.numMessages() : 0, 0);
   sendArr.assign(nc, 0);
   recvArr.assign(nc, 0);
   grArr.assign(nc, 0);

@@ -152,6 +152,8 @@ private:
   Step checkRecv(int32_t r, size_t i, const Action &a, const CommSlot &sl);
   void account(int32_t r, size_t i, const Action &a);
   void complete(const Work &w) {
+    if (!tracked)
+      return;
     size_t id = idx.id(w);
     done[id] = 1;
     if (!s.hasComm) // only compute-only schedules park on work ids
@@ -218,6 +220,11 @@ private:
   std::vector<size_t> chanSendCount;
 
   // Dataflow state.
+  /// Whether the replay keeps `done` and `received`. Its own checks read
+  /// them, and so do a compute-only schedule's waits; a schedule with
+  /// messages that passed the static checks needs neither (tens of
+  /// megabytes at millions of microbatches).
+  bool tracked = true;
   std::vector<char> done;     ///< by work id: has run
   std::vector<char> received; ///< by messageKey: a Recv completed
   /// Per channel: Sends posted, Recvs arrived, GradReduces arrived.
@@ -302,7 +309,7 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
         if (Step k = checkRecv(r, i, a, sl); k != Step::Done)
           return k;
       c.recv(r, i, a, sl);
-      if (a.payload != Payload::WeightGrad)
+      if (tracked && a.payload != Payload::WeightGrad)
         received[messageKey(a.work, idx)] = 1;
       break;
     }
