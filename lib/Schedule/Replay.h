@@ -111,6 +111,14 @@ public:
   /// (empty with Options::verified).
   const std::vector<Loc> &sendsOn(int32_t c) const { return chanSends[c]; }
   const std::vector<Loc> &recvsOn(int32_t c) const { return chanRecvs[c]; }
+  /// Frees the per-channel Loc lists (sendsOn, recvsOn are empty after
+  /// this): a run with Options::prechecked does not read them.
+  void releaseChannelLists() {
+    std::vector<std::vector<Loc>>().swap(chanSends);
+    std::vector<std::vector<Loc>>().swap(chanRecvs);
+    chanSends.resize(chanSendCount.size());
+    chanRecvs.resize(chanSendCount.size());
+  }
 
   // Memory accounting (after run, with Options::memCost).
   double peakMemory(int32_t r) const { return peak[r]; }

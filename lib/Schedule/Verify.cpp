@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <thread>
 
 namespace pipeforge::sched {
 
@@ -411,7 +412,25 @@ Status Verifier::run() {
     return st;
   if (Status st = checkLocalDeps(); !st)
     return st;
-  return execute();
+  if (s.hasComm) {
+    // The replay of a schedule with messages reads none of the static
+    // checks' tables (hundreds of megabytes at millions of actions).
+    release(locs);
+    release(recvAt);
+    engine.releaseChannelLists();
+  }
+  if (!opts.alongsideReplay)
+    return execute();
+  if (!parallel) {
+    Status st = execute();
+    if (st)
+      opts.alongsideReplay();
+    return st;
+  }
+  std::thread beside(opts.alongsideReplay);
+  Status st = execute();
+  beside.join();
+  return st;
 }
 
 } // namespace

@@ -480,4 +480,42 @@ TEST(SimulatorTest, GeneratedWithCommMatchComputeOnly) {
   }
 }
 
+TEST(SimulatorTest, IntervalsOfMillionsOfActionsAreWrittenOnceEach) {
+  // Over 64 MB of intervals: the array is not cleared first and is mapped
+  // in on another core during the replay. Every entry must still be the
+  // replay's: the compute ones equal a compute-only run's (under 64 MB,
+  // written the plain way) and every action appears exactly once.
+  GenOptions opts;
+  opts.ranks = 2;
+  opts.microbatches = 150000;
+  Expected<Schedule> g = generate(ScheduleKind::ZBV, opts);
+  ASSERT_TRUE(bool(g));
+  Schedule s = g.take();
+  ASSERT_TRUE(insertComm(s).isOk());
+  CostModel c = costs(1, 1.5, 0.5, 0.1);
+  Expected<SimResult> all = simulate(s, c, {SimIntervals::All});
+  Expected<SimResult> compute = simulate(s, c, {SimIntervals::Compute});
+  ASSERT_TRUE(all && compute);
+  ASSERT_GT(all->intervals.size() * sizeof(Interval), size_t(64) << 20);
+  std::vector<std::vector<uint8_t>> seen(2);
+  for (int r = 0; r < 2; ++r)
+    seen[r].assign(s.programs[r].size(), 0);
+  size_t k = 0;
+  for (const Interval &iv : all->intervals) {
+    ASSERT_TRUE(iv.rank == 0 || iv.rank == 1);
+    ASSERT_LT(iv.actionIndex, s.programs[iv.rank].size());
+    ASSERT_EQ(seen[iv.rank][iv.actionIndex]++, 0);
+    ASSERT_LE(iv.start, iv.end);
+    if (s.programs[iv.rank][iv.actionIndex].isComm())
+      continue;
+    ASSERT_LT(k, compute->intervals.size());
+    const Interval &cv = compute->intervals[k++];
+    ASSERT_EQ(cv.rank, iv.rank);
+    ASSERT_EQ(cv.actionIndex, iv.actionIndex);
+    ASSERT_EQ(cv.start, iv.start);
+    ASSERT_EQ(cv.end, iv.end);
+  }
+  EXPECT_EQ(k, compute->intervals.size());
+}
+
 } // namespace

@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 using namespace pipeforge::sched;
 using namespace pipeforge::sched::testing;
 
@@ -498,6 +500,61 @@ TEST(CommInsertionTest, BigScheduleErrorsAreTheLowestRanksFirst) {
   EXPECT_NE(st.message().find("is scheduled more than once"),
             std::string::npos)
       << st.message();
+}
+
+/// A job's use of VerifyOptions::alongsideReplay: a simulation that
+/// trusts the static checks, and how often it ran.
+struct Alongside {
+  int runs = 0;
+  std::optional<Expected<SimResult>> sim;
+};
+
+Status verifyAlongside(const Schedule &s, Alongside &a) {
+  VerifyOptions vo;
+  vo.alongsideReplay = [&] {
+    ++a.runs;
+    SimOptions so;
+    so.verified = true;
+    a.sim.emplace(simulate(s, vo.cost, so));
+  };
+  return verify(s, vo);
+}
+
+TEST(VerifyTest, AlongsideReplayRunsOnceTheStaticChecksPass) {
+  // Valid, big (beside the replay) and small (after it): the simulation
+  // made alongside is the plain one.
+  for (Schedule s : {bigZbv(), withComm(handZB(4, 8, 1))}) {
+    Alongside a;
+    Status st = verifyAlongside(s, a);
+    ASSERT_TRUE(st.isOk()) << st.message();
+    ASSERT_EQ(a.runs, 1);
+    ASSERT_TRUE(a.sim && *a.sim) << (a.sim ? a.sim->message() : "");
+    Expected<SimResult> plain = simulate(s, CostModel());
+    ASSERT_TRUE(plain.isOk());
+    EXPECT_EQ((*a.sim)->makespan, plain->makespan);
+    ASSERT_EQ((*a.sim)->intervals.size(), plain->intervals.size());
+    for (size_t k = 0; k < plain->intervals.size(); k += 997)
+      EXPECT_EQ((*a.sim)->intervals[k].end, plain->intervals[k].end);
+  }
+  // A static check fails: the simulation, which relies on them, never runs.
+  Schedule bad = bigZbv();
+  bad.programs[1][nthCompute(bad, 1, 3)].work.mb = 9000;
+  Alongside a;
+  EXPECT_FALSE(verifyAlongside(bad, a).isOk());
+  EXPECT_EQ(a.runs, 0);
+  // A rendezvous deadlock the static checks cannot see (the eager
+  // simulation runs it): verify() fails either way. A small schedule's
+  // simulation waits for the replay and does not run; a big one's ran
+  // beside it, and its result is the caller's to drop.
+  for (int m : {8, 40000}) {
+    Schedule dead = naiveComm(hand1F1B(2, m));
+    Alongside d;
+    Status st = verifyAlongside(dead, d);
+    ASSERT_FALSE(st.isOk());
+    EXPECT_NE(st.message().find(": deadlock: SEND"), std::string::npos)
+        << st.message();
+    EXPECT_EQ(d.runs, m == 8 ? 0 : 1) << m;
+  }
 }
 
 } // namespace

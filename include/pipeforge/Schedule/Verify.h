@@ -14,6 +14,7 @@
 #include "pipeforge/Schedule/Action.h"
 #include "pipeforge/Schedule/Simulator.h"
 
+#include <functional>
 #include <optional>
 
 namespace pipeforge::sched {
@@ -22,6 +23,15 @@ struct VerifyOptions {
   /// Per-rank peak activation limit, in the units of `cost` (default M_B).
   std::optional<double> memLimit;
   CostModel cost;
+  /// Run once the static checks have passed (every check but the
+  /// rendezvous replay and the memory limit), which is all a simulation
+  /// with SimOptions::verified needs. On a big schedule it runs on another
+  /// thread beside the replay, and then also when the replay fails: its
+  /// result stands only when verify() succeeds. On a small one it runs after
+  /// the replay, and only if the replay succeeds. A job uses this to
+  /// simulate a schedule of millions of actions while its deadlock freedom
+  /// is proved.
+  std::function<void()> alongsideReplay;
 };
 
 Status verify(const Schedule &s, const VerifyOptions &opts = {});
