@@ -56,24 +56,43 @@ char *putInt(char *p, long long v) {
   return p;
 }
 
+/// One rank's row of chunkIndex, by value: the loops that format millions
+/// of labels keep it in registers (a table reached through memory would be
+/// reloaded after every byte they store).
+struct RankChunks {
+  const int *at;
+  size_t n;
+  int32_t stages;
+};
+
 /// The chunk number of w on its rank, -1 for none.
-int chunkOf(const Work &w, const std::vector<int> &chunks, int32_t stages) {
-  size_t at = size_t(w.copy) * size_t(stages) + size_t(w.stage);
-  if (w.copy >= 0 && w.stage >= 0 && w.stage < stages && at < chunks.size())
-    return chunks[at];
+int chunkOf(const Work &w, RankChunks ck) {
+  size_t at = size_t(w.copy) * size_t(ck.stages) + size_t(w.stage);
+  if (w.copy >= 0 && w.stage >= 0 && w.stage < ck.stages && at < ck.n)
+    return ck.at[at];
   return -1;
 }
 
 /// "F3" or "F3.1" (microbatch 3 of the rank's chunk 1) at p; returns the
 /// end. At most 2 + 11 + 1 + 11 bytes.
-char *putCell(char *p, const Work &w, const std::vector<int> &chunks,
-              int32_t stages) {
+char *putCell(char *p, const Work &w, RankChunks ck) {
   for (const char *k = workKindName(w.kind); *k; ++k)
     *p++ = *k;
   p = putInt(p, w.mb);
-  if (int c = chunkOf(w, chunks, stages); c >= 0) {
+  if (int c = chunkOf(w, ck); c >= 0) {
     *p++ = '.';
     p = putInt(p, c);
+  }
+  return p;
+}
+
+/// A compute action's label ("F3.1", or "F3.1+B2.0" for an overlapped
+/// pair) at p; returns the end.
+char *putLabel(char *p, const Action &a, RankChunks ck) {
+  p = putCell(p, a.work, ck);
+  if (a.kind == ActionKind::Overlap) {
+    *p++ = '+';
+    p = putCell(p, a.work2, ck);
   }
   return p;
 }
@@ -124,6 +143,8 @@ public:
     return data + size;
   }
   char *end() { return data + size; }
+  /// Bytes allocated past end().
+  size_t spare() const { return cap - size; }
   void grow(size_t n) { size += n; } ///< n bytes at end() were written
   void setEnd(char *p) { size = size_t(p - data); }
   const char *begin() const { return data; }
@@ -206,39 +227,60 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
   int32_t stages = s.placement.numStages;
   // The ranks' rows, one rank per thread (rows are independent; millions
   // of cells per row): a byte per column and each label formatted once.
+  auto chunksOf = [&](size_t r) {
+    return RankChunks{chunks[r].data(), chunks[r].size(), stages};
+  };
   std::vector<GridRow> rows(static_cast<size_t>(p));
   forEachParallel(size_t(p), [&](size_t r) {
     GridRow &row = rows[r];
     auto [b, e] = inRank(int(r));
-    size_t n = size_t(e - b);
-    row.codes.room(n + 1);
-    row.labels.room(n * 8 + kMaxLabel);
+    const size_t n = size_t(e - b);
+    const RankChunks ck = chunksOf(r);
+    const Action *prog = s.programs[r].data();
+    // The buffers' ends in locals, spilled back only to grow: the loop
+    // stores bytes, and fields in memory would be reloaded after each.
+    char *lab = row.labels.room(n * 8 + kMaxLabel);
+    char *labLimit = lab + row.labels.spare() - kMaxLabel;
+    char *code = row.codes.room(n + 1);
+    char *codeLimit = code + row.codes.spare();
+    size_t nextFree = 0; // columns so far
     for (auto it = b; it != e; ++it) {
       const Interval &iv = *it;
-      const Action &a = s.programs[r][iv.actionIndex];
+      const Action &a = prog[iv.actionIndex];
       if (a.isComm())
         continue;
-      size_t nextFree = row.codes.length();
       size_t col = std::max(
           nextFree,
           static_cast<size_t>(roundHalfAway(std::max(0.0, iv.start) / unit)));
       size_t span =
           std::max<long long>(1, roundHalfAway((iv.end - iv.start) / unit));
-      char *lab = row.labels.room(kMaxLabel);
-      char *labEnd = putCell(lab, a.work, chunks[r], stages);
-      if (a.kind == ActionKind::Overlap) {
-        *labEnd++ = '+';
-        labEnd = putCell(labEnd, a.work2, chunks[r], stages);
+      if (lab > labLimit) {
+        row.labels.setEnd(lab);
+        lab = row.labels.room(n + kMaxLabel);
+        labLimit = lab + row.labels.spare() - kMaxLabel;
       }
-      row.labels.setEnd(labEnd);
-      char *c = row.codes.room(col + span - nextFree);
-      std::memset(c, GridRow::kIdle, col - nextFree);
-      c += col - nextFree;
-      *c = char(labEnd - lab);
-      std::memset(c + 1, GridRow::kBusy, span - 1);
-      row.codes.grow(col + span - nextFree);
+      char *labEnd = putLabel(lab, a, ck);
+      const size_t need = col + span - nextFree;
+      if (size_t(codeLimit - code) < need) {
+        row.codes.setEnd(code);
+        code = row.codes.room(need + n);
+        codeLimit = code + row.codes.spare();
+      }
+      if (col > nextFree) {
+        std::memset(code, GridRow::kIdle, col - nextFree);
+        code += col - nextFree;
+      }
+      *code++ = char(labEnd - lab);
+      if (span > 1) {
+        std::memset(code, GridRow::kBusy, span - 1);
+        code += span - 1;
+      }
+      lab = labEnd;
+      nextFree = col + span;
     }
+    row.labels.setEnd(lab);
     row.labels.room(kMaxLabel); // the writer copies kMaxLabel bytes at once
+    row.codes.setEnd(code);
   });
   // Per-column widths: an overlapped pair widens only its own column.
   size_t cols = 0;
@@ -306,9 +348,11 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
     }
     const uint8_t *codes =
         reinterpret_cast<const uint8_t *>(row.codes.begin());
+    const uint8_t *widths = width.data();
     const size_t n = row.codes.length();
     const char *label = row.labels.begin() + labelAt[size_t(r)][k];
-    size_t pendingSpaces = c0 == 0 ? 0 : width[c0 - 1] - cellLen(codeAt(row, c0 - 1));
+    size_t pendingSpaces =
+        c0 == 0 ? 0 : width[c0 - 1] - cellLen(codeAt(row, c0 - 1));
     for (size_t c = c0; c < c1; ++c) {
       // Fixed-size copies (a label and its padding are under kMaxLabel
       // bytes; `out` and the labels have that much room past their end):
@@ -327,7 +371,7 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
         label += len;
       }
       o += len;
-      pendingSpaces = width[c] - len;
+      pendingSpaces = widths[c] - len;
     }
     if (c1 == cols)
       *o++ = '\n';
