@@ -94,12 +94,14 @@ Status checkShape(const Schedule &s) {
   return Status::ok();
 }
 
-/// One message: its key, producer end in the replay, and id (item index *
-/// 2 + gradient?), which names the producer and so both ranks. 16 bytes per
-/// message and rank; the Send or Recv is formed when it is merged in.
+/// One message: its key's time (the producer's end in the replay) and its
+/// producer, which names the message; the key's tie-break is the producer's
+/// id (item index * 2 + gradient?). 16 bytes per message, kept once, in
+/// its (sender, receiver) list; the Send and the Recv are formed from it
+/// when they are merged into the two programs.
 struct MsgKey {
   double time;
-  uint64_t id;
+  Work producer;
 };
 
 } // namespace
@@ -124,18 +126,21 @@ Status insertComm(Schedule &s, const CostModel &cost) {
   const int32_t numRanks = s.placement.numRanks;
   const int32_t lastStage = space.stages - 1;
 
-  // Whether work `w`, run on rank r, sends its output to another rank: W
-  // sends nothing, neither do the last stage's F and stage 0's B.
-  auto sendsMessage = [&](const Work &w, int32_t r) {
+  // The rank work `w`, run on rank r, sends its output to, or -1: W sends
+  // nothing, neither do the last stage's F and stage 0's B, nor a work
+  // whose consumer runs on its own rank (a hand-off).
+  auto receiverOf = [&](const Work &w, int32_t r) -> int32_t {
     if (w.kind == WorkKind::W)
-      return false;
+      return -1;
     const bool grad = w.kind != WorkKind::F;
     if (grad ? w.stage == 0 : w.stage == lastStage)
-      return false;
-    const int32_t consumer = grad ? w.stage - 1 : w.stage + 1;
-    return s.placement.rank(w.copy, consumer) != r; // else a hand-off
+      return -1;
+    const int32_t to = s.placement.rank(w.copy, grad ? w.stage - 1 : w.stage + 1);
+    return to != r ? to : -1;
   };
-  std::vector<size_t> numSends(numRanks, 0);
+  // Messages per (sender, receiver) pair: sent[src * numRanks + dst].
+  const size_t numPairs = size_t(numRanks) * size_t(numRanks);
+  std::vector<size_t> numSent(numPairs, 0);
 
   // Validate actions and record which slots get produced (to report a work
   // that nobody runs separately from a deadlock). Each rank marks only the
@@ -144,11 +149,10 @@ Status insertComm(Schedule &s, const CostModel &cost) {
   const bool parallel = detail::parallelWorth(s);
   const size_t numItems = space.size();
   std::vector<uint8_t> seen(numItems * 3, 0);
-  std::vector<uint8_t> fusedBackward(numItems, 0); // produced by a BW
   Status valid = detail::firstFailure(size_t(numRanks), parallel, [&](size_t rr) {
     const int32_t r = int32_t(rr);
-    // Counted here, stored once: the ranks' counters share a cache line.
-    size_t sends = 0;
+    // Counted here, stored once: the ranks' counters share cache lines.
+    std::vector<size_t> sends(size_t(numRanks), 0);
     for (size_t i = 0; i < s.programs[r].size(); ++i) {
       const Action &a = s.programs[r][i];
       auto where = [&] {
@@ -196,31 +200,20 @@ Status insertComm(Schedule &s, const CostModel &cost) {
           break;
         case WorkKind::BW:
           fresh = mark(SlotB) && mark(SlotW);
-          fusedBackward[idx] = 1;
           break;
         }
         if (!fresh)
           return Status::error(where() + ": " + toString(*w) +
                                " is scheduled more than once");
-        sends += sendsMessage(*w, r);
+        if (int32_t to = receiverOf(*w, r); to >= 0)
+          ++sends[size_t(to)];
       }
     }
-    numSends[r] = sends;
+    std::copy(sends.begin(), sends.end(), numSent.begin() + rr * numRanks);
     return Status::ok();
   });
   if (!valid)
     return valid;
-
-  // The work that produced an item's activation (F) or gradient (B or BW).
-  auto producerOf = [&](size_t idx, bool grad) {
-    Work w;
-    w.mb = int32_t(idx % space.mbs);
-    w.stage = int32_t((idx / space.mbs) % space.stages);
-    w.copy = int8_t(idx / (size_t(space.mbs) * space.stages));
-    w.kind = !grad ? WorkKind::F
-                   : fusedBackward[idx] ? WorkKind::BW : WorkKind::B;
-    return w;
-  };
 
   // ASAP replay (step 1). end[idx * kWaitSlots + slot] = end time, -1
   // while pending.
@@ -230,9 +223,9 @@ Status insertComm(Schedule &s, const CostModel &cost) {
   std::vector<size_t> pc(numRanks, 0);
   std::vector<double> clock(numRanks, 0);
   std::vector<std::vector<double>> startAt(numRanks);
-  // Step 2's message keys, by producing rank, collected as the replay
-  // finishes each producer (so in program order per rank).
-  std::vector<std::vector<MsgKey>> keys(numRanks);
+  // Step 2's message keys, by (sender, receiver), collected as the replay
+  // finishes each producer (so in the sender's program order).
+  std::vector<std::vector<MsgKey>> sent(numPairs);
   std::vector<int32_t> ready;
   ready.reserve(numRanks);
   for (int32_t r = numRanks - 1; r >= 0; --r) {
@@ -270,12 +263,11 @@ Status insertComm(Schedule &s, const CostModel &cost) {
   };
   // The key of the message `w` (run on rank r, ending at `finish`) sends.
   auto collect = [&](const Work &w, int32_t r, double finish) {
-    if (sendsMessage(w, r))
-      keys[r].push_back({finish, uint64_t(space.index(w)) * 2 +
-                                     (w.kind == WorkKind::F ? 0 : 1)});
+    if (int32_t to = receiverOf(w, r); to >= 0)
+      sent[size_t(r) * numRanks + size_t(to)].push_back({finish, w});
   };
-  for (int32_t r = 0; r < numRanks; ++r)
-    keys[r].reserve(numSends[r]);
+  for (size_t k = 0; k < numPairs; ++k)
+    sent[k].reserve(numSent[k]);
 
   while (!ready.empty()) {
     int32_t r = ready.back();
@@ -358,99 +350,96 @@ Status insertComm(Schedule &s, const CostModel &cost) {
                          toString(a) + ") waits for " + missing);
   }
 
-  // Messages (step 2): the keys in one global order. The id encodes the
-  // producer (item index * 2 + gradient?), so the key alone describes the
-  // message. Each rank's keys, collected in program order, are already
+  // Messages (step 2): one global order of the keys, (time, producer id);
+  // the id (item index * 2 + gradient?) is unique, so the order is total.
+  // A pair's keys, collected in its sender's program order, are already
   // sorted but for ties (the two members of a pair, zero-length actions):
-  // sorted per rank where needed, then merged across ranks (O(A log p),
-  // not a sort of all messages).
+  // sorted where needed. A rank's messages are the pairs it sends on and
+  // those it receives on; step 3 merges each rank's few sorted lists on
+  // its own (O(A log p), the ranks in parallel: no global sort or merge).
   // The replay's per-item state is no longer needed.
   release(end);
   release(waitHead);
   release(seen);
-  auto before = [](const MsgKey &x, const MsgKey &y) {
-    return x.time != y.time ? x.time < y.time : x.id < y.id;
+  auto before = [&](const MsgKey &x, const MsgKey &y) {
+    if (x.time != y.time)
+      return x.time < y.time;
+    auto id = [&](const Work &w) {
+      return uint64_t(space.index(w)) * 2 + (w.kind == WorkKind::F ? 0 : 1);
+    };
+    return id(x.producer) < id(y.producer);
   };
-  for (int32_t r = 0; r < numRanks; ++r)
-    if (!std::is_sorted(keys[r].begin(), keys[r].end(), before))
-      std::sort(keys[r].begin(), keys[r].end(), before);
-  // The two ranks of a message (sender, receiver).
-  auto ranksOf = [&](uint64_t id) {
-    const Work w = producerOf(size_t(id / 2), id % 2);
-    return std::pair<int32_t, int32_t>(
-        s.placement.rank(w.copy, w.stage),
-        s.placement.rank(w.copy, id % 2 ? w.stage - 1 : w.stage + 1));
-  };
-  std::vector<size_t> perRank(numRanks, 0);
-  for (int32_t r = 0; r < numRanks; ++r)
-    for (const MsgKey &k : keys[r]) {
-      ++perRank[r];
-      ++perRank[ranksOf(k.id).second];
-    }
-  std::vector<std::vector<MsgKey>> events(numRanks);
-  for (int32_t r = 0; r < numRanks; ++r)
-    events[r].reserve(perRank[r]);
-  // Merged in key order (a heap of the ranks' next keys) and distributed,
-  // so every rank's list is sorted too.
-  std::vector<size_t> head(numRanks, 0);
-  std::vector<int32_t> heap;
-  auto later = [&](int32_t x, int32_t y) {
-    return before(keys[y][head[y]], keys[x][head[x]]);
-  };
-  for (int32_t r = 0; r < numRanks; ++r)
-    if (!keys[r].empty())
-      heap.push_back(r);
-  std::make_heap(heap.begin(), heap.end(), later);
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), later);
-    int32_t q = heap.back();
-    const MsgKey &k = keys[q][head[q]++];
-    events[q].push_back(k);
-    events[ranksOf(k.id).second].push_back(k);
-    if (head[q] < keys[q].size())
-      std::push_heap(heap.begin(), heap.end(), later);
-    else {
-      heap.pop_back();
-      release(keys[q]);
-    }
-  }
-  // The Send (on the producer's rank) or Recv of one message.
-  auto messageOn = [&](int32_t r, uint64_t id) {
-    const Work w = producerOf(size_t(id / 2), id % 2);
-    auto [src, dst] = ranksOf(id);
-    const Payload payload = id % 2 ? Payload::Gradient : Payload::Activation;
-    return r == src ? Action::send(payload, w, dst)
-                    : Action::recv(payload, w, src);
-  };
+  detail::forEachParallel(numPairs, [&](size_t k) {
+    if (!std::is_sorted(sent[k].begin(), sent[k].end(), before))
+      std::sort(sent[k].begin(), sent[k].end(), before);
+  }, parallel);
 
   // Merge (step 3), each rank on its own, in place: the program grows to
   // its final length (within the room the generators reserve, so without
   // a copy) and is filled from the back. A message goes right before the
   // first compute action that starts at or after its key (start times
   // rise strictly along a program), so walking back, the messages with a
-  // key after compute action i's start go after it. The write position
-  // stays above the compute action read next: nothing is overwritten
-  // before it is moved.
+  // key after compute action i's start go after it, the latest key first
+  // (the lists' last keys in a heap). The write position stays above the
+  // compute action read next: nothing is overwritten before it is moved.
   detail::forEachParallel(size_t(numRanks), [&](size_t rr) {
     const int32_t r = int32_t(rr);
-    const std::vector<MsgKey> &ev = events[r];
+    // The rank's lists: the pairs it sends on, then those it receives on.
+    struct List {
+      const MsgKey *begin, *end; // end moves back as keys are taken
+      int32_t peer;
+      bool send;
+    };
+    std::vector<List> lists;
+    size_t messages = 0;
+    for (int32_t q = 0; q < numRanks; ++q)
+      for (bool send : {true, false}) {
+        const std::vector<MsgKey> &l =
+            sent[send ? rr * numRanks + size_t(q) : size_t(q) * numRanks + rr];
+        if (q != r && !l.empty()) {
+          lists.push_back({l.data(), l.data() + l.size(), q, send});
+          messages += l.size();
+        }
+      }
+    // A heap of the lists by their last remaining key, the latest on top.
+    auto earlier = [&](size_t x, size_t y) {
+      return before(lists[x].end[-1], lists[y].end[-1]);
+    };
+    std::vector<size_t> heap(lists.size());
+    for (size_t k = 0; k < lists.size(); ++k)
+      heap[k] = k;
+    std::make_heap(heap.begin(), heap.end(), earlier);
+    // The latest message not yet placed, as an action (the heap's top).
+    auto takeLatest = [&] {
+      std::pop_heap(heap.begin(), heap.end(), earlier);
+      List &l = lists[heap.back()];
+      const Work &w = (--l.end)->producer;
+      const Payload payload =
+          w.kind == WorkKind::F ? Payload::Activation : Payload::Gradient;
+      if (l.end == l.begin)
+        heap.pop_back();
+      else
+        std::push_heap(heap.begin(), heap.end(), earlier);
+      return l.send ? Action::send(payload, w, l.peer)
+                    : Action::recv(payload, w, l.peer);
+    };
+    auto latestTime = [&] { return lists[heap.front()].end[-1].time; };
     const std::vector<double> &start = startAt[r];
     std::vector<Action> &prog = s.programs[r];
-    const size_t compute = prog.size(), total = compute + ev.size();
+    const size_t compute = prog.size(), total = compute + messages;
     const bool gradReduce =
         s.placement.numCopies == 2 && numRanks - 1 - r != r;
     prog.resize(total + (gradReduce ? 1 : 0));
     if (gradReduce)
       prog[total] = Action::gradReduce(numRanks - 1 - r);
-    size_t w = total, e = ev.size();
+    size_t w = total;
     for (size_t i = compute; i-- > 0;) {
-      while (e > 0 && ev[e - 1].time > start[i])
-        prog[--w] = messageOn(r, ev[--e].id);
+      while (!heap.empty() && latestTime() > start[i])
+        prog[--w] = takeLatest();
       prog[--w] = prog[i];
     }
-    while (e > 0)
-      prog[--w] = messageOn(r, ev[--e].id);
-    release(events[r]);
+    while (!heap.empty())
+      prog[--w] = takeLatest();
     release(startAt[r]);
   }, parallel);
   s.hasComm = true;

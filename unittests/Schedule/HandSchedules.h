@@ -10,6 +10,8 @@
 #define PIPEFORGE_UNITTESTS_SCHEDULE_HANDSCHEDULES_H
 
 #include "pipeforge/Schedule/Action.h"
+#include "pipeforge/Schedule/CommInsertion.h"
+#include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/Schedule/Simulator.h"
 
 #include <algorithm>
@@ -177,6 +179,23 @@ inline void insertCommByTime(Schedule &s, const CostModel &cost = {}) {
       s.programs[r].push_back(std::get<3>(e));
   }
   s.hasComm = true;
+}
+
+/// Generated ZB-V on 2 ranks with m microbatches and its messages: at a
+/// few thousand microbatches big enough for the passes' threads
+/// (detail::parallelWorth), at 150,000 for the simulator's prefaulted
+/// intervals.
+inline Schedule generatedZbv(int m) {
+  GenOptions opts;
+  opts.ranks = 2;
+  opts.microbatches = m;
+  Expected<Schedule> g = generate(ScheduleKind::ZBV, opts);
+  if (!g)
+    return Schedule();
+  Schedule s = g.take();
+  if (!insertComm(s).isOk())
+    return Schedule();
+  return s;
 }
 
 } // namespace pipeforge::sched::testing

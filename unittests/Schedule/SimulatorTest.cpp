@@ -485,13 +485,8 @@ TEST(SimulatorTest, IntervalsOfMillionsOfActionsAreWrittenOnceEach) {
   // in on another core during the replay. Every entry must still be the
   // replay's: the compute ones equal a compute-only run's (under 64 MB,
   // written the plain way) and every action appears exactly once.
-  GenOptions opts;
-  opts.ranks = 2;
-  opts.microbatches = 150000;
-  Expected<Schedule> g = generate(ScheduleKind::ZBV, opts);
-  ASSERT_TRUE(bool(g));
-  Schedule s = g.take();
-  ASSERT_TRUE(insertComm(s).isOk());
+  Schedule s = generatedZbv(150000);
+  ASSERT_EQ(s.numRanks(), 2);
   CostModel c = costs(1, 1.5, 0.5, 0.1);
   Expected<SimResult> all = simulate(s, c, {SimIntervals::All});
   Expected<SimResult> compute = simulate(s, c, {SimIntervals::Compute});

@@ -408,13 +408,8 @@ TEST(VerifyTest, MemoryLimit) {
 /// microbatches are 160,000 actions, past the size where the verifier and
 /// insertComm check the ranks on threads (Parallel.h).
 Schedule bigZbv() {
-  GenOptions opts;
-  opts.ranks = 2;
-  opts.microbatches = 8000;
-  Expected<Schedule> g = generate(ScheduleKind::ZBV, opts);
-  EXPECT_TRUE(bool(g));
-  Schedule s = g.take();
-  EXPECT_TRUE(insertComm(s).isOk());
+  Schedule s = generatedZbv(8000);
+  EXPECT_EQ(s.numRanks(), 2);
   return s;
 }
 
