@@ -133,11 +133,12 @@ std::vector<Schedule> schedules() {
   Schedule ordered = handVOverlap();
   for (auto &prog : ordered.programs)
     for (Action &a : prog)
-      if (a.kind == ActionKind::Overlap)
+      if (a.kind == ActionKind::Overlap) {
         EXPECT_TRUE(ordered.setPairOrder(
             a, {{PairComponentStep::F, PairComponentStep::Attn, 0},
                 {PairComponentStep::B, PairComponentStep::Mlp, 1},
                 {PairComponentStep::W, PairComponentStep::Attn, 2}}));
+      }
   all.push_back(ordered);
   for (ScheduleKind k : {ScheduleKind::ZBV, ScheduleKind::DualPipe,
                          ScheduleKind::Interleaved, ScheduleKind::Chimera}) {
