@@ -38,6 +38,7 @@
 
 #include "pipeforge/Schedule/CommInsertion.h"
 
+#include "Deps.h"
 #include "Parallel.h"
 
 #include <algorithm>
@@ -97,11 +98,24 @@ Status checkShape(const Schedule &s) {
 /// One message: its key's time (the producer's end in the replay) and its
 /// producer, which names the message; the key's tie-break is the producer's
 /// id (item index * 2 + gradient?). 16 bytes per message, kept once, in
-/// its (sender, receiver) list; the Send and the Recv are formed from it
-/// when they are merged into the two programs.
+/// its sender's list for its receiver; the Send and the Recv are formed
+/// from it when they are merged into the two programs.
 struct MsgKey {
   double time;
   Work producer;
+};
+
+/// What one rank sends, by receiving rank (a rank sends to the few ranks
+/// of its stages' neighbours: a SmallMap, not a table of p entries): the
+/// message count from the validation, then the keys, collected in the
+/// sender's program order. Aligned to a cache line: each rank counts its
+/// own on its own thread.
+struct alignas(64) Outbox {
+  struct ToRank {
+    size_t count = 0;
+    std::vector<MsgKey> keys;
+  };
+  detail::SmallMap<ToRank> to;
 };
 
 } // namespace
@@ -138,9 +152,7 @@ Status insertComm(Schedule &s, const CostModel &cost) {
     const int32_t to = s.placement.rank(w.copy, grad ? w.stage - 1 : w.stage + 1);
     return to != r ? to : -1;
   };
-  // Messages per (sender, receiver) pair: sent[src * numRanks + dst].
-  const size_t numPairs = size_t(numRanks) * size_t(numRanks);
-  std::vector<size_t> numSent(numPairs, 0);
+  std::vector<Outbox> outbox(static_cast<size_t>(numRanks));
 
   // Validate actions and record which slots get produced (to report a work
   // that nobody runs separately from a deadlock). Each rank marks only the
@@ -151,8 +163,7 @@ Status insertComm(Schedule &s, const CostModel &cost) {
   std::vector<uint8_t> seen(numItems * 3, 0);
   Status valid = detail::firstFailure(size_t(numRanks), parallel, [&](size_t rr) {
     const int32_t r = int32_t(rr);
-    // Counted here, stored once: the ranks' counters share cache lines.
-    std::vector<size_t> sends(size_t(numRanks), 0);
+    detail::SmallMap<Outbox::ToRank> &sends = outbox[rr].to;
     for (size_t i = 0; i < s.programs[r].size(); ++i) {
       const Action &a = s.programs[r][i];
       auto where = [&] {
@@ -206,10 +217,9 @@ Status insertComm(Schedule &s, const CostModel &cost) {
           return Status::error(where() + ": " + toString(*w) +
                                " is scheduled more than once");
         if (int32_t to = receiverOf(*w, r); to >= 0)
-          ++sends[size_t(to)];
+          ++sends.at(to).count;
       }
     }
-    std::copy(sends.begin(), sends.end(), numSent.begin() + rr * numRanks);
     return Status::ok();
   });
   if (!valid)
@@ -223,9 +233,8 @@ Status insertComm(Schedule &s, const CostModel &cost) {
   std::vector<size_t> pc(numRanks, 0);
   std::vector<double> clock(numRanks, 0);
   std::vector<std::vector<double>> startAt(numRanks);
-  // Step 2's message keys, by (sender, receiver), collected as the replay
+  // Step 2's message keys go to their sender's outbox as the replay
   // finishes each producer (so in the sender's program order).
-  std::vector<std::vector<MsgKey>> sent(numPairs);
   std::vector<int32_t> ready;
   ready.reserve(numRanks);
   for (int32_t r = numRanks - 1; r >= 0; --r) {
@@ -264,10 +273,11 @@ Status insertComm(Schedule &s, const CostModel &cost) {
   // The key of the message `w` (run on rank r, ending at `finish`) sends.
   auto collect = [&](const Work &w, int32_t r, double finish) {
     if (int32_t to = receiverOf(w, r); to >= 0)
-      sent[size_t(r) * numRanks + size_t(to)].push_back({finish, w});
+      outbox[size_t(r)].to.at(to).keys.push_back({finish, w});
   };
-  for (size_t k = 0; k < numPairs; ++k)
-    sent[k].reserve(numSent[k]);
+  for (Outbox &o : outbox)
+    for (auto &item : o.to.items())
+      item.value.keys.reserve(item.value.count);
 
   while (!ready.empty()) {
     int32_t r = ready.back();
@@ -369,10 +379,19 @@ Status insertComm(Schedule &s, const CostModel &cost) {
     };
     return id(x.producer) < id(y.producer);
   };
-  detail::forEachParallel(numPairs, [&](size_t k) {
-    if (!std::is_sorted(sent[k].begin(), sent[k].end(), before))
-      std::sort(sent[k].begin(), sent[k].end(), before);
+  detail::forEachParallel(size_t(numRanks), [&](size_t q) {
+    for (auto &item : outbox[q].to.items()) {
+      std::vector<MsgKey> &k = item.value.keys;
+      if (!std::is_sorted(k.begin(), k.end(), before))
+        std::sort(k.begin(), k.end(), before);
+    }
   }, parallel);
+  // Each rank's incoming lists: (sender, its keys for this rank).
+  std::vector<std::vector<std::pair<int32_t, const std::vector<MsgKey> *>>>
+      inbox(static_cast<size_t>(numRanks));
+  for (int32_t q = 0; q < numRanks; ++q)
+    for (const auto &item : outbox[size_t(q)].to.items())
+      inbox[size_t(item.key)].emplace_back(q, &item.value.keys);
 
   // Merge (step 3), each rank on its own, in place: the program grows to
   // its final length (within the room the generators reserve, so without
@@ -392,15 +411,15 @@ Status insertComm(Schedule &s, const CostModel &cost) {
     };
     std::vector<List> lists;
     size_t messages = 0;
-    for (int32_t q = 0; q < numRanks; ++q)
-      for (bool send : {true, false}) {
-        const std::vector<MsgKey> &l =
-            sent[send ? rr * numRanks + size_t(q) : size_t(q) * numRanks + rr];
-        if (q != r && !l.empty()) {
-          lists.push_back({l.data(), l.data() + l.size(), q, send});
-          messages += l.size();
-        }
-      }
+    auto add = [&](const std::vector<MsgKey> &l, int32_t peer, bool send) {
+      if (!l.empty())
+        lists.push_back({l.data(), l.data() + l.size(), peer, send});
+      messages += l.size();
+    };
+    for (const auto &item : outbox[rr].to.items())
+      add(item.value.keys, int32_t(item.key), true);
+    for (const auto &[q, keys] : inbox[rr])
+      add(*keys, q, false);
     // A heap of the lists by their last remaining key, the latest on top.
     auto earlier = [&](size_t x, size_t y) {
       return before(lists[x].end[-1], lists[y].end[-1]);

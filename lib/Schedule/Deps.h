@@ -128,6 +128,49 @@ inline size_t messageKey(const Work &producer, const WorkIndex &idx) {
 /// gradients; -1 (none) for weight grads.
 int32_t consumerStage(const Action &msg);
 
+/// A few values looked up by an integer key, kept in the order their keys
+/// were first asked for. Made for a rank's peers or channels: a rank talks
+/// to a few ranks, so the last key hit is tried first, a short list is
+/// searched, and only a long one (over 16 keys) is hashed.
+template <class V> class SmallMap {
+public:
+  struct Item {
+    int64_t key;
+    V value;
+  };
+  /// The value of `key`, value-initialised on first use.
+  V &at(int64_t key) {
+    if (last < list.size() && list[last].key == key)
+      return list[last].value;
+    if (list.size() > kShort) {
+      if (auto it = where.find(key); it != where.end())
+        return list[last = it->second].value;
+    } else {
+      for (size_t i = 0; i < list.size(); ++i)
+        if (list[i].key == key)
+          return list[last = i].value;
+    }
+    last = list.size();
+    list.push_back(Item{key, V()});
+    if (list.size() > kShort) {
+      if (where.empty())
+        for (size_t i = 0; i < list.size(); ++i)
+          where.emplace(list[i].key, i);
+      else
+        where.emplace(key, last);
+    }
+    return list[last].value;
+  }
+  std::vector<Item> &items() { return list; }
+  const std::vector<Item> &items() const { return list; }
+
+private:
+  static constexpr size_t kShort = 16;
+  std::vector<Item> list;
+  std::unordered_map<int64_t, size_t> where;
+  size_t last = 0;
+};
+
 /// Dense ids for the (src, dst) channels used by the program's messages,
 /// numbered in order of first use. Up to kDenseRanks ranks a p x p table
 /// answers (a lookup per message action of millions); beyond, a hash map.

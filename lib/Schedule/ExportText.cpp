@@ -130,7 +130,8 @@ public:
   Bytes(const Bytes &) = delete;
   Bytes &operator=(const Bytes &) = delete;
   ~Bytes() { std::free(data); }
-  /// Room for n more bytes at end(); throws std::bad_alloc without it.
+  /// Room for n more bytes past the end, which it returns; throws
+  /// std::bad_alloc without it.
   char *room(size_t n) {
     if (size + n > cap) {
       size_t want = std::max(size + n, cap + cap / 2 + 4096);
@@ -142,10 +143,8 @@ public:
     }
     return data + size;
   }
-  char *end() { return data + size; }
-  /// Bytes allocated past end().
+  /// Bytes allocated past the end.
   size_t spare() const { return cap - size; }
-  void grow(size_t n) { size += n; } ///< n bytes at end() were written
   void setEnd(char *p) { size = size_t(p - data); }
   const char *begin() const { return data; }
   size_t length() const { return size; }
@@ -174,9 +173,17 @@ struct GridRow {
 constexpr size_t kMaxLabel = 64;
 constexpr char kSpaces[kMaxLabel + 1] =
     "                                                                ";
+static_assert(sizeof(kSpaces) == kMaxLabel + 1 && kSpaces[kMaxLabel - 1] == ' ',
+              "kSpaces holds kMaxLabel spaces");
 } // namespace
 
 void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
+  detail::exportTextGrid(s, sim, os, size_t(1) << 19);
+}
+
+void detail::exportTextGrid(const Schedule &s, const SimResult &sim,
+                            std::ostream &os, size_t blockColumns) {
+  const size_t blockCols = std::max<size_t>(1, blockColumns);
   int p = s.numRanks();
   // Each rank's intervals (SimResult keeps them rank after rank).
   std::vector<size_t> first(size_t(p) + 1, sim.intervals.size());
@@ -190,6 +197,9 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
     return std::pair(sim.intervals.begin() + first[r],
                      sim.intervals.begin() + first[r + 1]);
   };
+  // Threads only where the grid is big enough to pay for them (one rank,
+  // or a block of columns, each).
+  const bool parallel = sim.intervals.size() >= (size_t(1) << 16);
   // The shortest compute action (the slot) and the last finite end, one
   // rank per core (a minimum and a maximum: any order gives the same).
   std::vector<double> rankUnit(size_t(p), 0), rankEnd(size_t(p), 0);
@@ -207,7 +217,7 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
     }
     rankUnit[r] = u;
     rankEnd[r] = e;
-  });
+  }, parallel);
   double unit = 0, makespan = 0;
   for (int r = 0; r < p; ++r) {
     if (rankUnit[r] > 0 && (unit == 0 || rankUnit[r] < unit))
@@ -281,7 +291,7 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
     row.labels.setEnd(lab);
     row.labels.room(kMaxLabel); // the writer copies kMaxLabel bytes at once
     row.codes.setEnd(code);
-  });
+  }, parallel);
   // Per-column widths: an overlapped pair widens only its own column.
   size_t cols = 0;
   for (const GridRow &row : rows)
@@ -302,8 +312,8 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
   // few megabytes in flight instead of whole rows of a million cells. A
   // block starts at its first label (the labels before it, counted from the
   // codes) with the padding its column's predecessor leaves.
-  constexpr size_t kBlockCols = size_t(1) << 19;
-  const size_t blocksPerRow = std::max<size_t>(1, (cols + kBlockCols - 1) / kBlockCols);
+  const size_t blocksPerRow =
+      std::max<size_t>(1, (cols + blockCols - 1) / blockCols);
   auto cellLen = [](uint8_t code) -> size_t {
     return code == GridRow::kIdle || code == GridRow::kBusy ? 1 : code;
   };
@@ -321,19 +331,19 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
     size_t off = 0;
     for (size_t k = 0; k < blocksPerRow; ++k) {
       at[k] = off;
-      size_t end = std::min((k + 1) * kBlockCols, row.codes.length());
-      for (size_t c = k * kBlockCols; c < end; ++c) {
+      size_t end = std::min((k + 1) * blockCols, row.codes.length());
+      for (size_t c = k * blockCols; c < end; ++c) {
         uint8_t code = static_cast<uint8_t>(row.codes.begin()[c]);
         off += code > GridRow::kBusy ? code : 0;
       }
     }
-  });
+  }, parallel);
   // Block k of rank r's line into `out`. Each column: a space, the cell,
   // then the spaces that pad it to its column's width (written before the
   // next cell: a line has no trailing spaces).
   auto formatBlock = [&](int r, size_t k, Bytes &out) {
     const GridRow &row = rows[size_t(r)];
-    const size_t c0 = k * kBlockCols, c1 = std::min(cols, c0 + kBlockCols);
+    const size_t c0 = k * blockCols, c1 = std::min(cols, c0 + blockCols);
     size_t bound = rankHdr.size() + 4 + 2 * kMaxLabel;
     for (size_t c = c0; c < c1; ++c)
       bound += size_t(width[c]) + 1;
@@ -377,13 +387,12 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
       *o++ = '\n';
     out.setEnd(o);
   };
-  // The blocks in output order, a core's worth at a time (threads only
-  // where the grid is big enough to pay for them).
+  // The blocks in output order, a core's worth at a time.
   const size_t tasks = size_t(p) * blocksPerRow;
-  const bool parallel = tasks > 1 && size_t(p) * cols >= (size_t(1) << 16);
   const size_t batch =
-      parallel ? std::max<size_t>(1, std::min<size_t>(
-                                         tasks, std::thread::hardware_concurrency()))
+      parallel ? std::max<size_t>(
+                     1, std::min<size_t>(tasks,
+                                         std::thread::hardware_concurrency()))
                : 1;
   std::vector<Bytes> text(batch);
   for (size_t t = 0; t < tasks; t += batch) {

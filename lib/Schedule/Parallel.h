@@ -19,6 +19,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -45,7 +47,9 @@ inline bool parallelWorth(const Schedule &s) {
 
 /// Runs fn(i) for i in [0, n) on up to min(n, cores) threads (the calling
 /// thread is one of them), or in order on this thread when !parallel. fn
-/// must touch only item i's state.
+/// must touch only item i's state. An exception from fn (std::bad_alloc)
+/// stops the items not yet started and reaches the caller once every
+/// thread has stopped (the first one thrown).
 template <class Fn> void forEachParallel(size_t n, Fn fn, bool parallel = true) {
   size_t threads =
       parallel ? std::min<size_t>(
@@ -57,16 +61,31 @@ template <class Fn> void forEachParallel(size_t n, Fn fn, bool parallel = true) 
     return;
   }
   std::atomic<size_t> next{0};
+  std::exception_ptr failed;
+  std::atomic_flag failing = ATOMIC_FLAG_INIT;
   auto work = [&] {
-    for (size_t i = next++; i < n; i = next++)
-      fn(i);
+    try {
+      for (size_t i = next++; i < n; i = next++)
+        fn(i);
+    } catch (...) {
+      next = n;
+      if (!failing.test_and_set())
+        failed = std::current_exception();
+    }
   };
   std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t)
-    pool.emplace_back(work);
+  for (size_t t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error &) {
+      break; // no more threads: the ones running take the rest
+    }
+  }
   work();
   for (std::thread &t : pool)
     t.join();
+  if (failed)
+    std::rethrow_exception(failed);
 }
 
 /// check(i) -> Status for i in [0, n), in parallel when asked; the error of
@@ -112,38 +131,18 @@ public:
       total += r.second;
     if (total < kMinBytes || std::thread::hardware_concurrency() < 2)
       return;
-    helper = std::thread([ranges = std::move(ranges), this] {
-      const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-      constexpr uintptr_t kSlice = uintptr_t(1) << 20;
-      // Whole pages inside each range (a partial edge page is the writer's).
-      std::vector<std::pair<uintptr_t, uintptr_t>> left; // [begin, end)
-      for (const auto &[p, n] : ranges) {
-        uintptr_t b = (uintptr_t(p) + page - 1) / page * page;
-        uintptr_t e = (uintptr_t(p) + n) / page * page;
-        if (b < e)
-          left.emplace_back(b, e);
-      }
-      bool more = true;
-      while (more && !stop.load(std::memory_order_relaxed)) {
-        more = false;
-        for (auto &[b, e] : left) {
-          if (b >= e)
-            continue;
-          uintptr_t n = std::min(kSlice, e - b);
-          if (madvise(reinterpret_cast<void *>(b), n, MADV_POPULATE_WRITE))
-            return; // an older kernel (before 5.14): the writer faults
-          b += n;
-          more |= b < e;
-        }
-      }
-    });
+    try {
+      helper = std::thread(&Prefault::populate, this, std::move(ranges));
+    } catch (const std::system_error &) {
+      // No thread to spare: the writer maps its pages itself.
+    }
 #else
     (void)ranges;
 #endif
   }
   Prefault(const Prefault &) = delete;
   Prefault &operator=(const Prefault &) = delete;
-  /// Stops the helper at its next slice and waits for it.
+  /// Stops the helper before its next slice (1 MB) and waits for it.
   ~Prefault() {
     stop = true;
     if (helper.joinable())
@@ -151,6 +150,35 @@ public:
   }
 
 private:
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+  void populate(std::vector<std::pair<void *, size_t>> ranges) {
+    const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+    constexpr uintptr_t kSlice = uintptr_t(1) << 20;
+    // Whole pages inside each range (a partial edge page is the writer's).
+    std::vector<std::pair<uintptr_t, uintptr_t>> left; // [begin, end)
+    for (const auto &[p, n] : ranges) {
+      uintptr_t b = (uintptr_t(p) + page - 1) / page * page;
+      uintptr_t e = (uintptr_t(p) + n) / page * page;
+      if (b < e)
+        left.emplace_back(b, e);
+    }
+    for (bool more = true; more;) {
+      more = false;
+      for (auto &[b, e] : left) {
+        if (stop.load(std::memory_order_relaxed))
+          return;
+        if (b >= e)
+          continue;
+        uintptr_t n = std::min(kSlice, e - b);
+        if (madvise(reinterpret_cast<void *>(b), n, MADV_POPULATE_WRITE))
+          return; // an older kernel (before 5.14): the writer faults
+        b += n;
+        more |= b < e;
+      }
+    }
+  }
+#endif
+
   std::atomic<bool> stop{false};
   std::thread helper;
 };

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <unordered_map>
 
 namespace pipeforge::sched::detail {
 
@@ -18,48 +17,19 @@ ReplayEngine::ReplayEngine(const Schedule &s, const WorkIndex &idx,
 namespace {
 /// One rank's channels in the order it first touches them: its message
 /// counts on each, then the channel's number and the rank's write cursors
-/// into the channel's lists. A rank talks to few peers: the last channel
-/// hit is remembered, a short list is searched, a long one hashed. Aligned
-/// to a cache line: the ranks' lookups run on different threads.
+/// into the channel's lists. Aligned to a cache line: the ranks' lookups
+/// run on different threads.
 struct alignas(64) RankChannels {
   struct Entry {
-    int32_t src, dst;
     size_t sends = 0, recvs = 0;
     int32_t chan = -1;
   };
-  std::vector<Entry> list;
+  SmallMap<Entry> map; ///< by key(src, dst)
 
-  Entry &at(int32_t src, int32_t dst) {
-    if (last < list.size() && list[last].src == src && list[last].dst == dst)
-      return list[last];
-    const int64_t k = key(src, dst);
-    if (list.size() > kShort) {
-      if (auto it = where.find(k); it != where.end())
-        return list[last = it->second];
-    } else {
-      for (size_t i = 0; i < list.size(); ++i)
-        if (list[i].src == src && list[i].dst == dst)
-          return list[last = i];
-    }
-    last = list.size();
-    list.push_back(Entry{src, dst});
-    if (list.size() > kShort) {
-      if (where.empty())
-        for (size_t i = 0; i < list.size(); ++i)
-          where.emplace(key(list[i].src, list[i].dst), i);
-      else
-        where.emplace(k, last);
-    }
-    return list[last];
-  }
-
-private:
-  static constexpr size_t kShort = 16;
   static int64_t key(int32_t src, int32_t dst) {
     return (int64_t(src) << 32) | uint32_t(dst);
   }
-  std::unordered_map<int64_t, size_t> where;
-  size_t last = 0;
+  Entry &at(int32_t src, int32_t dst) { return map.at(key(src, dst)); }
 };
 } // namespace
 
@@ -92,8 +62,9 @@ void ReplayEngine::assignChannels() {
   }, parallel);
   std::vector<size_t> nSend, nRecv;
   for (RankChannels &rc : ranks)
-    for (RankChannels::Entry &t : rc.list) {
-      t.chan = chans.get(t.src, t.dst);
+    for (auto &item : rc.map.items()) {
+      RankChannels::Entry &t = item.value;
+      t.chan = chans.get(int32_t(item.key >> 32), int32_t(uint32_t(item.key)));
       size_t c = static_cast<size_t>(t.chan);
       if (c >= nSend.size()) {
         nSend.resize(c + 1, 0);
@@ -119,8 +90,8 @@ void ReplayEngine::assignChannels() {
   forEachParallel(size_t(numRanks), [&](size_t rr) {
     const int32_t r = int32_t(rr);
     RankChannels &rc = ranks[rr];
-    for (RankChannels::Entry &t : rc.list)
-      t.sends = t.recvs = 0; // now the write cursors
+    for (auto &item : rc.map.items())
+      item.value.sends = item.value.recvs = 0; // now the write cursors
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];

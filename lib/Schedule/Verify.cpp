@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <thread>
 
 namespace pipeforge::sched {
@@ -421,15 +422,36 @@ Status Verifier::run() {
   }
   if (!opts.alongsideReplay)
     return execute();
-  if (!parallel) {
+  // Beside the replay only where the static checks' tables were freed: a
+  // compute-only schedule's replay still reads them, and its simulation
+  // builds its own.
+  if (!parallel || !s.hasComm) {
     Status st = execute();
     if (st)
       opts.alongsideReplay();
     return st;
   }
-  std::thread beside(opts.alongsideReplay);
-  Status st = execute();
-  beside.join();
+  // An exception on either thread (std::bad_alloc) reaches the caller
+  // after both have stopped, the replay's first.
+  std::exception_ptr besideFailed;
+  std::thread beside([&] {
+    try {
+      opts.alongsideReplay();
+    } catch (...) {
+      besideFailed = std::current_exception();
+    }
+  });
+  struct Joined {
+    std::thread &t;
+    ~Joined() { t.join(); }
+  };
+  Status st = Status::ok();
+  {
+    Joined joined{beside};
+    st = execute();
+  }
+  if (besideFailed)
+    std::rethrow_exception(besideFailed);
   return st;
 }
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <sstream>
 
 using namespace pipeforge::sched;
 using namespace pipeforge::sched::testing;
@@ -75,6 +76,97 @@ TEST(ExportTest, TextGridLongActionsAndChunks) {
   EXPECT_NE(g.find("r1 | .    F0.0 F0.1 F1.0 F1.1 .          . . . BW0.1"),
             std::string::npos)
       << g;
+}
+
+TEST(ExportTest, TextGridIsTheSameInBlocksOfAnySize) {
+  // The lines go out in blocks of columns; a block takes over its
+  // predecessor's padding and starts at its own labels. Cut small grids
+  // (idle and busy cells, chunks, overlapped pairs, uneven rows) into blocks
+  // of every small size: the output must not change.
+  CostModel slow;
+  slow.tb = 2; // BW = 3 slots: "-" cells
+  std::vector<std::pair<Schedule, CostModel>> cases = {
+      {handVOverlap(), slow},
+      {handZB(3, 6, 1), CostModel()},
+      {gen(ScheduleKind::DualPipeV, 4, 10), slow},
+      {gen(ScheduleKind::Interleaved, 3, 6), CostModel()}};
+  for (auto &[s, cost] : cases) {
+    SimResult r = sim(s, cost);
+    std::string whole = exportTextGrid(s, r);
+    ASSERT_GT(whole.size(), 60u);
+    for (size_t block : {1, 2, 3, 5, 7, 64}) {
+      std::ostringstream os;
+      detail::exportTextGrid(s, r, os, block);
+      ASSERT_EQ(os.str(), whole) << s.name << ", blocks of " << block;
+    }
+  }
+}
+
+TEST(ExportTest, TextGridOfMillionsOfCellsIsAlignedAndInProgramOrder) {
+  // Over 512k columns a row: the rows are built one rank per core and the
+  // lines written in blocks of columns formatted side by side. Every column
+  // must start where its predecessor's widest cell and a space end, in
+  // both lines (a block takes over the padding its predecessor leaves),
+  // and a line's labels must be its rank's compute actions in program
+  // order (a block starts at its own labels), overlapped pairs included.
+  Schedule s = gen(ScheduleKind::DualPipeV, 2, 300000);
+  ASSERT_TRUE(insertComm(s).isOk());
+  CostModel cost;
+  cost.tb = 1.3;
+  cost.tw = 0.7;
+  cost.tcomm = 0.05;
+  Expected<SimResult> r = simulate(s, cost, {SimIntervals::Compute});
+  ASSERT_TRUE(r) << r.message();
+  std::string g = exportTextGrid(s, *r);
+  ASSERT_FALSE(g.empty());
+  EXPECT_EQ(g.back(), '\n');
+  std::istringstream in(g);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line)); // the title
+  std::vector<size_t> starts[2], lengths[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(std::getline(in, line));
+    const std::string head = "r" + std::to_string(rank) + " |";
+    ASSERT_EQ(line.compare(0, head.size(), head), 0) << rank;
+    // The labels this rank must show, in program order (V placement: the
+    // rank's lower stage is its chunk 0).
+    auto label = [](const Work &w) {
+      return workKindName(w.kind) + std::to_string(w.mb) + "." +
+             std::to_string(w.stage < 2 ? 0 : 1);
+    };
+    std::vector<std::string> want;
+    for (const Action &a : s.programs[rank])
+      if (!a.isComm())
+        want.push_back(a.kind == ActionKind::Overlap
+                           ? label(a.work) + "+" + label(a.work2)
+                           : label(a.work));
+    size_t next = 0;
+    for (size_t pos = head.size(); pos < line.size();) {
+      ASSERT_EQ(line[pos], ' ') << rank << " at " << pos;
+      size_t b = line.find_first_not_of(' ', pos);
+      ASSERT_NE(b, std::string::npos) << "trailing spaces, rank " << rank;
+      size_t e = std::min(line.find(' ', b), line.size());
+      starts[rank].push_back(b);
+      lengths[rank].push_back(e - b);
+      std::string cell = line.substr(b, e - b);
+      if (cell != "." && cell != "-") {
+        ASSERT_LT(next, want.size()) << rank;
+        ASSERT_EQ(cell, want[next]) << "rank " << rank << ", label " << next;
+        ++next;
+      }
+      pos = e;
+    }
+    EXPECT_EQ(next, want.size()) << rank;
+  }
+  EXPECT_FALSE(std::getline(in, line));
+  ASSERT_GT(starts[0].size(), size_t(1) << 19);
+  ASSERT_EQ(starts[0].size(), starts[1].size());
+  size_t at = std::string("r0 | ").size();
+  for (size_t c = 0; c < starts[0].size(); ++c) {
+    ASSERT_EQ(starts[0][c], at) << "column " << c;
+    ASSERT_EQ(starts[1][c], at) << "column " << c;
+    at += std::max(lengths[0][c], lengths[1][c]) + 1;
+  }
 }
 
 // --- JSON -------------------------------------------------------------------

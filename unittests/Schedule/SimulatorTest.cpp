@@ -483,8 +483,10 @@ TEST(SimulatorTest, GeneratedWithCommMatchComputeOnly) {
 TEST(SimulatorTest, IntervalsOfMillionsOfActionsAreWrittenOnceEach) {
   // Over 64 MB of intervals: the array is not cleared first and is mapped
   // in on another core during the replay. Every entry must still be the
-  // replay's: the compute ones equal a compute-only run's (under 64 MB,
-  // written the plain way) and every action appears exactly once.
+  // replay's: every action appears exactly once (an entry never written
+  // would show up as a duplicate or out of range), and the compute ones equal a
+  // compute-only run's (under 64 MB: nothing maps it in beside the
+  // replay).
   Schedule s = generatedZbv(150000);
   ASSERT_EQ(s.numRanks(), 2);
   CostModel c = costs(1, 1.5, 0.5, 0.1);

@@ -33,8 +33,16 @@ namespace pipeforge::sched {
 /// is idle; "-" continues a longer action. Messages are not shown.
 std::string exportTextGrid(const Schedule &s, const SimResult &sim);
 /// The same, written to `os` as it is formed (for schedules of millions of
-/// actions: 8 bytes per grid cell, no whole-output string).
+/// actions: a byte per grid column and the labels, no whole-output string;
+/// the lines go out in blocks of 512k columns).
 void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os);
+namespace detail {
+/// exportTextGrid with the lines cut into blocks of `blockColumns` (>= 1)
+/// columns: the output is the same for every block size (tests cut small
+/// grids into many blocks).
+void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os,
+                    size_t blockColumns);
+} // namespace detail
 
 //===----------------------------------------------------------------------===//
 // JSON

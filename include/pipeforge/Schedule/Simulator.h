@@ -103,8 +103,9 @@ struct Interval {
   int32_t rank;
   uint32_t actionIndex; ///< into programs[rank]
   double start, end;
-  /// Left unset, as a plain struct's members: the simulator sizes its
-  /// array of millions and writes each entry once.
+  /// Left unset, as a plain struct's members, even when value-initialised
+  /// (`Interval{}` does not zero them): the simulator sizes its array of
+  /// millions and writes each entry once.
   Interval() {}
   Interval(int32_t rank, uint32_t actionIndex, double start, double end)
       : rank(rank), actionIndex(actionIndex), start(start), end(end) {}

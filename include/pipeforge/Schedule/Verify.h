@@ -25,12 +25,14 @@ struct VerifyOptions {
   CostModel cost;
   /// Run once the static checks have passed (every check but the
   /// rendezvous replay and the memory limit), which is all a simulation
-  /// with SimOptions::verified needs. On a big schedule it runs on another
-  /// thread beside the replay, and then also when the replay fails: its
-  /// result stands only when verify() succeeds. On a small one it runs after
-  /// the replay, and only if the replay succeeds. A job uses this to
-  /// simulate a schedule of millions of actions while its deadlock freedom
-  /// is proved.
+  /// with SimOptions::verified needs. On a big schedule with messages (64k
+  /// actions or more on two ranks or more) it runs on another thread
+  /// beside the replay, and then also when the replay fails: its result
+  /// stands only when verify() succeeds. Otherwise it runs after the
+  /// replay, and only if the replay succeeds. It must not change the
+  /// schedule, and may only read it while the replay runs. An exception it
+  /// throws reaches verify()'s caller. A job uses this to simulate a
+  /// schedule of millions of actions while its deadlock freedom is proved.
   std::function<void()> alongsideReplay;
 };
 
