@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > fuzz::kMaxInput)
     return 0;
   sched::ScheduleJob job;
-  job.csvText = std::string(reinterpret_cast<const char *>(data), size);
+  job.csvText = std::make_shared<const std::string>(
+      reinterpret_cast<const char *>(data), size);
   auto r = sched::runScheduleJob(job);
   if (r)
     (void)sched::exportCsv(r->schedule);

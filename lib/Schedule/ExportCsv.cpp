@@ -15,6 +15,7 @@
 #include <cctype>
 #include <charconv>
 #include <map>
+#include <string_view>
 #include <ostream>
 #include <sstream>
 
@@ -114,28 +115,41 @@ std::string exportCsv(const Schedule &s, const CsvOptions &opts) {
 }
 
 namespace {
-/// One parsed cell before stages are resolved against a placement.
+/// PyTorch's action kinds in a cell: F I W B, SEND_F RECV_F SEND_B RECV_B.
+enum class PtKind : uint8_t { F, I, W, B, SendF, RecvF, SendB, RecvB };
+
+const char *ptKindName(PtKind k) {
+  static const char *kNames[] = {"F",      "I",      "W",      "B",
+                                 "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
+  return kNames[static_cast<int>(k)];
+}
+
+/// One parsed cell before stages are resolved against a placement: 32
+/// bytes (a CSV of millions of cells is held whole until the placement is
+/// known).
 struct RawCell {
-  enum Kind { Work, Pair, Send, Recv, GradReduce } kind = Work;
-  std::string ptKind; ///< F I W B SEND_F RECV_F SEND_B RECV_B
+  enum Kind : uint8_t { Work, Pair, Send, Recv, GradReduce } kind = Work;
+  PtKind ptKind = PtKind::F;
+  PtKind ptKind2 = PtKind::F; ///< Pair: the backward member
   int32_t stage = 0, mb = 0;
-  std::string ptKind2; ///< Pair: the backward member
   int32_t stage2 = 0, mb2 = 0;
   int32_t peer = -1;
-  size_t row = 0, col = 0;
+  uint32_t row = 0, col = 0;
 };
+static_assert(sizeof(RawCell) <= 32, "one RawCell per cell is resident");
 
 struct CsvError {
   std::string msg;
 };
 
-[[noreturn]] void fail(size_t row, size_t col, const std::string &text,
+[[noreturn]] void fail(size_t row, size_t col, std::string_view text,
                        const std::string &why) {
   throw CsvError{"csv row " + std::to_string(row) + ", column " +
-                 std::to_string(col) + ": \"" + text + "\": " + why};
+                 std::to_string(col) + ": \"" + std::string(text) +
+                 "\": " + why};
 }
 
-bool parseInt(const std::string &s, size_t &pos, int32_t &out) {
+bool parseInt(std::string_view s, size_t &pos, int32_t &out) {
   size_t start = pos;
   long long v = 0;
   while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos]))) {
@@ -149,51 +163,55 @@ bool parseInt(const std::string &s, size_t &pos, int32_t &out) {
 }
 
 /// <stage><kind><mb>
-void parseSimple(const std::string &text, size_t row, size_t col,
-                 std::string &kind, int32_t &stage, int32_t &mb) {
+void parseSimple(std::string_view text, size_t row, size_t col, PtKind &kind,
+                 int32_t &stage, int32_t &mb) {
   size_t pos = 0;
   if (!parseInt(text, pos, stage))
     fail(row, col, text, "expected <stage><kind><microbatch>, e.g. 0F3");
-  static const char *kKinds[] = {"SEND_F", "RECV_F", "SEND_B", "RECV_B",
-                                 "F",      "I",      "W",      "B"};
-  kind.clear();
-  for (const char *k : kKinds) {
-    std::string ks(k);
-    if (text.compare(pos, ks.size(), ks) == 0) {
-      kind = ks;
+  // The longer names first: "SEND_F" before "F".
+  static const PtKind kOrder[] = {PtKind::SendF, PtKind::RecvF, PtKind::SendB,
+                                  PtKind::RecvB, PtKind::F,     PtKind::I,
+                                  PtKind::W,     PtKind::B};
+  std::string_view name;
+  for (PtKind k : kOrder) {
+    std::string_view ks(ptKindName(k));
+    if (text.substr(pos, ks.size()) == ks) {
+      kind = k;
+      name = ks;
       break;
     }
   }
-  if (kind.empty()) {
+  if (name.empty()) {
     fail(row, col, text,
          "unknown kind (expected F, I, W, B, SEND_F, RECV_F, SEND_B or "
          "RECV_B)");
   }
-  pos += kind.size();
+  pos += name.size();
   if (!parseInt(text, pos, mb))
-    fail(row, col, text, "missing microbatch index after " + kind);
+    fail(row, col, text,
+         "missing microbatch index after " + std::string(name));
   if (pos != text.size())
     fail(row, col, text, "trailing characters");
 }
 
 /// PyTorch's FSDP actions in a `compute_comms` dump: <stage>UNSHARD,
 /// <stage>RESHARD, <stage>REDUCE_GRAD (no microbatch).
-bool isFsdpCell(const std::string &text) {
+bool isFsdpCell(std::string_view text) {
   size_t pos = 0;
   while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos])))
     ++pos;
   if (pos == 0)
     return false;
-  std::string rest = text.substr(pos);
+  std::string_view rest = text.substr(pos);
   return rest == "UNSHARD" || rest == "RESHARD" || rest == "REDUCE_GRAD";
 }
 
-RawCell parseCell(const std::string &text, size_t row, size_t col) {
+RawCell parseCell(std::string_view text, size_t row, size_t col) {
   RawCell c;
-  c.row = row;
-  c.col = col;
-  static const std::string kGr = "GRADREDUCE_r";
-  if (text.rfind(kGr, 0) == 0) {
+  c.row = uint32_t(row);
+  c.col = uint32_t(col);
+  static constexpr std::string_view kGr = "GRADREDUCE_r";
+  if (text.substr(0, kGr.size()) == kGr) {
     size_t pos = kGr.size();
     if (!parseInt(text, pos, c.peer) || pos != text.size())
       fail(row, col, text, "expected GRADREDUCE_r<peer rank>");
@@ -201,52 +219,56 @@ RawCell parseCell(const std::string &text, size_t row, size_t col) {
     return c;
   }
   if (!text.empty() && text[0] == '(') {
-    static const std::string kSuffix = ")OVERLAP_F_B";
+    static constexpr std::string_view kSuffix = ")OVERLAP_F_B";
     size_t semi = text.find(';');
     if (text.size() < kSuffix.size() ||
-        text.compare(text.size() - kSuffix.size(), kSuffix.size(), kSuffix) !=
-            0 ||
-        semi == std::string::npos)
+        text.substr(text.size() - kSuffix.size()) != kSuffix ||
+        semi == std::string_view::npos)
       fail(row, col, text, "expected (<F cell>;<B or I cell>)OVERLAP_F_B");
-    std::string a = text.substr(1, semi - 1);
-    std::string b =
+    std::string_view a = text.substr(1, semi - 1);
+    std::string_view b =
         text.substr(semi + 1, text.size() - kSuffix.size() - semi - 1);
     parseSimple(a, row, col, c.ptKind, c.stage, c.mb);
     parseSimple(b, row, col, c.ptKind2, c.stage2, c.mb2);
-    if (c.ptKind != "F" || (c.ptKind2 != "B" && c.ptKind2 != "I"))
+    if (c.ptKind != PtKind::F ||
+        (c.ptKind2 != PtKind::B && c.ptKind2 != PtKind::I))
       fail(row, col, text,
            "an overlapped pair must be an F then a B or I, in that order");
     c.kind = RawCell::Pair;
     return c;
   }
   parseSimple(text, row, col, c.ptKind, c.stage, c.mb);
-  if (c.ptKind.rfind("SEND", 0) == 0)
+  if (c.ptKind == PtKind::SendF || c.ptKind == PtKind::SendB)
     c.kind = RawCell::Send;
-  else if (c.ptKind.rfind("RECV", 0) == 0)
+  else if (c.ptKind == PtKind::RecvF || c.ptKind == PtKind::RecvB)
     c.kind = RawCell::Recv;
   return c;
 }
 
-std::string trim(const std::string &s) {
+/// The cell without surrounding spaces and double quotes.
+std::string_view trim(std::string_view s) {
   size_t b = 0, e = s.size();
   while (b < e && std::isspace(static_cast<unsigned char>(s[b])))
     ++b;
   while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1])))
     --e;
-  std::string t = s.substr(b, e - b);
+  std::string_view t = s.substr(b, e - b);
   if (t.size() >= 2 && t.front() == '"' && t.back() == '"')
     t = t.substr(1, t.size() - 2);
   return t;
 }
 
-WorkKind ourKind(const std::string &pt) {
-  if (pt == "F")
+WorkKind ourKind(PtKind pt) {
+  switch (pt) {
+  case PtKind::F:
     return WorkKind::F;
-  if (pt == "I")
+  case PtKind::I:
     return WorkKind::B;
-  if (pt == "W")
+  case PtKind::W:
     return WorkKind::W;
-  return WorkKind::BW; // PyTorch "B": full backward
+  default:
+    return WorkKind::BW; // PyTorch "B": full backward
+  }
 }
 } // namespace
 
@@ -256,17 +278,19 @@ Expected<Schedule> importCsv(const std::string &text,
     // Split into rows and cells.
     std::vector<std::vector<RawCell>> rows;
     size_t start = 0, lineNo = 0, blankAfterRows = 0;
-    while (start < text.size()) {
-      size_t nl = text.find('\n', start);
-      std::string line = text.substr(
-          start, nl == std::string::npos ? std::string::npos : nl - start);
-      start = nl == std::string::npos ? text.size() : nl + 1;
+    const std::string_view all(text);
+    while (start < all.size()) {
+      size_t nl = all.find('\n', start);
+      std::string_view line = all.substr(
+          start, nl == std::string_view::npos ? std::string_view::npos
+                                              : nl - start);
+      start = nl == std::string_view::npos ? all.size() : nl + 1;
       if (!line.empty() && line.back() == '\r')
-        line.pop_back();
+        line.remove_suffix(1);
       ++lineNo;
       // A blank line is no rank: leading (and trailing) ones are skipped,
       // one between rows is an error (it would be an idle rank).
-      if (trim(line).empty() && line.find(',') == std::string::npos) {
+      if (trim(line).empty() && line.find(',') == std::string_view::npos) {
         if (!rows.empty())
           blankAfterRows = blankAfterRows ? blankAfterRows : lineNo;
         continue;
@@ -276,11 +300,14 @@ Expected<Schedule> importCsv(const std::string &text,
                              " is blank between rows (one row per rank)");
       size_t row = rows.size();
       rows.emplace_back();
+      // Sized once: a row of millions of cells does not grow by doubling.
+      rows[row].reserve(size_t(std::count(line.begin(), line.end(), ',')) + 1);
       size_t cs = 0, col = 0;
       while (cs <= line.size()) {
         size_t comma = line.find(',', cs);
-        std::string c = trim(line.substr(
-            cs, comma == std::string::npos ? std::string::npos : comma - cs));
+        std::string_view c = trim(line.substr(
+            cs, comma == std::string_view::npos ? std::string_view::npos
+                                                : comma - cs));
         if (!c.empty() && isFsdpCell(c)) {
           if (opts.ignoredFsdpActions)
             ++*opts.ignoredFsdpActions;
@@ -288,7 +315,7 @@ Expected<Schedule> importCsv(const std::string &text,
           rows[row].push_back(parseCell(c, row, col));
         }
         ++col;
-        if (comma == std::string::npos)
+        if (comma == std::string_view::npos)
           break;
         cs = comma + 1;
       }
@@ -371,14 +398,15 @@ Expected<Schedule> importCsv(const std::string &text,
     int32_t ns = pl.numStages;
     int32_t total = ns * pl.numCopies;
 
-    // Which (copy, stage, mb) run a full backward: a gradient message's
-    // producer is BW there and B otherwise.
-    std::map<std::tuple<int32_t, int32_t>, bool> fullBackward;
+    // Which (global stage, mb) run a full backward: a gradient message's
+    // producer is BW there and B otherwise. Sorted, for binary search.
+    std::vector<std::pair<int32_t, int32_t>> fullBackward;
     int32_t maxMb = -1;
-    auto toWork = [&](const RawCell &c, const std::string &kind, int32_t stage,
+    auto toWork = [&](const RawCell &c, PtKind kind, int32_t stage,
                       int32_t mb) {
       if (stage >= total)
-        fail(c.row, c.col, std::to_string(stage) + kind + std::to_string(mb),
+        fail(c.row, c.col,
+             std::to_string(stage) + ptKindName(kind) + std::to_string(mb),
              "stage " + std::to_string(stage) + " is out of range (" +
                  std::to_string(total) + " stages)");
       Work w;
@@ -389,27 +417,38 @@ Expected<Schedule> importCsv(const std::string &text,
       maxMb = std::max(maxMb, mb);
       return w;
     };
+    // A complete schedule has one F per (copy, stage, microbatch): counted
+    // here, checked once the cells are converted (their errors first).
+    int64_t forwards = 0;
     for (const auto &row : rows)
       for (const RawCell &c : row) {
-        if (c.kind == RawCell::Work && c.ptKind == "B")
-          fullBackward[{c.stage, c.mb}] = true;
-        if (c.kind == RawCell::Pair && c.ptKind2 == "B")
-          fullBackward[{c.stage2, c.mb2}] = true;
+        if (c.kind == RawCell::Work && c.ptKind == PtKind::B)
+          fullBackward.emplace_back(c.stage, c.mb);
+        if (c.kind == RawCell::Pair && c.ptKind2 == PtKind::B)
+          fullBackward.emplace_back(c.stage2, c.mb2);
+        forwards += (c.kind == RawCell::Work && c.ptKind == PtKind::F) +
+                    (c.kind == RawCell::Pair &&
+                     (c.ptKind == PtKind::F || c.ptKind2 == PtKind::F));
       }
+    std::sort(fullBackward.begin(), fullBackward.end());
 
     Schedule s;
     s.name = opts.name;
     s.programs.resize(numRanks);
-    for (const auto &row : rows)
+    for (auto &row : rows) {
+      if (!row.empty())
+        s.programs[row.front().row].reserve(row.size());
       for (const RawCell &c : row) {
         int32_t r = static_cast<int32_t>(c.row);
-        std::string cellText =
-            std::to_string(c.stage) + c.ptKind + std::to_string(c.mb);
+        auto cellText = [&] {
+          return std::to_string(c.stage) + ptKindName(c.ptKind) +
+                 std::to_string(c.mb);
+        };
         switch (c.kind) {
         case RawCell::Work: {
           Work w = toWork(c, c.ptKind, c.stage, c.mb);
           if (pl.rank(w.copy, w.stage) != r)
-            fail(c.row, c.col, cellText,
+            fail(c.row, c.col, cellText(),
                  "stage " + std::to_string(c.stage) + " is placed on rank " +
                      std::to_string(pl.rank(w.copy, w.stage)));
           s.programs[r].push_back(Action::compute(w));
@@ -422,18 +461,20 @@ Expected<Schedule> importCsv(const std::string &text,
           break;
         case RawCell::Send:
         case RawCell::Recv: {
-          bool act = c.ptKind.back() == 'F';
+          bool act = c.ptKind == PtKind::SendF || c.ptKind == PtKind::RecvF;
           bool send = c.kind == RawCell::Send;
           // The producer's global stage.
           int32_t ps = c.stage - (send ? 0 : (act ? 1 : -1));
           if (ps < 0 || ps >= total)
-            fail(c.row, c.col, cellText, "has no producer stage");
-          Work w = toWork(c, act ? "F" : "I", ps, c.mb);
-          if (!act && fullBackward.count({ps, c.mb}))
+            fail(c.row, c.col, cellText(), "has no producer stage");
+          Work w = toWork(c, act ? PtKind::F : PtKind::I, ps, c.mb);
+          if (!act && std::binary_search(fullBackward.begin(),
+                                         fullBackward.end(),
+                                         std::make_pair(ps, c.mb)))
             w.kind = WorkKind::BW;
           int32_t cs = ps + (act ? 1 : -1);
           if (cs < 0 || cs >= total || cs / ns != ps / ns)
-            fail(c.row, c.col, cellText, "has no consumer stage");
+            fail(c.row, c.col, cellText(), "has no consumer stage");
           int32_t src = pl.rank(w.copy, w.stage);
           int32_t dst = pl.rank(cs / ns, cs % ns);
           Payload p = act ? Payload::Activation : Payload::Gradient;
@@ -448,15 +489,12 @@ Expected<Schedule> importCsv(const std::string &text,
           break;
         }
       }
-    // A complete schedule has one F per (copy, stage, microbatch): a cell
-    // naming microbatch 404004040 in a file of a few cells is not one, and
-    // must not make the verifier and the simulator size their tables by it.
-    int64_t forwards = 0;
-    for (const auto &row : rows)
-      for (const RawCell &c : row)
-        forwards +=
-            (c.kind == RawCell::Work && c.ptKind == "F") +
-            (c.kind == RawCell::Pair && (c.ptKind == "F" || c.ptKind2 == "F"));
+      // Converted: the row's cells are no longer needed.
+      std::vector<RawCell>().swap(row);
+    }
+    // A cell naming microbatch 404004040 in a file of a few cells is not a
+    // complete schedule, and must not make the verifier and the simulator
+    // size their tables by it.
     if (int64_t(maxMb) + 1 > kMaxMicrobatches ||
         (int64_t(maxMb) + 1) * total > forwards)
       throw CsvError{"csv: microbatch " + std::to_string(maxMb) +

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -298,10 +299,27 @@ Options parseArgs(int argc, char **argv) {
   return o;
 }
 
+/// The whole file. A regular file is read into a string of its size (a
+/// CSV of millions of actions is hundreds of megabytes: no stream buffer
+/// growing beside it); anything else (a pipe) as a stream.
 std::string readFile(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
+  if (!in)
+    fail("cannot read '" + path + "'");
+  std::streamoff size = -1;
+  if (in.seekg(0, std::ios::end)) {
+    size = in.tellg();
+    in.seekg(0, std::ios::beg);
+  }
+  if (size > 0 && in) {
+    std::string text(static_cast<size_t>(size), '\0');
+    if (!in.read(text.data(), size) || in.gcount() != size)
+      fail("cannot read '" + path + "'");
+    return text;
+  }
+  in.clear(); // a pipe cannot seek: nothing was read from it
   std::stringstream ss;
-  if (!in || !(ss << in.rdbuf()))
+  if (!(ss << in.rdbuf()))
     fail("cannot read '" + path + "'");
   return ss.str();
 }
@@ -318,7 +336,7 @@ int main(int argc, char **argv) {
   if (watchdog)
     watchdog->enter("reading the input");
   if (!o.importCsv.empty())
-    o.job.csvText = readFile(o.importCsv);
+    o.job.csvText = std::make_shared<const std::string>(readFile(o.importCsv));
   auto r = runScheduleJob(o.job);
   if (!r)
     fail((o.importCsv.empty() ? "" : o.importCsv + ": ") + r.message());

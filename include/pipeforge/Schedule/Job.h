@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -26,8 +27,9 @@ namespace pipeforge::sched {
 struct ScheduleJob {
   /// A schedule kind name (parseScheduleKind), or empty with `csvText`.
   std::string schedule;
-  /// The contents of a PyTorch schedule CSV to import instead of generating.
-  std::optional<std::string> csvText;
+  /// The contents of a PyTorch schedule CSV to import instead of generating
+  /// (shared: a job's copies do not copy hundreds of megabytes).
+  std::shared_ptr<const std::string> csvText;
   int ranks = 0;
   int microbatches = 0; ///< 0: the smallest the kind accepts
   int chunks = 2;       ///< model chunks per rank (interleaved)
