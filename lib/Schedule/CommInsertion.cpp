@@ -233,8 +233,6 @@ Status insertComm(Schedule &s, const CostModel &cost) {
   std::vector<size_t> pc(numRanks, 0);
   std::vector<double> clock(numRanks, 0);
   std::vector<std::vector<double>> startAt(numRanks);
-  // Step 2's message keys go to their sender's outbox as the replay
-  // finishes each producer (so in the sender's program order).
   std::vector<int32_t> ready;
   ready.reserve(numRanks);
   for (int32_t r = numRanks - 1; r >= 0; --r) {
@@ -270,7 +268,9 @@ Status insertComm(Schedule &s, const CostModel &cost) {
     }
     return true;
   };
-  // The key of the message `w` (run on rank r, ending at `finish`) sends.
+  // The key of the message `w` (run on rank r, ending at `finish`) sends,
+  // into its sender's outbox (step 2's keys, collected as the replay
+  // finishes each producer: in the sender's program order).
   auto collect = [&](const Work &w, int32_t r, double finish) {
     if (int32_t to = receiverOf(w, r); to >= 0)
       outbox[size_t(r)].to.at(to).keys.push_back({finish, w});

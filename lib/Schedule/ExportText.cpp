@@ -105,7 +105,6 @@ std::string fmt(double v) {
 } // namespace
 
 using detail::forEachParallel;
-using detail::release;
 
 namespace {
 /// std::llround(x) without the libm call (twice per cell of the grid, at
@@ -118,9 +117,7 @@ long long roundHalfAway(double x) {
   const long long t = static_cast<long long>(x);
   return t + (x - static_cast<double>(t) >= 0.5 ? 1 : 0);
 }
-} // namespace
 
-namespace {
 /// A byte buffer that is neither zero-filled nor copied when it grows
 /// (malloc and realloc: a big block grows by remapping its pages). The grid
 /// keeps a few of them of millions of bytes.

@@ -17,8 +17,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <exception>
-#include <thread>
 
 namespace pipeforge::sched {
 
@@ -431,27 +429,15 @@ Status Verifier::run() {
       opts.alongsideReplay();
     return st;
   }
-  // An exception on either thread (std::bad_alloc) reaches the caller
-  // after both have stopped, the replay's first.
-  std::exception_ptr besideFailed;
-  std::thread beside([&] {
-    try {
-      opts.alongsideReplay();
-    } catch (...) {
-      besideFailed = std::current_exception();
-    }
-  });
-  struct Joined {
-    std::thread &t;
-    ~Joined() { t.join(); }
-  };
+  // The replay and the callback as two items on the cores (an exception
+  // on either reaches the caller once both have stopped).
   Status st = Status::ok();
-  {
-    Joined joined{beside};
-    st = execute();
-  }
-  if (besideFailed)
-    std::rethrow_exception(besideFailed);
+  forEachParallel(2, [&](size_t i) {
+    if (i == 0)
+      st = execute();
+    else
+      opts.alongsideReplay();
+  });
   return st;
 }
 

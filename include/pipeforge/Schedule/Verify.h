@@ -26,8 +26,9 @@ struct VerifyOptions {
   /// Run once the static checks have passed (every check but the
   /// rendezvous replay and the memory limit), which is all a simulation
   /// with SimOptions::verified needs. On a big schedule with messages (64k
-  /// actions or more on two ranks or more) it runs on another thread
-  /// beside the replay, and then also when the replay fails: its result
+  /// actions or more on two ranks or more) it runs beside the replay (on
+  /// another core, where there is one), and then also when the replay
+  /// fails: its result
   /// stands only when verify() succeeds. Otherwise it runs after the
   /// replay, and only if the replay succeeds. It must not change the
   /// schedule, and may only read it while the replay runs. An exception it
