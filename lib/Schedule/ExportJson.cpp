@@ -1,6 +1,6 @@
 //===- ExportJson.cpp - JSON form of a schedule (docs/schedule-json.md) ---===//
 
-#include "pipeforge/Schedule/Export.h"
+#include "pipeforge/Schedule/ExportJson.h"
 #include "pipeforge/Schedule/JsonWriter.h"
 
 #include <nlohmann/json.hpp>

@@ -17,6 +17,8 @@
 #ifndef PIPEFORGE_SCHEDULE_ACTION_H
 #define PIPEFORGE_SCHEDULE_ACTION_H
 
+#include "pipeforge/Support/Status.h"
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -26,57 +28,9 @@
 
 namespace pipeforge::sched {
 
-//===----------------------------------------------------------------------===//
-// Errors: a Status / Expected pair. No exceptions, no asserts on user input.
-//===----------------------------------------------------------------------===//
-
-class Status {
-public:
-  static Status ok() { return Status(); }
-  static Status error(std::string msg) { return Status(std::move(msg)); }
-  /// An error about one action: rank `rank`'s program at index `step`.
-  static Status errorAt(int rank, long step, std::string msg) {
-    Status s(std::move(msg));
-    s.rankIdx = rank;
-    s.stepIdx = step;
-    return s;
-  }
-  bool isOk() const { return !err.has_value(); }
-  /// Where the error is, when it is about one action (else -1).
-  int rank() const { return rankIdx; }
-  long step() const { return stepIdx; }
-  explicit operator bool() const { return isOk(); }
-  const std::string &message() const {
-    static const std::string empty;
-    return err ? *err : empty;
-  }
-
-private:
-  Status() = default;
-  explicit Status(std::string m) : err(std::move(m)) {}
-  std::optional<std::string> err;
-  int rankIdx = -1;
-  long stepIdx = -1;
-};
-
-template <typename T> class Expected {
-public:
-  Expected(T v) : val(std::move(v)) {}
-  Expected(Status s) : st(std::move(s)) {}
-  bool isOk() const { return val.has_value(); }
-  explicit operator bool() const { return isOk(); }
-  T &operator*() { return *val; }
-  const T &operator*() const { return *val; }
-  T *operator->() { return &*val; }
-  const T *operator->() const { return &*val; }
-  T take() { return std::move(*val); }
-  const std::string &message() const { return st.message(); }
-  Status status() const { return isOk() ? Status::ok() : st; }
-
-private:
-  std::optional<T> val;
-  Status st = Status::ok();
-};
+// Errors: Status and Expected (Support/Status.h), named here as before.
+using pipeforge::Expected;
+using pipeforge::Status;
 
 //===----------------------------------------------------------------------===//
 // Work items and actions

@@ -2,7 +2,7 @@
 //
 // Human- and tool-readable forms of a schedule:
 //   - a compact text grid (one row per rank, one column per time slot),
-//   - JSON (schema: docs/schedule-json.md), with import,
+//   - JSON (schema: docs/schedule-json.md), with import (ExportJson.h),
 //   - PyTorch torch.distributed.pipelining CSV, with import,
 //   - an SVG timeline,
 //   - a Chrome / Perfetto trace (chrome://tracing, ui.perfetto.dev).
@@ -13,6 +13,7 @@
 #define PIPEFORGE_SCHEDULE_EXPORT_H
 
 #include "pipeforge/Schedule/Action.h"
+#include "pipeforge/Schedule/ExportJson.h"
 #include "pipeforge/Schedule/Simulator.h"
 
 #include <functional>
@@ -44,26 +45,7 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os,
                     size_t blockColumns);
 } // namespace detail
 
-//===----------------------------------------------------------------------===//
-// JSON
-//===----------------------------------------------------------------------===//
-
-/// The schedule as JSON (docs/schedule-json.md). With `sim`, adds the
-/// "summary" (makespan, bubble rates, per-rank peak activation in units of
-/// cost.memB, busy time, exposed communication).
-std::string exportJson(const Schedule &s, const SimResult *sim = nullptr,
-                       const CostModel &cost = {}, int indent = 2);
-
-class JsonWriter;
-/// The same text, written to `os` as it is formed (no document is built: a
-/// schedule of millions of actions streams). `moreSummary`, when set, adds
-/// members at the end of the "summary" object (written only with `sim`).
-void exportJson(const Schedule &s, std::ostream &os,
-                const SimResult *sim = nullptr, int indent = 2,
-                const std::function<void(JsonWriter &)> &moreSummary = {});
-
-/// Parses exportJson's output back (the summary is ignored).
-Expected<Schedule> importJson(const std::string &text);
+// JSON: exportJson and importJson, in ExportJson.h (the schedule core).
 
 //===----------------------------------------------------------------------===//
 // PyTorch CSV

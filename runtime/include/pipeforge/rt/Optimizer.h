@@ -34,7 +34,7 @@
 #ifndef PIPEFORGE_RT_OPTIMIZER_H
 #define PIPEFORGE_RT_OPTIMIZER_H
 
-#include "pipeforge/Schedule/Action.h"
+#include "pipeforge/Support/Status.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -44,8 +44,8 @@
 
 namespace pipeforge::rt {
 
-using sched::Expected;
-using sched::Status;
+using pipeforge::Expected;
+using pipeforge::Status;
 
 struct AdamWConfig {
   double lr = 1e-3;

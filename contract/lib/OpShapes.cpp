@@ -1,4 +1,4 @@
-//===- ProgramOpShapes.cpp - Operands and shape rules of every kernel op --===//
+//===- OpShapes.cpp - Operands and shape rules of every kernel op ---------===//
 //
 // The table of OpShapes.h. The rules follow the nn dialect's ODS definitions
 // (include/pipeforge/Dialect/NN/IR/NNOps.td) and what the CPU kernels read
@@ -6,8 +6,8 @@
 // verifiers' (the MLIR side prefixes "'nn.<op>' op "). Every extent may be
 // kDynamicDim on the MLIR side, so comparisons go through agree().
 //
-// Named Program*.cpp so that it lands in PipeForgeProgram, the plain C++
-// library both the runtime and the compiler link.
+// Part of the contract (PipeForgeContract, contract/CMakeLists.txt), the
+// plain C++ library both the runtime and the compiler link.
 //
 //===----------------------------------------------------------------------===//
 
