@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "pipeforge/rt/Data.h"
+#include "DataDetail.h"
 #include "pipeforge/rt/Executor.h"
 
 #include <cstdio>
@@ -16,7 +17,20 @@ namespace pipeforge::rt {
 
 DataSource::~DataSource() = default;
 
+Status detail::checkBatchArgs(int64_t mb, int64_t step, int64_t b, int64_t s,
+                              const int32_t *tokens, const int32_t *targets) {
+  if (b < 1 || s < 1)
+    return Status::error("data: batch shape must be at least 1x1, got " +
+                         std::to_string(b) + "x" + std::to_string(s));
+  if (mb < 0 || step < 0)
+    return Status::error("data: negative step or microbatch index");
+  if (!tokens || !targets)
+    return Status::error("data: null token or target buffer");
+  return Status::ok();
+}
+
 namespace {
+using detail::checkBatchArgs;
 
 uint64_t splitmix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -39,18 +53,6 @@ struct Rng {
   uint64_t next() { return splitmix(state++); }
   uint32_t below(uint32_t n) { return uint32_t(next() % n); }
 };
-
-Status checkBatchArgs(int64_t mb, int64_t step, int64_t b, int64_t s,
-                      const int32_t *tokens, const int32_t *targets) {
-  if (b < 1 || s < 1)
-    return Status::error("data: batch shape must be at least 1x1, got " +
-                         std::to_string(b) + "x" + std::to_string(s));
-  if (mb < 0 || step < 0)
-    return Status::error("data: negative step or microbatch index");
-  if (!tokens || !targets)
-    return Status::error("data: null token or target buffer");
-  return Status::ok();
-}
 
 const char *const kNouns[] = {"cat",  "dog",   "bird", "fish",
                               "king", "queen", "tree", "ship"};
@@ -148,6 +150,11 @@ uint64_t SyntheticLanguage::fingerprint() const {
 
 std::string SyntheticLanguage::describe() const {
   return "synthetic language (seed " + std::to_string(seed) + ", vocab 256)";
+}
+
+uint64_t windowStart(uint64_t seed, int64_t step, int64_t mb, int64_t row,
+                     uint64_t windows) {
+  return windows ? sampleKey(seed, step, mb, row) % windows : 0;
 }
 
 //===----------------------------------------------------------------------===//
@@ -371,7 +378,7 @@ Status TokenFile::batch(int64_t mb, int64_t step, int64_t b, int64_t s,
                          std::to_string(s) + " needs " + std::to_string(s + 1));
   uint64_t windows = count - uint64_t(s);
   for (int64_t row = 0; row < b; ++row) {
-    uint64_t off = sampleKey(seed, step, mb, row) % windows;
+    uint64_t off = windowStart(seed, step, mb, row, windows);
     for (int64_t i = 0; i < s; ++i) {
       tokens[row * s + i] = int32_t(token(off + uint64_t(i)));
       targets[row * s + i] = int32_t(token(off + uint64_t(i) + 1));

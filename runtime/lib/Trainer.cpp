@@ -180,7 +180,13 @@ Status Trainer::Impl::initData() {
   if (spec == "synthetic") {
     ds = std::make_unique<SyntheticLanguage>();
   } else {
-    auto tf = TokenFile::open(spec, prog.training.seed);
+    // A PFTOK file, a Megatron-LM dataset, a .npy or a raw uint16 .bin;
+    // tokens checked against the model's vocabulary.
+    DataFileOptions fo;
+    fo.seed = prog.training.seed;
+    fo.vocab = prog.model.vocab;
+    fo.seqLen = prog.model.seqLen;
+    auto tf = openDataFile(spec, fo);
     if (!tf)
       return tf.status();
     ds = tf.take();

@@ -79,7 +79,7 @@ std::string hostName() {
       "         [--weight-decay X [--decay-all]]\n"
       "         [--lr-schedule constant|linear|cosine] [--warmup-steps N]\n"
       "         [--decay-steps N] [--min-lr X]\n"
-      "         [--data synthetic|pattern|TOKENFILE] [--trace FILE]\n"
+      "         [--data synthetic|pattern|FILE|PREFIX] [--trace FILE]\n"
       "         [--dump-weights FILE] [--comm-timeout SECONDS]\n"
       "         [--recv-lookahead N] [--quiet] [--no-fuse] [--memory-report]\n"
       "         [--print-placement] [--rank-layout pp-fastest|dp-fastest]\n"

@@ -9,8 +9,11 @@
 //   │                    language with strong structure (a small grammar,
 //   │                    repeated words, counting, copying) that a tiny GPT
 //   │                    visibly learns in a few dozen CPU steps
-//   └── TokenFile        a validated "PFTOK" file; windows sampled
-//                        deterministically
+//   ├── TokenFile        a validated "PFTOK" file; windows sampled
+//   │                    deterministically
+//   └── TokenArray       other tools' token arrays, mapped: Megatron-LM
+//                        indexed datasets, NumPy .npy, nanoGPT's uint16
+//                        .bin; the same windows (openDataFile picks)
 //
 // Rank-count independence: the sample of (step, global microbatch, row)
 // never depends on who asks, so a pipelined run (any stage / dp layout) and
@@ -159,6 +162,175 @@ private:
   uint64_t count = 0, vocab = 0, sum = 0, seed = 0;
   uint32_t tokWidth = 2;
 };
+
+/// The window rule every file source shares (TokenFile, TokenArray): row
+/// `row` of microbatch `mb` at step `step` starts at
+/// hash(seed, step, mb, row) mod `windows`, with windows = N - s for N
+/// tokens and sequence length s (a window is s + 1 tokens). The same tokens
+/// in any format give the same batches.
+uint64_t windowStart(uint64_t seed, int64_t step, int64_t mb, int64_t row,
+                     uint64_t windows);
+
+//===----------------------------------------------------------------------===//
+// Other tools' token arrays (docs/runtime-data.md, "Megatron-LM, nanoGPT
+// and NumPy token arrays")
+//===----------------------------------------------------------------------===//
+
+/// The integer element types of token arrays (Megatron-LM's dtype codes 1,
+/// 2, 3, 4, 5, 8; NumPy's |u1 |i1 <i2 <u2 <i4 <u4 <i8 <u8).
+enum class TokenDType : uint8_t { U8, I8, I16, U16, I32, U32, I64, U64 };
+size_t tokenDTypeBytes(TokenDType t);
+/// NumPy's name: "uint16", "int32", ...
+const char *tokenDTypeName(TokenDType t);
+
+/// The read-only bytes of a file: mapped (mmap, private, read-only) rather
+/// than copied, or an in-memory image (tests, fuzzers). An empty file maps
+/// to an empty span.
+class FileBytes {
+public:
+  /// Errors: missing, unreadable, a directory, not a regular file.
+  static Expected<std::shared_ptr<const FileBytes>>
+  map(const std::string &path);
+  static std::shared_ptr<const FileBytes> hold(std::vector<uint8_t> bytes);
+  ~FileBytes();
+  FileBytes(const FileBytes &) = delete;
+  FileBytes &operator=(const FileBytes &) = delete;
+  const uint8_t *data() const { return ptr; }
+  uint64_t size() const { return len; }
+
+private:
+  FileBytes() = default;
+  const uint8_t *ptr = nullptr;
+  uint64_t len = 0;
+  bool mapped = false;
+  std::vector<uint8_t> owned;
+};
+
+/// A validated Megatron-LM index (PREFIX.idx, megatron.core.datasets.
+/// indexed_dataset, little-endian):
+///   0   9      magic "MMIDIDX\0\0"
+///   9   8 u64  version (1)
+///   17  1 u8   dtype code (1 u8, 2 i8, 3 i16, 4 i32, 5 i64, 8 u16; 6 and 7
+///              are floats, refused)
+///   18  8 u64  sequence count S
+///   26  8 u64  document index count D (documents + 1)
+///   34  4 S    sequence lengths, int32, in tokens
+///   ..  8 S    sequence pointers, int64, byte offsets into PREFIX.bin
+///   ..  8 D    document indices, int64: 0, then the sequence index after
+///              each document's last sequence, ending at S
+///   ..  1 S    (optional) sequence modes, int8 (multimodal datasets)
+/// Accepted as IndexedDatasetBuilder writes it: the sequences lie back to
+/// back from byte 0 and end at the end of the .bin, so the dataset is one
+/// token stream. The views point into the index bytes (unaligned).
+struct MegatronIndex {
+  TokenDType dtype = TokenDType::U16;
+  uint64_t sequenceCount = 0;
+  uint64_t documentIndexCount = 0; ///< D: the documents are D - 1
+  uint64_t tokenCount = 0;         ///< the .bin's bytes / the dtype's width
+  bool hasModes = false;
+  const uint8_t *lengths = nullptr, *pointers = nullptr,
+                *documents = nullptr;
+  int32_t length(uint64_t i) const;
+  int64_t pointer(uint64_t i) const;
+  int64_t documentIndex(uint64_t k) const;
+  /// The token offset where document k (0 <= k < D - 1) starts.
+  uint64_t documentStart(uint64_t k) const;
+};
+
+/// Validates an index against a .bin of `binBytes` bytes. Messages name
+/// the file (`idxName` or `binName`) and what is wrong: truncated, bad
+/// magic, version, a float or unknown dtype, a negative length, pointers
+/// past the end of the .bin, overlapping or with gaps, document indices
+/// that do not run from 0 up to S, trailing bytes.
+Expected<MegatronIndex> parseMegatronIndex(const uint8_t *idx, size_t size,
+                                           uint64_t binBytes,
+                                           const std::string &idxName,
+                                           const std::string &binName);
+
+struct DataFileOptions {
+  uint64_t seed = 0; ///< picks the windows (windowStart)
+  /// The model's vocabulary: a token id at or past it is an error naming
+  /// the file and the offset. 0: no limit, vocabSize() is the largest
+  /// token + 1.
+  int64_t vocab = 0;
+  /// A file shorter than one window of seqLen + 1 tokens is refused when
+  /// it is opened (0: only batch() checks).
+  int64_t seqLen = 0;
+};
+
+/// The token arrays of other tools, mapped rather than copied and read as
+/// one stream of N tokens; windows follow windowStart, as TokenFile's do:
+///   Megatron  a Megatron-LM indexed dataset, PREFIX.bin + PREFIX.idx
+///   Npy       a NumPy .npy: 1-D, little-endian integers (np.save)
+///   RawU16    nanoGPT's .bin: uint16 tokens, no header
+/// Opening scans every token once (the vocabulary check) and hashes the
+/// bytes (the fingerprint).
+class TokenArray final : public DataSource {
+public:
+  enum class Format { Megatron, Npy, RawU16 };
+  /// `prefix` without .bin / .idx.
+  static Expected<std::unique_ptr<TokenArray>>
+  openMegatron(const std::string &prefix, const DataFileOptions &o = {});
+  static Expected<std::unique_ptr<TokenArray>>
+  openNpy(const std::string &path, const DataFileOptions &o = {});
+  static Expected<std::unique_ptr<TokenArray>>
+  openRawU16(const std::string &path, const DataFileOptions &o = {});
+  /// In-memory images; the names are used in messages.
+  static Expected<std::unique_ptr<TokenArray>>
+  megatronFromBytes(std::vector<uint8_t> idx, std::vector<uint8_t> bin,
+                    const std::string &prefix, const DataFileOptions &o = {});
+  static Expected<std::unique_ptr<TokenArray>>
+  npyFromBytes(std::vector<uint8_t> bytes, const std::string &name,
+               const DataFileOptions &o = {});
+  static Expected<std::unique_ptr<TokenArray>>
+  rawU16FromBytes(std::vector<uint8_t> bytes, const std::string &name,
+                  const DataFileOptions &o = {});
+
+  int64_t vocabSize() const override { return vocab; }
+  Status batch(int64_t globalMicrobatchIndex, int64_t step, int64_t b,
+               int64_t s, int32_t *tokens, int32_t *targets) const override;
+  uint64_t fingerprint() const override;
+  std::string describe() const override;
+
+  Format format() const { return fmt; }
+  TokenDType dtype() const { return type; }
+  uint64_t size() const { return count; }
+  /// Token i (i < size()), validated non-negative and below vocabSize().
+  int64_t token(uint64_t i) const;
+  /// Megatron datasets: the validated index (else null).
+  const MegatronIndex *megatronIndex() const {
+    return fmt == Format::Megatron ? &index : nullptr;
+  }
+
+private:
+  TokenArray() = default;
+  /// Parses the header(s), then finish() scans the tokens.
+  static Expected<std::unique_ptr<TokenArray>>
+  create(Format f, std::shared_ptr<const FileBytes> data,
+         std::shared_ptr<const FileBytes> idx, const std::string &name,
+         const std::string &idxName, const DataFileOptions &o);
+  static Expected<std::unique_ptr<TokenArray>>
+  finish(std::unique_ptr<TokenArray> t, const DataFileOptions &o);
+  Format fmt = Format::RawU16;
+  TokenDType type = TokenDType::U16;
+  std::string name; ///< the token file (Megatron: PREFIX.bin)
+  std::shared_ptr<const FileBytes> file, idxFile;
+  const uint8_t *base = nullptr; ///< the first token
+  uint64_t count = 0, seed = 0, contentHash = 0;
+  int64_t vocab = 0;
+  MegatronIndex index;
+};
+
+/// What `pipeforge-run --data PATH` opens, by contents and name:
+///   a PFTOK file (any name)               TokenFile
+///   PREFIX.idx starting "MMIDIDX"         Megatron (with PREFIX.bin)
+///   PREFIX.bin beside a PREFIX.idx        Megatron
+///   PREFIX (no such file; .bin and .idx)  Megatron
+///   a file starting "\x93NUMPY"           Npy
+///   any other *.bin                       RawU16 (nanoGPT)
+/// Anything else is an error that lists these.
+Expected<std::unique_ptr<DataSource>>
+openDataFile(const std::string &path, const DataFileOptions &o = {});
 
 //===----------------------------------------------------------------------===//
 // Data position (checkpoints)
