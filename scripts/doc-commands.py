@@ -2,7 +2,7 @@
 """Runs every shell command of the documentation, as written.
 
 Usage: doc-commands.py --repo REPO --build BUILD --tools BIN --out DIR
-                       [--gpu] [--list] [PAGE...]
+                       [--gpu] [--transformers PYTHON] [--list] [PAGE...]
 
 Every fenced block of README.md and docs/**/*.md must name its kind in the
 fence's info string (an unlabelled block is an error, so a command cannot be
@@ -15,6 +15,10 @@ added without deciding whether it runs):
                    on its own and must exit with a status in 1..127 (not a
                    signal, not the shell's 'command not found')
   ```sh gpu        commands that need an NVIDIA GPU: run only with --gpu
+  ```sh transformers  commands that need Hugging Face's transformers (the
+                   walk of docs/huggingface.md): run only with
+                   --transformers PYTHON, whose folder comes first on PATH
+                   (so `python3` is that interpreter)
   ```sh manual     not run here; the page says why (the test suite itself,
                    several hosts, an hours-long fuzz run). The summary names
                    each one, and test/Docs/commands.test lists them all
@@ -43,7 +47,7 @@ import time
 
 FENCE = re.compile(r"^(\s*)(```|~~~)\s*(.*?)\s*$")
 HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
-RUN_KINDS = {"sh", "sh fails", "sh gpu", "sh manual"}
+RUN_KINDS = {"sh", "sh fails", "sh gpu", "sh manual", "sh transformers"}
 TIMEOUT_S = 600
 
 
@@ -187,6 +191,8 @@ def main():
     ap.add_argument("--tools", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--gpu", action="store_true")
+    ap.add_argument("--transformers", default="",
+                    help="a python with transformers: run the 'sh transformers' blocks")
     ap.add_argument("--list", action="store_true", help="list the blocks, run nothing")
     ap.add_argument("pages", nargs="*")
     args = ap.parse_args()
@@ -196,7 +202,15 @@ def main():
                                                     recursive=True)))
     env = dict(os.environ)
     env["PATH"] = os.path.abspath(args.tools) + os.pathsep + env.get("PATH", "")
-    failures, counts, manual = [], {"ran": 0, "commands": 0, "gpu": 0, "outputs": 0}, []
+    hf_env = dict(env)
+    if args.transformers:
+        # The interpreter's folder as it is (a venv's bin/python is a link:
+        # resolving it would leave the venv).
+        hf_env["PATH"] = (os.path.abspath(args.tools) + os.pathsep +
+                          os.path.dirname(os.path.abspath(args.transformers)) +
+                          os.pathsep + os.environ.get("PATH", ""))
+    failures, counts, manual = [], {"ran": 0, "commands": 0, "gpu": 0,
+                                    "transformers": 0, "outputs": 0}, []
     for page in pages:
         blocks, errors = parse(repo, page)
         failures += errors
@@ -217,19 +231,24 @@ def main():
                 counts["gpu"] += 1
                 print(f"{b.where()}: gpu, skipped without one")
                 continue
+            if b.info == "sh transformers" and not args.transformers:
+                counts["transformers"] += 1
+                print(f"{b.where()}: transformers, skipped without it")
+                continue
+            benv = hf_env if b.info == "sh transformers" else env
             t0 = time.time()
             try:
                 if b.info == "sh fails":
                     output, problem = "", None
                     for c in cmds:
-                        rc, text = run(c, cwd, env)
+                        rc, text = run(c, cwd, benv)
                         output += text
                         if not 1 <= rc <= 126:
                             how = f"was killed by signal {-rc}" if rc < 0 else f"exited {rc}"
                             problem = f"'{c}' {how}, expected a clear error (1..126)"
                             break
                 else:
-                    rc, output = run("set -eo pipefail\n" + "\n".join(b.body), cwd, env)
+                    rc, output = run("set -eo pipefail\n" + "\n".join(b.body), cwd, benv)
                     problem = None if rc == 0 else f"exited {rc}"
             except subprocess.TimeoutExpired:
                 output, problem = "", f"did not finish in {TIMEOUT_S} s"
@@ -252,6 +271,7 @@ def main():
         return 1 if failures else 0
     print(f"ran {counts['ran']} blocks ({counts['commands']} commands), "
           f"compared {counts['outputs']} outputs; skipped: {counts['gpu']} gpu, "
+          f"{counts['transformers']} transformers, "
           f"{len(manual)} manual")
     for m in manual:
         print(f"manual: {m}")

@@ -18,7 +18,7 @@
 #include "pipeforge/rt/Program.h"
 #include "pipeforge/Support/Hash.h"
 
-#include "pipeforge/Schedule/Export.h"
+#include "pipeforge/Schedule/ExportJson.h"
 
 #include <nlohmann/json.hpp>
 
@@ -220,6 +220,9 @@ std::string serializeProgram(const Program &p) {
                 {"vocab", p.model.vocab},
                 {"seq_len", p.model.seqLen},
                 {"microbatch_size", p.model.microbatchSize}};
+  if (!p.model.hfConfig.empty()) // absent when empty: older files unchanged
+    j["model"]["hf_config"] =
+        Json::parse(p.model.hfConfig, nullptr, /*allow_exceptions=*/false);
   j["training"] = {{"schedule", p.training.schedule},
                    {"pipeline_ranks", p.training.pipelineRanks},
                    {"data_parallel", p.training.dataParallel},
@@ -497,6 +500,11 @@ Program parseBody(const Json &j) {
   p.model.vocab = i64Field(m, "vocab", "model");
   p.model.seqLen = i64Field(m, "seq_len", "model");
   p.model.microbatchSize = i64Field(m, "microbatch_size", "model");
+  if (m.contains("hf_config")) {
+    if (!m["hf_config"].is_object())
+      fail("model.hf_config", "expected a JSON object (a config.json)");
+    p.model.hfConfig = m["hf_config"].dump();
+  }
   const Json &t = field(j, "training", "body");
   p.training.schedule = strField(t, "schedule", "training");
   p.training.pipelineRanks = i32Field(t, "pipeline_ranks", "training");

@@ -13,6 +13,8 @@
 
 #include "pipeforge/Schedule/Verify.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -122,6 +124,12 @@ Status Validator::settings() {
   if (m.microbatchSize <= 0)
     return Status::error("model.microbatch_size must be positive (is " +
                          std::to_string(m.microbatchSize) + ")");
+  if (!m.hfConfig.empty()) {
+    auto c = nlohmann::json::parse(m.hfConfig, nullptr,
+                                   /*allow_exceptions=*/false);
+    if (!c.is_object())
+      return Status::error("model.hf_config is not a JSON object");
+  }
   const TrainingInfo &t = p.training;
   if (t.pipelineRanks < 1)
     return Status::error("training.pipeline_ranks must be at least 1 (is " +

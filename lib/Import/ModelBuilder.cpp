@@ -16,6 +16,9 @@ using namespace pipeforge::import;
 namespace nn = pipeforge::nn;
 
 namespace {
+/// MLA's q_a_layernorm and kv_a_layernorm (mlaAttention).
+constexpr double kMLANormEps = 1e-6;
+
 class ModelBuilder {
 public:
   ModelBuilder(const ModelConfig &c, MLIRContext *ctx, Location loc)
@@ -40,9 +43,9 @@ private:
   Value param(const std::string &name, ArrayRef<int64_t> shape,
               const std::string &init, const std::string &tiedTo = "") {
     NamedAttrList attrs;
-    attrs.append("nn.role", b.getStringAttr("param"));
-    attrs.append("nn.name", b.getStringAttr(name));
-    attrs.append("nn.init", b.getStringAttr(init));
+    attrs.append(pipeforge::attrs::kNNRole, b.getStringAttr("param"));
+    attrs.append(pipeforge::attrs::kNNName, b.getStringAttr(name));
+    attrs.append(pipeforge::attrs::kNNInit, b.getStringAttr(init));
     if (!tiedTo.empty())
       attrs.append(pipeforge::attrs::kNNTied, b.getStringAttr(tiedTo));
     return argument(tensor(shape), attrs);
@@ -55,7 +58,7 @@ private:
 
   /// Tags an op with the current layer.
   template <typename OpTy> OpTy tag(OpTy op) {
-    op->setAttr("nn.layer", b.getI64IntegerAttr(layer));
+    op->setAttr(pipeforge::attrs::kNNLayer, b.getI64IntegerAttr(layer));
     return op;
   }
 
@@ -81,9 +84,12 @@ private:
     return rmsNorm(x, name, c.hidden);
   }
   Value rmsNorm(Value x, const std::string &name, int64_t dim) {
+    return rmsNorm(x, name, dim, c.normEpsilon);
+  }
+  Value rmsNorm(Value x, const std::string &name, int64_t dim, double eps) {
     Value g = param(name + ".weight", {dim}, "ones");
     return tag(nn::RMSNormOp::create(b, loc, x.getType(), x, g,
-                                     b.getF32FloatAttr(c.normEpsilon)))
+                                     b.getF32FloatAttr(eps)))
         .getResult();
   }
   /// nn.dropout at `rate` (none at 0), with the next site number.
@@ -252,6 +258,10 @@ Value ModelBuilder::llamaBlock(Value x, int64_t i) {
 ///   k     = concat_heads(kn, k_pe)         [.., H (dn + dr)]  (broadcast)
 ///   o     = o_proj(attention(q, k, v))     RoPE on the trailing dr of each
 ///                                          q / k head, scale 1/sqrt(dn+dr)
+/// The two inner norms (q_a_layernorm, kv_a_layernorm) use epsilon 1e-6
+/// whatever rms_norm_eps says, as Hugging Face's DeepseekV2/V3Attention
+/// builds them (its RMSNorm's default); only the decoder layer's norms and
+/// the final norm take rms_norm_eps.
 /// HF's kv_a_proj_with_mqa ([kv_lora_rank + dr, hidden]) is the two params
 /// kv_a_proj_with_mqa.{latent,rope}.weight (its rows [0, kv_lora_rank) and
 /// the rest), and kv_b_proj ([H (dn + dv), kv_lora_rank], per head dn key
@@ -265,7 +275,7 @@ Value ModelBuilder::mlaAttention(Value x, const std::string &p) {
   Value q;
   if (m.qLoraRank > 0) {
     Value qa = linear(x, a + "q_a_proj", h, m.qLoraRank, false, init);
-    Value qn = rmsNorm(qa, a + "q_a_layernorm", m.qLoraRank);
+    Value qn = rmsNorm(qa, a + "q_a_layernorm", m.qLoraRank, kMLANormEps);
     q = linear(qn, a + "q_b_proj", m.qLoraRank, heads * (dn + dr), false,
                init);
   } else {
@@ -273,7 +283,7 @@ Value ModelBuilder::mlaAttention(Value x, const std::string &p) {
   }
   Value ckv = linear(x, a + "kv_a_proj_with_mqa.latent", h, r, false, init);
   Value kpe = linear(x, a + "kv_a_proj_with_mqa.rope", h, dr, false, init);
-  Value kvn = rmsNorm(ckv, a + "kv_a_layernorm", r);
+  Value kvn = rmsNorm(ckv, a + "kv_a_layernorm", r, kMLANormEps);
   Value kn = linear(kvn, a + "kv_b_proj.k_nope", r, heads * dn, false, init);
   Value v = linear(kvn, a + "kv_b_proj.v", r, heads * dv, false, init);
   Value k = tag(nn::ConcatHeadsOp::create(b, loc, act(heads * (dn + dr)), kn,
@@ -325,8 +335,8 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
 
   auto tokType = RankedTensorType::get({c.batch, c.seqLen}, b.getI32Type());
   NamedAttrList tokAttrs, tgtAttrs;
-  tokAttrs.append("nn.role", b.getStringAttr("tokens"));
-  tgtAttrs.append("nn.role", b.getStringAttr("targets"));
+  tokAttrs.append(pipeforge::attrs::kNNRole, b.getStringAttr("tokens"));
+  tgtAttrs.append(pipeforge::attrs::kNNRole, b.getStringAttr("targets"));
   Value tokens = argument(tokType, tokAttrs);
   Value targets = argument(tokType, tgtAttrs);
 

@@ -215,6 +215,40 @@ bool ModelConfig::moeLayer(int64_t i) const {
 
 /// The MoE keys of Qwen2-MoE and DeepSeek-V2/V3 (read for every MoE model
 /// type; a Mixtral config has none of them and keeps Mixtral's routing).
+/// The rotary base: `rope_theta`, or (transformers 5 writes it there) the
+/// `rope_theta` of `rope_parameters`. A rope_type other than "default" in
+/// either `rope_parameters` or `rope_scaling` (YaRN, Llama 3's, linear,
+/// dynamic) changes the frequencies, which PipeForge does not model: an
+/// error rather than a silently different model.
+static double readRopeTheta(KeyReader &r, const json &root) {
+  for (const char *key : {"rope_parameters", "rope_scaling"}) {
+    auto it = root.find(key);
+    if (it == root.end() || it->is_null())
+      continue;
+    std::string type;
+    if (it->is_object()) {
+      for (const char *t : {"rope_type", "type"})
+        if (it->contains(t) && (*it)[t].is_string())
+          type = (*it)[t].get<std::string>();
+      if (type.empty() || type == "default")
+        continue;
+    }
+    r.fail(std::string("key '") + key + "': rope type '" +
+           (type.empty() ? it->dump() : type) +
+           "' is not supported (only the default rotary frequencies)");
+  }
+  auto params = root.find("rope_parameters");
+  if (params != root.end() && params->is_object() &&
+      params->contains("rope_theta") && !root.contains("rope_theta")) {
+    KeyReader inner(*params);
+    double theta = inner.positiveNumber({"rope_theta"}, 10000.0, kMaxRopeTheta);
+    if (!inner.error.empty())
+      r.fail("rope_parameters: " + inner.error);
+    return theta;
+  }
+  return r.positiveNumber({"rope_theta"}, 10000.0, kMaxRopeTheta);
+}
+
 static void readMoEKeys(KeyReader &r, const json &root, ModelConfig &c) {
   bool qwen = c.kind == ModelKind::Qwen2MoE;
   if (qwen) {
@@ -299,16 +333,12 @@ static void readDeepSeek(KeyReader &r, const json &root, ModelConfig &c) {
   c.numKvHeads = c.numHeads;
   c.intermediate = r.positiveInt({"intermediate_size"});
   c.normEpsilon = r.positiveNumber({"rms_norm_eps"}, 1e-6, kMaxNormEpsilon);
-  c.ropeTheta = r.positiveNumber({"rope_theta"}, 10000.0, kMaxRopeTheta);
+  c.ropeTheta = readRopeTheta(r, root);
   c.attnDropout = r.rate({"attention_dropout"}, 0.0);
   c.tiedEmbeddings = r.boolean("tie_word_embeddings", false);
   if (r.boolean("attention_bias", false))
     r.fail("key 'attention_bias': true is not supported (DeepSeek's "
            "projections have no biases)");
-  auto rs = root.find("rope_scaling");
-  if (rs != root.end() && !rs->is_null())
-    r.fail("key 'rope_scaling' is not supported (YaRN changes the rotary "
-           "frequencies and the softmax scale): set it to null");
 
   // DeepSeekMoE, into the MoE fields nn.moe consumes (HF's defaults: V3
   // sigmoid scores renormalised, V2 softmax with raw top-k weights).
@@ -418,7 +448,7 @@ static llvm::Expected<ModelConfig> parseConfig(llvm::StringRef text,
         r.positiveInt({"num_key_value_heads"}, c.numHeads > 0 ? c.numHeads : 1);
     c.intermediate = r.positiveInt({"intermediate_size", "n_inner"});
     c.normEpsilon = r.positiveNumber({"rms_norm_eps"}, 1e-6, kMaxNormEpsilon);
-    c.ropeTheta = r.positiveNumber({"rope_theta"}, 10000.0, kMaxRopeTheta);
+    c.ropeTheta = readRopeTheta(r, root);
     c.attnDropout = r.rate({"attention_dropout", "attn_pdrop"}, 0.0);
     c.residDropout = r.rate({"resid_pdrop"}, 0.0);
     c.embdDropout = r.rate({"embd_pdrop"}, 0.0);

@@ -486,6 +486,10 @@ struct Executor::Impl {
   };
   std::map<std::string, MoEBias> moeBiases;
   Status initMoEBiases();
+  /// opts.initialWeights: this rank's `nLocal` values of parameter `i`
+  /// (`source`: the name its values come from, a tied copy's target).
+  Status loadInitialValues(const Param &p, const std::string &source,
+                           int32_t i, int64_t nLocal, float *out);
   /// The call's bias (and, F of a moe kernel, its load), or none.
   void bindMoEBias(KernelCall &call, int which);
   /// After the step: loads summed over the world, every bias updated.

@@ -9,6 +9,10 @@
 
 #include "ExecutorImpl.h"
 
+#include "pipeforge/rt/HfWeights.h"
+
+#include <cstring>
+
 #include <algorithm>
 
 namespace pipeforge::rt {
@@ -152,7 +156,15 @@ Status Executor::Impl::init() {
     if (!ps.value->p || !ps.grad->p)
       return Status::error("out of memory for parameter '" + p.name + "'");
     std::vector<float> host(static_cast<size_t>(p.type.numElements()));
-    if (p.tpDim >= 0 && T > 1) {
+    int64_t off = expertParams.count(int32_t(i)) ? int64_t(epi) * nLocal : 0;
+    if (opts.initialWeights) {
+      // Only this rank's rows (its experts; its shard when split along
+      // dimension 0), read into host at `off`.
+      if (Status s = loadInitialValues(p, src.name, int32_t(i), nLocal,
+                                       host.data() + off);
+          !s)
+        return s;
+    } else if (p.tpDim >= 0 && T > 1) {
       // A split param: the whole tensor's values (as the reference), then
       // this rank's slice.
       Param whole = src;
@@ -166,7 +178,6 @@ Status Executor::Impl::init() {
       return s;
     }
     // An expert param: initialised whole (as the reference), then sliced.
-    int64_t off = expertParams.count(int32_t(i)) ? int64_t(epi) * nLocal : 0;
     be.copyFromHost(ps.value->p, host.data() + off, nLocal * 4);
     if (!be.hostVisible()) {
       ps.hostValue.assign(host.begin() + off, host.begin() + off + nLocal);
@@ -219,6 +230,53 @@ Status Executor::Impl::init() {
   epoch = nowS();
   if (opts.trace)
     return alignClocks();
+  return Status::ok();
+}
+
+Status Executor::Impl::loadInitialValues(const Param &p,
+                                         const std::string &source, int32_t i,
+                                         int64_t nLocal, float *out) {
+  const WeightSource &w = *opts.initialWeights;
+  std::string name = baseParamName(source);
+  bool split = p.tpDim >= 0 && T > 1;
+  std::vector<int64_t> whole = p.type.shape;
+  if (split)
+    whole[size_t(p.tpDim)] *= T;
+  if (whole.empty())
+    return w.fill(name, whole, 0, 1, out);
+  // The rows of dimension 0 this rank needs: its experts, or its shard.
+  int64_t row0 = 0, row1 = whole[0];
+  if (expertParams.count(i)) {
+    row0 = whole[0] / E * epi;
+    row1 = row0 + whole[0] / E;
+  } else if (split && p.tpDim == 0) {
+    row0 = p.type.shape[0] * tpi;
+    row1 = row0 + p.type.shape[0];
+  }
+  if (!split || p.tpDim == 0)
+    return w.fill(name, whole, row0, row1, out);
+  // Split along a later dimension: the rows whole, then this rank's slice
+  // of each (T slices of `block` values per outer index).
+  std::vector<int64_t> rowsShape = whole;
+  rowsShape[0] = row1 - row0;
+  int64_t n = 1;
+  for (int64_t d : rowsShape)
+    n *= d;
+  std::vector<float> rows(static_cast<size_t>(n));
+  if (Status s = w.fill(name, whole, row0, row1, rows.data()); !s)
+    return s;
+  int64_t outer = 1, block = 1;
+  for (int d = 0; d < p.tpDim; ++d)
+    outer *= rowsShape[size_t(d)];
+  for (size_t d = size_t(p.tpDim); d < rowsShape.size(); ++d)
+    block *= rowsShape[d];
+  block /= T;
+  if (outer * block != nLocal)
+    return Status::error("parameter '" + p.name +
+                         "': internal: slice size mismatch on load");
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(out + o * block, rows.data() + (o * T + tpi) * block,
+                size_t(block) * 4);
   return Status::ok();
 }
 

@@ -20,6 +20,8 @@
 
 #include "ExecutorImpl.h"
 
+#include "pipeforge/rt/HfWeights.h"
+
 #include "KernelOperands.h"
 
 namespace pipeforge::rt {
@@ -61,9 +63,18 @@ Status Executor::Impl::initMoEBiases() {
                                 "' has two bias_update_speed values");
         b.speed = speed;
       }
-  for (auto &[name, b] : moeBiases)
+  for (auto &[name, b] : moeBiases) {
     if (b.speed < 0)
       return Status::error("the bias '" + name + "' has no forward moe kernel");
+    // --init-from: the checkpoint's bias (Hugging Face's
+    // gate.e_score_correction_bias), the same on every rank.
+    if (opts.initialWeights && opts.initialWeights->hasBias(name))
+      if (Status s = opts.initialWeights->fill(
+              name, {int64_t(b.bias.size())}, 0, int64_t(b.bias.size()),
+              b.bias.data());
+          !s)
+        return s;
+  }
   return Status::ok();
 }
 

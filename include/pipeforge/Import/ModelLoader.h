@@ -1,7 +1,10 @@
 //===- ModelLoader.h - A model file (config.json or nn IR) to a module ----===//
 //
 // The one entry of every tool that starts from a model: a `.json` path is a
-// Hugging Face style config.json, imported (ModelConfig + ModelBuilder);
+// Hugging Face style config.json, imported (ModelConfig + ModelBuilder), and
+// so is a directory (a Hugging Face model directory: its config.json; the
+// model is named after the directory); the config's text is recorded on
+// @model (attrs::kHFConfig);
 // anything else (including "-", standard input) is nn IR text, parsed with
 // its diagnostics reported through the source manager.
 //
@@ -24,7 +27,7 @@ struct LoadOptions {
   std::string name;           ///< the model's name; empty: the file's stem
 };
 
-/// True when `path` names a config.json (by its extension).
+/// True when `path` names a config.json (by its extension) or a directory.
 bool isConfigPath(llvm::StringRef path);
 
 /// Reads and loads `path` into `ctx` (the nn, func, arith and tensor

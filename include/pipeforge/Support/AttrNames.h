@@ -22,6 +22,12 @@ inline constexpr llvm::StringLiteral kModelName = "nn.model_name";
 inline constexpr llvm::StringLiteral kVocabSize = "nn.vocab_size";
 /// Tokens per sequence of the run the module was imported for.
 inline constexpr llvm::StringLiteral kSeqLen = "nn.seq_len";
+/// The Hugging Face config.json the model was imported from (its text):
+/// the lowering carries it into the program (ModelInfo::hfConfig), where
+/// the runtime reads a Hugging Face checkpoint's layout from it and writes
+/// it back beside exported weights (docs/huggingface.md). Absent on
+/// hand-written IR.
+inline constexpr llvm::StringLiteral kHFConfig = "nn.hf_config";
 
 //===--- On @model's arguments and ops ------------------------------------===//
 inline constexpr llvm::StringLiteral kNNRole = "nn.role"; ///< tokens|targets|param
@@ -47,6 +53,29 @@ inline constexpr llvm::StringLiteral kTPDim = "nn.tp_dim";
 /// from its own share of the tokens (sequence parallelism): the gradients
 /// are summed over the group before the optimizer step.
 inline constexpr llvm::StringLiteral kTPReduceGrad = "nn.tp_reduce_grad";
+
+//===--- The partition (pp-partition) -------------------------------------===//
+/// On the pp.pipeline: the largest stage cost over the mean (f64).
+inline constexpr llvm::StringLiteral kPPImbalance = "pp.imbalance";
+/// On each pp.stage: its nn.layer ids (array<i64>) and its F + B + W FLOPs
+/// (i64).
+inline constexpr llvm::StringLiteral kPPLayers = "pp.layers";
+inline constexpr llvm::StringLiteral kPPCost = "pp.cost";
+
+//===--- Recomputation (pp-recompute, docs/split-backward.md) -------------===//
+/// On a pp.stage: "full" or "selective"; for selective, the forward FLOPs of
+/// the ops it recomputes (f64), which the stage cost model charges to B.
+inline constexpr llvm::StringLiteral kPPRecompute = "pp.recompute";
+inline constexpr llvm::StringLiteral kPPRecomputeFlops = "pp.recompute_flops";
+
+//===--- Fused overlapped pairs (pp-fuse-overlap, docs/passes.md) ---------===//
+/// On a fused pp.overlap: the component order it runs (the pass's `order`
+/// syntax), the times the search predicted ({default, fused, unfused}, cost
+/// units), and how many all-to-alls no compute of the other member hides
+/// (i64).
+inline constexpr llvm::StringLiteral kPPOrder = "pp.order";
+inline constexpr llvm::StringLiteral kPPPredicted = "pp.predicted";
+inline constexpr llvm::StringLiteral kPPExposedComm = "pp.exposed_comm";
 
 //===--- On stage functions (pp-partition, pp-split-backward) -------------===//
 inline constexpr llvm::StringLiteral kPPRole = "pp.role";

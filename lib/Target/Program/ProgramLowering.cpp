@@ -581,6 +581,8 @@ FailureOr<rt::Program> Lowering::run() {
   prog.model = opts.model;
   if (auto n = pipeline->getAttrOfType<StringAttr>(attrs::kModelName))
     prog.model.name = n.getValue().str();
+  if (auto c = pipeline->getAttrOfType<StringAttr>(attrs::kHFConfig))
+    prog.model.hfConfig = c.getValue().str();
   if (auto v = pipeline->getAttrOfType<IntegerAttr>(attrs::kVocabSize))
     prog.model.vocab = v.getInt();
   prog.training = opts.training;

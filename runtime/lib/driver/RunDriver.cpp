@@ -8,6 +8,7 @@
 //          [--dump-weights FILE] [--optimizer adamw|sgd] [--data synthetic|
 //          pattern|FILE] [--comm-timeout S]
 //          [--checkpoint-dir D [--save-every K] [--resume]]
+//          [--init-from HF_DIR] [--save-hf DIR]   (docs/huggingface.md)
 //          [--optimizer-sync sync|post-validation] [--clip X]
 //   pipeforge-run --compare-weights A B [--rtol R] [--atol A]
 //
@@ -81,6 +82,7 @@ std::string hostName() {
       "         [--decay-steps N] [--min-lr X]\n"
       "         [--data synthetic|pattern|FILE|PREFIX] [--trace FILE]\n"
       "         [--dump-weights FILE] [--comm-timeout SECONDS]\n"
+      "         [--init-from HF_MODEL_DIR] [--save-hf DIR]\n"
       "         [--recv-lookahead N] [--quiet] [--no-fuse] [--memory-report]\n"
       "         [--print-placement] [--rank-layout pp-fastest|dp-fastest]\n"
       "         [--checkpoint-dir DIR [--save-every K] [--resume]]\n"
@@ -157,7 +159,7 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     if (std::string(argv[i]) == "--compare-weights")
       return compareMain(argc, argv);
 
-  std::string progPath, tracePath, dumpPath, dataSpecOpt = "auto",
+  std::string progPath, tracePath, dumpPath, initFrom, saveHf, dataSpecOpt = "auto",
                                              optName = "adamw";
   std::string backendName = "cpu", precisionName = "fp32", transportName;
   int localRanks = -1, deviceOpt = -1; // -1: not given
@@ -247,6 +249,10 @@ int pipeforge::rt::runDriver(int argc, char **argv,
       tracePath = val();
     else if (o == "--dump-weights")
       dumpPath = val();
+    else if (o == "--init-from")
+      initFrom = val();
+    else if (o == "--save-hf")
+      saveHf = val();
     else if (o == "--comm-timeout")
       timeout = num({0, 1e6}); // 0: wait forever
     else if (o == "--recv-lookahead")
@@ -427,6 +433,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     to.saveEvery = saveEvery;
     to.tracePath = tracePath;
     to.dumpWeightsPath = dumpPath;
+    to.initFrom = initFrom;
+    to.saveHfDir = saveHf;
     ExecutorOptions &eo = to.executor;
     eo.trace = !tracePath.empty();
     eo.recvLookahead = lookahead;

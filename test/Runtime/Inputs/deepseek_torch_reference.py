@@ -171,7 +171,9 @@ class DeepSeekV3:
         b, s, _ = x.shape
         H, dn, dr, dv = (c["num_attention_heads"], c["qk_nope_head_dim"],
                          c["qk_rope_head_dim"], c["v_head_dim"])
-        eps = c["rms_norm_eps"]
+        # The low-rank projections' norms: epsilon 1e-6 whatever
+        # rms_norm_eps says (HF's DeepseekV3Attention builds them so).
+        eps = 1e-6
         q = rms_norm(x @ self.w(a + "q_a_proj.weight").T,
                      self.w(a + "q_a_layernorm.weight"), eps)
         q = (q @ self.w(a + "q_b_proj.weight").T).view(b, s, H, dn + dr)

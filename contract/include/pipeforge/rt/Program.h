@@ -182,6 +182,13 @@ struct ModelInfo {
   int64_t vocab = 0;
   int64_t seqLen = 0;
   int64_t microbatchSize = 0; ///< sequences per microbatch (b)
+  /// The Hugging Face config.json the model was imported from (its JSON
+  /// text; empty for a model written as nn IR): the layout of a Hugging
+  /// Face checkpoint of this model (--init-from) and the config written
+  /// beside exported weights (--save-hf, pipeforge-export;
+  /// docs/huggingface.md). In the file: "hf_config", a JSON object, absent
+  /// when empty.
+  std::string hfConfig;
 };
 
 struct TrainingInfo {

@@ -138,8 +138,15 @@ enum class OptimizerSync : uint8_t {
   PostValidation ///< optimistic step, then validate (Zero Bubble)
 };
 
+class WeightSource; // HfWeights.h
+
 struct ExecutorOptions {
   bool trace = false;    ///< record Chrome trace events
+  /// The values parameters and load-balancing biases start from instead of
+  /// their initialisers (pipeforge-run --init-from: a Hugging Face model
+  /// directory, HfWeights.h); each rank reads only the rows it holds.
+  /// Null: the program's initialisers. Not owned; read during create().
+  const WeightSource *initialWeights = nullptr;
   int recvLookahead = 8; ///< Recv actions posted ahead of the current one
   OptimizerSync optimizerSync = OptimizerSync::Sync;
   /// Test hook: no optimizer update at this step (1-based; 0: none); the

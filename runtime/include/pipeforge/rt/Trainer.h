@@ -50,6 +50,13 @@ struct TrainerOptions {
   int64_t saveEvery = 0;       ///< 0: never
   std::string tracePath;       ///< finish(): the merged Chrome trace
   std::string dumpWeightsPath; ///< finish(): the gathered weights
+  /// A Hugging Face model directory the parameters (and load-balancing
+  /// biases) start from instead of their initialisers (docs/huggingface.md);
+  /// each rank reads only its rows. Empty: the program's initialisers.
+  std::string initFrom;
+  /// finish(): the trained model as a Hugging Face model directory
+  /// (config.json, safetensors) that transformers loads. Empty: none.
+  std::string saveHfDir;
   ExecutorOptions executor;
 };
 
