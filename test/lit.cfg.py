@@ -77,6 +77,32 @@ else:
                     "scripts/setup-torch.sh` (or set PIPEFORGE_TORCH_PYTHON) "
                     "to enable them")
 
+# `REQUIRES: transformers`: the Hugging Face packages beside that PyTorch
+# (transformers, safetensors, tokenizers, sentencepiece; megatron-core for
+# the Megatron-LM dataset tests: `REQUIRES: megatron`), the judges of the
+# interchange with the Hugging Face ecosystem (docs/huggingface.md).
+def _has_modules(py, mods):
+    try:
+        return subprocess.run([py, "-c", "import " + ", ".join(mods)],
+                              capture_output=True, timeout=300).returncode == 0
+    except Exception:
+        return False
+
+if _torch_py and _has_modules(_torch_py, ["transformers", "safetensors",
+                                          "tokenizers", "sentencepiece"]):
+    config.available_features.add("transformers")
+elif _torch_py:
+    lit_config.note("transformers not found beside PyTorch: the tests that "
+                    "Hugging Face judges (REQUIRES: transformers) are "
+                    "skipped; run `bash scripts/setup-torch.sh`")
+# test/Docs/commands.test runs docs/huggingface.md's walk where transformers
+# imports.
+config.substitutions.append(
+    ("%doctransformers", "--transformers " + _torch_py
+     if "transformers" in config.available_features else ""))
+if _torch_py and _has_modules(_torch_py, ["megatron.core"]):
+    config.available_features.add("megatron")
+
 # `REQUIRES: netns`: root may create network namespaces (the multi-host
 # test builds its hosts from them); probed by creating and deleting one.
 def _netns_allowed():

@@ -8,6 +8,8 @@
 
 #include "pipeforge/rt/Trainer.h"
 
+#include "pipeforge/rt/HfWeights.h"
+
 #include "pipeforge/rt/Checkpoint.h"
 #include "pipeforge/rt/Data.h"
 #include "pipeforge/rt/Optimizer.h"
@@ -259,8 +261,18 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Program &prog,
     return s;
   if (Status s = impl->initOptimizer(); !s)
     return s;
-  auto ex =
-      Executor::create(prog, be, tr, *impl->tokens, *impl->opt, o.executor);
+  // --init-from: a Hugging Face checkpoint, checked against the program
+  // (headers only) before any rank allocates; read during create().
+  std::unique_ptr<HfWeightSource> hf;
+  ExecutorOptions eo = o.executor;
+  if (!o.initFrom.empty()) {
+    auto src = HfWeightSource::open(o.initFrom, prog);
+    if (!src)
+      return src.status();
+    hf = src.take();
+    eo.initialWeights = hf.get();
+  }
+  auto ex = Executor::create(prog, be, tr, *impl->tokens, *impl->opt, eo);
   if (!ex)
     return ex.status();
   impl->ex = ex.take();
@@ -416,6 +428,14 @@ Status Trainer::saveCheckpoint(int64_t k) {
   auto man = assembleManifest(records, wsize);
   if (!man)
     return man.status();
+  // What pipeforge-export needs to rebuild whole tensors from the rank
+  // files (the program: the parameters' layout and the model's config; the
+  // rank layout), written before the manifest that completes the folder.
+  if (wrank == 0)
+    if (Status s = writeCheckpointLayout(dir, m.prog,
+                                         m.tr.rankLayoutDataFastest());
+        !s)
+      return s;
   if (wrank == 0)
     if (Status s = writeManifest(dir, *man); !s)
       return s;
@@ -468,7 +488,7 @@ Status Trainer::finish() {
   if (!m.o.tracePath.empty())
     if (Status s = m.ex->writeTrace(m.o.tracePath); !s)
       return s;
-  if (m.o.dumpWeightsPath.empty())
+  if (m.o.dumpWeightsPath.empty() && m.o.saveHfDir.empty())
     return Status::ok();
   // Test hook: one rank's copy of its first parameter drifts, for the
   // replica check of gatherWeights.
@@ -481,8 +501,14 @@ Status Trainer::finish() {
   auto w = m.ex->gatherWeights();
   if (!w)
     return w.status();
-  if (m.tr.worldRank() == 0)
-    return writeWeights(m.o.dumpWeightsPath, *w);
+  if (m.tr.worldRank() != 0)
+    return Status::ok();
+  if (!m.o.dumpWeightsPath.empty())
+    if (Status s = writeWeights(m.o.dumpWeightsPath, *w); !s)
+      return s;
+  if (!m.o.saveHfDir.empty())
+    if (Status s = writeHfModel(m.o.saveHfDir, m.prog, *w); !s)
+      return Status::error("--save-hf '" + m.o.saveHfDir + "': " + s.message());
   return Status::ok();
 }
 
