@@ -118,9 +118,9 @@ static void describeLayers(mlir::func::FuncOp func,
                          double(bytesPerElement);
 }
 
-Expected<plan::ModelCosts> plan::costsFromIR(mlir::ModuleOp module,
-                                            StringRef name,
-                                            unsigned bytesPerElement) {
+llvm::Expected<plan::ModelCosts> plan::costsFromIR(mlir::ModuleOp module,
+                                                   StringRef name,
+                                                   unsigned bytesPerElement) {
   auto func = dyn_cast_or_null<mlir::func::FuncOp>(
       mlir::SymbolTable::lookupSymbolIn(module, "model"));
   if (!func || func.isExternal())
@@ -128,7 +128,7 @@ Expected<plan::ModelCosts> plan::costsFromIR(mlir::ModuleOp module,
                              "as pipeforge-import writes it)");
   int64_t batch = 0, seq = 0;
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-    auto role = func.getArgAttrOfType<mlir::StringAttr>(i, "nn.role");
+    auto role = func.getArgAttrOfType<mlir::StringAttr>(i, attrs::kNNRole);
     auto t = dyn_cast<mlir::RankedTensorType>(func.getArgument(i).getType());
     if (role && role.getValue() == "tokens" && t && t.getRank() == 2 &&
         t.hasStaticShape()) {
@@ -166,7 +166,7 @@ Expected<plan::ModelCosts> plan::costsFromIR(mlir::ModuleOp module,
   }
   describeLayers(func, layers->ids, model, perSeq, bytesPerElement);
   for (unsigned i = 0; i < func.getNumArguments(); ++i)
-    if (func.getArgAttr(i, "nn.tied"))
+    if (func.getArgAttr(i, attrs::kNNTied))
       if (auto t =
               dyn_cast<mlir::RankedTensorType>(func.getArgument(i).getType());
           t && t.hasStaticShape())
@@ -174,8 +174,8 @@ Expected<plan::ModelCosts> plan::costsFromIR(mlir::ModuleOp module,
   return model;
 }
 
-Expected<plan::ModelCosts> plan::loadModelCosts(StringRef path, int64_t seqLen,
-                                               unsigned bytesPerElement) {
+llvm::Expected<plan::ModelCosts>
+plan::loadModelCosts(StringRef path, int64_t seqLen, unsigned bytesPerElement) {
   mlir::MLIRContext ctx;
   ctx.loadDialect<nn::NNDialect, mlir::func::FuncDialect>();
   SourceMgr sm;
