@@ -26,6 +26,9 @@ PACKAGES=(
   libdnnl-dev
   # schedule solver, formats
   coinor-libcbc-dev nlohmann-json3-dev
+  # pipeforge-tokenize --tokenizer x.model (SentencePiece; optional: without
+  # it that one mode reports that it is not built)
+  libsentencepiece-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
 )

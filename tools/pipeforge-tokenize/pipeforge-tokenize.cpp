@@ -1,37 +1,81 @@
 //===- pipeforge-tokenize.cpp - Text file to PFTOK token file -------------===//
 //
-// Byte-level tokenization (one token per byte, vocab 256) of a text file
-// into the token-file format of docs/runtime-data.md, which pipeforge-run
-// reads with --data FILE. Also checks an existing token file (--check).
+// Tokenizes text into the token-file format of docs/runtime-data.md, which
+// pipeforge-run reads with --data FILE. Byte-level by default (one token
+// per byte, vocab 256); with --tokenizer, the model's own tokenizer (a
+// Hugging Face tokenizer.json with byte-level BPE, or a SentencePiece
+// tokenizer.model: runtime/include/pipeforge/rt/Tokenizer.h), every
+// document ending with the tokenizer's EOS. Also checks an existing token
+// file (--check) and decodes one back to text (--decode).
 //
 //   pipeforge-tokenize corpus.txt -o corpus.pftok [--width 2|4]
+//   pipeforge-tokenize --tokenizer tokenizer.json a.txt b.txt -o out.pftok
 //   pipeforge-tokenize --check corpus.pftok
 //
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/rt/Data.h"
+#include "pipeforge/rt/Tokenizer.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <vector>
 
 using namespace pipeforge::rt;
 
 namespace {
 
 void usage(FILE *f) {
-  std::fprintf(f, "usage: pipeforge-tokenize INPUT.txt -o OUTPUT.pftok "
-                  "[--width 2|4]\n"
-                  "       pipeforge-tokenize --check FILE.pftok\n"
-                  "Byte-level tokens (vocab 256); see docs/runtime-data.md.\n");
+  std::fprintf(
+      f,
+      "usage: pipeforge-tokenize INPUT.txt -o OUTPUT.pftok [--width 2|4]\n"
+      "       pipeforge-tokenize --tokenizer FILE INPUT... -o OUTPUT.pftok\n"
+      "                          [--doc-separator STR] [--eos ID|TOKEN|none]\n"
+      "                          [--width 2|4]\n"
+      "       pipeforge-tokenize --tokenizer FILE --decode FILE.pftok [-o OUT]\n"
+      "       pipeforge-tokenize --tokenizer FILE --pieces INPUT\n"
+      "       pipeforge-tokenize --check FILE.pftok\n"
+      "Without --tokenizer: byte-level tokens (vocab 256), one input.\n"
+      "--tokenizer FILE     a Hugging Face tokenizer.json (byte-level BPE), a\n"
+      "                     SentencePiece tokenizer.model, or a folder with one\n"
+      "--doc-separator STR  split every input into documents at STR (\\n, \\t,\n"
+      "                     \\r, \\\\ escapes); default: one document per file\n"
+      "--eos ID|TOKEN|none  appended to every document (default: the\n"
+      "                     tokenizer's EOS, e.g. from tokenizer_config.json)\n"
+      "--decode FILE.pftok  the text of a token file (to -o, or stdout)\n"
+      "--pieces INPUT       the pre-tokenized pieces, a JSON string a line\n"
+      "See docs/runtime-data.md.\n");
+}
+
+/// \n, \t, \r and \\ in a --doc-separator.
+std::string unescape(const std::string &s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size()) {
+      char c = s[++i];
+      out += c == 'n' ? '\n' : c == 't' ? '\t' : c == 'r' ? '\r' : c;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+int fail(const std::string &msg) {
+  std::fprintf(stderr, "pipeforge-tokenize: %s\n", msg.c_str());
+  return 1;
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
-  std::string input, output, check;
-  uint32_t width = 2;
+  std::vector<std::string> inputs;
+  std::string output, check, tokenizer, eosArg, decode, piecesInput;
+  std::optional<std::string> separator;
+  uint32_t width = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char *opt) -> const char * {
@@ -57,16 +101,23 @@ int main(int argc, char **argv) {
       width = uint32_t(std::atoi(w.c_str()));
     } else if (a == "--check") {
       check = value("--check");
+    } else if (a == "--tokenizer") {
+      tokenizer = value("--tokenizer");
+    } else if (a == "--eos") {
+      eosArg = value("--eos");
+    } else if (a == "--doc-separator") {
+      separator = unescape(value("--doc-separator"));
+    } else if (a == "--decode") {
+      decode = value("--decode");
+    } else if (a == "--pieces") {
+      piecesInput = value("--pieces");
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "pipeforge-tokenize: unknown option '%s'\n",
                    a.c_str());
       usage(stderr);
       return 2;
-    } else if (input.empty()) {
-      input = a;
     } else {
-      std::fprintf(stderr, "pipeforge-tokenize: more than one input\n");
-      return 2;
+      inputs.push_back(a);
     }
   }
   if (!check.empty()) {
@@ -80,17 +131,118 @@ int main(int argc, char **argv) {
                 (long long)(*tf)->vocabSize());
     return 0;
   }
-  if (input.empty() || output.empty()) {
+
+  if (tokenizer.empty()) {
+    // Byte-level: one input, as before.
+    if (!eosArg.empty() || separator || !decode.empty() ||
+        !piecesInput.empty()) {
+      std::fprintf(stderr, "pipeforge-tokenize: --eos, --doc-separator, "
+                           "--decode and --pieces need --tokenizer\n");
+      return 2;
+    }
+    if (inputs.size() > 1) {
+      std::fprintf(stderr, "pipeforge-tokenize: more than one input\n");
+      return 2;
+    }
+    if (inputs.empty() || output.empty()) {
+      usage(stderr);
+      return 2;
+    }
+    uint64_t count = 0;
+    Status st = tokenizeTextFile(inputs[0], output, width ? width : 2, &count);
+    if (!st)
+      return fail(st.message());
+    std::printf("%s: %llu tokens (byte-level, vocab 256, %u-byte) -> %s\n",
+                inputs[0].c_str(), (unsigned long long)count,
+                width ? width : 2, output.c_str());
+    return 0;
+  }
+
+  auto tok = loadTokenizer(tokenizer);
+  if (!tok)
+    return fail(tok.message());
+
+  if (!piecesInput.empty()) {
+    auto text = readFileBytes(piecesInput);
+    if (!text)
+      return fail(text.message());
+    auto p = (*tok)->pieces(std::string_view(
+        reinterpret_cast<const char *>(text->data()), text->size()));
+    if (!p)
+      return fail(p.message());
+    // One JSON string per line (a piece may hold newlines).
+    for (const std::string &s : *p) {
+      std::string q = "\"";
+      for (unsigned char c : s) {
+        if (c == '"' || c == '\\') {
+          q += '\\';
+          q += char(c);
+        } else if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          q += buf;
+        } else {
+          q += char(c);
+        }
+      }
+      std::printf("%s\"\n", q.c_str());
+    }
+    return 0;
+  }
+
+  if (!decode.empty()) {
+    auto tf = TokenFile::open(decode);
+    if (!tf)
+      return fail(tf.message());
+    std::vector<uint32_t> ids((*tf)->size());
+    for (uint64_t i = 0; i < ids.size(); ++i)
+      ids[i] = (*tf)->token(i);
+    auto text = (*tok)->decode(ids);
+    if (!text)
+      return fail(text.message());
+    if (output.empty()) {
+      std::fwrite(text->data(), 1, text->size(), stdout);
+      return 0;
+    }
+    Status st = writeFileAtomically(
+        output, std::vector<uint8_t>(text->begin(), text->end()));
+    return st ? 0 : fail(st.message());
+  }
+
+  if (inputs.empty() || output.empty()) {
     usage(stderr);
     return 2;
   }
-  uint64_t count = 0;
-  Status st = tokenizeTextFile(input, output, width, &count);
-  if (!st) {
-    std::fprintf(stderr, "pipeforge-tokenize: %s\n", st.message().c_str());
-    return 1;
+  TokenizeOptions opts;
+  opts.docSeparator = separator;
+  opts.width = width;
+  if (eosArg == "none") {
+    opts.eos = -1;
+  } else if (!eosArg.empty()) {
+    char *end = nullptr;
+    long long v = std::strtoll(eosArg.c_str(), &end, 10);
+    if (end && *end == '\0' && v >= 0) {
+      opts.eos = v;
+    } else if (auto id = (*tok)->tokenId(eosArg)) {
+      opts.eos = *id;
+    } else {
+      return fail("--eos '" + eosArg +
+                  "' is neither an id nor a token of the tokenizer");
+    }
   }
-  std::printf("%s: %llu tokens (byte-level, vocab 256, %u-byte) -> %s\n",
-              input.c_str(), (unsigned long long)count, width, output.c_str());
+  TokenizeStats stats;
+  Status st = tokenizeDocuments(**tok, inputs, output, opts, &stats);
+  if (!st)
+    return fail(st.message());
+  std::string eos = stats.eos ? "EOS " + std::to_string(*stats.eos) : "no EOS";
+  std::printf("%s%s: %llu document%s, %llu tokens (%s, %s, %u-byte) -> %s\n",
+              inputs[0].c_str(), inputs.size() > 1 ? " ..." : "",
+              (unsigned long long)stats.documents,
+              stats.documents == 1 ? "" : "s",
+              (unsigned long long)stats.tokens, (*tok)->describe().c_str(),
+              eos.c_str(), stats.width, output.c_str());
+  double mb = double(stats.bytes) / 1e6;
+  std::printf("encoded %.2f MB in %.3f s: %.1f MB/s (one thread)\n", mb,
+              stats.seconds, stats.seconds > 0 ? mb / stats.seconds : 0.0);
   return 0;
 }
