@@ -27,7 +27,8 @@ Tokenizer::~Tokenizer() = default;
 
 Expected<std::vector<std::string>> Tokenizer::pieces(std::string_view) const {
   return Status::error("pre-tokenized pieces are only defined for a "
-                       "tokenizer.json (" + describe() + ")");
+                       "tokenizer.json (" +
+                       describe() + ")");
 }
 
 bool sentencePieceAvailable() { return tok::sentencePieceBuilt(); }
@@ -113,8 +114,8 @@ Expected<std::vector<std::string>> splitByPattern(const std::string &pattern,
 
 Status tokenizeDocuments(const Tokenizer &tok,
                          const std::vector<std::string> &inputs,
-                         const std::string &output,
-                         const TokenizeOptions &opts, TokenizeStats *stats) {
+                         const std::string &output, const TokenizeOptions &opts,
+                         TokenizeStats *stats) {
   uint64_t vocab = tok.vocabSize();
   std::optional<uint32_t> eos;
   if (opts.eos) {
@@ -157,14 +158,13 @@ Status tokenizeDocuments(const Tokenizer &tok,
         auto t0 = std::chrono::steady_clock::now();
         size_t before = tokens.size();
         Status st = tok.encode(doc, tokens);
-        seconds += std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - t0)
-                       .count();
+        seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+                .count();
         if (!st)
           return Status::error("'" + in + "', document " +
-                               std::to_string(s.documents + 1) +
-                               " (at byte " + std::to_string(pos) +
-                               "): " + st.message());
+                               std::to_string(s.documents + 1) + " (at byte " +
+                               std::to_string(pos) + "): " + st.message());
         if (eos && (tokens.size() == before || tokens.back() != *eos))
           tokens.push_back(*eos);
         ++s.documents;

@@ -60,7 +60,8 @@ struct ByteLevelMap {
   /// its characters is not in the alphabet.
   bool toBytes(const std::string &token, std::string &out) const {
     out.clear();
-    const unsigned char *u = reinterpret_cast<const unsigned char *>(token.data());
+    const unsigned char *u =
+        reinterpret_cast<const unsigned char *>(token.data());
     for (size_t i = 0; i < token.size();) {
       auto it = charToByte.find(decodeUtf8(u, i));
       if (it == charToByte.end())
@@ -105,7 +106,9 @@ uint64_t hashBytes(std::string_view s) {
 /// (left id, right id) -> (rank, merged id); open addressing.
 class MergeMap {
 public:
-  void build(const std::vector<std::pair<uint64_t, std::pair<uint32_t, uint32_t>>> &entries) {
+  void
+  build(const std::vector<std::pair<uint64_t, std::pair<uint32_t, uint32_t>>>
+            &entries) {
     size_t cap = 16;
     while (cap < entries.size() * 2 + 16)
       cap <<= 1;
@@ -321,7 +324,8 @@ public:
   Status encode(std::string_view text,
                 std::vector<uint32_t> &out) const override;
   Expected<std::string> decode(const std::vector<uint32_t> &ids) const override;
-  Expected<std::vector<std::string>> pieces(std::string_view text) const override;
+  Expected<std::vector<std::string>>
+  pieces(std::string_view text) const override;
   uint64_t vocabSize() const override { return vocab; }
   std::optional<uint32_t> tokenId(const std::string &token) const override {
     auto a = addedIds.find(token);
@@ -481,7 +485,8 @@ Status HfBpeTokenizer::parsePreTokenizer(const json &j) {
     } else if (pat->contains("String") && (*pat)["String"].is_string()) {
       step.pattern = Pattern::literal((*pat)["String"].get<std::string>());
     } else {
-      return error("Split pattern must be {\"Regex\": ...} or {\"String\": ...}");
+      return error(
+          "Split pattern must be {\"Regex\": ...} or {\"String\": ...}");
     }
     std::string behavior = j.value("behavior", std::string("Isolated"));
     if (behavior == "Isolated")
@@ -614,8 +619,8 @@ Status HfBpeTokenizer::parseModel(const json &m) {
     if (missing)
       return error("merge " + std::to_string(rank) + " (\"" + a + "\", \"" + b +
                    "\"): token \"" + *missing + "\" is not in the vocab");
-    entries.push_back({(uint64_t(ia->second) << 32) | ib->second,
-                       {rank, in->second}});
+    entries.push_back(
+        {(uint64_t(ia->second) << 32) | ib->second, {rank, in->second}});
     ++rank;
   }
   numMerges = entries.size();
@@ -654,8 +659,8 @@ Status HfBpeTokenizer::parseAddedTokens(const json &j) {
   // tokenizers matches the special tokens first, then the others, in
   // file order; a content listed twice keeps its last entry.
   for (size_t i = 0; i < added.size(); ++i)
-    (added[i].normalized ? normalizedSet : plainSet).add(added[i].content,
-                                                         uint32_t(i));
+    (added[i].normalized ? normalizedSet : plainSet)
+        .add(added[i].content, uint32_t(i));
   return Status::ok();
 }
 
@@ -716,7 +721,8 @@ Status HfBpeTokenizer::parsePostProcessor(const json &j) {
                      "SpecialToken");
       std::string name = piece["SpecialToken"]["id"].get<std::string>();
       if (special == j.end() || !special->contains(name) ||
-          !(*special)[name].contains("ids") || !(*special)[name]["ids"].is_array())
+          !(*special)[name].contains("ids") ||
+          !(*special)[name]["ids"].is_array())
         return error("TemplateProcessing special token '" + name +
                      "' has no ids");
       for (const json &id : (*special)[name]["ids"]) {
@@ -746,7 +752,8 @@ void HfBpeTokenizer::findEos(std::string_view configText) {
       std::string name;
       if (e.is_string())
         name = e.get<std::string>();
-      else if (e.is_object() && e.contains("content") && e["content"].is_string())
+      else if (e.is_object() && e.contains("content") &&
+               e["content"].is_string())
         name = e["content"].get<std::string>();
       if (auto id = tokenId(name)) {
         eos = *id;
@@ -760,10 +767,12 @@ void HfBpeTokenizer::findEos(std::string_view configText) {
     return;
   }
   // 3. The end-of-text tokens of the known families.
-  for (const char *name :
-       {"<|endoftext|>", "<|end_of_text|>",
-        "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>",
-        "</s>", "<eos>"}) {
+  for (const char *name : {"<|endoftext|>", "<|end_of_text|>",
+                           "<\xef\xbd\x9c"
+                           "end\xe2\x96\x81"
+                           "of\xe2\x96\x81"
+                           "sentence\xef\xbd\x9c>",
+                           "</s>", "<eos>"}) {
     if (auto id = tokenId(name)) {
       eos = *id;
       return;
@@ -864,9 +873,9 @@ void HfBpeTokenizer::findMatches(std::string_view text, size_t b0, size_t b1,
       size_t ps;
       bool startOk = start == b0 || !isWordChar(prevChar(s, start, ps));
       size_t k = stop;
-      bool stopOk =
-          stop == b1 ||
-          !isWordChar(decodeUtf8(reinterpret_cast<const unsigned char *>(s.data()), k));
+      bool stopOk = stop == b1 ||
+                    !isWordChar(decodeUtf8(
+                        reinterpret_cast<const unsigned char *>(s.data()), k));
       if (!startOk || !stopOk)
         continue;
     }
@@ -883,7 +892,8 @@ void HfBpeTokenizer::findMatches(std::string_view text, size_t b0, size_t b1,
     if (t.rstrip) {
       while (stop < b1) {
         size_t k = stop;
-        if (!isSpaceChar(decodeUtf8(reinterpret_cast<const unsigned char *>(s.data()), k)))
+        if (!isSpaceChar(decodeUtf8(
+                reinterpret_cast<const unsigned char *>(s.data()), k)))
           break;
         stop = k;
       }
@@ -940,7 +950,8 @@ void HfBpeTokenizer::runSteps(size_t k, std::string_view piece,
     withSpace += ' ';
     withSpace.append(piece.data(), piece.size());
     if (st.useRegex)
-      splitText(gpt2, SplitBehavior::Isolated, false, withSpace, windows[k], sink);
+      splitText(gpt2, SplitBehavior::Isolated, false, withSpace, windows[k],
+                sink);
     else
       sink(std::string_view(withSpace));
     return;

@@ -25,8 +25,37 @@ namespace pipeforge::rt::tok {
 
 /// General category indices (the order of scripts/gen-unicode-tables.py).
 enum Category : uint8_t {
-  Cn, Lu, Ll, Lt, Lm, Lo, Mn, Mc, Me, Nd, Nl, No, Pc, Pd, Ps, Pe, Pi, Pf, Po,
-  Sm, Sc, Sk, So, Zs, Zl, Zp, Cc, Cf, Cs, Co, kNumCategories
+  Cn,
+  Lu,
+  Ll,
+  Lt,
+  Lm,
+  Lo,
+  Mn,
+  Mc,
+  Me,
+  Nd,
+  Nl,
+  No,
+  Pc,
+  Pd,
+  Ps,
+  Pe,
+  Pi,
+  Pf,
+  Po,
+  Sm,
+  Sc,
+  Sk,
+  So,
+  Zs,
+  Zl,
+  Zp,
+  Cc,
+  Cf,
+  Cs,
+  Co,
+  kNumCategories
 };
 /// charInfo's flag: white space (Oniguruma's \s, Rust's is_whitespace).
 constexpr uint8_t kWhiteSpace = 0x80;
@@ -142,8 +171,8 @@ private:
 };
 
 struct Pattern::Class {
-  uint64_t ascii[2] = {0, 0}; // final membership of U+0000..U+007F
-  uint32_t catMask = 0;       // categories in the class
+  uint64_t ascii[2] = {0, 0};        // final membership of U+0000..U+007F
+  uint32_t catMask = 0;              // categories in the class
   std::vector<uint32_t> notCatMasks; // \P{X}: every category not in X
   bool ws = false, notWs = false;    // \s, \S
   bool negated = false;
@@ -159,10 +188,10 @@ struct Pattern::Class {
 
 struct Pattern::Item {
   enum Kind : uint8_t { ClassItem, GroupItem } kind = ClassItem;
-  uint32_t cls = 0;                  // ClassItem: index into classes
-  std::vector<std::u32string> lits;  // GroupItem: literal alternatives
-  bool caseInsensitive = false;      // GroupItem
-  uint32_t min = 1, max = 1;         // quantifier (max UINT32_MAX: none)
+  uint32_t cls = 0;                 // ClassItem: index into classes
+  std::vector<std::u32string> lits; // GroupItem: literal alternatives
+  bool caseInsensitive = false;     // GroupItem
+  uint32_t min = 1, max = 1;        // quantifier (max UINT32_MAX: none)
 };
 
 struct Pattern::Alt {
@@ -190,8 +219,8 @@ void splitText(const Pattern &p, SplitBehavior behavior, bool invert,
   win.clear();
   size_t decodedTo = 0;
   auto refill = [&] {
-    size_t e = decodedTo + kChunk < text.size() ? decodedTo + kChunk
-                                                : text.size();
+    size_t e =
+        decodedTo + kChunk < text.size() ? decodedTo + kChunk : text.size();
     while (e < text.size() && (text[e] & 0xC0) == 0x80)
       ++e;
     win.append(text, decodedTo, e);

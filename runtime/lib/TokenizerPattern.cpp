@@ -87,7 +87,9 @@ size_t findInvalidUtf8(std::string_view sv) {
       ++i;
       continue;
     }
-    auto cont = [&](size_t k) { return i + k < n && (s[i + k] & 0xc0) == 0x80; };
+    auto cont = [&](size_t k) {
+      return i + k < n && (s[i + k] & 0xc0) == 0x80;
+    };
     if (c >= 0xC2 && c <= 0xDF) {
       if (!cont(1))
         return i;
@@ -176,8 +178,8 @@ constexpr uint32_t bit(Category c) { return uint32_t(1) << c; }
 constexpr uint32_t kLetters = bit(Lu) | bit(Ll) | bit(Lt) | bit(Lm) | bit(Lo);
 constexpr uint32_t kMarks = bit(Mn) | bit(Mc) | bit(Me);
 constexpr uint32_t kNumbers = bit(Nd) | bit(Nl) | bit(No);
-constexpr uint32_t kPuncts = bit(Pc) | bit(Pd) | bit(Ps) | bit(Pe) | bit(Pi) |
-                             bit(Pf) | bit(Po);
+constexpr uint32_t kPuncts =
+    bit(Pc) | bit(Pd) | bit(Ps) | bit(Pe) | bit(Pi) | bit(Pf) | bit(Po);
 constexpr uint32_t kSymbols = bit(Sm) | bit(Sc) | bit(Sk) | bit(So);
 constexpr uint32_t kSeparators = bit(Zs) | bit(Zl) | bit(Zp);
 constexpr uint32_t kOthers = bit(Cc) | bit(Cf) | bit(Cs) | bit(Co) | bit(Cn);
@@ -187,18 +189,28 @@ constexpr uint32_t kWord = kLetters | kMarks | bit(Nd) | bit(Pc);
 
 bool categoryMask(const std::string &name, uint32_t &mask) {
   static const std::pair<const char *, uint32_t> names[] = {
-      {"L", kLetters}, {"Letter", kLetters}, {"Lu", bit(Lu)}, {"Ll", bit(Ll)},
-      {"Lt", bit(Lt)}, {"Lm", bit(Lm)}, {"Lo", bit(Lo)}, {"M", kMarks},
-      {"Mark", kMarks}, {"Mn", bit(Mn)}, {"Mc", bit(Mc)}, {"Me", bit(Me)},
-      {"N", kNumbers}, {"Number", kNumbers}, {"Nd", bit(Nd)}, {"Nl", bit(Nl)},
-      {"No", bit(No)}, {"P", kPuncts}, {"Punctuation", kPuncts},
-      {"Pc", bit(Pc)}, {"Pd", bit(Pd)}, {"Ps", bit(Ps)}, {"Pe", bit(Pe)},
-      {"Pi", bit(Pi)}, {"Pf", bit(Pf)}, {"Po", bit(Po)}, {"S", kSymbols},
-      {"Symbol", kSymbols}, {"Sm", bit(Sm)}, {"Sc", bit(Sc)}, {"Sk", bit(Sk)},
-      {"So", bit(So)}, {"Z", kSeparators}, {"Separator", kSeparators},
-      {"Zs", bit(Zs)}, {"Zl", bit(Zl)}, {"Zp", bit(Zp)}, {"C", kOthers},
-      {"Other", kOthers}, {"Cc", bit(Cc)}, {"Cf", bit(Cf)}, {"Cs", bit(Cs)},
-      {"Co", bit(Co)}, {"Cn", bit(Cn)}};
+      {"L", kLetters},          {"Letter", kLetters},
+      {"Lu", bit(Lu)},          {"Ll", bit(Ll)},
+      {"Lt", bit(Lt)},          {"Lm", bit(Lm)},
+      {"Lo", bit(Lo)},          {"M", kMarks},
+      {"Mark", kMarks},         {"Mn", bit(Mn)},
+      {"Mc", bit(Mc)},          {"Me", bit(Me)},
+      {"N", kNumbers},          {"Number", kNumbers},
+      {"Nd", bit(Nd)},          {"Nl", bit(Nl)},
+      {"No", bit(No)},          {"P", kPuncts},
+      {"Punctuation", kPuncts}, {"Pc", bit(Pc)},
+      {"Pd", bit(Pd)},          {"Ps", bit(Ps)},
+      {"Pe", bit(Pe)},          {"Pi", bit(Pi)},
+      {"Pf", bit(Pf)},          {"Po", bit(Po)},
+      {"S", kSymbols},          {"Symbol", kSymbols},
+      {"Sm", bit(Sm)},          {"Sc", bit(Sc)},
+      {"Sk", bit(Sk)},          {"So", bit(So)},
+      {"Z", kSeparators},       {"Separator", kSeparators},
+      {"Zs", bit(Zs)},          {"Zl", bit(Zl)},
+      {"Zp", bit(Zp)},          {"C", kOthers},
+      {"Other", kOthers},       {"Cc", bit(Cc)},
+      {"Cf", bit(Cf)},          {"Cs", bit(Cs)},
+      {"Co", bit(Co)},          {"Cn", bit(Cn)}};
   for (const auto &n : names)
     if (name == n.first) {
       mask = n.second;
@@ -314,17 +326,45 @@ private:
     char32_t c = s[i++];
     e = Escape();
     switch (c) {
-    case 's': e.kind = Escape::Set; e.ws = true; return Status::ok();
-    case 'S': e.kind = Escape::Set; e.notWs = true; return Status::ok();
-    case 'd': e.kind = Escape::Set; e.catMask = bit(Nd); return Status::ok();
-    case 'D': e.kind = Escape::Set; e.notCatMask = bit(Nd); return Status::ok();
-    case 'w': e.kind = Escape::Set; e.catMask = kWord; return Status::ok();
-    case 'W': e.kind = Escape::Set; e.notCatMask = kWord; return Status::ok();
-    case 'r': e.c = '\r'; return Status::ok();
-    case 'n': e.c = '\n'; return Status::ok();
-    case 't': e.c = '\t'; return Status::ok();
-    case 'f': e.c = '\f'; return Status::ok();
-    case 'v': e.c = '\v'; return Status::ok();
+    case 's':
+      e.kind = Escape::Set;
+      e.ws = true;
+      return Status::ok();
+    case 'S':
+      e.kind = Escape::Set;
+      e.notWs = true;
+      return Status::ok();
+    case 'd':
+      e.kind = Escape::Set;
+      e.catMask = bit(Nd);
+      return Status::ok();
+    case 'D':
+      e.kind = Escape::Set;
+      e.notCatMask = bit(Nd);
+      return Status::ok();
+    case 'w':
+      e.kind = Escape::Set;
+      e.catMask = kWord;
+      return Status::ok();
+    case 'W':
+      e.kind = Escape::Set;
+      e.notCatMask = kWord;
+      return Status::ok();
+    case 'r':
+      e.c = '\r';
+      return Status::ok();
+    case 'n':
+      e.c = '\n';
+      return Status::ok();
+    case 't':
+      e.c = '\t';
+      return Status::ok();
+    case 'f':
+      e.c = '\f';
+      return Status::ok();
+    case 'v':
+      e.c = '\v';
+      return Status::ok();
     case 'p':
     case 'P': {
       if (!at('{'))
@@ -370,7 +410,8 @@ private:
       return Status::ok();
     }
     --i;
-    return error("unsupported escape \\" + std::string(1, char(c < 0x80 ? c : '?')));
+    return error("unsupported escape \\" +
+                 std::string(1, char(c < 0x80 ? c : '?')));
   }
 
   /// After the '['.
@@ -561,8 +602,8 @@ private:
           if (!st)
             return st;
         } else if (startsWith("(?!") || startsWith("(?=")) {
-          alt.look = s[i + 2] == '!' ? Pattern::Alt::Negative
-                                     : Pattern::Alt::Positive;
+          alt.look =
+              s[i + 2] == '!' ? Pattern::Alt::Negative : Pattern::Alt::Positive;
           i += 3;
           if (i >= s.size())
             return error("unterminated lookahead");
@@ -648,7 +689,8 @@ Expected<Pattern> Pattern::compile(const std::string &source) {
   if (size_t bad = findInvalidUtf8(source); bad != std::string::npos)
     return Status::error("pattern is not valid UTF-8");
   std::u32string s;
-  const unsigned char *u = reinterpret_cast<const unsigned char *>(source.data());
+  const unsigned char *u =
+      reinterpret_cast<const unsigned char *>(source.data());
   for (size_t i = 0; i < source.size();)
     s += decodeUtf8(u, i);
   Pattern p;

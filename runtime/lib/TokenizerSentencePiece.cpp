@@ -1,4 +1,5 @@
-//===- TokenizerSentencePiece.cpp - tokenizer.model through libsentencepiece ===//
+//===- TokenizerSentencePiece.cpp - tokenizer.model through libsentencepiece
+//===//
 //
 // A SentencePiece model (Llama 2, Mistral) encoded and decoded by the
 // library itself (Debian's libsentencepiece-dev). Built with it when CMake
@@ -48,7 +49,8 @@ public:
     out.insert(out.end(), ids.begin(), ids.end());
     return Status::ok();
   }
-  Expected<std::string> decode(const std::vector<uint32_t> &ids) const override {
+  Expected<std::string>
+  decode(const std::vector<uint32_t> &ids) const override {
     std::vector<int> v;
     v.reserve(ids.size());
     for (uint32_t id : ids) {

@@ -35,14 +35,18 @@ void usage(FILE *f) {
       "       pipeforge-tokenize --tokenizer FILE INPUT... -o OUTPUT.pftok\n"
       "                          [--doc-separator STR] [--eos ID|TOKEN|none]\n"
       "                          [--width 2|4]\n"
-      "       pipeforge-tokenize --tokenizer FILE --decode FILE.pftok [-o OUT]\n"
+      "       pipeforge-tokenize --tokenizer FILE --decode FILE.pftok [-o "
+      "OUT]\n"
       "       pipeforge-tokenize --tokenizer FILE --pieces INPUT\n"
       "       pipeforge-tokenize --check FILE.pftok\n"
       "Without --tokenizer: byte-level tokens (vocab 256), one input.\n"
       "--tokenizer FILE     a Hugging Face tokenizer.json (byte-level BPE), a\n"
-      "                     SentencePiece tokenizer.model, or a folder with one\n"
-      "--doc-separator STR  split every input into documents at STR (\\n, \\t,\n"
-      "                     \\r, \\\\ escapes); default: one document per file\n"
+      "                     SentencePiece tokenizer.model, or a folder with "
+      "one\n"
+      "--doc-separator STR  split every input into documents at STR (\\n, "
+      "\\t,\n"
+      "                     \\r, \\\\ escapes); default: one document per "
+      "file\n"
       "--eos ID|TOKEN|none  appended to every document (default: the\n"
       "                     tokenizer's EOS, e.g. from tokenizer_config.json)\n"
       "--decode FILE.pftok  the text of a token file (to -o, or stdout)\n"
@@ -153,8 +157,8 @@ int main(int argc, char **argv) {
     if (!st)
       return fail(st.message());
     std::printf("%s: %llu tokens (byte-level, vocab 256, %u-byte) -> %s\n",
-                inputs[0].c_str(), (unsigned long long)count,
-                width ? width : 2, output.c_str());
+                inputs[0].c_str(), (unsigned long long)count, width ? width : 2,
+                output.c_str());
     return 0;
   }
 
@@ -238,9 +242,9 @@ int main(int argc, char **argv) {
   std::printf("%s%s: %llu document%s, %llu tokens (%s, %s, %u-byte) -> %s\n",
               inputs[0].c_str(), inputs.size() > 1 ? " ..." : "",
               (unsigned long long)stats.documents,
-              stats.documents == 1 ? "" : "s",
-              (unsigned long long)stats.tokens, (*tok)->describe().c_str(),
-              eos.c_str(), stats.width, output.c_str());
+              stats.documents == 1 ? "" : "s", (unsigned long long)stats.tokens,
+              (*tok)->describe().c_str(), eos.c_str(), stats.width,
+              output.c_str());
   double mb = double(stats.bytes) / 1e6;
   std::printf("encoded %.2f MB in %.3f s: %.1f MB/s (one thread)\n", mb,
               stats.seconds, stats.seconds > 0 ? mb / stats.seconds : 0.0);

@@ -52,13 +52,12 @@ void writeFile(const std::string &path, const std::string &text) {
 //===----------------------------------------------------------------------===//
 
 TEST(TokenizerPattern, Gpt2) {
-  EXPECT_EQ(split(kGpt2, "Hello world's 123  end!!  \n"),
-            (Pieces{"Hello", " world", "'s", " 123", " ", " end", "!!",
-                    "  \n"}));
+  EXPECT_EQ(
+      split(kGpt2, "Hello world's 123  end!!  \n"),
+      (Pieces{"Hello", " world", "'s", " 123", " ", " end", "!!", "  \n"}));
   // \s+(?!\S) leaves the last space to the word; letters of any script.
   EXPECT_EQ(split(kGpt2, "a   b"), (Pieces{"a", "  ", " b"}));
-  EXPECT_EQ(split(kGpt2, "Καλή μέρα 你好"),
-            (Pieces{"Καλή", " μέρα", " 你好"}));
+  EXPECT_EQ(split(kGpt2, "Καλή μέρα 你好"), (Pieces{"Καλή", " μέρα", " 你好"}));
   // Case-sensitive contractions here.
   EXPECT_EQ(split(kGpt2, "IT'S"), (Pieces{"IT", "'", "S"}));
   // Emoji are neither letters nor numbers; U+001C is not white space for
@@ -68,9 +67,9 @@ TEST(TokenizerPattern, Gpt2) {
 }
 
 TEST(TokenizerPattern, Llama3) {
-  EXPECT_EQ(split(kLlama3, "I'M 1234567 abc\n\n  x"),
-            (Pieces{"I", "'M", " ", "123", "456", "7", " abc", "\n\n", " ",
-                    " x"}));
+  EXPECT_EQ(
+      split(kLlama3, "I'M 1234567 abc\n\n  x"),
+      (Pieces{"I", "'M", " ", "123", "456", "7", " abc", "\n\n", " ", " x"}));
   // (?i:'s) also matches the long s, as Oniguruma folds it.
   EXPECT_EQ(split(kLlama3, "it'\xc5\xbf"), (Pieces{"it", "'\xc5\xbf"}));
   EXPECT_EQ(split(kLlama3, "...hello\r\n"), (Pieces{"...", "hello", "\r\n"}));
@@ -149,8 +148,9 @@ std::vector<std::string> byteChars() {
 
 /// A byte-level BPE: ids 0..255 are the bytes, then `extra` tokens in
 /// order; `merges` as [a, b] lists.
-json makeTokenizer(const std::vector<std::string> &extra,
-                   const std::vector<std::pair<std::string, std::string>> &merges) {
+json makeTokenizer(
+    const std::vector<std::string> &extra,
+    const std::vector<std::pair<std::string, std::string>> &merges) {
   auto chars = byteChars();
   json vocab = json::object();
   for (int b = 0; b < 256; ++b)
@@ -170,7 +170,9 @@ json makeTokenizer(const std::vector<std::string> &extra,
   j["post_processor"] = nullptr;
   j["decoder"] = {{"type", "ByteLevel"}};
   j["added_tokens"] = json::array();
-  j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", m},
+  j["model"] = {{"type", "BPE"},
+                {"vocab", vocab},
+                {"merges", m},
                 {"ignore_merges", false}};
   return j;
 }
@@ -239,15 +241,24 @@ TEST(TokenizerBPE, IgnoreMerges) {
 
 TEST(TokenizerBPE, AddedTokensBeforePreTokenization) {
   json j = makeTokenizer({}, {});
-  j["added_tokens"] = {
-      {{"id", 300}, {"content", "<|endoftext|>"}, {"special", true},
-       {"normalized", false}},
-      {{"id", 301}, {"content", "<mask>"}, {"special", true},
-       {"lstrip", true}, {"rstrip", true}, {"normalized", false}},
-      {{"id", 302}, {"content", "ony"}, {"single_word", true},
-       {"normalized", true}},
-      {{"id", 303}, {"content", "<|end"}, {"special", true},
-       {"normalized", false}}};
+  j["added_tokens"] = {{{"id", 300},
+                        {"content", "<|endoftext|>"},
+                        {"special", true},
+                        {"normalized", false}},
+                       {{"id", 301},
+                        {"content", "<mask>"},
+                        {"special", true},
+                        {"lstrip", true},
+                        {"rstrip", true},
+                        {"normalized", false}},
+                       {{"id", 302},
+                        {"content", "ony"},
+                        {"single_word", true},
+                        {"normalized", true}},
+                       {{"id", 303},
+                        {"content", "<|end"},
+                        {"special", true},
+                        {"normalized", false}}};
   auto t = load(j);
   ASSERT_TRUE(t);
   EXPECT_EQ(t->vocabSize(), 304u);
@@ -273,16 +284,15 @@ TEST(TokenizerBPE, AddedTokensBeforePreTokenization) {
 
 TEST(TokenizerBPE, SplitSequenceAndPrefixSpace) {
   json j = makeTokenizer({}, {});
-  j["pre_tokenizer"] = {
-      {"type", "Sequence"},
-      {"pretokenizers",
-       {{{"type", "Split"},
-         {"pattern", {{"Regex", "\\p{N}{1,3}"}}},
-         {"behavior", "Isolated"},
-         {"invert", false}},
-        {{"type", "ByteLevel"},
-         {"add_prefix_space", true},
-         {"use_regex", false}}}}};
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {{{"type", "Split"},
+                           {"pattern", {{"Regex", "\\p{N}{1,3}"}}},
+                           {"behavior", "Isolated"},
+                           {"invert", false}},
+                          {{"type", "ByteLevel"},
+                           {"add_prefix_space", true},
+                           {"use_regex", false}}}}};
   auto t = load(j);
   ASSERT_TRUE(t);
   auto p = t->pieces("ab12345 c");

@@ -1,4 +1,5 @@
-//===- Tokenizer.h - A model's own tokenizer: HF BPE, SentencePiece -*- C++ -*-===//
+//===- Tokenizer.h - A model's own tokenizer: HF BPE, SentencePiece -*- C++
+//-*-===//
 //
 // Text to token ids with the tokenizer a model was trained with
 // (docs/runtime-data.md, "Tokenizing with the model's tokenizer"); what
@@ -53,10 +54,12 @@ public:
   /// as their text): tokenizers' decode(ids, skip_special_tokens=False)
   /// before its UTF-8 check, SentencePiece's Decode. Errors: an id out of
   /// range, a decoder this code does not implement.
-  virtual Expected<std::string> decode(const std::vector<uint32_t> &ids) const = 0;
+  virtual Expected<std::string>
+  decode(const std::vector<uint32_t> &ids) const = 0;
   /// The pre-tokenized pieces of `text` as bytes (BPE only; for tests and
   /// `pipeforge-tokenize --pieces`): added tokens are pieces of their own.
-  virtual Expected<std::vector<std::string>> pieces(std::string_view text) const;
+  virtual Expected<std::vector<std::string>>
+  pieces(std::string_view text) const;
 
   /// Every id is < vocabSize(): the model's vocab and the added tokens.
   virtual uint64_t vocabSize() const = 0;
@@ -117,8 +120,7 @@ struct TokenizeStats {
 /// followed by the EOS unless encode already ended with it.
 Status tokenizeDocuments(const Tokenizer &tok,
                          const std::vector<std::string> &inputs,
-                         const std::string &output,
-                         const TokenizeOptions &opts,
+                         const std::string &output, const TokenizeOptions &opts,
                          TokenizeStats *stats = nullptr);
 
 } // namespace pipeforge::rt
