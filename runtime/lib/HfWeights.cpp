@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstring>
 #include <numeric>
 #include <set>
@@ -315,6 +316,11 @@ HfWeightSource::open(const std::string &dir, const Program &prog) {
     return Status::error("--init-from: the program's model was not imported "
                          "from a Hugging Face config (compile it from a "
                          "config.json or a model directory)");
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    return Status::error("--init-from '" + dir +
+                         "': not a directory (a Hugging Face model directory "
+                         "holds config.json and model.safetensors)");
   auto cfgBytes = readFileBytes(dir + "/config.json");
   if (!cfgBytes)
     return Status::error("--init-from '" + dir + "': " + cfgBytes.message());
