@@ -365,6 +365,15 @@ static void readDeepSeek(KeyReader &r, const json &root, ModelConfig &c) {
     r.fail("key 'topk_method': unsupported value '" + method +
            "' (expected greedy, group_limited_greedy or noaux_tc)");
   c.routingBias = method == "noaux_tc" && c.numExperts > 0;
+  // Routing as Hugging Face's DeepseekV2 router does it: `greedy` is the
+  // top-k of all experts (n_group / topk_group are not looked at), only
+  // `group_limited_greedy` limits the choice to groups, and the top-k
+  // weights are never renormalised (its router has no norm_topk_prob).
+  if (!v3) {
+    if (method == "greedy")
+      c.nGroup = c.topkGroup = 1;
+    c.normTopkProb = false;
+  }
   c.biasUpdateSpeed = r.number({"bias_update_speed"}, 0.001);
   if (r.error.empty() &&
       !(c.biasUpdateSpeed >= 0.0 && c.biasUpdateSpeed <= 3.4e38))

@@ -76,8 +76,10 @@ CONFIGS = {
                         qk_rope_head_dim=4, v_head_dim=8,
                         n_routed_experts=4, n_shared_experts=1,
                         num_experts_per_tok=2, first_k_dense_replace=1,
-                        topk_method="greedy", n_group=1, topk_group=1,
-                        routed_scaling_factor=1.0, norm_topk_prob=False,
+                        # greedy routes over all experts in HF's V2,
+                        # whatever the groups and norm_topk_prob say.
+                        topk_method="greedy", n_group=2, topk_group=1,
+                        routed_scaling_factor=1.0, norm_topk_prob=True,
                         vocab_size=VOCAB, max_position_embeddings=SEQ,
                         rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=1),
     "deepseek_v3": dict(model_type="deepseek_v3", num_hidden_layers=4,
