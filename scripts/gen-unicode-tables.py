@@ -13,6 +13,14 @@ U+0009..U+000D, U+0085 and the categories Zs, Zl, Zp.
 The output lists runs of code points of one category (and white-space
 flag), unassigned code points (Cn) left out: {first, last, value}, value =
 category index (kCategoryNames order) | 0x80 for white space.
+
+For the NFC normalizer (Qwen2's tokenizer.json has one) it also lists, all
+from unicodedata: the canonical combining classes (runs of one non-zero
+class), NFC_Quick_Check No and Maybe (runs; No: the character never
+survives NFC, Maybe: it may compose with the one before: the second
+characters of the primary composites, Hangul's vowel and trailing jamo
+among them), the full canonical decompositions (Hangul syllables left to
+the algorithm) and the primary composites {first, second, composite}.
 """
 import sys
 import unicodedata
@@ -61,6 +69,84 @@ def main():
         line += item + " "
     if line:
         out.write(line.rstrip() + "\n")
+    out.write("};\n")
+    nfc_tables(out)
+
+
+def write_list(out, items):
+    line = ""
+    for item in items:
+        if len(line) + len(item) + 1 > 78:
+            out.write(line.rstrip() + "\n")
+            line = ""
+        line += item + " "
+    if line:
+        out.write(line.rstrip() + "\n")
+
+
+def runs_of(value_of):
+    runs, start, cur = [], 0, value_of(0)
+    for cp in range(1, 0x110000):
+        v = value_of(cp)
+        if v != cur:
+            runs.append((start, cp - 1, cur))
+            start, cur = cp, v
+    runs.append((start, 0x10FFFF, cur))
+    return [r for r in runs if r[2]]
+
+
+def is_hangul_syllable(cp):
+    return 0xAC00 <= cp < 0xAC00 + 11172
+
+
+def nfc_tables(out):
+    ccc = runs_of(lambda cp: unicodedata.combining(chr(cp)))
+    # Primary composites: a canonical decomposition into two characters
+    # that NFC puts back together.
+    comps = []
+    for cp in range(0x110000):
+        d = unicodedata.decomposition(chr(cp))
+        if not d or d.startswith("<"):
+            continue
+        parts = [int(x, 16) for x in d.split()]
+        if len(parts) == 2 and unicodedata.normalize(
+                "NFC", chr(parts[0]) + chr(parts[1])) == chr(cp):
+            comps.append((parts[0], parts[1], cp))
+    comps.sort()
+    seconds = {b for _, b, _ in comps}
+    seconds |= set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))
+
+    def qc(cp):
+        if not unicodedata.is_normalized("NFC", chr(cp)):
+            return 1  # No
+        return 2 if cp in seconds else 0  # Maybe / Yes
+    qcs = runs_of(qc)
+    decs = []
+    for cp in range(0x110000):
+        if is_hangul_syllable(cp):
+            continue
+        full = unicodedata.normalize("NFD", chr(cp))
+        if full != chr(cp):
+            decs.append((cp, [ord(c) for c in full]))
+    out.write("// NFC: canonical combining classes {first, last, class}.\n")
+    out.write("static const UnicodeRun kCombiningClassRuns[] = {\n")
+    write_list(out, ["{0x%X, 0x%X, %d}," % r for r in ccc])
+    out.write("};\n// NFC_Quick_Check {first, last, 1 = No | 2 = Maybe}.\n")
+    out.write("static const UnicodeRun kNfcQuickCheckRuns[] = {\n")
+    write_list(out, ["{0x%X, 0x%X, %d}," % r for r in qcs])
+    out.write("};\n// Full canonical decompositions: {code point, offset, length}"
+              " into\n// kDecompositionChars.\n")
+    out.write("static const Decomposition kDecompositions[] = {\n")
+    items, chars = [], []
+    for cp, full in decs:
+        items.append("{0x%X, %d, %d}," % (cp, len(chars), len(full)))
+        chars.extend(full)
+    write_list(out, items)
+    out.write("};\nstatic const uint32_t kDecompositionChars[] = {\n")
+    write_list(out, ["0x%X," % c for c in chars])
+    out.write("};\n// Primary composites {first, second, composite}, sorted.\n")
+    out.write("static const Composition kCompositions[] = {\n")
+    write_list(out, ["{0x%X, 0x%X, 0x%X}," % c for c in comps])
     out.write("};\n")
 
 

@@ -4,9 +4,10 @@
 // (GPT-2, Llama 3, DeepSeek-V3, Qwen2 shapes), step by step as it runs
 // there:
 //   1. added tokens: leftmost-longest matches of the tokens that are not
-//      normalized, then of the normalized ones in the text between
-//      (single_word, lstrip, rstrip as tokenizers applies them); each
-//      match is one id, the text between goes on alone;
+//      normalized; the text between goes through the normalizer (NFC or
+//      none), then the normalized tokens are matched in it (single_word,
+//      lstrip, rstrip as tokenizers applies them); each match is one id,
+//      the text between goes on alone;
 //   2. the pre-tokenizers in order (Split: pattern matches and the text
 //      between; ByteLevel, last: an optional prefix space, the GPT-2
 //      pattern when use_regex), each splitting the pieces of the one
@@ -350,7 +351,8 @@ private:
   Status parsePostProcessor(const json &j);
   void findEos(std::string_view configText);
 
-  void splitAdded(std::string_view text, std::vector<Segment> &segs) const;
+  template <typename F>
+  void forEachSegment(std::string_view text, F &&segment) const;
   void findMatches(std::string_view text, size_t b0, size_t b1,
                    const AddedSet &set, std::vector<Segment> &out) const;
   template <typename Sink>
@@ -365,6 +367,7 @@ private:
   std::vector<AddedToken> added;
   std::unordered_map<std::string, uint32_t> addedIds;
   AddedSet plainSet, normalizedSet;
+  bool nfc = false; // the NFC normalizer
 
   std::vector<PreStep> steps;
   Pattern gpt2;
@@ -399,6 +402,7 @@ private:
   mutable std::vector<Merge> heap;
   mutable std::vector<uint32_t> wordIds;
   mutable std::vector<Segment> segments, segments2;
+  mutable std::string normalizedText;
 };
 
 //===----------------------------------------------------------------------===//
@@ -438,9 +442,12 @@ Status HfBpeTokenizer::parseNormalizer(const json &j) {
     }
     return Status::ok();
   }
+  if (std::strcmp(t, "NFC") == 0) {
+    nfc = true;
+    return Status::ok();
+  }
   return error("normalizer '" + std::string(t) +
-               "' is not supported (byte-level BPE files without a "
-               "normalizer are)");
+               "' is not supported (NFC is, or none)");
 }
 
 Status HfBpeTokenizer::parsePreTokenizer(const json &j) {
@@ -658,9 +665,12 @@ Status HfBpeTokenizer::parseAddedTokens(const json &j) {
   }
   // tokenizers matches the special tokens first, then the others, in
   // file order; a content listed twice keeps its last entry.
-  for (size_t i = 0; i < added.size(); ++i)
-    (added[i].normalized ? normalizedSet : plainSet)
-        .add(added[i].content, uint32_t(i));
+  for (size_t i = 0; i < added.size(); ++i) {
+    std::string content = added[i].content, norm;
+    if (added[i].normalized && nfc && toNfc(content, norm))
+      content = norm;
+    (added[i].normalized ? normalizedSet : plainSet).add(content, uint32_t(i));
+  }
   return Status::ok();
 }
 
@@ -839,14 +849,19 @@ Status HfBpeTokenizer::load(std::string_view text, const std::string &f,
   };
   for (const auto &e : vocabIds)
     setId(e.second, e.first);
-  for (const AddedToken &a : added)
-    setId(a.id, a.content);
+  // tokenizers (0.20 on) decodes a normalized added token from its
+  // normalized form.
+  for (const AddedToken &a : added) {
+    std::string norm;
+    setId(a.id,
+          a.normalized && nfc && toNfc(a.content, norm) ? norm : a.content);
+  }
 
   findEos(configText);
   windows.resize(steps.size() + 1);
-  description = "byte-level BPE, vocab " + std::to_string(vocab) + ", " +
-                std::to_string(numMerges) + " merges, " +
-                std::to_string(added.size()) + " added tokens";
+  description = std::string(nfc ? "NFC, " : "") + "byte-level BPE, vocab " +
+                std::to_string(vocab) + ", " + std::to_string(numMerges) +
+                " merges, " + std::to_string(added.size()) + " added tokens";
   return Status::ok();
 }
 
@@ -909,26 +924,31 @@ void HfBpeTokenizer::findMatches(std::string_view text, size_t b0, size_t b1,
     out.push_back({startOffset, b1, -1});
 }
 
-void HfBpeTokenizer::splitAdded(std::string_view text,
-                                std::vector<Segment> &segs) const {
-  segs.clear();
-  if (plainSet.empty() && normalizedSet.empty()) {
-    if (!text.empty())
-      segs.push_back({0, text.size(), -1});
-    return;
-  }
+template <typename F>
+void HfBpeTokenizer::forEachSegment(std::string_view text, F &&segment) const {
   // 1. The tokens that are not normalized, on the text.
   segments2.clear();
   if (plainSet.empty())
     segments2.push_back({0, text.size(), -1});
   else
     findMatches(text, 0, text.size(), plainSet, segments2);
-  // 2. The normalized ones on the text between (no normalizer here).
   for (const Segment &s : segments2) {
-    if (s.token >= 0 || normalizedSet.empty())
-      segs.push_back(s);
-    else
-      findMatches(text, s.begin, s.end, normalizedSet, segs);
+    if (s.token >= 0) {
+      segment(text.substr(s.begin, s.end - s.begin), s.token);
+      continue;
+    }
+    // 2. The normalizer on the text between, then the normalized tokens.
+    std::string_view sv = text.substr(s.begin, s.end - s.begin);
+    if (nfc && toNfc(sv, normalizedText))
+      sv = normalizedText;
+    if (normalizedSet.empty()) {
+      segment(sv, -1);
+      continue;
+    }
+    segments.clear();
+    findMatches(sv, 0, sv.size(), normalizedSet, segments);
+    for (const Segment &t : segments)
+      segment(sv.substr(t.begin, t.end - t.begin), t.token);
   }
 }
 
@@ -1089,14 +1109,13 @@ Status HfBpeTokenizer::encode(std::string_view text,
   if (bad != std::string_view::npos)
     return Status::error("invalid UTF-8 at byte " + std::to_string(bad));
   out.insert(out.end(), prefixIds.begin(), prefixIds.end());
-  splitAdded(text, segments);
   auto sink = [&](std::string_view piece) { bpe(piece, out); };
-  for (const Segment &s : segments) {
-    if (s.token >= 0)
-      out.push_back(uint32_t(s.token));
+  forEachSegment(text, [&](std::string_view seg, int32_t token) {
+    if (token >= 0)
+      out.push_back(uint32_t(token));
     else
-      runSteps(0, text.substr(s.begin, s.end - s.begin), sink);
-  }
+      runSteps(0, seg, sink);
+  });
   out.insert(out.end(), suffixIds.begin(), suffixIds.end());
   return Status::ok();
 }
@@ -1107,15 +1126,13 @@ HfBpeTokenizer::pieces(std::string_view text) const {
   if (bad != std::string_view::npos)
     return Status::error("invalid UTF-8 at byte " + std::to_string(bad));
   std::vector<std::string> out;
-  std::vector<Segment> segs;
-  splitAdded(text, segs);
   auto sink = [&](std::string_view piece) { out.emplace_back(piece); };
-  for (const Segment &s : segs) {
-    if (s.token >= 0)
-      out.emplace_back(text.substr(s.begin, s.end - s.begin));
+  forEachSegment(text, [&](std::string_view seg, int32_t token) {
+    if (token >= 0)
+      out.emplace_back(seg);
     else
-      runSteps(0, text.substr(s.begin, s.end - s.begin), sink);
-  }
+      runSteps(0, seg, sink);
+  });
   return out;
 }
 

@@ -93,6 +93,10 @@ inline char32_t decodeUtf8(const unsigned char *s, size_t &i) {
   return cp;
 }
 void appendUtf8(std::string &out, char32_t cp);
+/// The NFC form of valid UTF-8 `s` (Unicode's canonical decomposition,
+/// ordering and composition) into `out`; false, `out` untouched, when `s`
+/// is already in NFC.
+bool toNfc(std::string_view s, std::string &out);
 
 //===----------------------------------------------------------------------===//
 // Decoded text: what the scanner reads

@@ -25,17 +25,28 @@ struct UnicodeRun {
   uint32_t first, last;
   uint8_t value;
 };
+struct Decomposition {
+  uint32_t cp;
+  uint16_t offset;
+  uint8_t length;
+};
+struct Composition {
+  uint32_t first, second, composite;
+};
 #include "TokenizerUnicode.inc"
 
-/// Two-level table built from the runs on first use: 4352 blocks of 256
-/// code points, identical blocks shared.
+/// Two-level table built from runs on first use: 4352 blocks of 256 code
+/// points, identical blocks shared.
 struct UnicodeTables {
   std::vector<uint16_t> stage1;
   std::vector<uint8_t> stage2;
-  UnicodeTables() {
+  template <size_t N>
+  explicit UnicodeTables(const UnicodeRun (&runs)[N],
+                         uint8_t (*value)(uint8_t) = nullptr) {
     std::vector<uint8_t> flat(0x110000, 0);
-    for (const UnicodeRun &r : kUnicodeRuns)
-      std::memset(flat.data() + r.first, r.value, r.last - r.first + 1);
+    for (const UnicodeRun &r : runs)
+      std::memset(flat.data() + r.first, value ? value(r.value) : r.value,
+                  r.last - r.first + 1);
     std::map<std::vector<uint8_t>, uint16_t> blocks;
     stage1.resize(0x110000 >> 8);
     for (size_t b = 0; b < stage1.size(); ++b) {
@@ -53,7 +64,7 @@ struct UnicodeTables {
 };
 
 const UnicodeTables &tables() {
-  static const UnicodeTables t;
+  static const UnicodeTables t(kUnicodeRuns);
   return t;
 }
 
@@ -164,6 +175,169 @@ void DecodedText::dropFront(size_t n) {
   cp.erase(cp.begin(), cp.begin() + n);
   info.erase(info.begin(), info.begin() + n);
   off.erase(off.begin(), off.begin() + n);
+}
+
+//===----------------------------------------------------------------------===//
+// NFC
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Per code point: kNfcNo, kNfcMaybe (NFC_Quick_Check), kNfcMark (a
+/// non-zero combining class). 0: a character NFC keeps and that nothing
+/// before it combines with.
+constexpr uint8_t kNfcNo = 1, kNfcMaybe = 2, kNfcMark = 4;
+
+struct NfcTables {
+  UnicodeTables quick{kNfcQuickCheckRuns};
+  UnicodeTables marks{kCombiningClassRuns,
+                      [](uint8_t) -> uint8_t { return kNfcMark; }};
+  uint8_t flags(char32_t c) const {
+    size_t i = (size_t(quick.stage1[c >> 8]) << 8) | (c & 0xff);
+    size_t j = (size_t(marks.stage1[c >> 8]) << 8) | (c & 0xff);
+    return quick.stage2[i] | marks.stage2[j];
+  }
+};
+
+const NfcTables &nfcTables() {
+  static const NfcTables t;
+  return t;
+}
+
+constexpr char32_t kSBase = 0xAC00, kLBase = 0x1100, kVBase = 0x1161,
+                   kTBase = 0x11A7;
+constexpr uint32_t kLCount = 19, kVCount = 21, kTCount = 28,
+                   kNCount = kVCount * kTCount, kSCount = kLCount * kNCount;
+
+uint8_t combiningClass(char32_t c) {
+  const UnicodeRun *b = std::begin(kCombiningClassRuns),
+                   *e = std::end(kCombiningClassRuns);
+  auto it = std::upper_bound(
+      b, e, c, [](char32_t x, const UnicodeRun &r) { return x < r.first; });
+  if (it == b || c > (it - 1)->last)
+    return 0;
+  return (it - 1)->value;
+}
+
+void decompose(char32_t c, std::u32string &out) {
+  if (c >= kSBase && c < kSBase + kSCount) {
+    uint32_t s = c - kSBase;
+    out += char32_t(kLBase + s / kNCount);
+    out += char32_t(kVBase + (s % kNCount) / kTCount);
+    if (s % kTCount)
+      out += char32_t(kTBase + s % kTCount);
+    return;
+  }
+  const Decomposition *b = std::begin(kDecompositions),
+                      *e = std::end(kDecompositions);
+  auto it = std::lower_bound(
+      b, e, c, [](const Decomposition &d, char32_t x) { return d.cp < x; });
+  if (it == e || it->cp != c) {
+    out += c;
+    return;
+  }
+  for (uint32_t k = 0; k < it->length; ++k)
+    out += char32_t(kDecompositionChars[it->offset + k]);
+}
+
+/// The primary composite of (a, b), or 0.
+char32_t compose(char32_t a, char32_t b) {
+  if (a >= kLBase && a < kLBase + kLCount && b >= kVBase &&
+      b < kVBase + kVCount)
+    return kSBase + ((a - kLBase) * kVCount + (b - kVBase)) * kTCount;
+  if (a >= kSBase && a < kSBase + kSCount && (a - kSBase) % kTCount == 0 &&
+      b > kTBase && b < kTBase + kTCount)
+    return a + (b - kTBase);
+  const Composition *lo = std::begin(kCompositions),
+                    *hi = std::end(kCompositions);
+  auto it = std::lower_bound(
+      lo, hi, std::make_pair(a, b),
+      [](const Composition &c, std::pair<char32_t, char32_t> k) {
+        return c.first != k.first ? c.first < k.first : c.second < k.second;
+      });
+  if (it != hi && it->first == a && it->second == b)
+    return it->composite;
+  return 0;
+}
+
+/// NFC of a short region (valid UTF-8): decomposition, canonical order,
+/// composition (Unicode's algorithm).
+void nfcRegion(std::string_view s, std::string &out) {
+  const unsigned char *u = reinterpret_cast<const unsigned char *>(s.data());
+  std::u32string d;
+  for (size_t i = 0; i < s.size();)
+    decompose(decodeUtf8(u, i), d);
+  std::vector<uint8_t> cls(d.size());
+  for (size_t i = 0; i < d.size(); ++i)
+    cls[i] = combiningClass(d[i]);
+  for (size_t i = 1; i < d.size(); ++i) // stable, by class, marks only
+    for (size_t j = i; j > 0 && cls[j] != 0 && cls[j - 1] > cls[j]; --j) {
+      std::swap(d[j - 1], d[j]);
+      std::swap(cls[j - 1], cls[j]);
+    }
+  if (d.empty())
+    return;
+  std::u32string r(1, d[0]);
+  size_t starter = 0;
+  int last = cls[0] ? 256 : 0; // a leading mark blocks composition
+  for (size_t i = 1; i < d.size(); ++i) {
+    int c = cls[i];
+    if (char32_t comp = compose(r[starter], d[i]);
+        comp && (last < c || last == 0)) {
+      r[starter] = comp;
+      continue;
+    }
+    if (c == 0)
+      starter = r.size();
+    last = c;
+    r += d[i];
+  }
+  for (char32_t c : r)
+    appendUtf8(out, c);
+}
+
+} // namespace
+
+bool toNfc(std::string_view s, std::string &out) {
+  // A character with no NFC flag (every ASCII one) starts a stretch that
+  // normalizes on its own: only the stretches around flagged characters
+  // go through the full algorithm, from the last unflagged character
+  // before (which may compose with them) to the next one.
+  const NfcTables &t = nfcTables();
+  const unsigned char *u = reinterpret_cast<const unsigned char *>(s.data());
+  size_t n = s.size(), i = 0, copied = 0, lastSafe = 0;
+  bool changed = false;
+  auto safeAt = [&](size_t &k) {
+    if (u[k] < 0x80) {
+      ++k;
+      return true;
+    }
+    return t.flags(decodeUtf8(u, k)) == 0;
+  };
+  while (i < n) {
+    size_t start = i;
+    if (safeAt(i)) {
+      lastSafe = start;
+      continue;
+    }
+    size_t end = i;
+    while (end < n) {
+      size_t k = end;
+      if (safeAt(k))
+        break;
+      end = k;
+    }
+    if (!changed) {
+      out.clear();
+      changed = true;
+    }
+    out.append(s.data() + copied, lastSafe - copied);
+    nfcRegion(s.substr(lastSafe, end - lastSafe), out);
+    copied = lastSafe = i = end;
+  }
+  if (changed)
+    out.append(s.data() + copied, n - copied);
+  return changed;
 }
 
 //===----------------------------------------------------------------------===//

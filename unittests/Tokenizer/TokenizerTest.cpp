@@ -302,6 +302,44 @@ TEST(TokenizerBPE, SplitSequenceAndPrefixSpace) {
   EXPECT_EQ(*p, (Pieces{" ab", " 123", " 45", " c"}));
 }
 
+TEST(TokenizerBPE, NfcNormalizer) {
+  // Qwen2's normalizer: the text between added tokens goes through NFC
+  // before the pre-tokenizer; normalized added tokens match their NFC form.
+  json j = makeTokenizer({}, {});
+  j["normalizer"] = {{"type", "NFC"}};
+  j["added_tokens"] = {{{"id", 300},
+                        {"content", "cafe\u0301!"},
+                        {"special", false},
+                        {"normalized", true}}};
+  auto t = load(j);
+  ASSERT_TRUE(t);
+  struct Case {
+    const char *in, *out;
+  } cases[] = {
+      {"e\u0301", "\u00e9"},               // composed
+      {"A\u030a \u212b", "\u00c5 \u00c5"}, // the Angstrom sign too
+      {"\u2126", "\u03a9"},                // a singleton
+      {"\uf900", "\u8c48"},                // a CJK compatibility ideograph
+      {"\u0958", "\u0915\u093c"},          // excluded from composition
+      {"a\u0301\u0323", "\u1ea1\u0301"},   // reordered, then composed
+      {"\u1100\u1161\u11a8", "\uac01"},    // Hangul jamo
+      {"\uac00\u11a8", "\uac01"},
+      {"o\u0308\u0304", "\u022b"}, // composed twice
+      {"\u0301a", "\u0301a"},      // a leading mark stays
+      {"x\u0301", "x\u0301"},      // nothing to compose with
+  };
+  for (const Case &c : cases) {
+    auto p = t->pieces(c.in);
+    ASSERT_TRUE(p) << p.message();
+    std::string joined;
+    for (const std::string &s : *p)
+      joined += s;
+    EXPECT_EQ(joined, c.out) << c.in;
+  }
+  EXPECT_EQ(encode(*t, "caf\u00e9!"), (Ids{300}));
+  EXPECT_EQ(encode(*t, "cafe\u0301!"), (Ids{300}));
+}
+
 TEST(TokenizerBPE, TemplateAndEos) {
   json j = makeTokenizer({}, {});
   j["added_tokens"] = {
@@ -357,7 +395,7 @@ TEST(TokenizerBPE, ErrorsNameTheFile) {
   json j = makeTokenizer({}, {});
   json n = j;
   n["normalizer"] = {{"type", "NFKC"}};
-  expectError(n, "normalizer 'NFKC' is not supported");
+  expectError(n, "normalizer 'NFKC' is not supported (NFC is, or none)");
   json w = j;
   w["pre_tokenizer"] = {{"type", "Whitespace"}};
   expectError(w, "pre-tokenizer 'Whitespace' is not supported");

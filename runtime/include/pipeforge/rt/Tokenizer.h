@@ -6,10 +6,11 @@
 // `pipeforge-tokenize --tokenizer FILE` runs.
 //
 //   Tokenizer             encode(text) -> ids, decode(ids) -> bytes,
-//   │                     vocabSize(), eos()
+//   │                     vocabSize(), defaultEos()
 //   ├── byte-level BPE    a Hugging Face tokenizer.json (GPT-2, Llama 3,
 //   │                     DeepSeek-V3, Qwen2 ...): added tokens matched first,
-//   │                     the Split / ByteLevel pre-tokenizers (their regexes
+//   │                     the NFC normalizer if any, the Split / ByteLevel /
+//   │                     Digits pre-tokenizers (their regexes
 //   │                     run by a hand-written scanner, Unicode tables from
 //   │                     scripts/gen-unicode-tables.py), the BPE model
 //   │                     (merges by rank), the post-processor's template,
@@ -18,9 +19,13 @@
 //   └── SentencePiece     a tokenizer.model (Llama 2, Mistral) through
 //                         libsentencepiece when the build found it
 //
-// Anything a file uses that this code does not implement (a normalizer, a
-// pre-tokenizer or a regex construct outside the supported set, a model
-// other than BPE) is an error naming the file, never a silent difference.
+// Anything a file uses that this code does not implement (a normalizer
+// other than NFC, a pre-tokenizer or a regex construct outside the
+// supported set, a model other than BPE) is an error naming the file,
+// never a silent difference.
+//
+// A Tokenizer object keeps scratch buffers and a cache: one thread at a
+// time may use it.
 //
 // Plain C++ (no MLIR/LLVM), no exceptions: Status / Expected.
 //
