@@ -428,6 +428,10 @@ Status HfWeightSource::fill(const std::string &name,
         out[(a - lo + r) * cols + c] = run[size_t(r)];
     }
   }
+  for (const HfPiece &p : it->second) {
+    auto f = model->find(p.tensor);
+    f.file->release(*f.info);
+  }
   return Status::ok();
 }
 

@@ -264,6 +264,17 @@ Status SafetensorsFile::read(const StTensorInfo &t, int64_t first,
   return Status::ok();
 }
 
+void SafetensorsFile::release(const StTensorInfo &t) const {
+  if (!mapped)
+    return;
+  uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  uintptr_t lo = uintptr_t(data + t.begin), hi = uintptr_t(data + t.end);
+  lo = (lo + page - 1) / page * page;
+  hi = hi / page * page;
+  if (hi > lo)
+    ::madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_DONTNEED);
+}
+
 //===----------------------------------------------------------------------===//
 // Model directories
 //===----------------------------------------------------------------------===//
@@ -355,14 +366,13 @@ std::vector<std::string> SafetensorsModel::names() const {
 // Writing
 //===----------------------------------------------------------------------===//
 
-std::vector<uint8_t>
-encodeSafetensors(const std::vector<StTensorOut> &tensors,
-                  const std::map<std::string, std::string> &metadata) {
-  std::vector<const StTensorOut *> order;
-  for (const StTensorOut &t : tensors)
-    order.push_back(&t);
-  std::sort(order.begin(), order.end(),
-            [](auto *a, auto *b) { return a->name < b->name; });
+namespace {
+
+/// The header of a file holding `order` (sorted by name) as F32, padded
+/// with spaces to a multiple of 8 bytes, and the data's size.
+std::string encodeHeader(const std::vector<const StTensorOut *> &order,
+                         const std::map<std::string, std::string> &metadata,
+                         uint64_t &dataBytes) {
   Json h = Json::object();
   if (!metadata.empty())
     h["__metadata__"] = metadata;
@@ -376,18 +386,75 @@ encodeSafetensors(const std::vector<StTensorOut> &tensors,
                   {"data_offsets", {off, off + 4 * n}}};
     off += 4 * n;
   }
+  dataBytes = off;
   std::string header = h.dump();
   header.append((8 - header.size() % 8) % 8, ' ');
-  std::vector<uint8_t> out(8 + header.size() + off);
+  return header;
+}
+
+std::vector<const StTensorOut *> byName(const std::vector<StTensorOut> &ts) {
+  std::vector<const StTensorOut *> order;
+  for (const StTensorOut &t : ts)
+    order.push_back(&t);
+  std::sort(order.begin(), order.end(),
+            [](auto *a, auto *b) { return a->name < b->name; });
+  return order;
+}
+
+size_t elementsOf(const StTensorOut &t) {
+  size_t n = 1;
+  for (int64_t d : t.shape)
+    n *= size_t(d);
+  return n;
+}
+
+/// Writes one file tensor by tensor (no image of the whole file in
+/// memory: an export holds the model once), through PATH.tmp and a rename.
+Status writeSafetensorsFile(const std::string &path,
+                            const std::vector<StTensorOut> &tensors,
+                            const std::map<std::string, std::string> &meta) {
+  auto order = byName(tensors);
+  uint64_t dataBytes = 0;
+  std::string header = encodeHeader(order, meta, dataBytes);
+  std::string tmp = path + ".tmp";
+  FILE *f = std::fopen(tmp.c_str(), "wb");
+  if (!f)
+    return Status::error("cannot write '" + tmp + "': " +
+                         std::strerror(errno));
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i)
+    len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
+  bool ok = std::fwrite(len, 1, 8, f) == 8 &&
+            std::fwrite(header.data(), 1, header.size(), f) == header.size();
+  for (const StTensorOut *t : order) {
+    size_t n = elementsOf(*t);
+    ok = ok && std::fwrite(t->data, 4, n, f) == n;
+  }
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status::error("error writing '" + path + "': " +
+                         std::strerror(errno));
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+std::vector<uint8_t>
+encodeSafetensors(const std::vector<StTensorOut> &tensors,
+                  const std::map<std::string, std::string> &metadata) {
+  auto order = byName(tensors);
+  uint64_t dataBytes = 0;
+  std::string header = encodeHeader(order, metadata, dataBytes);
+  std::vector<uint8_t> out(8 + header.size() + dataBytes);
   uint64_t len = header.size();
   for (int i = 0; i < 8; ++i)
     out[size_t(i)] = uint8_t(len >> (8 * i));
   std::memcpy(out.data() + 8, header.data(), header.size());
   uint8_t *p = out.data() + 8 + header.size();
   for (const StTensorOut *t : order) {
-    size_t n = 1;
-    for (int64_t d : t->shape)
-      n *= size_t(d);
+    size_t n = elementsOf(*t);
     std::memcpy(p, t->data, n * 4);
     p += n * 4;
   }
@@ -402,11 +469,7 @@ Status writeSafetensorsModel(const std::string &dir,
   if (ec)
     return Status::error("cannot create '" + dir + "': " + ec.message());
   // Shards in name order, each filled up to maxShardBytes.
-  std::vector<const StTensorOut *> order;
-  for (const StTensorOut &t : tensors)
-    order.push_back(&t);
-  std::sort(order.begin(), order.end(),
-            [](auto *a, auto *b) { return a->name < b->name; });
+  auto order = byName(tensors);
   std::vector<std::vector<StTensorOut>> shards(1);
   uint64_t inShard = 0, total = 0;
   for (const StTensorOut *t : order) {
@@ -426,8 +489,7 @@ Status writeSafetensorsModel(const std::string &dir,
     // The single-file layout; a stale index from an earlier export would
     // shadow it.
     fs::remove(dir + "/model.safetensors.index.json", ec);
-    return writeFileAtomically(dir + "/model.safetensors",
-                               encodeSafetensors(shards[0], meta));
+    return writeSafetensorsFile(dir + "/model.safetensors", shards[0], meta);
   }
   Json index = {{"metadata", {{"total_size", total}}},
                 {"weight_map", Json::object()}};
@@ -435,8 +497,7 @@ Status writeSafetensorsModel(const std::string &dir,
   for (size_t k = 0; k < shards.size(); ++k) {
     std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1,
                   shards.size());
-    if (Status s = writeFileAtomically(dir + "/" + name,
-                                       encodeSafetensors(shards[k], meta));
+    if (Status s = writeSafetensorsFile(dir + "/" + name, shards[k], meta);
         !s)
       return s;
     for (const StTensorOut &t : shards[k])

@@ -70,6 +70,10 @@ public:
   /// float32, into `out`. Errors: a range outside the tensor.
   Status read(const StTensorInfo &t, int64_t first, int64_t count,
               float *out) const;
+  /// Drops the mapped pages that lie wholly inside the tensor's bytes from
+  /// this process (the file's pages stay in the page cache): a rank that
+  /// has copied a tensor out does not keep it resident twice.
+  void release(const StTensorInfo &t) const;
 
 private:
   SafetensorsFile() = default;
