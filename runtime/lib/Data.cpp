@@ -17,6 +17,25 @@ namespace pipeforge::rt {
 
 DataSource::~DataSource() = default;
 
+Status DataSource::documentStarts(int64_t, int64_t, int64_t, int64_t,
+                                  int32_t *) const {
+  return Status::error(describe() +
+                       " has no document boundaries (an end-of-document "
+                       "token marks them: --eos ID)");
+}
+
+void documentStartsFromEos(const int32_t *tokens, int64_t b, int64_t s,
+                           int32_t eos, int32_t *docStart) {
+  for (int64_t r = 0; r < b; ++r) {
+    int32_t start = 0;
+    for (int64_t i = 0; i < s; ++i) {
+      if (i > 0 && tokens[r * s + i - 1] == eos)
+        start = int32_t(i);
+      docStart[r * s + i] = start;
+    }
+  }
+}
+
 Status detail::checkBatchArgs(int64_t mb, int64_t step, int64_t b, int64_t s,
                               const int32_t *tokens, const int32_t *targets) {
   if (b < 1 || s < 1)

@@ -691,6 +691,45 @@ Status TokenArray::batch(int64_t mb, int64_t step, int64_t b, int64_t s,
   return Status::ok();
 }
 
+Status TokenArray::documentStarts(int64_t mb, int64_t step, int64_t b,
+                                  int64_t s, int32_t *docStart) const {
+  if (fmt != Format::Megatron)
+    return DataSource::documentStarts(mb, step, b, s, docStart);
+  if (!docStart)
+    return Status::error("data: null document buffer");
+  int32_t dummy = 0;
+  if (Status st = detail::checkBatchArgs(mb, step, b, s, &dummy, &dummy); !st)
+    return st;
+  if (uint64_t(s) + 1 > count)
+    return Status::error("'" + name + "': " + str(count) +
+                         " tokens, a window of sequence length " + str(s) +
+                         " needs " + str(uint64_t(s) + 1));
+  const uint64_t windows = count - uint64_t(s);
+  const uint64_t docs = index.documentIndexCount - 1; // >= 1 here
+  for (int64_t row = 0; row < b; ++row) {
+    const uint64_t off = windowStart(seed, step, mb, row, windows);
+    // k: the last document starting at or before `off` (document 0 starts
+    // at 0); then forward through the window.
+    uint64_t lo = 0, hi = docs;
+    while (hi - lo > 1) {
+      uint64_t mid = lo + (hi - lo) / 2;
+      if (index.documentStart(mid) <= off)
+        lo = mid;
+      else
+        hi = mid;
+    }
+    uint64_t k = lo;
+    for (int64_t i = 0; i < s; ++i) {
+      const uint64_t at = off + uint64_t(i);
+      while (k + 1 < docs && index.documentStart(k + 1) <= at)
+        ++k;
+      const uint64_t start = index.documentStart(k);
+      docStart[row * s + i] = start > off ? int32_t(start - off) : 0;
+    }
+  }
+  return Status::ok();
+}
+
 uint64_t TokenArray::fingerprint() const {
   const char tag[] = "pipeforge-tokenarray-v1";
   uint64_t h = fnv1a64(tag, sizeof(tag));

@@ -526,6 +526,100 @@ TEST(TokenArray, RawU16FilesOfOddSizeAreRejected) {
 }
 
 //===----------------------------------------------------------------------===//
+// Document boundaries (--doc-mask)
+//===----------------------------------------------------------------------===//
+
+TEST(Documents, EosTokenEndsADocument) {
+  const int32_t eos = 9;
+  std::vector<int32_t> tok = {1, 9, 2, 3, 9, 9, 4, 5, //
+                              9, 1, 2, 3, 4, 5, 6, 9};
+  std::vector<int32_t> d(tok.size());
+  documentStartsFromEos(tok.data(), 2, 8, eos, d.data());
+  EXPECT_EQ(d, (std::vector<int32_t>{0, 0, 2, 2, 2, 5, 6, 6, //
+                                     0, 1, 1, 1, 1, 1, 1, 1}));
+}
+
+TEST(Documents, MegatronDocumentsWithinTheWindows) {
+  // Token value == position in the stream (int32), so a row shows where
+  // its window starts; documents of 1..3 sequences, one of them empty.
+  std::vector<std::vector<std::vector<int32_t>>> docs;
+  std::vector<uint64_t> starts;
+  int32_t pos = 0;
+  for (int d = 0; d < 40; ++d) {
+    starts.push_back(uint64_t(pos));
+    docs.emplace_back();
+    if (d == 7)
+      continue; // an empty document (end_document twice)
+    for (int q = 0; q < 1 + d % 3; ++q) {
+      docs.back().emplace_back();
+      for (int t = 0; t < 2 + (d * 5 + q * 3) % 11; ++t)
+        docs.back().back().push_back(pos++);
+    }
+  }
+  Megatron m = megatron(docs, 4);
+  DataFileOptions o;
+  o.seed = 21;
+  auto ds = TokenArray::megatronFromBytes(m.idx, m.bin, "docs", o);
+  ASSERT_TRUE(ds) << ds.message();
+  const int64_t b = 3, s = 24;
+  for (int64_t step : {0, 1, 5})
+    for (int64_t mb : {0, 2}) {
+      Batch x = get(**ds, mb, step, b, s);
+      std::vector<int32_t> d(b * s);
+      ASSERT_TRUE((*ds)->documentStarts(mb, step, b, s, d.data()));
+      for (int64_t r = 0; r < b; ++r) {
+        const uint64_t off = uint64_t(x.tok[r * s]);
+        for (int64_t i = 0; i < s; ++i) {
+          const uint64_t at = off + uint64_t(i);
+          uint64_t start = 0;
+          for (uint64_t st : starts)
+            if (st <= at)
+              start = st;
+          int32_t want = start > off ? int32_t(start - off) : 0;
+          ASSERT_EQ(d[r * s + i], want) << "row " << r << " i " << i;
+        }
+      }
+    }
+
+  // Documents that each end with an EOS token: the index's boundaries are
+  // the EOS rule's.
+  const int32_t eos = 255;
+  std::vector<std::vector<std::vector<uint16_t>>> edocs;
+  auto toks = tokens(600, 255);
+  size_t at = 0;
+  for (int d = 0; at < toks.size(); ++d) {
+    size_t len = std::min<size_t>(toks.size() - at, 3 + (d * 7) % 19);
+    std::vector<uint16_t> seq(toks.begin() + long(at),
+                              toks.begin() + long(at + len));
+    seq.push_back(uint16_t(eos));
+    edocs.push_back({seq});
+    at += len;
+  }
+  Megatron e = megatron(edocs, 8);
+  auto es = TokenArray::megatronFromBytes(e.idx, e.bin, "eos", o);
+  ASSERT_TRUE(es) << es.message();
+  for (int64_t step : {0, 3, 8}) {
+    Batch x = get(**es, 1, step, 4, 32);
+    std::vector<int32_t> fromIndex(4 * 32), fromEos(4 * 32);
+    ASSERT_TRUE((*es)->documentStarts(1, step, 4, 32, fromIndex.data()));
+    documentStartsFromEos(x.tok.data(), 4, 32, eos, fromEos.data());
+    EXPECT_EQ(fromIndex, fromEos) << step;
+  }
+
+  // Arguments as batch(); the other formats have no documents.
+  std::vector<int32_t> d(4);
+  EXPECT_FALSE((*ds)->documentStarts(0, 0, 0, 4, d.data()));
+  EXPECT_FALSE((*ds)->documentStarts(0, 0, 1, 4, nullptr));
+  EXPECT_FALSE((*ds)->documentStarts(0, 0, 1, 100000, d.data()));
+  auto raw = TokenArray::rawU16FromBytes(rawU16(tokens(100)), "r.bin");
+  ASSERT_TRUE(raw);
+  Status st = (*raw)->documentStarts(0, 0, 1, 4, d.data());
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.message().find("--eos"), std::string::npos) << st.message();
+  EXPECT_FALSE(SyntheticLanguage().documentStarts(0, 0, 1, 4, d.data()));
+}
+
+//===----------------------------------------------------------------------===//
 // Files on disk: openDataFile
 //===----------------------------------------------------------------------===//
 

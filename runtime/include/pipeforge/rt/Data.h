@@ -76,7 +76,24 @@ public:
   /// it so a resume on different data is refused.
   virtual uint64_t fingerprint() const = 0;
   virtual std::string describe() const = 0;
+  /// Document boundaries inside the rows of batch() (attention within
+  /// documents, `--doc-mask`): docStart[r*s + i] is the position in row r
+  /// where the document holding token i starts, 0 <= docStart <= i (0 when
+  /// that document began before the window). A pure function of the same
+  /// arguments as batch(), so every stage computes it on its own. This
+  /// default has no documents: an error (documentStartsFromEos finds them
+  /// from an end-of-document token in any source).
+  virtual Status documentStarts(int64_t globalMicrobatchIndex, int64_t step,
+                                int64_t b, int64_t s,
+                                int32_t *docStart) const;
 };
+
+/// The document starts of rows of tokens [b, s] in which a document ends
+/// with the token `eos` (Megatron-LM's EOD, GPT-2's <|endoftext|>): token
+/// i starts a document when token i - 1 is `eos` (the token is the last
+/// of its document). Each row's first token starts one.
+void documentStartsFromEos(const int32_t *tokens, int64_t b, int64_t s,
+                           int32_t eos, int32_t *docStart);
 
 /// The embedded default dataset (vocab 256, byte-level ASCII text).
 class SyntheticLanguage final : public DataSource {
@@ -301,6 +318,11 @@ public:
   const MegatronIndex *megatronIndex() const {
     return fmt == Format::Megatron ? &index : nullptr;
   }
+  /// Megatron datasets: the starts of the index's documents within the
+  /// windows of batch(); the other formats have none (DataSource's error).
+  Status documentStarts(int64_t globalMicrobatchIndex, int64_t step,
+                        int64_t b, int64_t s,
+                        int32_t *docStart) const override;
 
 private:
   TokenArray() = default;
