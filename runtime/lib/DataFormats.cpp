@@ -170,8 +170,7 @@ FileBytes::map(const std::string &path) {
   // O_NONBLOCK: a FIFO must not block the open (it is refused below).
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
-    return Status::error("cannot open '" + path + "': " +
-                         std::strerror(errno));
+    return Status::error("cannot open '" + path + "': " + std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
@@ -229,9 +228,8 @@ int64_t MegatronIndex::documentIndex(uint64_t k) const {
 }
 uint64_t MegatronIndex::documentStart(uint64_t k) const {
   uint64_t seq = uint64_t(documentIndex(k));
-  return seq < sequenceCount
-             ? uint64_t(pointer(seq)) / tokenDTypeBytes(dtype)
-             : tokenCount;
+  return seq < sequenceCount ? uint64_t(pointer(seq)) / tokenDTypeBytes(dtype)
+                             : tokenCount;
 }
 
 Expected<MegatronIndex> parseMegatronIndex(const uint8_t *idx, size_t size,
@@ -297,12 +295,11 @@ Expected<MegatronIndex> parseMegatronIndex(const uint8_t *idx, size_t size,
   if (size == need + S && S > 0)
     ix.hasModes = true; // multimodal: one int8 mode per sequence
   else if (size != need)
-    return bad("size mismatch: the header says " + str(S) +
-               " sequences and " + str(D) + " document indices (" +
-               str(need) + " bytes" + (S ? ", or " + str(need + S) +
-                                               " with sequence modes"
-                                         : std::string()) +
-               "), the file has " + str(size) + " (trailing data)");
+    return bad(
+        "size mismatch: the header says " + str(S) + " sequences and " +
+        str(D) + " document indices (" + str(need) + " bytes" +
+        (S ? ", or " + str(need + S) + " with sequence modes" : std::string()) +
+        "), the file has " + str(size) + " (trailing data)");
   ix.lengths = idx + kMegatronHeader;
   ix.pointers = ix.lengths + 4 * S;
   ix.documents = ix.pointers + 8 * S;
@@ -326,17 +323,17 @@ Expected<MegatronIndex> parseMegatronIndex(const uint8_t *idx, size_t size,
                  str(i - 1) + " (bytes " + str(uint64_t(ix.pointer(i - 1))) +
                  ".." + str(end) + "): the pointers overlap");
     if (p > end)
-      return bad(seq + " starts at byte " + str(p) + ", " + str(p - end) +
-                 " bytes after " +
-                 (i ? "the end of sequence " + str(i - 1) + " (byte " +
-                          str(end) + ")"
-                    : std::string("the start of the .bin")) +
-                 ": a gap (this reader takes the back-to-back layout "
-                 "IndexedDatasetBuilder writes)");
+      return bad(
+          seq + " starts at byte " + str(p) + ", " + str(p - end) +
+          " bytes after " +
+          (i ? "the end of sequence " + str(i - 1) + " (byte " + str(end) + ")"
+             : std::string("the start of the .bin")) +
+          ": a gap (this reader takes the back-to-back layout "
+          "IndexedDatasetBuilder writes)");
     if (bytes > binBytes - p)
-      return bad(seq + " (" + str(uint64_t(len)) + " tokens at byte " +
-                 str(p) + ") runs past the end of '" + binName + "' (" +
-                 str(binBytes) + " bytes): truncated .bin");
+      return bad(seq + " (" + str(uint64_t(len)) + " tokens at byte " + str(p) +
+                 ") runs past the end of '" + binName + "' (" + str(binBytes) +
+                 " bytes): truncated .bin");
     end = p + bytes;
   }
   if (end != binBytes)
@@ -356,9 +353,9 @@ Expected<MegatronIndex> parseMegatronIndex(const uint8_t *idx, size_t size,
     int64_t prev = ix.documentIndex(k - 1), cur = ix.documentIndex(k);
     if (cur < prev || uint64_t(cur) > S)
       return bad("document index " + str(k) + " is " + std::to_string(cur) +
-                 (cur < prev ? ", below the one before (" +
-                                   std::to_string(prev) + ")"
-                             : ", past the sequence count " + str(S)));
+                 (cur < prev
+                      ? ", below the one before (" + std::to_string(prev) + ")"
+                      : ", past the sequence count " + str(S)));
   }
   if (uint64_t(ix.documentIndex(D - 1)) != S)
     return bad("the last document index is " +
@@ -433,8 +430,9 @@ Expected<NpyHeader> parseNpy(const uint8_t *p, uint64_t size,
                " (this reader knows 1.0, 2.0, 3.0)");
   }
   if (hlen > size - pre)
-    return bad("truncated: the header needs " + str(hlen) + " bytes after the " +
-               str(pre) + "-byte preamble, the file has " + str(size));
+    return bad("truncated: the header needs " + str(hlen) +
+               " bytes after the " + str(pre) +
+               "-byte preamble, the file has " + str(size));
   std::string h(reinterpret_cast<const char *>(p + pre), size_t(hlen));
   std::string descr, fortran, shape;
   if (h.find('{') == std::string::npos || !npyField(h, "descr", descr) ||
@@ -472,8 +470,7 @@ Expected<NpyHeader> parseNpy(const uint8_t *p, uint64_t size,
   inner = inner.substr(1, inner.size() - 2);
   size_t comma = inner.find(',');
   std::string dim = inner.substr(0, comma);
-  std::string rest =
-      comma == std::string::npos ? "" : inner.substr(comma + 1);
+  std::string rest = comma == std::string::npos ? "" : inner.substr(comma + 1);
   auto blank = [](const std::string &x) {
     return x.find_first_not_of(" \t") == std::string::npos;
   };
@@ -484,7 +481,8 @@ Expected<NpyHeader> parseNpy(const uint8_t *p, uint64_t size,
   if (comma == std::string::npos || !blank(rest) || dim.empty() ||
       dim.find_first_not_of("0123456789") != std::string::npos ||
       dim.size() > 19)
-    return bad("shape " + shape + " is not 1-D (a flat token array, as "
+    return bad("shape " + shape +
+               " is not 1-D (a flat token array, as "
                "np.save(path, np.array(tokens)) writes, is expected)");
   r.count = std::stoull(dim);
   r.dataOffset = pre + hlen;
@@ -547,8 +545,7 @@ TokenArray::finish(std::unique_ptr<TokenArray> t, const DataFileOptions &o) {
     }
     where += ")";
     if (v < 0)
-      return bad("token " + std::to_string(v) + " " + where +
-                 " is negative");
+      return bad("token " + std::to_string(v) + " " + where + " is negative");
     return bad("token " + std::to_string(v) + " " + where + " >= " +
                (o.vocab > 0 ? "the model's vocabulary " + str(limit)
                             : "2^31 - 1, the largest vocabulary"));
@@ -599,8 +596,8 @@ TokenArray::create(Format f, std::shared_ptr<const FileBytes> data,
   }
   case Format::RawU16:
     if (t->file->size() % 2)
-      return Status::error("token file '" + name + "': " +
-                           str(t->file->size()) +
+      return Status::error("token file '" + name +
+                           "': " + str(t->file->size()) +
                            " bytes, an odd size: not an array of uint16 "
                            "tokens (nanoGPT's .bin; truncated?)");
     t->type = TokenDType::U16;
@@ -610,11 +607,9 @@ TokenArray::create(Format f, std::shared_ptr<const FileBytes> data,
   return finish(std::move(t), o);
 }
 
-Expected<std::unique_ptr<TokenArray>>
-TokenArray::megatronFromBytes(std::vector<uint8_t> idx,
-                              std::vector<uint8_t> bin,
-                              const std::string &prefix,
-                              const DataFileOptions &o) {
+Expected<std::unique_ptr<TokenArray>> TokenArray::megatronFromBytes(
+    std::vector<uint8_t> idx, std::vector<uint8_t> bin,
+    const std::string &prefix, const DataFileOptions &o) {
   return create(Format::Megatron, FileBytes::hold(std::move(bin)),
                 FileBytes::hold(std::move(idx)), prefix + ".bin",
                 prefix + ".idx", o);
@@ -648,8 +643,7 @@ TokenArray::openNpy(const std::string &path, const DataFileOptions &o) {
 }
 
 Expected<std::unique_ptr<TokenArray>>
-TokenArray::rawU16FromBytes(std::vector<uint8_t> bytes,
-                            const std::string &name,
+TokenArray::rawU16FromBytes(std::vector<uint8_t> bytes, const std::string &name,
                             const DataFileOptions &o) {
   return create(Format::RawU16, FileBytes::hold(std::move(bytes)), nullptr,
                 name, "", o);
@@ -803,8 +797,8 @@ Expected<std::unique_ptr<DataSource>> openDataFile(const std::string &path,
   }
   if (!isFile(path)) {
     auto f = FileBytes::map(path); // its message: a directory, a device
-    return Status::error("data: " + (f ? "'" + path + "' is not a regular file"
-                                       : f.message()));
+    return Status::error(
+        "data: " + (f ? "'" + path + "' is not a regular file" : f.message()));
   }
   std::string magic = head(path, 9);
   if (magic.compare(0, 5, "PFTOK") == 0) {

@@ -125,18 +125,23 @@ struct HostAttentionExec {
   }
   /// One emulated warp per row: each phase runs for every lane before the
   /// partials are combined.
-  Status causalSoftmax(float *probs, long long rows, long long seq) {
-    for (long long r = 0; r < rows; ++r) {
-      float *row = probs + r * seq;
-      const long long i = r % seq;
+  Status causalSoftmax(const ScoreRows &s, float *probs) {
+    for (long long r = 0; r < s.rows; ++r) {
+      float *row = probs + r * s.seq;
+      long long lo, i;
+      scoreRow(s, r, lo, i);
       float m = -INFINITY, sum = 0.f;
       for (int lane = 0; lane < kLanes; ++lane)
-        m = std::max(m, causalRowMaxPart(row, i, lane, kLanes));
+        m = std::max(m, causalRowMaxPart(row, lo, i, lane, kLanes));
       for (int lane = 0; lane < kLanes; ++lane)
-        sum += causalRowExpPart(row, i, m, lane, kLanes);
+        sum += causalRowExpPart(row, lo, i, m, lane, kLanes);
       for (int lane = 0; lane < kLanes; ++lane)
-        causalRowScalePart(row, i, seq, sum, lane, kLanes);
+        causalRowScalePart(row, lo, i, s.seq, sum, lane, kLanes);
     }
+    return Status::ok();
+  }
+  Status copyInts(int32_t *dst, const int32_t *src, long long n) {
+    std::copy(src, src + n, dst);
     return Status::ok();
   }
   Status scoreDropout(const ScoreDropout &d, const float *in, float *out,
@@ -145,17 +150,18 @@ struct HostAttentionExec {
       scoreDropoutElement(d, i, in, out);
     return Status::ok();
   }
-  Status causalSoftmaxGrad(const float *probs, float *ds, long long rows,
-                           long long seq) {
-    for (long long r = 0; r < rows; ++r) {
-      const float *p = probs + r * seq;
-      float *d = ds + r * seq;
-      const long long i = r % seq;
+  Status causalSoftmaxGrad(const ScoreRows &s, const float *probs,
+                           float *ds) {
+    for (long long r = 0; r < s.rows; ++r) {
+      const float *p = probs + r * s.seq;
+      float *d = ds + r * s.seq;
+      long long lo, i;
+      scoreRow(s, r, lo, i);
       float dot = 0.f;
       for (int lane = 0; lane < kLanes; ++lane)
-        dot += causalRowDotPart(p, d, i, lane, kLanes);
+        dot += causalRowDotPart(p, d, lo, i, lane, kLanes);
       for (int lane = 0; lane < kLanes; ++lane)
-        causalRowGradPart(p, d, i, seq, dot, lane, kLanes);
+        causalRowGradPart(p, d, lo, i, s.seq, dot, lane, kLanes);
     }
     return Status::ok();
   }
@@ -169,6 +175,9 @@ struct AttentionCase {
   cpu::Index headStart = 0; ///< a tensor-parallel rank's first head
   cpu::Index vHeadDim = 0;  ///< MLA: value heads of their own width
   cpu::Index ropeDim = 0;   ///< MLA: rotate the trailing ropeDim only
+  /// --doc-mask: a document starts every `docEvery + b` tokens of sequence
+  /// b (0: one document per sequence).
+  cpu::Index docEvery = 0;
 };
 
 void PrintTo(const AttentionCase &c, std::ostream *os) {
@@ -179,6 +188,8 @@ void PrintTo(const AttentionCase &c, std::ostream *os) {
     *os << " dropout " << c.dropout << " headStart " << c.headStart;
   if (c.vHeadDim || c.ropeDim)
     *os << " vHeadDim " << c.vHeadDim << " ropeDim " << c.ropeDim;
+  if (c.docEvery)
+    *os << " documents every " << c.docEvery << " + b";
 }
 
 class AttentionPlanTest : public ::testing::TestWithParam<AttentionCase> {};
@@ -199,6 +210,13 @@ TEST_P(AttentionPlanTest, MatchesCpuReference) {
   s.headStart = c.headStart;
   s.vHeadDim = c.vHeadDim;
   s.ropeDim = c.ropeDim;
+  std::vector<int32_t> doc(size_t(s.batch * s.seq));
+  if (c.docEvery) {
+    for (cpu::Index b = 0; b < s.batch; ++b)
+      for (cpu::Index i = 0; i < s.seq; ++i)
+        doc[size_t(b * s.seq + i)] = int32_t(i - i % (c.docEvery + b));
+    s.docStart = doc.data();
+  }
   ASSERT_TRUE(cpu::isValid(s));
   const size_t tokens = size_t(s.batch * s.seq);
   const size_t nq = tokens * size_t(s.heads * s.headDim);
@@ -258,7 +276,11 @@ INSTANTIATE_TEST_SUITE_P(
         // MLA: q/k heads of 24 rotating their last 8, value heads of 16.
         AttentionCase{2, 9, 4, 4, 24, true, 10000.0, 0.0, 0, 16, 8},
         AttentionCase{1, 37, 2, 1, 10, true, 500.0, 0.1, 2, 6, 4},
-        AttentionCase{2, 5, 4, 2, 6, false, 10000.0, 0.0, 0, 12, 0}));
+        AttentionCase{2, 5, 4, 2, 6, false, 10000.0, 0.0, 0, 12, 0},
+        // Documents (--doc-mask): keys and rotary positions per document.
+        AttentionCase{2, 40, 4, 2, 8, true, 10000.0, 0.0, 0, 0, 0, 11},
+        AttentionCase{3, 33, 4, 1, 6, false, 500.0, 0.2, 0, 0, 0, 5},
+        AttentionCase{2, 37, 4, 4, 24, true, 10000.0, 0.1, 0, 16, 8, 9}));
 
 /// nn.concat_heads's per-thread bodies against cpu::concatHeadsF/B.
 TEST(AttentionMath, ConcatHeadsMatchesCpu) {

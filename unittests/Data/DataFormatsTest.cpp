@@ -83,11 +83,9 @@ Megatron megatron(const std::vector<std::vector<std::vector<T>>> &docs,
 template <typename T>
 std::vector<uint8_t> npy(const std::vector<T> &v, const std::string &descr,
                          const std::string &shape = "") {
-  std::string h = "{'descr': '" + descr + "', 'fortran_order': False, " +
-                  "'shape': " +
-                  (shape.empty() ? "(" + std::to_string(v.size()) + ",)"
-                                 : shape) +
-                  ", }";
+  std::string h =
+      "{'descr': '" + descr + "', 'fortran_order': False, " + "'shape': " +
+      (shape.empty() ? "(" + std::to_string(v.size()) + ",)" : shape) + ", }";
   while ((10 + h.size() + 1) % 64)
     h += ' ';
   h += '\n';
@@ -185,8 +183,7 @@ TEST(TokenArray, EveryFormatGivesTheTokenFilesBatches) {
   keep(TokenArray::npyFromBytes(
       npy(std::vector<int32_t>(toks.begin(), toks.end()), "<i4"), "b.npy", o));
   keep(TokenArray::npyFromBytes(
-      npy(std::vector<uint32_t>(toks.begin(), toks.end()), "<u4"), "c.npy",
-      o));
+      npy(std::vector<uint32_t>(toks.begin(), toks.end()), "<u4"), "c.npy", o));
   keep(TokenArray::npyFromBytes(
       npy(std::vector<int64_t>(toks.begin(), toks.end()), "<i8"), "d.npy", o));
   keep(TokenArray::rawU16FromBytes(rawU16(toks), "e.bin", o));
@@ -214,8 +211,7 @@ TEST(TokenArray, EveryFormatGivesTheTokenFilesBatches) {
     EXPECT_FALSE(src->batch(0, 0, 1, 4, nullptr, g.data()));
   }
   // The Megatron index: documents and where they start.
-  const MegatronIndex *ix =
-      static_cast<TokenArray &>(*all[0]).megatronIndex();
+  const MegatronIndex *ix = static_cast<TokenArray &>(*all[0]).megatronIndex();
   ASSERT_NE(ix, nullptr);
   auto docs = split(toks);
   EXPECT_EQ(ix->documentIndexCount, docs.size() + 1);
@@ -288,9 +284,9 @@ TEST(TokenArray, TokensPastTheVocabularyNameFileAndOffset) {
   expectError(TokenArray::npyFromBytes(n, "v.npy", o), "v.npy",
               "token 1000 at index 37 (byte offset " +
                   std::to_string(n.size() - 200 + 74) + ")");
-  auto m = megatron<uint16_t>({{{toks.begin(), toks.begin() + 30}},
-                               {{toks.begin() + 30, toks.end()}}},
-                              8);
+  auto m = megatron<uint16_t>(
+      {{{toks.begin(), toks.begin() + 30}}, {{toks.begin() + 30, toks.end()}}},
+      8);
   expectError(TokenArray::megatronFromBytes(m.idx, m.bin, "mv", o), "mv.bin",
               "token 1000 at index 37 (byte offset 74, sequence 1)");
   std::vector<int32_t> neg(toks.begin(), toks.end());
@@ -312,8 +308,9 @@ TEST(TokenArray, TooShortForOneWindowIsRefusedAtOpen) {
   DataFileOptions o;
   o.seqLen = 32;
   expectError(TokenArray::rawU16FromBytes(rawU16(tokens(32)), "s.bin", o),
-              "s.bin", "32 tokens, too short for one window of sequence "
-                       "length 32 (33 tokens)");
+              "s.bin",
+              "32 tokens, too short for one window of sequence "
+              "length 32 (33 tokens)");
   ASSERT_TRUE(TokenArray::rawU16FromBytes(rawU16(tokens(33)), "s.bin", o));
   auto empty = megatron<uint16_t>({}, 8);
   expectError(TokenArray::megatronFromBytes(empty.idx, empty.bin, "e", o),
@@ -331,10 +328,11 @@ TEST(TokenArray, TooShortForOneWindowIsRefusedAtOpen) {
 
 TEST(MegatronIndex, MalformedIndexesAreRejected) {
   auto toks = tokens(60);
-  const Megatron good = megatron<uint16_t>(
-      {{{toks.begin(), toks.begin() + 20}, {toks.begin() + 20, toks.begin() + 35}},
-       {{toks.begin() + 35, toks.end()}}},
-      8);
+  const Megatron good =
+      megatron<uint16_t>({{{toks.begin(), toks.begin() + 20},
+                           {toks.begin() + 20, toks.begin() + 35}},
+                          {{toks.begin() + 35, toks.end()}}},
+                         8);
   // S = 3 sequences, D = 3 document indices: lengths at 34, pointers at
   // 46, documents at 70, size 94.
   ASSERT_EQ(good.idx.size(), 94u);
@@ -389,23 +387,27 @@ TEST(MegatronIndex, MalformedIndexesAreRejected) {
         "pointers overlap");
   idx = good.idx;
   poke<int64_t>(idx, 46 + 8, 42);
-  check(idx, good.bin, "sequence 1 starts at byte 42, 2 bytes after the end "
-                       "of sequence 0 (byte 40): a gap");
+  check(idx, good.bin,
+        "sequence 1 starts at byte 42, 2 bytes after the end "
+        "of sequence 0 (byte 40): a gap");
   idx = good.idx;
   poke<int64_t>(idx, 46, 2);
-  check(idx, good.bin, "sequence 0 starts at byte 2, 2 bytes after the start "
-                       "of the .bin: a gap");
+  check(idx, good.bin,
+        "sequence 0 starts at byte 2, 2 bytes after the start "
+        "of the .bin: a gap");
   idx = good.idx;
   poke<int32_t>(idx, 34 + 8, 26); // the last sequence 1 token longer
-  check(idx, good.bin, "sequence 2 (26 tokens at byte 70) runs past the end "
-                       "of 'ds.bin' (120 bytes): truncated .bin");
+  check(idx, good.bin,
+        "sequence 2 (26 tokens at byte 70) runs past the end "
+        "of 'ds.bin' (120 bytes): truncated .bin");
   check(good.idx, {good.bin.begin(), good.bin.end() - 2},
         "runs past the end of 'ds.bin' (118 bytes): truncated .bin");
   auto bin = good.bin;
   bin.push_back(0);
   bin.push_back(0);
-  check(good.idx, bin, "'ds.bin' has 122 bytes, the sequences end at byte "
-                       "120 (trailing data");
+  check(good.idx, bin,
+        "'ds.bin' has 122 bytes, the sequences end at byte "
+        "120 (trailing data");
   // Documents.
   idx = good.idx;
   poke<int64_t>(idx, 70, 1);
@@ -646,8 +648,8 @@ TEST(OpenDataFile, PicksTheFormatByContentsAndName) {
   o.seqLen = 16;
   auto ref = openDataFile(dir + "/t.pftok", o);
   ASSERT_TRUE(ref) << ref.message();
-  for (std::string p : {"ds", "ds.bin", "ds.idx", "t.npy", "train.bin",
-                        "t.data"}) {
+  for (std::string p :
+       {"ds", "ds.bin", "ds.idx", "t.npy", "train.bin", "t.data"}) {
     auto r = openDataFile(dir + "/" + p, o);
     ASSERT_TRUE(r) << p << ": " << r.message();
     EXPECT_TRUE(get(**r, 1, 2, 3, 16) == get(**ref, 1, 2, 3, 16)) << p;
@@ -661,8 +663,7 @@ TEST(OpenDataFile, PicksTheFormatByContentsAndName) {
   expectError(openDataFile(dir + "/only", o), "only.bin",
               "'" + dir + "/only.idx' exists but '" + dir +
                   "/only.bin' does not");
-  expectError(openDataFile(dir + "/only.idx", o), "only.bin",
-              "cannot open");
+  expectError(openDataFile(dir + "/only.idx", o), "only.bin", "cannot open");
   expectError(openDataFile(dir + "/misnamed.index", o), "misnamed.index",
               "the name must end in .idx");
   expectError(openDataFile(dir + "/t.txt", o), "t.txt", "unknown format");
@@ -682,9 +683,9 @@ TEST(OpenDataFile, PicksTheFormatByContentsAndName) {
   auto f = FileBytes::map(dir + "/empty.bin");
   ASSERT_TRUE(f) << f.message();
   EXPECT_EQ((*f)->size(), 0u);
-  for (std::string p : {"ds.idx", "ds.bin", "t.npy", "train.bin", "t.data",
-                        "t.pftok", "only.idx", "misnamed.index", "t.txt",
-                        "empty.bin", "fifo.bin"})
+  for (std::string p :
+       {"ds.idx", "ds.bin", "t.npy", "train.bin", "t.data", "t.pftok",
+        "only.idx", "misnamed.index", "t.txt", "empty.bin", "fifo.bin"})
     std::remove((dir + "/" + p).c_str());
   ::rmdir(dir.c_str());
 }

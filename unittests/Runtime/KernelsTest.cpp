@@ -737,6 +737,90 @@ TEST(Attention, CausalAndFirstTokenCopiesV) {
   }
 }
 
+/// Attention within documents (--doc-mask): a packed sequence with
+/// document starts gives, document by document, what the documents give as
+/// sequences of their own (outputs and all three gradients; rotary
+/// positions restart at each document), and B is F's adjoint.
+TEST(Attention, DocumentsAttendAsSeparateSequences) {
+  for (AttentionShape s :
+       {attn(2, 13, 4, 2, 4, true), attn(2, 13, 2, 2, 3, false),
+        mla(2, 13, 4, 2, 6, 3, 2)}) {
+    const std::vector<std::vector<Index>> starts = {{0, 4, 9}, {0, 1, 7, 12}};
+    std::vector<int32_t> doc(size_t(s.batch * s.seq));
+    for (Index b = 0; b < s.batch; ++b)
+      for (Index i = 0; i < s.seq; ++i)
+        for (Index st : starts[size_t(b)])
+          if (st <= i)
+            doc[size_t(b * s.seq + i)] = int32_t(st);
+    s.docStart = doc.data();
+    ASSERT_TRUE(isValid(s));
+    const Index T = s.batch * s.seq, QW = s.heads * s.headDim,
+                KW = s.kvHeads * s.headDim, VW = s.kvHeads * s.valueDim(),
+                OW = s.heads * s.valueDim();
+    Rng r(91 + s.headDim);
+    Vec q = r.vec(T * QW, -1.5, 1.5), k = r.vec(T * KW, -1.5, 1.5),
+        v = r.vec(T * VW), R = r.vec(T * OW);
+    Vec out(R.size()), dq(q.size(), 7), dk(k.size(), 7), dv(v.size(), 7);
+    AttentionSaved<D> sv;
+    attentionF<D>(s, q.data(), k.data(), v.data(), out.data(), sv);
+    Workspace<D> ws;
+    attentionB<D>(s, sv, R.data(), dq.data(), dk.data(), dv.data(), ws);
+    for (Index b = 0; b < s.batch; ++b) {
+      const auto &st = starts[size_t(b)];
+      for (size_t d = 0; d < st.size(); ++d) {
+        const Index a = st[d], e = d + 1 < st.size() ? st[d + 1] : s.seq;
+        AttentionShape one = s;
+        one.batch = 1;
+        one.seq = e - a;
+        one.docStart = nullptr;
+        auto rows = [&](const Vec &x, Index w) {
+          return Vec(x.begin() + (b * s.seq + a) * w,
+                     x.begin() + (b * s.seq + e) * w);
+        };
+        Vec oq = rows(q, QW), ok = rows(k, KW), ov = rows(v, VW),
+            oR = rows(R, OW), oo(oR.size()), odq(oq.size()), odk(ok.size()),
+            odv(ov.size());
+        AttentionSaved<D> osv;
+        attentionF<D>(one, oq.data(), ok.data(), ov.data(), oo.data(), osv);
+        Workspace<D> ows;
+        attentionB<D>(one, osv, oR.data(), odq.data(), odk.data(), odv.data(),
+                      ows);
+        std::string tag = "sequence " + std::to_string(b) + " document " +
+                          std::to_string(d) + " d" + std::to_string(s.headDim);
+        EXPECT_LT(maxAbsDiff(rows(out, OW), oo), 1e-13) << tag;
+        EXPECT_LT(maxAbsDiff(rows(dq, QW), odq), 1e-13) << tag;
+        EXPECT_LT(maxAbsDiff(rows(dk, KW), odk), 1e-13) << tag;
+        EXPECT_LT(maxAbsDiff(rows(dv, VW), odv), 1e-13) << tag;
+      }
+    }
+    auto loss = [&] {
+      Vec o(R.size());
+      AttentionSaved<D> x;
+      attentionF<D>(s, q.data(), k.data(), v.data(), o.data(), x);
+      return dot(R, o.data());
+    };
+    expectGrad("doc-mask attention B dq", loss, q, dq);
+    expectGrad("doc-mask attention B dk", loss, k, dk);
+    expectGrad("doc-mask attention B dv", loss, v, dv);
+    // One document per sequence is plain causal attention, bitwise.
+    std::fill(doc.begin(), doc.end(), 0);
+    Vec o1(R.size()), o2(R.size());
+    AttentionSaved<D> s1, s2;
+    attentionF<D>(s, q.data(), k.data(), v.data(), o1.data(), s1);
+    AttentionShape plain = s;
+    plain.docStart = nullptr;
+    attentionF<D>(plain, q.data(), k.data(), v.data(), o2.data(), s2);
+    EXPECT_EQ(o1, o2);
+  }
+  // A document start after its token is refused.
+  AttentionShape bad = attn(1, 3, 2, 2, 2, false);
+  std::vector<int32_t> doc = {0, 2, 2};
+  bad.docStart = doc.data();
+  EXPECT_FALSE(isValid(bad));
+  doc = {0, -1, 0};
+  EXPECT_FALSE(isValid(bad));
+}
+
 namespace dropout = pipeforge::rt::dropout;
 
 TEST(Attention, DropoutGradCheckAndHeadShards) {

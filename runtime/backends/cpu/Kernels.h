@@ -424,9 +424,19 @@ struct AttentionShape {
   double dropout = 0.0;
   uint64_t dropoutKey = 0;
   Index headStart = 0;
+  /// Attention within documents (--doc-mask): docStart[b * seq + i] is the
+  /// position in sequence b where the document of token i starts (0 <=
+  /// docStart <= i). Query i then sees keys [docStart, i] only, and its
+  /// rotary position is i - docStart (each document counts from 0). Null:
+  /// one document per sequence, plain causal attention. Host memory.
+  const int32_t *docStart = nullptr;
 
   Index valueDim() const { return vHeadDim > 0 ? vHeadDim : headDim; }
   Index rotatedDim() const { return ropeDim > 0 ? ropeDim : headDim; }
+  /// The first key query i of sequence b sees.
+  Index rowStart(Index b, Index i) const {
+    return docStart ? Index(docStart[b * seq + i]) : 0;
+  }
 };
 /// B needs (rotated) q and k, v and the probabilities.
 template <typename T> struct AttentionSaved : SavedBase {
@@ -440,7 +450,7 @@ template <typename T> struct AttentionSaved : SavedBase {
 };
 
 /// Checks heads % kvHeads == 0, the rotated part even and within the head
-/// when rotary, sizes >= 0.
+/// when rotary, sizes >= 0, document starts within [0, i].
 bool isValid(const AttentionShape &s);
 
 /// `out` null: only what B needs (`saved`: the probabilities and, with

@@ -1,7 +1,10 @@
 //===- KernelsAttention.cpp - Causal GQA attention core F/B ---------------===//
 //
 // Per (sequence, head): S = scale Q K^T, P = causal softmax(S), O = D(P) V,
-// with GEMMs on strided head slices (no transposes materialised); D is the
+// with GEMMs on strided head slices (no transposes materialised). With
+// document starts (AttentionShape::docStart) the softmax of query i runs
+// over its document's keys only and rotary positions restart per document;
+// the GEMMs are unchanged (the masked probabilities are exact zeros). D is the
 // probabilities' dropout (identity at rate 0; its mask drawn from the
 // counter-based key, DropoutRng.h). The probabilities (and D(P)) are saved
 // for B; B does not recompute them.
@@ -32,12 +35,18 @@ bool isValid(const AttentionShape &s) {
     return false;
   if (s.rotary && s.rotatedDim() % 2 != 0)
     return false;
+  if (s.docStart)
+    for (Index b = 0; b < s.batch; ++b)
+      for (Index i = 0; i < s.seq; ++i)
+        if (s.rowStart(b, i) < 0 || s.rowStart(b, i) > i)
+          return false;
   return true;
 }
 
 /// Rotates (transpose = false) or un-rotates (transpose = true) every head of
 /// x [batch*seq, nHeads*d] in place: its trailing R = rotatedDim() entries
-/// (the whole head unless ropeDim is set), pairs (j, j + R/2) of them.
+/// (the whole head unless ropeDim is set), pairs (j, j + R/2) of them. Token
+/// i of sequence b turns by its position in its document, i - rowStart.
 template <typename T>
 static void applyRotary(const AttentionShape &s, Index nHeads, T *x,
                         bool transpose) {
@@ -52,10 +61,11 @@ static void applyRotary(const AttentionShape &s, Index nHeads, T *x,
   for (Index b = 0; b < s.batch; ++b)
     for (Index i = 0; i < s.seq; ++i) {
       T *row = x + (b * s.seq + i) * nHeads * D;
+      const Index pos = i - s.rowStart(b, i);
       for (Index h = 0; h < nHeads; ++h) {
         T *v = row + h * D + (D - R);
         for (Index j = 0; j < half; ++j) {
-          T c = cosT[i * half + j], sn = sinT[i * half + j];
+          T c = cosT[pos * half + j], sn = sinT[pos * half + j];
           T y1, y2;
           if (transpose)
             math::rotaryRotateTranspose(v[j], v[j + half], c, sn, y1, y2);
@@ -139,14 +149,18 @@ void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
         gemm(false, true, rows, cols, D, scale, Q + i0 * ldq, ldq, K, ldk,
              T(0), P + i0 * S, S);
       });
+      // Softmax over keys [lo, i]: the query's document up to itself.
       for (Index i = 0; i < S; ++i) {
         T *row = P + i * S;
-        const T m = rowLaneMax(row, i + 1);
-        for (Index j = 0; j <= i; ++j)
+        const Index lo = s.rowStart(b, i);
+        const T m = rowLaneMax(row + lo, i + 1 - lo);
+        for (Index j = lo; j <= i; ++j)
           row[j] = math::softmaxExp(row[j], m);
-        T inv = T(1) / rowLaneSum(row, i + 1);
-        for (Index j = 0; j <= i; ++j)
+        T inv = T(1) / rowLaneSum(row + lo, i + 1 - lo);
+        for (Index j = lo; j <= i; ++j)
           row[j] *= inv;
+        for (Index j = 0; j < lo; ++j)
+          row[j] = T(0);
         for (Index j = i + 1; j < S; ++j)
           row[j] = T(0);
       }
@@ -198,15 +212,18 @@ void attentionB(const AttentionShape &s, const AttentionSaved<T> &saved,
       });
       if (drop)
         dropRows(s, b, h, dS, dS);
-      // dS = P (dP - rowdot(P, dP)), causal part only.
+      // dS = P (dP - rowdot(P, dP)), over the keys the forward saw.
       for (Index i = 0; i < S; ++i) {
         const T *p = P + i * S;
         T *d = dS + i * S;
+        const Index lo = s.rowStart(b, i);
         T dot = 0;
-        for (Index j = 0; j <= i; ++j)
+        for (Index j = lo; j <= i; ++j)
           dot += p[j] * d[j];
-        for (Index j = 0; j <= i; ++j)
+        for (Index j = lo; j <= i; ++j)
           d[j] = math::softmaxGrad(p[j], d[j], dot);
+        for (Index j = 0; j < lo; ++j)
+          d[j] = T(0);
         for (Index j = i + 1; j < S; ++j)
           d[j] = T(0);
       }

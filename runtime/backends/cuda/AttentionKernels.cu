@@ -31,34 +31,36 @@ __global__ void fromHeadsKernel(HeadLayout l, long long n, const float *src,
     fromHeadsElement(l, i, src, dst);
 }
 
-/// One warp per score row; row r is query position r % seq. The loop bound
-/// is uniform across a warp, so every lane takes part in the shuffles.
-__global__ void causalSoftmaxKernel(float *probs, long long rows,
-                                    long long seq) {
+/// One warp per score row; row r is query position r % seq, its keys those
+/// of its document up to it (scoreRow). The loop bound is uniform across a
+/// warp, so every lane takes part in the shuffles.
+__global__ void causalSoftmaxKernel(ScoreRows s, float *probs) {
   const int lane = threadIdx.x % kWarp;
   const long long nWarps = (long long)gridDim.x * blockDim.x / kWarp;
   for (long long r = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kWarp;
-       r < rows; r += nWarps) {
-    float *row = probs + r * seq;
-    const long long i = r % seq;
-    float m = warpMax(causalRowMaxPart(row, i, lane, kWarp));
-    float sum = warpSum(causalRowExpPart(row, i, m, lane, kWarp));
-    causalRowScalePart(row, i, seq, sum, lane, kWarp);
+       r < s.rows; r += nWarps) {
+    float *row = probs + r * s.seq;
+    long long lo, i;
+    scoreRow(s, r, lo, i);
+    float m = warpMax(causalRowMaxPart(row, lo, i, lane, kWarp));
+    float sum = warpSum(causalRowExpPart(row, lo, i, m, lane, kWarp));
+    causalRowScalePart(row, lo, i, s.seq, sum, lane, kWarp);
   }
 }
 
 /// dS = P (dP - rowdot(P, dP)) in place over dP; one warp per row.
-__global__ void causalSoftmaxGradKernel(const float *probs, float *ds,
-                                        long long rows, long long seq) {
+__global__ void causalSoftmaxGradKernel(ScoreRows s, const float *probs,
+                                        float *ds) {
   const int lane = threadIdx.x % kWarp;
   const long long nWarps = (long long)gridDim.x * blockDim.x / kWarp;
   for (long long r = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kWarp;
-       r < rows; r += nWarps) {
-    const float *p = probs + r * seq;
-    float *d = ds + r * seq;
-    const long long i = r % seq;
-    float dot = warpSum(causalRowDotPart(p, d, i, lane, kWarp));
-    causalRowGradPart(p, d, i, seq, dot, lane, kWarp);
+       r < s.rows; r += nWarps) {
+    const float *p = probs + r * s.seq;
+    float *d = ds + r * s.seq;
+    long long lo, i;
+    scoreRow(s, r, lo, i);
+    float dot = warpSum(causalRowDotPart(p, d, lo, i, lane, kWarp));
+    causalRowGradPart(p, d, lo, i, s.seq, dot, lane, kWarp);
   }
 }
 
@@ -108,10 +110,18 @@ struct CudaExec : GemmExec {
     fromHeadsKernel<<<blocksFor(n), kThreads, 0, ctx.stream>>>(l, n, src, dst);
     return launchStatus("attention fromHeads");
   }
-  Status causalSoftmax(float *probs, long long rows, long long seq) {
-    causalSoftmaxKernel<<<blocksFor(rows * kWarp), kThreads, 0, ctx.stream>>>(
-        probs, rows, seq);
+  Status causalSoftmax(const ScoreRows &s, float *probs) {
+    causalSoftmaxKernel<<<blocksFor(s.rows * kWarp), kThreads, 0, ctx.stream>>>(
+        s, probs);
     return launchStatus("attention causalSoftmax");
+  }
+  /// Pageable host memory: the copy is staged, so `src` may go away when
+  /// this returns.
+  Status copyInts(int32_t *dst, const int32_t *src, long long n) {
+    if (cudaMemcpyAsync(dst, src, size_t(n) * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, ctx.stream) != cudaSuccess)
+      return Status::error("attention: copying the document starts failed");
+    return Status::ok();
   }
   Status scoreDropout(const ScoreDropout &d, const float *in, float *out,
                       long long n) {
@@ -119,10 +129,9 @@ struct CudaExec : GemmExec {
                                                                   out);
     return launchStatus("attention scoreDropout");
   }
-  Status causalSoftmaxGrad(const float *probs, float *ds, long long rows,
-                           long long seq) {
-    causalSoftmaxGradKernel<<<blocksFor(rows * kWarp), kThreads, 0,
-                              ctx.stream>>>(probs, ds, rows, seq);
+  Status causalSoftmaxGrad(const ScoreRows &s, const float *probs, float *ds) {
+    causalSoftmaxGradKernel<<<blocksFor(s.rows * kWarp), kThreads, 0,
+                              ctx.stream>>>(s, probs, ds);
     return launchStatus("attention causalSoftmaxGrad");
   }
 };

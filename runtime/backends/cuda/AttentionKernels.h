@@ -2,8 +2,10 @@
 //
 // The CUDA version of cpu::attentionF / cpu::attentionB (same semantics:
 // causal, grouped-query heads, optional rotary embedding, scale 1/sqrt(d),
-// token layout [batch, seq, heads*d]). All pointers are device pointers;
-// all work is queued on ctx.stream with no host synchronisation. Matrix
+// token layout [batch, seq, heads*d], document starts). All pointers are
+// device pointers except the shape's document starts (host memory, copied
+// into the workspace on ctx.stream); all work is queued on ctx.stream with
+// no host synchronisation. Matrix
 // products go through gemm(); the backward recomputes the probabilities
 // (nothing is saved between the two calls).
 //

@@ -12,9 +12,11 @@
 //   scores        [B, heads, S, S], row (b, h, i) holds query position i.
 //
 // Row reductions run on one warp per row: lane `lane` of `lanes` visits the
-// columns j = lane, lane + lanes, ... of the causal part j <= i and returns a
-// partial result; the caller combines the partials (warp shuffle on the GPU,
-// a loop in the test) and passes the total to the next phase.
+// columns j = lo + lane, lo + lane + lanes, ... of the row's keys lo <= j <=
+// i and returns a partial result; the caller combines the partials (warp
+// shuffle on the GPU, a loop in the test) and passes the total to the next
+// phase. lo is 0 (causal), or with document starts (--doc-mask) the first
+// token of the query's document (ScoreRows).
 //
 // Header-only, host-includable without nvcc.
 //
@@ -63,6 +65,10 @@ struct HeadLayout {
   /// With rotary: only the trailing ropeDim entries of a head rotate (MLA's
   /// decoupled RoPE); 0 means the whole head.
   long long ropeDim = 0;
+  /// Document starts [batch * seq] (device memory; cpu::AttentionShape::
+  /// docStart): a token's rotary position counts from its document's first
+  /// token. Null: from the sequence's.
+  const int32_t *docStart = nullptr;
 };
 
 /// The rotated part R of a head and the leading entries `nope` it leaves.
@@ -83,7 +89,8 @@ PF_HOST_DEVICE inline long long headLayoutThreads(const HeadLayout &l) {
 }
 
 /// Thread `idx` of a conversion: the token-layout and head-layout offsets of
-/// its element, its position in the sequence and its index j in the head.
+/// its element, its rotary position (in the sequence, or in its document
+/// when l.docStart) and its index j in the head.
 PF_HOST_DEVICE inline void headLayoutOffsets(const HeadLayout &l, long long idx,
                                              long long &tokenOff,
                                              long long &headOff, long long &pos,
@@ -99,6 +106,8 @@ PF_HOST_DEVICE inline void headLayoutOffsets(const HeadLayout &l, long long idx,
   long long b = rest / l.seq;
   tokenOff = (b * l.seq + pos) * l.heads * l.headDim + h * l.headDim + j;
   headOff = ((b * l.heads + h) * l.seq + pos) * l.headDim + j;
+  if (l.docStart)
+    pos -= l.docStart[b * l.seq + pos];
 }
 
 /// Rotates (transpose = false) or un-rotates (transpose = true) the pair
@@ -205,54 +214,73 @@ concatHeadsSharedGradElement(const ConcatHeadsLayout &l, long long idx,
 
 //===--- Causal softmax of one score row (query position i) ---------------===//
 
-/// Phase 1: partial max of row[j], j <= i.
-PF_HOST_DEVICE inline float causalRowMaxPart(const float *row, long long i,
-                                             int lane, int lanes) {
+/// The score rows [batch, heads, seq] of one attention call and, with
+/// --doc-mask, the document starts [batch * seq] (device memory).
+struct ScoreRows {
+  long long rows, seq, heads;
+  const int32_t *docStart = nullptr;
+};
+
+/// Row r's query position i and its first key lo (its document's start;
+/// 0 without document starts).
+PF_HOST_DEVICE inline void scoreRow(const ScoreRows &s, long long r,
+                                    long long &lo, long long &i) {
+  i = r % s.seq;
+  lo = s.docStart ? s.docStart[(r / (s.seq * s.heads)) * s.seq + i] : 0;
+}
+
+/// Phase 1: partial max of row[j], lo <= j <= i.
+PF_HOST_DEVICE inline float causalRowMaxPart(const float *row, long long lo,
+                                             long long i, int lane, int lanes) {
   float m = -INFINITY;
-  for (long long j = lane; j <= i; j += lanes)
+  for (long long j = lo + lane; j <= i; j += lanes)
     m = row[j] > m ? row[j] : m;
   return m;
 }
 
-/// Phase 2: row[j] = exp(row[j] - rowMax) for j <= i; returns their partial
-/// sum.
-PF_HOST_DEVICE inline float
-causalRowExpPart(float *row, long long i, float rowMax, int lane, int lanes) {
+/// Phase 2: row[j] = exp(row[j] - rowMax) for lo <= j <= i; returns their
+/// partial sum.
+PF_HOST_DEVICE inline float causalRowExpPart(float *row, long long lo,
+                                             long long i, float rowMax,
+                                             int lane, int lanes) {
   float sum = 0.f;
-  for (long long j = lane; j <= i; j += lanes) {
+  for (long long j = lo + lane; j <= i; j += lanes) {
     row[j] = math::softmaxExp(row[j], rowMax);
     sum += row[j];
   }
   return sum;
 }
 
-/// Phase 3: row[j] *= 1 / sum for j <= i, row[j] = 0 above the diagonal.
-PF_HOST_DEVICE inline void causalRowScalePart(float *row, long long i,
-                                              long long seq, float sum,
-                                              int lane, int lanes) {
+/// Phase 3: row[j] *= 1 / sum for lo <= j <= i, row[j] = 0 elsewhere (above
+/// the diagonal, before the document).
+PF_HOST_DEVICE inline void causalRowScalePart(float *row, long long lo,
+                                              long long i, long long seq,
+                                              float sum, int lane, int lanes) {
   const float inv = 1.f / sum;
   for (long long j = lane; j < seq; j += lanes)
-    row[j] = j <= i ? row[j] * inv : 0.f;
+    row[j] = j >= lo && j <= i ? row[j] * inv : 0.f;
 }
 
 //===--- Its backward: dS = P (dP - rowdot(P, dP)) ------------------------===//
 
-/// Phase 1: partial sum of p[j] * dp[j], j <= i.
+/// Phase 1: partial sum of p[j] * dp[j], lo <= j <= i.
 PF_HOST_DEVICE inline float causalRowDotPart(const float *p, const float *dp,
-                                             long long i, int lane, int lanes) {
+                                             long long lo, long long i,
+                                             int lane, int lanes) {
   float dot = 0.f;
-  for (long long j = lane; j <= i; j += lanes)
+  for (long long j = lo + lane; j <= i; j += lanes)
     dot += p[j] * dp[j];
   return dot;
 }
 
-/// Phase 2: d[j] = softmaxGrad(p[j], d[j], dot) for j <= i, 0 above the
-/// diagonal (d holds dP on entry, dS on exit).
+/// Phase 2: d[j] = softmaxGrad(p[j], d[j], dot) for lo <= j <= i, 0
+/// elsewhere (d holds dP on entry, dS on exit).
 PF_HOST_DEVICE inline void causalRowGradPart(const float *p, float *d,
-                                             long long i, long long seq,
-                                             float dot, int lane, int lanes) {
+                                             long long lo, long long i,
+                                             long long seq, float dot, int lane,
+                                             int lanes) {
   for (long long j = lane; j < seq; j += lanes)
-    d[j] = j <= i ? math::softmaxGrad(p[j], d[j], dot) : 0.f;
+    d[j] = j >= lo && j <= i ? math::softmaxGrad(p[j], d[j], dot) : 0.f;
 }
 
 } // namespace cuda

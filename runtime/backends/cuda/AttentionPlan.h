@@ -23,8 +23,13 @@
 //   gemm(transA, transB, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
 //        batch, strideA, strideB, strideC)        row-major, as cuda::gemm
 //   toHeads(HeadLayout, src, dst), fromHeads(HeadLayout, src, dst)
-//   causalSoftmax(probs, rows, seq), causalSoftmaxGrad(probs, ds, rows, seq)
+//   causalSoftmax(ScoreRows, probs), causalSoftmaxGrad(ScoreRows, probs, ds)
 //   scoreDropout(ScoreDropout, in, out, n)            out may be in
+//   copyInts(dst, hostSrc, n)        host ints to the device (document starts)
+//
+// With document starts (cpu::AttentionShape::docStart, host memory) the
+// plan copies them into the workspace first: the softmax rows see only their
+// document's keys and q, k rotate by positions within the document.
 //
 // Header-only, host-includable without nvcc.
 //
@@ -47,7 +52,8 @@ struct AttentionBuffers {
   float *oh;           ///< forward: O; backward: dO (both [b, heads, s, d])
   float *probs, *ds;   ///< [b, heads, s, s]
   float *dqh, *dkh, *dvh;
-  float *pd; ///< D(P) [b, heads, s, s]; only with dropout (else null)
+  float *pd;    ///< D(P) [b, heads, s, s]; only with dropout (else null)
+  int32_t *doc; ///< the document starts [b * s]; only with them (else null)
 };
 
 /// Lays the buffers out from `base` (null: sizing only); returns the bytes.
@@ -75,6 +81,9 @@ inline size_t carveAttention(const cpu::AttentionShape &s, void *base,
   b.dkh = take(kv);
   b.dvh = take(vv);
   b.pd = s.dropout > 0.0 ? take(scores) : nullptr;
+  b.doc = s.docStart ? reinterpret_cast<int32_t *>(
+                           take(size_t(s.batch * s.seq))) // 4-byte ints
+                     : nullptr;
   return off;
 }
 
@@ -85,6 +94,12 @@ inline ScoreDropout scoreDropout(const cpu::AttentionShape &s) {
                       s.heads,
                       s.headStart,
                       s.seq};
+}
+
+/// The score rows of a call (with the workspace's document starts).
+inline ScoreRows scoreRows(const cpu::AttentionShape &s,
+                           const AttentionBuffers &b) {
+  return ScoreRows{s.batch * s.heads * s.seq, s.seq, s.heads, b.doc};
 }
 
 /// D(P) into b.pd when the shape has dropout; the buffer V multiplies.
@@ -99,11 +114,14 @@ Status droppedProbabilities(Exec &x, const cpu::AttentionShape &s,
                         s.batch * s.heads * s.seq * s.seq);
 }
 
-/// q and k (rotary: their trailing rotatedDim() entries rotate).
+/// q and k (rotary: their trailing rotatedDim() entries rotate, by
+/// positions within their documents when `doc` is set).
 inline HeadLayout headLayout(const cpu::AttentionShape &s, long long heads,
-                             bool rotary) {
-  return HeadLayout{s.batch,   s.seq,  heads,
-                    s.headDim, rotary, float(s.ropeTheta), s.ropeDim};
+                             bool rotary, const int32_t *doc) {
+  return HeadLayout{s.batch,   s.seq,
+                    heads,     s.headDim,
+                    rotary,    float(s.ropeTheta),
+                    s.ropeDim, rotary ? doc : nullptr};
 }
 /// v, the output and their gradients: value heads, never rotated.
 inline HeadLayout valueLayout(const cpu::AttentionShape &s, long long heads) {
@@ -119,9 +137,14 @@ Status attentionProbabilities(Exec &x, const cpu::AttentionShape &s,
                               const AttentionBuffers &b) {
   const long long S = s.seq, D = s.headDim, G = s.heads / s.kvHeads;
   const int groups = int(s.batch * s.kvHeads);
-  if (Status st = x.toHeads(headLayout(s, s.heads, s.rotary), q, b.qh); !st)
+  if (s.docStart)
+    if (Status st = x.copyInts(b.doc, s.docStart, s.batch * S); !st)
+      return st;
+  if (Status st = x.toHeads(headLayout(s, s.heads, s.rotary, b.doc), q, b.qh);
+      !st)
     return st;
-  if (Status st = x.toHeads(headLayout(s, s.kvHeads, s.rotary), k, b.kh); !st)
+  if (Status st = x.toHeads(headLayout(s, s.kvHeads, s.rotary, b.doc), k, b.kh);
+      !st)
     return st;
   if (Status st = x.toHeads(valueLayout(s, s.kvHeads), v, b.vh); !st)
     return st;
@@ -131,7 +154,7 @@ Status attentionProbabilities(Exec &x, const cpu::AttentionShape &s,
                          b.probs, S, groups, G * S * D, S * D, G * S * S);
       !st)
     return st;
-  return x.causalSoftmax(b.probs, s.batch * s.heads * S, S);
+  return x.causalSoftmax(scoreRows(s, b), b.probs);
 }
 
 /// out [tokens, heads*dv] (overwritten). Expects a valid, non-empty shape.
@@ -182,8 +205,7 @@ Status attentionBackwardPlan(Exec &x, const cpu::AttentionShape &s,
                                    s.batch * s.heads * S * S);
         !st)
       return st;
-  if (Status st = x.causalSoftmaxGrad(b.probs, b.ds, s.batch * s.heads * S, S);
-      !st)
+  if (Status st = x.causalSoftmaxGrad(scoreRows(s, b), b.probs, b.ds); !st)
     return st;
   // dQ [G*S, D] = scale dS [G*S, S] K [S, D].
   if (Status st = x.gemm(false, false, G * S, D, S, scale, b.ds, S, b.kh, D,
@@ -200,9 +222,12 @@ Status attentionBackwardPlan(Exec &x, const cpu::AttentionShape &s,
                          b.dvh, DV, groups, G * S * S, G * S * DV, S * DV);
       !st)
     return st;
-  if (Status st = x.fromHeads(headLayout(s, s.heads, s.rotary), b.dqh, dq); !st)
+  if (Status st =
+          x.fromHeads(headLayout(s, s.heads, s.rotary, b.doc), b.dqh, dq);
+      !st)
     return st;
-  if (Status st = x.fromHeads(headLayout(s, s.kvHeads, s.rotary), b.dkh, dk);
+  if (Status st =
+          x.fromHeads(headLayout(s, s.kvHeads, s.rotary, b.doc), b.dkh, dk);
       !st)
     return st;
   return x.fromHeads(valueLayout(s, s.kvHeads), b.dvh, dv);

@@ -84,8 +84,7 @@ public:
   /// default has no documents: an error (documentStartsFromEos finds them
   /// from an end-of-document token in any source).
   virtual Status documentStarts(int64_t globalMicrobatchIndex, int64_t step,
-                                int64_t b, int64_t s,
-                                int32_t *docStart) const;
+                                int64_t b, int64_t s, int32_t *docStart) const;
 };
 
 /// The document starts of rows of tokens [b, s] in which a document ends
@@ -245,8 +244,7 @@ struct MegatronIndex {
   uint64_t documentIndexCount = 0; ///< D: the documents are D - 1
   uint64_t tokenCount = 0;         ///< the .bin's bytes / the dtype's width
   bool hasModes = false;
-  const uint8_t *lengths = nullptr, *pointers = nullptr,
-                *documents = nullptr;
+  const uint8_t *lengths = nullptr, *pointers = nullptr, *documents = nullptr;
   int32_t length(uint64_t i) const;
   int64_t pointer(uint64_t i) const;
   int64_t documentIndex(uint64_t k) const;
@@ -320,9 +318,8 @@ public:
   }
   /// Megatron datasets: the starts of the index's documents within the
   /// windows of batch(); the other formats have none (DataSource's error).
-  Status documentStarts(int64_t globalMicrobatchIndex, int64_t step,
-                        int64_t b, int64_t s,
-                        int32_t *docStart) const override;
+  Status documentStarts(int64_t globalMicrobatchIndex, int64_t step, int64_t b,
+                        int64_t s, int32_t *docStart) const override;
 
 private:
   TokenArray() = default;
