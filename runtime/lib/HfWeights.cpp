@@ -509,6 +509,24 @@ toHfTensors(const HfLayout &layout, const Program &prog,
   return result;
 }
 
+Status copyHfCompanionFiles(const std::string &from, const std::string &to) {
+  namespace fs = std::filesystem;
+  for (const char *name :
+       {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+        "special_tokens_map.json", "generation_config.json"}) {
+    std::error_code ec;
+    fs::path src = fs::path(from) / name;
+    if (!fs::is_regular_file(src, ec))
+      continue;
+    fs::copy_file(src, fs::path(to) / name,
+                  fs::copy_options::overwrite_existing, ec);
+    if (ec)
+      return Status::error("cannot copy '" + src.string() + "' to '" + to +
+                           "': " + ec.message());
+  }
+  return Status::ok();
+}
+
 Status writeHfModel(const std::string &dir, const Program &prog,
                     const WholeTensors &whole, uint64_t maxShardBytes) {
   if (prog.model.hfConfig.empty())

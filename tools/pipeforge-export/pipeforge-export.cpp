@@ -1,13 +1,16 @@
 //===- pipeforge-export.cpp - A checkpoint as a Hugging Face model --------===//
 //
 //   pipeforge-export CHECKPOINT_DIR -o HF_DIR [--max-shard-mb N]
+//                    [--tokenizer-from MODEL_DIR]
 //
 // CHECKPOINT_DIR is one complete checkpoint (a step-NNNNNNNN folder holding
 // every rank's file: pipeline, tensor, expert and data-parallel ranks, with
 // or without ZeRO); HF_DIR receives config.json and the safetensors
 // (sharded above --max-shard-mb, default 5120) that
 // transformers.AutoModelForCausalLM.from_pretrained loads
-// (docs/huggingface.md). Exit 0 on success, 1 on an error, 2 on bad usage.
+// (docs/huggingface.md); --tokenizer-from copies the tokenizer files (and
+// generation_config.json) of a model directory beside them. Exit 0 on
+// success, 1 on an error, 2 on bad usage.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,6 +29,7 @@ namespace {
   std::fprintf(msg ? stderr : stdout,
                "usage: pipeforge-export CHECKPOINT_DIR -o HF_DIR "
                "[--max-shard-mb N]\n"
+               "                        [--tokenizer-from MODEL_DIR]\n"
                "Writes a checkpoint of any parallel layout as a Hugging Face "
                "model directory\n(config.json, safetensors); see "
                "docs/huggingface.md.\n");
@@ -34,7 +38,7 @@ namespace {
 } // namespace
 
 int main(int argc, char **argv) {
-  std::string in, out;
+  std::string in, out, tokenizerFrom;
   double shardMb = 5120;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -47,6 +51,8 @@ int main(int argc, char **argv) {
       usage(nullptr);
     } else if (a == "-o") {
       out = value();
+    } else if (a == "--tokenizer-from") {
+      tokenizerFrom = value();
     } else if (a == "--max-shard-mb") {
       std::string v = value();
       char *end = nullptr;
@@ -76,6 +82,11 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "pipeforge-export: %s\n", s.message().c_str());
     return 1;
   }
+  if (!tokenizerFrom.empty())
+    if (Status s = copyHfCompanionFiles(tokenizerFrom, out); !s) {
+      std::fprintf(stderr, "pipeforge-export: %s\n", s.message().c_str());
+      return 1;
+    }
   std::printf("pipeforge-export: %zu tensors of step %s to %s\n",
               whole->size(), in.c_str(), out.c_str());
   return 0;

@@ -129,6 +129,12 @@ Status writeHfModel(const std::string &dir, const Program &prog,
                     const WholeTensors &whole,
                     uint64_t maxShardBytes = uint64_t(5) << 30);
 
+/// Copies the files of a model directory that are not weights and that a
+/// user's tools read beside them (the tokenizer: tokenizer.json,
+/// tokenizer_config.json, tokenizer.model, special_tokens_map.json; and
+/// generation_config.json) from `from` to `to`, those present.
+Status copyHfCompanionFiles(const std::string &from, const std::string &to);
+
 //===----------------------------------------------------------------------===//
 // Checkpoints of any parallel layout, whole (pipeforge-export)
 //===----------------------------------------------------------------------===//
