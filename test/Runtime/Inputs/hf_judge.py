@@ -10,7 +10,8 @@ For each family (gpt2, llama, mixtral, qwen2_moe, deepseek_v2, deepseek_v3):
      the ones in SHARDED), as a user's Hugging Face model directory is;
   2. pipeforge-compile compiles the directory (its config.json) pipelined:
      DualPipeV with expert parallelism for the MoE families, tensor x
-     pipeline parallelism for llama, ZB-V for gpt2;
+     pipeline parallelism for llama, ZB-V with two data-parallel replicas
+     and ZeRO-1 for gpt2;
   3. round trip: pipeforge-run --init-from DIR --steps 0 --save-hf OUT: every
      tensor of OUT equals DIR's bitwise (converted to float32), and the
      config loads;
@@ -96,15 +97,17 @@ CONFIGS = {
                         rms_norm_eps=1e-5, rope_scaling=None,
                         bos_token_id=0, eos_token_id=1),
 }
-# How each family is compiled: (ranks, extra compile flags, processes).
+# How each family is compiled: (ranks, extra compile flags, processes);
+# GPT-2 also trains with ZeRO-1 (RUN_FLAGS).
 LAYOUT = {
-    "gpt2": (2, ["--schedule", "zbv"], 2),
+    "gpt2": (2, ["--schedule", "zbv", "--dp", "2"], 4),
     "llama": (2, ["--schedule", "1f1b", "--tp", "2"], 4),
     "mixtral": (2, ["--schedule", "dualpipev", "--ep", "2"], 4),
     "qwen2_moe": (2, ["--schedule", "dualpipev", "--ep", "2"], 4),
     "deepseek_v2": (2, ["--schedule", "dualpipev", "--ep", "2"], 4),
     "deepseek_v3": (2, ["--schedule", "dualpipev", "--ep", "2"], 4),
 }
+RUN_FLAGS = {"gpt2": ["--zero", "1"]}
 BF16 = {"mixtral"}      # saved in bfloat16: converted on load
 SHARDED = {"qwen2_moe"}  # saved in several shards with an index
 
@@ -181,8 +184,11 @@ def judge(tools, out, family, mpirun):
     run([tools + "/pipeforge-compile", src, "--ranks", str(ranks),
          "--microbatches", str(M), "--seq-len", str(SEQ),
          "--microbatch-size", str(MB_SIZE), "-o", prog] + flags)
+    # Global microbatches per step: M per expert-parallel rank and replica.
     ep = 2 if "--ep" in flags else 1
-    pf = mpirun + ["-np", str(procs), tools + "/pipeforge-run", prog]
+    ep *= 2 if "--dp" in flags else 1
+    pf = mpirun + ["-np", str(procs), tools + "/pipeforge-run", prog] + \
+        RUN_FLAGS.get(family, [])
 
     torch.manual_seed(1)
     train = torch.randint(0, VOCAB, (2048,)).tolist()
