@@ -9,10 +9,10 @@ package, one thread each, on the same corpus (benchmarks/README.md,
 The corpus is generated (no hub is reachable): web-like documents of 1-10
 KB, mostly English sentences with numbers, punctuation, paragraphs and some
 code, one in ten with another script (CJK, Cyrillic, Arabic, Devanagari,
-accented Latin) or emoji. Three byte-level BPE tokenizers of 32,000 tokens
+accented Latin) or emoji. Four byte-level BPE tokenizers of 32,000 tokens
 are trained on it with `tokenizers`: GPT-2's shape (ByteLevel with its
-regex), Llama 3's (Split + ByteLevel) and DeepSeek-V3's (three Splits +
-ByteLevel).
+regex), Llama 3's (Split + ByteLevel), Qwen2's (NFC, Split + ByteLevel)
+and DeepSeek-V3's (three Splits + ByteLevel).
 
 Each measurement is one fresh process, repeated --runs times; the table
 gives the median and the range of MB/s (10^6 bytes of UTF-8 text per
@@ -35,11 +35,12 @@ import subprocess
 import sys
 import time
 
-from tokenizers import (Regex, Tokenizer, decoders, models, pre_tokenizers,
-                        trainers)
+from tokenizers import (Regex, Tokenizer, decoders, models, normalizers,
+                        pre_tokenizers, trainers)
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
           r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
 DEEPSEEK = [r"\p{N}{1,3}",
             "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
             r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|"
@@ -116,9 +117,12 @@ def train(kind, docs, path):
     tok = Tokenizer(models.BPE(ignore_merges=(kind == "llama3")))
     if kind == "gpt2":
         tok.pre_tokenizer = bl(add_prefix_space=False)
-    elif kind == "llama3":
+    elif kind in ("llama3", "qwen2"):
+        if kind == "qwen2":
+            tok.normalizer = normalizers.NFC()
         tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated"),
+            pre_tokenizers.Split(Regex(LLAMA3 if kind == "llama3" else QWEN2),
+                                 behavior="isolated"),
             bl(add_prefix_space=False, use_regex=False)])
     else:
         tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -185,7 +189,7 @@ def main():
     print(f"corpus: {len(docs)} documents, {size:.1f} MB; {a.runs} runs each; "
           f"cpu: {os.cpu_count()} cores")
     rows = []
-    for kind in ["gpt2", "llama3", "deepseek3"]:
+    for kind in ["gpt2", "llama3", "qwen2", "deepseek3"]:
         path = os.path.join(a.out, kind + ".json")
         if not os.path.exists(path):
             train(kind, docs, path)

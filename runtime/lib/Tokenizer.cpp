@@ -58,19 +58,9 @@ tokenizerFromJson(std::string_view json, const std::string &name,
   return tok::loadHfTokenizer(json, name, configJson);
 }
 
-Expected<std::unique_ptr<Tokenizer>> loadTokenizer(const std::string &path) {
-  std::string file = path;
-  if (isDirectory(path)) {
-    std::string dir = path.back() == '/' ? path : path + "/";
-    if (exists(dir + "tokenizer.json"))
-      file = dir + "tokenizer.json";
-    else if (exists(dir + "tokenizer.model"))
-      file = dir + "tokenizer.model";
-    else
-      return Status::error("tokenizer '" + path +
-                           "': a folder without tokenizer.json or "
-                           "tokenizer.model");
-  }
+namespace {
+
+Expected<std::unique_ptr<Tokenizer>> loadFile(const std::string &file) {
   auto bytes = readFileBytes(file);
   if (!bytes)
     return Status::error("tokenizer: " + bytes.message());
@@ -96,6 +86,32 @@ Expected<std::unique_ptr<Tokenizer>> loadTokenizer(const std::string &path) {
       std::string_view(reinterpret_cast<const char *>(bytes->data()),
                        bytes->size()),
       file, config);
+}
+
+} // namespace
+
+Expected<std::unique_ptr<Tokenizer>> loadTokenizer(const std::string &path) {
+  if (!isDirectory(path))
+    return loadFile(path);
+  // A model's folder: its tokenizer.json, unless that is not byte-level BPE
+  // (Llama 2's and Mistral's are SentencePiece conversions) and a
+  // tokenizer.model is there too.
+  std::string dir = path.back() == '/' ? path : path + "/";
+  bool hasJson = exists(dir + "tokenizer.json"),
+       hasModel = exists(dir + "tokenizer.model");
+  if (!hasJson && !hasModel)
+    return Status::error("tokenizer '" + path +
+                         "': a folder without tokenizer.json or "
+                         "tokenizer.model");
+  if (!hasJson)
+    return loadFile(dir + "tokenizer.model");
+  auto t = loadFile(dir + "tokenizer.json");
+  if (t || !hasModel)
+    return t;
+  auto m = loadFile(dir + "tokenizer.model");
+  if (m)
+    return m;
+  return Status::error(t.message() + "; and " + m.message());
 }
 
 Expected<std::vector<std::string>> splitByPattern(const std::string &pattern,

@@ -400,7 +400,6 @@ private:
   };
   mutable std::vector<Symbol> symbols;
   mutable std::vector<Merge> heap;
-  mutable std::vector<uint32_t> wordIds;
   mutable std::vector<Segment> segments, segments2;
   mutable std::string normalizedText;
 };

@@ -501,6 +501,24 @@ TEST(TokenizeDocuments, LoadTokenizerFiles) {
   ASSERT_TRUE(t) << t.message();
   EXPECT_EQ((*t)->defaultEos(), std::optional<uint32_t>(301));
 
+  // A folder whose tokenizer.json is not byte-level BPE and whose
+  // tokenizer.model does not load: both reasons.
+  std::string both = tmpPath("both");
+  mk = "mkdir -p '" + both + "'";
+  ASSERT_EQ(std::system(mk.c_str()), 0);
+  json w = makeTokenizer({}, {});
+  w["model"]["type"] = "WordPiece";
+  writeFile(both + "/tokenizer.json", w.dump());
+  writeFile(both + "/tokenizer.model", "\x01\x02");
+  auto b = loadTokenizer(both);
+  ASSERT_FALSE(b);
+  EXPECT_NE(b.message().find("model type 'WordPiece' is not supported"),
+            std::string::npos)
+      << b.message();
+  EXPECT_NE(b.message().find("; and tokenizer '" + both + "/tokenizer.model'"),
+            std::string::npos)
+      << b.message();
+
   auto missing = loadTokenizer(tmpPath("missing.json"));
   ASSERT_FALSE(missing);
   EXPECT_NE(missing.message().find("missing.json"), std::string::npos);

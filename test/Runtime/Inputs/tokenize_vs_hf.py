@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import struct
 import subprocess
 import sys
@@ -433,8 +434,25 @@ def check_sentencepiece(tools, outdir, files, paths):
                 prefix + ".model", "--decode", out])
     if text != sp.decode(got).encode("utf-8"):
         raise SystemExit("sentencepiece: --decode differs from sentencepiece's decode")
+    # A model's folder whose tokenizer.json is a SentencePiece conversion
+    # (Llama 2's: Prepend and Replace normalizers, no byte-level BPE): the
+    # tokenizer.model beside it is used.
+    folder = os.path.join(d, "model-folder")
+    os.makedirs(folder, exist_ok=True)
+    shutil.copy(prefix + ".model", os.path.join(folder, "tokenizer.model"))
+    with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+        json.dump({"normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+            "pre_tokenizer": None, "model": {"type": "BPE", "vocab": {}, "merges": []}}, f)
+    out2 = os.path.join(d, "folder.pftok")
+    run([os.path.join(tools, "pipeforge-tokenize"), "--tokenizer", folder,
+         *paths, "-o", out2, "--doc-separator", SEPARATOR.replace("\n", "\\n")])
+    if read_pftok(out2)[0] != got:
+        raise SystemExit("sentencepiece: the model folder gave other ids")
     print(f"sentencepiece: {len(docs)} documents, {len(got)} tokens, "
-          f"{width}-byte, vocab {vocab}, EOS {eos}: equal; decode equal")
+          f"{width}-byte, vocab {vocab}, EOS {eos}: equal; decode equal; "
+          "the folder's tokenizer.model chosen")
 
 
 def main():

@@ -79,8 +79,10 @@ public:
 };
 
 /// Loads `path`: a tokenizer.json (Hugging Face), a SentencePiece
-/// tokenizer.model, or a folder holding one of them (tokenizer.json
-/// first). Every error names the file.
+/// tokenizer.model (any file that is not JSON), or a model's folder: its
+/// tokenizer.json, or its tokenizer.model when the tokenizer.json cannot be
+/// used (Llama 2's is a SentencePiece conversion). Every error names the
+/// file.
 Expected<std::unique_ptr<Tokenizer>> loadTokenizer(const std::string &path);
 /// A tokenizer.json from memory; `name` is used in messages, `configJson`
 /// is the text of a tokenizer_config.json (may be empty).
