@@ -1,8 +1,8 @@
 //===- NNOps.cpp - nn dialect op verifiers --------------------------------===//
 //
-// The shape rules of every op come from one table shared with the runtime's
-// program validator (runtime/include/pipeforge/rt/OpShapes.h): an op the
-// verifier accepts lowers to a kernel the validator accepts, and the
+// The shape rules of every op come from one table shared with the program
+// validator (the contract's contract/include/pipeforge/rt/OpShapes.h): an op
+// the verifier accepts lowers to a kernel the validator accepts, and the
 // validator accepts no kernel the CPU kernels would overrun. What stays here
 // is MLIR's own: element types beyond f32 / i32 and the result comparisons
 // with dynamic extents, in the wording of the existing diagnostics.
