@@ -240,16 +240,12 @@ sched::Status checkModelFits(ModuleOp module, const CompileOptions &o) {
       sched::stageLayoutFor(o.schedule, o.ranks, o.chunks, o.placement == "v");
   if (!layout)
     return layout.status();
-  llvm::DenseSet<int64_t> layers;
-  model.walk([&](Operation *op) {
-    if (auto l = op->getAttrOfType<IntegerAttr>(attrs::kNNLayer))
-      layers.insert(l.getInt());
-  });
-  if (layout->stages > int(layers.size()))
+  int layers = countLayers(module);
+  if (layout->stages > layers)
     return sched::Status::error(
         o.schedule + " on " + std::to_string(o.ranks) + " ranks needs " +
         std::to_string(layout->stages) + " stages but the model has only " +
-        std::to_string(layers.size()) + " layers to cut");
+        std::to_string(layers) + " layers to cut");
   return sched::Status::ok();
 }
 

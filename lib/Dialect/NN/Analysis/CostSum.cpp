@@ -51,6 +51,17 @@ CostSum sumCosts(Operation *root, unsigned bytesPerElement) {
   return sum;
 }
 
+double sumFlops(Operation *root) {
+  // Summed per kind as CostSum does, so the bits are flops()'s.
+  double forward = 0, backwardInput = 0, backwardWeight = 0;
+  root->walk([&](CostOpInterface op) {
+    forward += op.getForwardFlops();
+    backwardInput += op.getBackwardInputFlops();
+    backwardWeight += op.getBackwardWeightFlops();
+  });
+  return forward + backwardInput + backwardWeight;
+}
+
 /// Bytes of a statically shaped tensor value (floats at `bpe` bytes).
 static double valueBytes(Value v, unsigned bpe) {
   auto t = dyn_cast<RankedTensorType>(v.getType());

@@ -60,7 +60,7 @@ struct CostReportPass : public nn::impl::NNCostReportBase<CostReportPass> {
     bool any = false;
     func.walk([&](nn::CostOpInterface op) {
       any = true;
-      if (auto layer = op->getAttrOfType<IntegerAttr>("nn.layer"))
+      if (auto layer = op->getAttrOfType<IntegerAttr>(attrs::kNNLayer))
         layers[layer.getInt()].add(op, bytesPerElement);
       else
         untagged.add(op, bytesPerElement);

@@ -10,6 +10,7 @@
 #include "pipeforge/Dialect/PP/Transforms/ScheduleConversion.h"
 #include "pipeforge/Schedule/PairOrder.h"
 #include "pipeforge/Schedule/Verify.h"
+#include "pipeforge/Support/AttrNames.h"
 
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/StringExtras.h"
@@ -213,7 +214,7 @@ struct FuseOverlapPass : public pp::impl::PPFuseOverlapBase<FuseOverlapPass> {
           p.getNumRanks() != sched.getNumRanks())
         continue;
       for (StageOp st : p.getBody().getOps<StageOp>()) {
-        auto attr = st->getAttrOfType<ArrayAttr>("pp.components");
+        auto attr = st->getAttrOfType<ArrayAttr>(attrs::kPPComponents);
         if (!attr)
           continue;
         Layers layers;
@@ -297,8 +298,8 @@ struct FuseOverlapPass : public pp::impl::PPFuseOverlapBase<FuseOverlapPass> {
     out = std::move(*steps);
     MLIRContext *ctx = o.getContext();
     Builder b(ctx);
-    o->setAttr("pp.order", b.getStringAttr(text));
-    o->setAttr("pp.predicted",
+    o->setAttr(attrs::kPPOrder, b.getStringAttr(text));
+    o->setAttr(attrs::kPPPredicted,
                b.getDictionaryAttr(
                    {b.getNamedAttr("default", b.getF64FloatAttr(def)),
                     b.getNamedAttr("fused", b.getF64FloatAttr(fused)),
@@ -357,7 +358,7 @@ struct FuseOverlapPass : public pp::impl::PPFuseOverlapBase<FuseOverlapPass> {
           OpBuilder b = OpBuilder::atBlockEnd(&o.getBody().front());
           ProgramBuilder pb(b, o.getLoc(), fl, bl, full);
           int exposed = pb.build(chosen);
-          o->setAttr("pp.exposed_comm",
+          o->setAttr(attrs::kPPExposedComm,
                      IntegerAttr::get(IntegerType::get(ctx, 64), exposed));
         }
         if (asyncP2P)

@@ -82,7 +82,7 @@ static FailureOr<SmallVector<Layer>> collectLayers(Block &body) {
   SmallVector<Layer> layers;
   llvm::DenseMap<int64_t, Operation *> lastOpOfLayer;
   for (Operation &op : body.without_terminator()) {
-    auto attr = op.getAttrOfType<IntegerAttr>("nn.layer");
+    auto attr = op.getAttrOfType<IntegerAttr>(attrs::kNNLayer);
     if (!attr)
       return op.emitOpError("has no integer 'nn.layer' attribute; "
                             "--pp-partition needs every op of @model in a "
@@ -103,7 +103,7 @@ static FailureOr<SmallVector<Layer>> collectLayers(Block &body) {
       layers.push_back(Layer{id, {}, 0});
     }
     layers.back().ops.push_back(&op);
-    layers.back().cost += nn::sumCosts(&op, /*bytesPerElement=*/2).flops();
+    layers.back().cost += nn::sumFlops(&op);
     lastOpOfLayer[id] = &op;
   }
   if (layers.empty())
@@ -247,7 +247,7 @@ FailureOr<func::FuncOp> StageBuilder::buildForward(OpBuilder &b, int64_t s) {
   for (bool params : {false, true}) {
     for (BlockArgument arg : body.getArguments()) {
       unsigned i = arg.getArgNumber();
-      auto role = model.getArgAttrOfType<StringAttr>(i, "nn.role");
+      auto role = model.getArgAttrOfType<StringAttr>(i, attrs::kNNRole);
       bool isParam = role && role.getValue() == "param";
       if (isParam != params || !argUsed[s].test(i))
         continue;
@@ -374,7 +374,7 @@ LogicalResult PartitionPass::partitionModule() {
   OpBuilder b(model);
   auto pipeline = PipelineOp::create(b, model.getLoc(), name, numStages,
                                      plan->ranks, plan->kind);
-  pipeline->setAttr("pp.imbalance", b.getF64FloatAttr(cut->imbalance));
+  pipeline->setAttr(attrs::kPPImbalance, b.getF64FloatAttr(cut->imbalance));
   // The model's facts (the importer's nn.model_name, nn.vocab_size,
   // nn.seq_len) move with the model. Hand-written IR without them: the
   // vocabulary is the embedding table's row count, the sequence length the
@@ -404,9 +404,9 @@ LogicalResult PartitionPass::partitionModule() {
   for (int64_t s = 0; s < numStages; ++s) {
     auto [rank, chunk] = plan->place(0, s);
     auto stage = StageOp::create(b, model.getLoc(), s, rank, chunk);
-    stage->setAttr("pp.layers",
+    stage->setAttr(attrs::kPPLayers,
                    b.getDenseI64ArrayAttr(layerIds(*layers, *cut, s)));
-    stage->setAttr("pp.cost", stageCostAttr(b, cut->stageCosts[s]));
+    stage->setAttr(attrs::kPPCost, stageCostAttr(b, cut->stageCosts[s]));
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(&stage.getBody().emplaceBlock());
     FailureOr<func::FuncOp> fn = builder.buildForward(b, s);
@@ -418,9 +418,9 @@ LogicalResult PartitionPass::partitionModule() {
   for (int64_t s = 0; s < numStages && plan->numCopies() == 2; ++s) {
     auto [rank, chunk] = plan->place(1, s);
     auto stage = StageOp::create(b, model.getLoc(), s, rank, chunk, 1);
-    stage->setAttr("pp.layers",
+    stage->setAttr(attrs::kPPLayers,
                    b.getDenseI64ArrayAttr(layerIds(*layers, *cut, s)));
-    stage->setAttr("pp.cost", stageCostAttr(b, cut->stageCosts[s]));
+    stage->setAttr(attrs::kPPCost, stageCostAttr(b, cut->stageCosts[s]));
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(&stage.getBody().emplaceBlock());
     b.clone(*forwards[s]);

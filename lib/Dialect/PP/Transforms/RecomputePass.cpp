@@ -377,14 +377,14 @@ LogicalResult StageRecompute::run() {
   eraseDead(bIn);
   if (bw)
     eraseDead(bw);
-  stage->setAttr("pp.recompute",
+  stage->setAttr(attrs::kPPRecompute,
                  b.getStringAttr(selective ? "selective" : "full"));
   if (selective) {
     double flops = 0;
     for (Operation *op : slice)
       if (auto c = dyn_cast<nn::CostOpInterface>(op))
         flops += c.getForwardFlops();
-    stage->setAttr("pp.recompute_flops", b.getF64FloatAttr(flops));
+    stage->setAttr(attrs::kPPRecomputeFlops, b.getF64FloatAttr(flops));
   }
   return success();
 }
@@ -401,7 +401,7 @@ struct RecomputePass : public pp::impl::PPRecomputeBase<RecomputePass> {
     }
     llvm::SmallDenseSet<int64_t> only(stages.begin(), stages.end());
     WalkResult r = getOperation().walk([&](pp::StageOp stage) {
-      if (stage->hasAttr("pp.recompute"))
+      if (stage->hasAttr(attrs::kPPRecompute))
         return WalkResult::advance();
       if (!only.empty() && !only.count(stage.getIndex()))
         return WalkResult::advance();

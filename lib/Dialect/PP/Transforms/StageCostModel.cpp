@@ -2,6 +2,7 @@
 
 #include "pipeforge/Dialect/PP/Transforms/StageCostModel.h"
 #include "pipeforge/Dialect/NN/Analysis/CostSum.h"
+#include "pipeforge/Support/AttrNames.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/SymbolTable.h"
@@ -66,13 +67,13 @@ pp::collectStageCosts(PipelineOp p, unsigned bytesPerElement) {
     c.weightStashBytes[s] = double(sum.weightStash);
     c.fwdCommBytes[s] = double(sum.forwardComm);
     c.bwdCommBytes[s] = double(sum.backwardComm);
-    if (stage->hasAttr("pp.recompute")) {
+    if (stage->hasAttr(attrs::kPPRecompute)) {
       // --pp-recompute: B (and BW) run the forward again (full) or the
       // recomputed ops (selective: pp.recompute_flops); F stashes what its
       // stash results hold (W still needs what it needed, now from B).
-      auto policy = stage->getAttrOfType<StringAttr>("pp.recompute");
+      auto policy = stage->getAttrOfType<StringAttr>(attrs::kPPRecompute);
       if (policy && policy.getValue() == "selective") {
-        if (auto f = stage->getAttrOfType<FloatAttr>("pp.recompute_flops"))
+        if (auto f = stage->getAttrOfType<FloatAttr>(attrs::kPPRecomputeFlops))
           c.bwdInputFlops[s] += f.getValueAsDouble();
       } else {
         c.bwdInputFlops[s] += sum.forward;

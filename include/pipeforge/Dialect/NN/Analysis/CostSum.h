@@ -42,6 +42,10 @@ struct CostSum {
 /// a cost model (constants, reshapes) are free.
 CostSum sumCosts(mlir::Operation *root, unsigned bytesPerElement);
 
+/// F + B + W FLOPs of every op nested in `root` (and `root` itself), as
+/// sumCosts(root, any).flops() gives them: FLOPs have no element size.
+double sumFlops(mlir::Operation *root);
+
 /// Per-layer costs of a model function whose ops carry `nn.layer`.
 struct LayerCosts {
   std::vector<int64_t> ids;    ///< layer ids, ascending
