@@ -27,8 +27,8 @@
 #ifndef PIPEFORGE_RT_DATA_H
 #define PIPEFORGE_RT_DATA_H
 
-#include "pipeforge/Schedule/Action.h"
 #include "pipeforge/Support/Hash.h"
+#include "pipeforge/Support/Status.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -38,8 +38,8 @@
 
 namespace pipeforge::rt {
 
-using sched::Expected;
-using sched::Status;
+using pipeforge::Expected;
+using pipeforge::Status;
 
 /// FNV-1a, 64 bit (pipeforge/Support/Hash.h): the checksum of token and
 /// checkpoint files.
