@@ -17,6 +17,7 @@
 
 #include "pipeforge/rt/Program.h"
 #include "pipeforge/Support/Hash.h"
+#include "pipeforge/Support/InputFile.h"
 
 #include "pipeforge/Schedule/ExportJson.h"
 
@@ -27,6 +28,8 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+
+#include <sys/stat.h>
 
 namespace pipeforge::rt {
 
@@ -695,14 +698,15 @@ Expected<Program> parseProgram(const std::string &bytes) {
 }
 
 Expected<Program> readProgram(const std::string &path) {
-  std::ifstream is(path, std::ios::binary);
-  if (!is)
+  // A regular file only (Support/InputFile.h): a directory, a FIFO or a
+  // device is refused by name before it is opened (a FIFO would block).
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
     return Status::error("cannot open program file '" + path + "'");
-  std::ostringstream ss;
-  ss << is.rdbuf();
-  if (is.bad())
-    return Status::error("error while reading '" + path + "'");
-  Expected<Program> p = parseProgram(ss.str());
+  std::string text, error;
+  if (!readInputFile(path, text, error, /*allowStdin=*/false))
+    return Status::error("program file: " + error);
+  Expected<Program> p = parseProgram(text);
   if (!p)
     return Status::error(path + ": " + p.message());
   return p;

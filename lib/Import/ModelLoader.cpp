@@ -6,6 +6,7 @@
 #include "pipeforge/Import/ModelConfig.h"
 
 #include "pipeforge/Support/AttrNames.h"
+#include "pipeforge/Support/InputFile.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Verifier.h"
@@ -41,11 +42,23 @@ Expected<mlir::OwningOpRef<mlir::ModuleOp>> loadModel(StringRef modelPath,
                                "Hugging Face model directory holds one)");
     path = dirConfig;
   }
-  auto buffer = MemoryBuffer::getFileOrSTDIN(path);
-  if (!buffer)
-    return createStringError(path +
-                             ": cannot read: " + buffer.getError().message());
-  unsigned id = srcMgr.AddNewSourceBuffer(std::move(*buffer), SMLoc());
+  // A regular file or standard input (Support/InputFile.h): a FIFO or a
+  // device is refused by name before it is opened, and a read error part
+  // way is an error (not a shorter input).
+  std::unique_ptr<MemoryBuffer> buffer;
+  if (path == "-") {
+    auto in = MemoryBuffer::getSTDIN();
+    if (!in)
+      return createStringError(path +
+                               ": cannot read: " + in.getError().message());
+    buffer = std::move(*in);
+  } else {
+    std::string text, error;
+    if (!pipeforge::readInputFile(path.str(), text, error))
+      return createStringError(error);
+    buffer = MemoryBuffer::getMemBufferCopy(text, path);
+  }
+  unsigned id = srcMgr.AddNewSourceBuffer(std::move(buffer), SMLoc());
   StringRef text = srcMgr.getMemoryBuffer(id)->getBuffer();
   if (!isConfigPath(path)) {
     // The buffer just added is the main one of a fresh source manager.

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Plan/Planner.h"
+#include "pipeforge/Support/InputFile.h"
 
 #include <nlohmann/json.hpp>
 
@@ -152,12 +153,11 @@ Expected<Cluster> plan::parseCluster(const std::string &text) {
 }
 
 Expected<Cluster> plan::readClusterFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return Status::error(path + ": cannot read: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  auto cluster = parseCluster(text.str());
+  // A regular file or standard input (Support/InputFile.h).
+  std::string text, error;
+  if (!readInputFile(path, text, error))
+    return Status::error("--cluster: " + error);
+  auto cluster = parseCluster(text);
   if (!cluster)
     return Status::error(path + ": " + cluster.message());
   return cluster;

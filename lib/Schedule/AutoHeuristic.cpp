@@ -625,6 +625,9 @@ Expected<AutoResult> autoSchedule(const AutoOptions &opts) {
         " ranks x " + std::to_string(opts.microbatches) +
         " microbatches exceeds " + std::to_string(kMaxComputeActions) +
         " actions");
+  if (Status st = checkCosts(opts.cost, stages, 3 * stages * opts.microbatches);
+      !st)
+    return Status::error("auto schedule: " + st.message());
   double need = minFeasibleMemLimit(opts);
   if (opts.memLimit >= 0 && opts.memLimit + kEps < need) {
     char buf[320];

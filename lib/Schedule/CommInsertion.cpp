@@ -135,6 +135,8 @@ Status insertComm(Schedule &s, const CostModel &cost) {
     return Status::error("schedule already has messages (strip them first)");
   if (Status st = checkShape(s); !st)
     return st;
+  if (Status st = checkCosts(cost, s); !st)
+    return st;
   const ItemSpace space{s.placement.numStages, s.numMicrobatches,
                         s.placement.numCopies};
   const int32_t numRanks = s.placement.numRanks;

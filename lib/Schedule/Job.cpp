@@ -99,6 +99,24 @@ Status checkJob(const ScheduleJob &j) {
     return Status::error("--time-limit and --gap must be >= 0");
   if (j.searchMoves < 0 || j.ilpNodes < 0)
     return Status::error("--search-moves and --ilp-nodes must be >= 0");
+  // Costs whose sums overflow are refused before any schedule is built:
+  // the estimate of a linear placement's actions (F, B, W and a send and a
+  // receive each way per stage and microbatch); the schedule itself is
+  // checked again once built (runOneScheduleJob).
+  if (j.ranks > 0) {
+    CostModel c;
+    c.tf = j.tf;
+    c.tb = j.tb;
+    c.tw = j.tw;
+    c.tbw = j.tbw;
+    c.tfb = j.tfb;
+    c.tcomm = j.tcomm;
+    c.tA2A = j.ta2a;
+    c.moeLayersPerStage = j.moeLayers;
+    int64_t m = std::max(j.microbatches, 1);
+    if (Status st = checkCosts(c, j.ranks, 7 * int64_t(j.ranks) * m); !st)
+      return st;
+  }
   return Status::ok();
 }
 
@@ -403,6 +421,11 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
   cost.memB = double(sch.numRanks()) / sch.placement.numStages;
   cost.memW = cost.memB * j.memW;
   scaleTimes(cost, timeScale(j, sch.numRanks(), sch.placement.numStages));
+
+  // Costs whose sums overflow are refused here, before message placement
+  // and the replays compute with them.
+  if (Status st = checkCosts(cost, sch); !st)
+    return st;
 
   // Messages are placed for the costs the schedule will be simulated with.
   step("inserting messages");

@@ -17,8 +17,11 @@
 #include "Replay.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
+#include <tuple>
 
 namespace pipeforge::sched {
 
@@ -68,6 +71,113 @@ double CostModel::memDelta(WorkKind k, int stage) const {
     return -mb;
   }
   return 0;
+}
+
+namespace {
+std::string costNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+} // namespace
+
+Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
+  // Each field finite and >= 0 (tbw and tfb may be < 0: "the sum").
+  auto field = [](const char *name, double v, bool negativeMeansSum,
+                  int64_t stage) -> Status {
+    if (std::isfinite(v) && (v >= 0 || negativeMeansSum))
+      return Status::ok();
+    return Status::error(
+        std::string("cost model: ") + name +
+        (stage >= 0 ? " of stage " + std::to_string(stage) : std::string()) +
+        " is " + costNumber(v) + "; times and memory must be finite and >= 0");
+  };
+  for (auto [name, v, sum] :
+       {std::make_tuple("F time (tf)", c.tf, false),
+        std::make_tuple("B time (tb)", c.tb, false),
+        std::make_tuple("W time (tw)", c.tw, false),
+        std::make_tuple("BW time (tbw)", c.tbw, true),
+        std::make_tuple("F&B pair time (tfb)", c.tfb, true),
+        std::make_tuple("message time (tcomm)", c.tcomm, false),
+        std::make_tuple("all-to-all time (tA2A)", c.tA2A, false),
+        std::make_tuple("attention share", c.attnShare, false),
+        std::make_tuple("M_B (memB)", c.memB, false),
+        std::make_tuple("M_W (memW)", c.memW, false)})
+    if (Status st = field(name, v, sum, -1); !st)
+      return st;
+  for (auto [name, vec] :
+       {std::make_pair("F time", &c.tfStage),
+        std::make_pair("B time", &c.tbStage),
+        std::make_pair("W time", &c.twStage),
+        std::make_pair("all-to-all time", &c.tA2AStage),
+        std::make_pair("M_B", &c.memBStage),
+        std::make_pair("M_W", &c.memWStage)})
+    for (size_t s = 0; s < vec->size(); ++s)
+      if (Status st = field(name, (*vec)[s], false, int64_t(s)); !st)
+        return st;
+  if (c.moeLayersPerStage < 0)
+    return Status::error("cost model: MoE layers per stage is " +
+                         std::to_string(c.moeLayersPerStage) +
+                         "; it must be >= 0");
+  for (size_t s = 0; s < c.moeLayersStage.size(); ++s)
+    if (c.moeLayersStage[s] < 0)
+      return Status::error("cost model: MoE layers of stage " +
+                           std::to_string(s) + " is " +
+                           std::to_string(c.moeLayersStage[s]) +
+                           "; it must be >= 0");
+  // The largest action: the most expensive of a stage's F, B, W and BW,
+  // each with its all-to-alls (2 per MoE layer), twice for an overlapped
+  // pair (or tfb and both members' all-to-alls), then a message's tcomm.
+  // Stages past numStages but inside a vector count too (their values
+  // exist even if no action names them).
+  int64_t stages = std::max<int64_t>(numStages, 1);
+  for (size_t n : {c.tfStage.size(), c.tbStage.size(), c.twStage.size(),
+                   c.tA2AStage.size(), c.moeLayersStage.size(),
+                   c.memBStage.size(), c.memWStage.size()})
+    stages = std::max<int64_t>(stages, int64_t(n));
+  double action = 0, alloc = 0;
+  for (int64_t s = 0; s < stages; ++s) {
+    int st = int(std::min<int64_t>(s, INT32_MAX));
+    double a2a = 2.0 * double(c.moeLayers(st)) * c.a2aTime(st);
+    for (WorkKind k :
+         {WorkKind::F, WorkKind::B, WorkKind::W, WorkKind::BW})
+      action = std::max(action, c.timeOf(k, st) +
+                                    (k == WorkKind::W ? 0.0 : a2a));
+    alloc = std::max(alloc, std::abs(c.memDelta(WorkKind::F, st)));
+    alloc = std::max(alloc, std::abs(c.memDelta(WorkKind::B, st)));
+    alloc = std::max(alloc, std::abs(c.memDelta(WorkKind::W, st)));
+  }
+  action = 2 * action + std::max(0.0, c.tfb) + c.tcomm;
+  const double n = double(std::max<int64_t>(actions, 1));
+  const double total = n * action, memory = n * alloc;
+  if (!(total <= kMaxScheduleTotal) || !(memory <= kMaxScheduleTotal)) {
+    bool time = !(total <= kMaxScheduleTotal);
+    if (!std::isfinite(time ? action : alloc))
+      return Status::error(
+          std::string("cost model: the ") +
+          (time ? "times overflow: one action (an overlapped pair with its "
+                  "all-to-alls, plus tcomm) takes"
+                : "memory deltas overflow: one allocation is") +
+          " more than the largest number; give smaller units");
+    return Status::error(
+        std::string("cost model: the ") + (time ? "times" : "memory deltas") +
+        " overflow: " + std::to_string(actions) + " actions of up to " +
+        costNumber(time ? action : alloc) +
+        (time ? " time units each (an overlapped pair with its all-to-alls, "
+                "plus tcomm)"
+              : " each") +
+        " add up to " + costNumber(time ? total : memory) + ", above " +
+        costNumber(kMaxScheduleTotal) +
+        ", the most a replay computes with; give smaller units");
+  }
+  return Status::ok();
+}
+
+Status checkCosts(const CostModel &c, const Schedule &s) {
+  int64_t actions = 0;
+  for (const std::vector<Action> &p : s.programs)
+    actions += int64_t(p.size());
+  return checkCosts(c, s.placement.numStages, actions);
 }
 
 namespace {
@@ -205,6 +315,8 @@ private:
 
 Status Simulation::prepare() {
   if (Status st = checkShape(s); !st)
+    return st;
+  if (Status st = checkCosts(cost, s); !st)
     return st;
   const Placement &pl = s.placement;
   for (int32_t r = 0; r < numRanks; ++r)

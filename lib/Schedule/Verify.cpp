@@ -397,6 +397,8 @@ Status Verifier::execute() {
 Status Verifier::run() {
   if (Status st = checkShape(s); !st)
     return st;
+  if (Status st = checkCosts(opts.cost, s); !st)
+    return st;
   if (Status st = checkActions(); !st)
     return st;
   engine.assignChannels();

@@ -10,6 +10,7 @@
 
 #include "pipeforge/Import/ModelBuilder.h"
 #include "pipeforge/Import/ModelConfig.h"
+#include "pipeforge/Support/InputFile.h"
 #include "pipeforge/Support/OutputFile.h"
 #include "pipeforge/Support/ToolHelp.h"
 
@@ -22,7 +23,6 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
@@ -55,11 +55,16 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(
       argc, argv, "PipeForge model importer: config.json -> nn IR\n");
 
-  auto buffer = MemoryBuffer::getFileOrSTDIN(inputPath);
-  if (!buffer)
-    return fail("cannot read: " + buffer.getError().message());
-  auto config = pipeforge::import::parseModelConfig((*buffer)->getBuffer(),
-                                                    seqLen, microbatch);
+  // A regular file or standard input (Support/InputFile.h): a directory,
+  // a FIFO or a device is refused by name before it is opened, and a read
+  // error part way is an error (not a shorter input).
+  std::string text, readError;
+  if (!pipeforge::readInputFile(inputPath, text, readError)) {
+    WithColor::error(errs(), "pipeforge-import") << readError << "\n";
+    return 1;
+  }
+  auto config =
+      pipeforge::import::parseModelConfig(text, seqLen, microbatch);
   if (!config)
     return fail(toString(config.takeError()));
   config->name = inputPath == "-" ? "model" : sys::path::stem(inputPath).str();

@@ -21,6 +21,7 @@
 #include "pipeforge/Dialect/PP/IR/PPDialect.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
 #include "pipeforge/Pipelines/CompilePipeline.h"
+#include "pipeforge/Support/InputFile.h"
 #include "pipeforge/Support/OutputFile.h"
 #include "pipeforge/Support/ToolHelp.h"
 #include "pipeforge/Target/Program/Prepare.h"
@@ -90,7 +91,17 @@ int main(int argc, char **argv) {
     return mlir::asMainReturnCode(
         mlir::MlirOptMain(argc, argv, inputFilename, outputFilename, registry));
   std::string error;
-  auto input = mlir::openInputFile(inputFilename, &error);
+  // A regular file or standard input (Support/InputFile.h): a FIFO or a
+  // device is refused by name before it is opened, and a read error part
+  // way is an error (not a shorter input).
+  std::unique_ptr<llvm::MemoryBuffer> input;
+  if (inputFilename == "-") {
+    input = mlir::openInputFile(inputFilename, &error);
+  } else {
+    std::string text;
+    if (pipeforge::readInputFile(inputFilename, text, error))
+      input = llvm::MemoryBuffer::getMemBufferCopy(text, inputFilename);
+  }
   if (!input) {
     llvm::errs() << "pipeforge-opt: error: " << error << "\n";
     return 1;

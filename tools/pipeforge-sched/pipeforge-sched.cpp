@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Schedule/Job.h"
+#include "pipeforge/Support/InputFile.h"
 
 #include <atomic>
 #include <chrono>
@@ -41,7 +42,7 @@ Schedule:
   --chunks V            model chunks per rank for interleaved (default 2)
   --interleaved-rule R  megatron | pytorch | auto (default: megatron where p
                         divides m, else PyTorch's Interleaved1F1B order)
-  --import-csv FILE     read a PyTorch schedule CSV instead of generating
+  --import-csv FILE     read a PyTorch schedule CSV (- : standard input)
   --compute-only        do not insert send/recv
 
 Cost model (time units are yours; memory in units of M_B):
@@ -299,29 +300,14 @@ Options parseArgs(int argc, char **argv) {
   return o;
 }
 
-/// The whole file. A regular file is read into a string of its size (a
-/// CSV of millions of actions is hundreds of megabytes: no stream buffer
-/// growing beside it); anything else (a pipe) as a stream.
+/// The whole file (Support/InputFile.h): a regular file, or standard
+/// input as - or /dev/stdin; a directory, a FIFO, a device or an unreadable
+/// file is refused by name before it is opened.
 std::string readFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    fail("cannot read '" + path + "'");
-  std::streamoff size = -1;
-  if (in.seekg(0, std::ios::end)) {
-    size = in.tellg();
-    in.seekg(0, std::ios::beg);
-  }
-  if (size > 0 && in) {
-    std::string text(static_cast<size_t>(size), '\0');
-    if (!in.read(text.data(), size) || in.gcount() != size)
-      fail("cannot read '" + path + "'");
-    return text;
-  }
-  in.clear(); // a pipe cannot seek: nothing was read from it
-  std::stringstream ss;
-  if (!(ss << in.rdbuf()))
-    fail("cannot read '" + path + "'");
-  return ss.str();
+  std::string text, error;
+  if (!pipeforge::readInputFile(path, text, error))
+    fail("--import-csv: " + error);
+  return text;
 }
 
 } // namespace

@@ -1,13 +1,16 @@
 //===- SimulatorTest.cpp - Tests for the schedule simulator ---------------===//
 
 #include "pipeforge/Schedule/Simulator.h"
+#include "pipeforge/Schedule/AutoScheduler.h"
 #include "pipeforge/Schedule/CommInsertion.h"
 #include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/Verify.h"
 
 #include "HandSchedules.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 
 using namespace pipeforge::sched;
 using namespace pipeforge::sched::testing;
@@ -516,3 +519,63 @@ TEST(SimulatorTest, IntervalsOfMillionsOfActionsAreWrittenOnceEach) {
 }
 
 } // namespace
+
+namespace {
+bool contains(const std::string &s, const std::string &part) {
+  return s.find(part) != std::string::npos;
+}
+} // namespace
+
+// Issue 43: costs whose sums overflow are refused by every replay (the
+// simulator, message insertion, the verifier, the automatic scheduler)
+// instead of computed with: std::bad_alloc on an infinite time, a correct
+// schedule called wrong.
+TEST(SimulatorTest, OverflowingCostsAreRefused) {
+  Schedule s = *generate(ScheduleKind::OneFOneB, {2, 4});
+  CostModel huge = costs(1e308, 1e308, 1);
+  Status st = checkCosts(huge, s);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_TRUE(contains(st.message(), "cost model: the times overflow"))
+      << st.message();
+  EXPECT_FALSE(simulate(s, huge).isOk());
+  Schedule c = s;
+  Status ins = insertComm(c, huge);
+  ASSERT_FALSE(ins.isOk());
+  EXPECT_TRUE(contains(ins.message(), "cost model:")) << ins.message();
+  VerifyOptions vo;
+  vo.cost = huge;
+  EXPECT_FALSE(verify(s, vo).isOk());
+  // An all-to-all time that overflows only once multiplied by the layers.
+  CostModel a2a = costs(1, 1, 1);
+  a2a.tA2A = 1e308;
+  a2a.moeLayersPerStage = 2;
+  EXPECT_TRUE(contains(checkCosts(a2a, s).message(),
+                       "one action (an overlapped pair with its all-to-alls, "
+                       "plus tcomm) takes more than the largest number"));
+  // Per-field checks name the field and the stage.
+  CostModel bad = costs(1, 1, 1);
+  bad.tbStage = {1, std::nan("")};
+  EXPECT_TRUE(contains(checkCosts(bad, s).message(),
+                       "cost model: B time of stage 1 is nan"));
+  bad = costs(1, -1, 1);
+  EXPECT_TRUE(contains(checkCosts(bad, s).message(),
+                       "cost model: B time (tb) is -1"));
+  bad = costs(1, 1, 1);
+  bad.memB = 1e308;
+  EXPECT_TRUE(contains(checkCosts(bad, s).message(),
+                       "the memory deltas overflow"));
+  // Below the limit: finite results.
+  CostModel big = costs(1e20, 1e20, 1e20, 1e20);
+  auto r = simulate(s, big);
+  ASSERT_TRUE(r.isOk()) << r.message();
+  EXPECT_TRUE(std::isfinite(r->makespan));
+  // The automatic scheduler refuses them too.
+  AutoOptions ao;
+  ao.ranks = 2;
+  ao.microbatches = 4;
+  ao.cost = huge;
+  auto a = autoSchedule(ao);
+  ASSERT_FALSE(a.isOk());
+  EXPECT_TRUE(contains(a.message(), "auto schedule: cost model:"))
+      << a.message();
+}

@@ -150,6 +150,27 @@ struct SimOptions {
   bool verified = false;
 };
 
+/// The largest time, and the largest activation memory, any replay of a
+/// schedule computes with (cost-model units): a start or an end is at most
+/// the sum of every action's time and every message's tcomm, a peak at most
+/// the sum of every allocation, and both must stay at most this. Costs
+/// past it are refused (checkCosts) before anything is computed with them.
+constexpr double kMaxScheduleTotal = 1e30;
+
+/// The costs checked before a schedule of `actions` actions over
+/// `numStages` stages is timed (simulate, insertComm, verify and the
+/// automatic scheduler call it; pipeforge-sched before all of them): every
+/// time and memory field finite and >= 0 (tbw, tfb: < 0 for "the sum"),
+/// per-stage vectors too, MoE layer counts >= 0; and `actions` actions of
+/// the largest action's time (an overlapped pair with its all-to-alls, plus
+/// tcomm) and of the largest allocation add up to at most
+/// kMaxScheduleTotal. Products such as an all-to-all time of 1e308 times
+/// the MoE layers overflow to infinity, which this refuses. The message
+/// names the field and, for a per-stage value, the stage.
+Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions);
+/// The same for `s`: its placement's stages and every rank's actions.
+Status checkCosts(const CostModel &c, const Schedule &s);
+
 /// Replays the schedule. Works on compute-only schedules (dependencies are
 /// inferred, tcomm is added on cross-rank edges) and on schedules with
 /// messages (a Recv completes at the matching Send's time + tcomm). Fails
