@@ -42,6 +42,7 @@
 #include "Parallel.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -308,7 +309,13 @@ Status insertComm(Schedule &s, const CostModel &cost) {
                             : dur + cost.timeOf(a.work2.kind, a.work2.stage);
       // A zero-length action would tie its own start with its messages'
       // keys; a tiny positive length keeps every Send after its producer.
+      // Where the times are large next to the length (start 1e16, length
+      // 0.5: the sum rounds back to start) the next double does: without
+      // it a correct schedule got a Send before its producer ("sends F0.2
+      // before producing it").
       double finish = start + std::max(dur, 1e-9);
+      if (!(finish > start))
+        finish = std::nextafter(start, HUGE_VAL);
       startAt[r][pc[r]] = start;
       clock[r] = finish;
       auto produce = [&](const Work &w) {

@@ -162,29 +162,68 @@ bool parseInt(std::string_view s, size_t &pos, int32_t &out) {
   return pos > start;
 }
 
+/// The kinds a PyTorch `compute_comms` dump may hold that have no
+/// counterpart in a PipeForge schedule, skipped on import (and counted):
+/// FSDP's parameter and gradient actions, and the waits for a posted send
+/// (a PipeForge send completes on its own; the receive carries the
+/// dependency, so dropping the wait drops no order).
+enum class Skipped : uint8_t { None, Fsdp, Wait };
+
+Skipped skippedKind(std::string_view name) {
+  if (name == "UNSHARD" || name == "RESHARD" || name == "REDUCE_GRAD" ||
+      name == "WAIT_REDUCE_GRAD")
+    return Skipped::Fsdp;
+  if (name == "WAIT_SEND_F" || name == "WAIT_SEND_B")
+    return Skipped::Wait;
+  return Skipped::None;
+}
+
+constexpr const char *kKnownKinds =
+    "F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B; skipped: UNSHARD, RESHARD, "
+    "REDUCE_GRAD, WAIT_REDUCE_GRAD, WAIT_SEND_F, WAIT_SEND_B";
+
+/// The kind's name of a cell <stage><NAME><mb>: the letters and
+/// underscores after the stage's digits (the whole name, so that
+/// "WAIT_SEND_F" is not read as "W" followed by garbage).
+std::string_view kindName(std::string_view text, size_t pos) {
+  size_t end = pos;
+  while (end < text.size() &&
+         (std::isalpha(static_cast<unsigned char>(text[end])) ||
+          text[end] == '_'))
+    ++end;
+  return text.substr(pos, end - pos);
+}
+
 /// <stage><kind><mb>
 void parseSimple(std::string_view text, size_t row, size_t col, PtKind &kind,
                  int32_t &stage, int32_t &mb) {
   size_t pos = 0;
   if (!parseInt(text, pos, stage))
     fail(row, col, text, "expected <stage><kind><microbatch>, e.g. 0F3");
-  // The longer names first: "SEND_F" before "F".
-  static const PtKind kOrder[] = {PtKind::SendF, PtKind::RecvF, PtKind::SendB,
-                                  PtKind::RecvB, PtKind::F,     PtKind::I,
-                                  PtKind::W,     PtKind::B};
-  std::string_view name;
-  for (PtKind k : kOrder) {
-    std::string_view ks(ptKindName(k));
-    if (text.substr(pos, ks.size()) == ks) {
+  std::string_view name = kindName(text, pos);
+  bool known = false;
+  for (PtKind k : {PtKind::F, PtKind::I, PtKind::W, PtKind::B, PtKind::SendF,
+                   PtKind::RecvF, PtKind::SendB, PtKind::RecvB})
+    if (name == ptKindName(k)) {
       kind = k;
-      name = ks;
+      known = true;
       break;
     }
-  }
-  if (name.empty()) {
+  if (!known) {
+    if (name.empty())
+      fail(row, col, text,
+           "expected a kind after the stage (" + std::string(kKnownKinds) +
+               ")");
+    if (skippedKind(name) != Skipped::None)
+      fail(row, col, text,
+           std::string(name) +
+               " has no PipeForge counterpart and is skipped, but only as a "
+               "cell of its own: <stage>" +
+               std::string(name) + " or <stage>" + std::string(name) +
+               "<microbatch>");
     fail(row, col, text,
-         "unknown kind (expected F, I, W, B, SEND_F, RECV_F, SEND_B or "
-         "RECV_B)");
+         "unknown kind '" + std::string(name) + "' (known: " + kKnownKinds +
+             ")");
   }
   pos += name.size();
   if (!parseInt(text, pos, mb))
@@ -194,16 +233,22 @@ void parseSimple(std::string_view text, size_t row, size_t col, PtKind &kind,
     fail(row, col, text, "trailing characters");
 }
 
-/// PyTorch's FSDP actions in a `compute_comms` dump: <stage>UNSHARD,
-/// <stage>RESHARD, <stage>REDUCE_GRAD (no microbatch).
-bool isFsdpCell(std::string_view text) {
+/// PyTorch's actions without a PipeForge counterpart (skippedKind):
+/// <stage><NAME>, or <stage><NAME><mb>.
+Skipped skippedCell(std::string_view text) {
   size_t pos = 0;
   while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos])))
     ++pos;
   if (pos == 0)
-    return false;
-  std::string_view rest = text.substr(pos);
-  return rest == "UNSHARD" || rest == "RESHARD" || rest == "REDUCE_GRAD";
+    return Skipped::None;
+  std::string_view name = kindName(text, pos);
+  Skipped k = skippedKind(name);
+  if (k == Skipped::None)
+    return k;
+  for (pos += name.size(); pos < text.size(); ++pos)
+    if (!std::isdigit(static_cast<unsigned char>(text[pos])))
+      return Skipped::None;
+  return k;
 }
 
 RawCell parseCell(std::string_view text, size_t row, size_t col) {
@@ -275,8 +320,14 @@ WorkKind ourKind(PtKind pt) {
 Expected<Schedule> importCsv(const std::string &text,
                              const CsvImportOptions &opts) {
   try {
-    // Split into rows and cells.
+    // Split into rows and cells. One rule for lines (docs/schedule-json.md):
+    // a line without cell text (nothing, spaces, commas) is blank; blank
+    // lines before the first row and after the last are skipped, one
+    // between rows is an error (it would be an idle rank). Every other line
+    // is a rank's row and must hold a compute cell: a row of only skipped
+    // cells (FSDP, waits) or only messages is an error wherever it is.
     std::vector<std::vector<RawCell>> rows;
+    std::vector<size_t> rowSkipped;
     size_t start = 0, lineNo = 0, blankAfterRows = 0;
     const std::string_view all(text);
     while (start < all.size()) {
@@ -288,9 +339,18 @@ Expected<Schedule> importCsv(const std::string &text,
       if (!line.empty() && line.back() == '\r')
         line.remove_suffix(1);
       ++lineNo;
-      // A blank line is no rank: leading (and trailing) ones are skipped,
-      // one between rows is an error (it would be an idle rank).
-      if (trim(line).empty() && line.find(',') == std::string_view::npos) {
+      bool blank = true;
+      for (size_t cs = 0; cs <= line.size() && blank;) {
+        size_t comma = line.find(',', cs);
+        blank = trim(line.substr(cs, comma == std::string_view::npos
+                                         ? std::string_view::npos
+                                         : comma - cs))
+                    .empty();
+        if (comma == std::string_view::npos)
+          break;
+        cs = comma + 1;
+      }
+      if (blank) {
         if (!rows.empty())
           blankAfterRows = blankAfterRows ? blankAfterRows : lineNo;
         continue;
@@ -300,6 +360,7 @@ Expected<Schedule> importCsv(const std::string &text,
                              " is blank between rows (one row per rank)");
       size_t row = rows.size();
       rows.emplace_back();
+      rowSkipped.push_back(0);
       // Sized once: a row of millions of cells does not grow by doubling.
       rows[row].reserve(size_t(std::count(line.begin(), line.end(), ',')) + 1);
       size_t cs = 0, col = 0;
@@ -308,9 +369,13 @@ Expected<Schedule> importCsv(const std::string &text,
         std::string_view c = trim(line.substr(
             cs, comma == std::string_view::npos ? std::string_view::npos
                                                 : comma - cs));
-        if (!c.empty() && isFsdpCell(c)) {
-          if (opts.ignoredFsdpActions)
-            ++*opts.ignoredFsdpActions;
+        Skipped sk = c.empty() ? Skipped::None : skippedCell(c);
+        if (sk != Skipped::None) {
+          int64_t *count = sk == Skipped::Fsdp ? opts.ignoredFsdpActions
+                                               : opts.ignoredWaitActions;
+          if (count)
+            ++*count;
+          ++rowSkipped[row];
         } else if (!c.empty()) {
           rows[row].push_back(parseCell(c, row, col));
         }
@@ -319,9 +384,19 @@ Expected<Schedule> importCsv(const std::string &text,
           break;
         cs = comma + 1;
       }
+      bool computes = false;
+      for (const RawCell &c : rows[row])
+        computes |= c.kind == RawCell::Work || c.kind == RawCell::Pair;
+      if (!computes)
+        return Status::error(
+            "csv row " + std::to_string(row) + " (line " +
+            std::to_string(lineNo) + ") holds no compute cell (F, I, W, B " +
+            "or an overlapped pair)" +
+            (rowSkipped[row] ? ", only " + std::to_string(rowSkipped[row]) +
+                                   " skipped FSDP or wait cell(s)"
+                             : std::string()) +
+            ": a row is a rank, and every rank computes");
     }
-    while (!rows.empty() && rows.back().empty())
-      rows.pop_back();
     if (rows.empty())
       return Status::error("csv: no rows");
     int32_t numRanks = static_cast<int32_t>(rows.size());

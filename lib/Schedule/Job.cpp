@@ -122,13 +122,15 @@ Status checkJob(const ScheduleJob &j) {
 
 Expected<Schedule> obtainSchedule(const ScheduleJob &j,
                                   std::optional<AutoResult> &autoResult,
-                                  int64_t &ignoredFsdp) {
+                                  int64_t &ignoredFsdp,
+                                  int64_t &ignoredWaits) {
   if (j.csvText) {
     if (!j.schedule.empty())
       return Status::error("give either --schedule or --import-csv, not both");
     CsvImportOptions io;
     io.name = "csv";
     io.ignoredFsdpActions = &ignoredFsdp;
+    io.ignoredWaitActions = &ignoredWaits;
     return importCsv(*j.csvText, io);
   }
   if (j.schedule.empty())
@@ -400,7 +402,8 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
   };
   step(j.schedule == "auto" ? "searching" : "generating");
   ScheduleJobResult r;
-  auto s = obtainSchedule(j, r.autoResult, r.ignoredFsdpActions);
+  auto s = obtainSchedule(j, r.autoResult, r.ignoredFsdpActions,
+                          r.ignoredWaitActions);
   if (!s)
     return s.status();
   r.schedule = s.take();

@@ -329,8 +329,13 @@ int main(int argc, char **argv) {
   if (r->ignoredFsdpActions)
     std::cerr << "pipeforge-sched: note: " << o.importCsv << ": skipped "
               << r->ignoredFsdpActions
-              << " FSDP action(s) (UNSHARD, RESHARD, REDUCE_GRAD): a "
-                 "pipeline schedule has no equivalent\n";
+              << " FSDP action(s) (UNSHARD, RESHARD, REDUCE_GRAD, "
+                 "WAIT_REDUCE_GRAD): a pipeline schedule has no equivalent\n";
+  if (r->ignoredWaitActions)
+    std::cerr << "pipeforge-sched: note: " << o.importCsv << ": skipped "
+              << r->ignoredWaitActions
+              << " wait(s) for a posted send (WAIT_SEND_F, WAIT_SEND_B): a "
+                 "PipeForge send completes on its own\n";
   if (watchdog)
     watchdog->enter("writing the output");
   if (o.output.empty()) {

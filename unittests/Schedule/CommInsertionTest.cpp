@@ -380,3 +380,27 @@ TEST(CommInsertion, GeneratedProgramsTakeTheirMessagesInPlace) {
 }
 
 } // namespace
+
+// Issue 43: times large next to an action's length (F 1e16, B 0.5: the
+// replay's start + length rounds back to start) tied a producer's end with
+// its start, and a correct schedule got a Send before its producer ("sends
+// F0.2 before producing it"). Every schedule verifies at such costs.
+TEST(CommInsertion, LargeTimesKeepSendsAfterTheirProducers) {
+  for (ScheduleKind k : {ScheduleKind::OneFOneB, ScheduleKind::ZBH1,
+                         ScheduleKind::ZBV, ScheduleKind::DualPipeV,
+                         ScheduleKind::Interleaved}) {
+    GenOptions g;
+    g.ranks = 2;
+    g.microbatches = 4;
+    Schedule s = *generate(k, g);
+    CostModel c;
+    c.tf = 1e16;
+    c.tb = 0.5;
+    c.tw = 0.25;
+    ASSERT_TRUE(insertComm(s, c).isOk()) << scheduleKindName(k);
+    VerifyOptions vo;
+    vo.cost = c;
+    Status st = verify(s, vo);
+    EXPECT_TRUE(st.isOk()) << scheduleKindName(k) << ": " << st.message();
+  }
+}

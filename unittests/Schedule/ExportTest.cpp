@@ -366,7 +366,17 @@ TEST(ExportTest, CsvImportErrorsNameRowAndColumn) {
     EXPECT_EQ(skipped, 3);
     EXPECT_EQ(s->programs[0].size(), 2u);
   }
-  has(errOf("0F0,0UNSHARD1x\n"), "column 1: \"0UNSHARD1x\": unknown kind");
+  has(errOf("0F0,0UNSHARD1x\n"),
+      "column 1: \"0UNSHARD1x\": UNSHARD has no PipeForge counterpart and is "
+      "skipped, but only as a cell of its own");
+  // The whole kind is read: a wait is not "W" followed by garbage.
+  has(errOf("0F0,0WAIT_RECV_F1\n"),
+      "column 1: \"0WAIT_RECV_F1\": unknown kind 'WAIT_RECV_F' (known: F, I, "
+      "W, B,");
+  has(errOf("0F0,0f1\n"), "unknown kind 'f'");
+  has(errOf("0F0,(0F1;0WAIT_SEND_F1)OVERLAP_F_B\n"),
+      "WAIT_SEND_F has no PipeForge counterpart and is skipped, but only as a "
+      "cell of its own");
   has(errOf("0F0,GRADREDUCE_rx\n"), "expected GRADREDUCE_r<peer rank>");
   has(errOf("0F0,1F0\n1F1\n"),
       "csv row 1, column 0: \"1\": stage 1 is also computed on row 0");
@@ -378,6 +388,55 @@ TEST(ExportTest, CsvImportErrorsNameRowAndColumn) {
   has(errOf("1F0\n0F0\n", lin), "stage 1 is placed on rank 1");
   has(errOf("0F0\n", lin), "1 rows but the placement has 2 ranks");
   has(errOf(""), "csv: no rows");
+}
+
+TEST(ExportTest, CsvSkipsWaitsAndFsdpActions) {
+  // PyTorch's waits for a posted send and FSDP's gradient wait are
+  // skipped and counted, with or without a microbatch.
+  int64_t fsdp = 0, waits = 0;
+  CsvImportOptions o;
+  o.ignoredFsdpActions = &fsdp;
+  o.ignoredWaitActions = &waits;
+  auto s = importCsv("0F0,0SEND_F0,0WAIT_SEND_F0,0RECV_B0,0B0,"
+                     "0WAIT_REDUCE_GRAD\n"
+                     "1RECV_F0,1F0,1B0,1SEND_B0,1WAIT_SEND_B0,1REDUCE_GRAD\n",
+                     o);
+  ASSERT_TRUE(s) << s.message();
+  EXPECT_EQ(fsdp, 2);
+  EXPECT_EQ(waits, 2);
+  EXPECT_EQ(s->programs[0].size(), 4u);
+  EXPECT_EQ(s->programs[1].size(), 4u);
+  EXPECT_TRUE(verify(*s).isOk()) << verify(*s).message();
+}
+
+TEST(ExportTest, CsvRowsFollowOneRule) {
+  auto errOf = [](const std::string &csv) {
+    Expected<Schedule> s = importCsv(csv);
+    EXPECT_FALSE(s) << csv;
+    return s ? std::string() : s.message();
+  };
+  auto has = [](const std::string &msg, const std::string &part) {
+    EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  };
+  // A row of only skipped cells is an error wherever it is (it was an idle
+  // rank in the middle and dropped at the end).
+  has(errOf("0F0,0B0\n1UNSHARD,1RESHARD\n1F0,1B0\n"),
+      "csv row 1 (line 2) holds no compute cell (F, I, W, B or an overlapped "
+      "pair), only 2 skipped FSDP or wait cell(s)");
+  has(errOf("0F0,1F0,1B0,0B0\n0UNSHARD\n"), "csv row 1 (line 2) holds no "
+                                             "compute cell");
+  has(errOf("0UNSHARD\n0F0,1F0,1B0,0B0\n"), "csv row 0 (line 1) holds no "
+                                             "compute cell");
+  // Messages alone are no compute either.
+  has(errOf("0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0\n"),
+      "csv row 1 (line 2) holds no compute cell");
+  // A line of empty cells is blank, like an empty line: skipped at the
+  // ends, an error between rows.
+  has(errOf("0F0,0B0\n,,\n1F0,1B0\n"), "csv: line 2 is blank between rows");
+  auto s = importCsv(",,\n\n0F0,0SEND_F0,0RECV_B0,0B0\n"
+                     "1RECV_F0,1F0,1B0,1SEND_B0\n , ,\n\n");
+  ASSERT_TRUE(s) << s.message();
+  EXPECT_EQ(s->numRanks(), 2);
 }
 
 TEST(ExportTest, CsvImportsPyTorchText) {

@@ -77,13 +77,21 @@ struct CsvImportOptions {
   std::optional<Placement> placement;
   std::string name = "csv";
   /// Where to count the FSDP actions of a PyTorch `compute_comms` dump
-  /// (UNSHARD, RESHARD, REDUCE_GRAD): they have no PipeForge equivalent in
-  /// a pipeline schedule and are skipped. Null: not counted.
+  /// (UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD): they have no
+  /// PipeForge equivalent in a pipeline schedule and are skipped. Null: not
+  /// counted.
   int64_t *ignoredFsdpActions = nullptr;
+  /// Where to count the waits for a posted send (WAIT_SEND_F, WAIT_SEND_B),
+  /// skipped too: a PipeForge send completes on its own and the receive
+  /// carries the dependency. Null: not counted.
+  int64_t *ignoredWaitActions = nullptr;
 };
 
 /// Parses a PyTorch schedule CSV into a Schedule. Malformed cells give an
-/// error naming the row and column (both 0-based, row = rank).
+/// error naming the row and column (both 0-based, row = rank). A line with
+/// no cell text is blank: skipped before the first row and after the last,
+/// an error between rows; every row must hold a compute cell (a row of only
+/// skipped cells is an error wherever it is).
 Expected<Schedule> importCsv(const std::string &text,
                              const CsvImportOptions &opts = {});
 

@@ -101,6 +101,9 @@ struct ScheduleJobResult {
   std::string chosenKind;
   /// --import-csv: FSDP actions of a PyTorch compute_comms dump skipped.
   int64_t ignoredFsdpActions = 0;
+  /// --import-csv: waits for a posted send (WAIT_SEND_F, WAIT_SEND_B)
+  /// skipped.
+  int64_t ignoredWaitActions = 0;
 };
 
 /// The automatic scheduler's options for a `--schedule auto` job: the cost
