@@ -89,7 +89,7 @@ Model shape (docs/background.md; any schedule):
 Output:
   --format F            text (default) json csv svg trace
   -o FILE               write to FILE instead of standard output
-  --time-limit S        ceiling of the whole command in seconds (default none;
+  --time-limit S        ceiling of the whole command, seconds > 0 (default none;
                         output included): past it an error, exit 1, no -o file
 )";
 
@@ -254,6 +254,12 @@ Options parseArgs(int argc, char **argv) {
         number = &n;
     if (number) {
       parseNumber(*number, value);
+      // A zero ceiling is refused for every schedule: the watchdog would
+      // race the command (a small schedule finishing before it fires, a
+      // large one stopped), one behaviour for all is the error.
+      if (flag == "--time-limit" && commandLimit == 0)
+        usageError("--time-limit expects a number of seconds > 0, got '" +
+                   value + "' (leave --time-limit out for no limit)");
       if (flag == "--time-limit")
         o.commandLimit = commandLimit;
       searchLimitGiven |= flag == "--search-limit";
