@@ -2,6 +2,8 @@
 
 #include "pipeforge/Plan/Options.h"
 
+#include "pipeforge/Support/Numeric.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -18,23 +20,35 @@ std::string trim(const std::string &s) {
   return s.substr(b, s.find_last_not_of(ws) - b + 1);
 }
 
-/// The comma-separated words of `text`, empty ones dropped.
+/// The comma-separated words of `text`, trimmed; "" has none. An empty
+/// word ("1,,2", "1,", ",1") is kept, so that the callers refuse it
+/// (emptyItem).
 std::vector<std::string> words(const std::string &text) {
   std::vector<std::string> out;
+  if (trim(text).empty())
+    return out;
   size_t pos = 0;
   while (pos <= text.size()) {
     size_t comma = text.find(',', pos);
     if (comma == std::string::npos)
       comma = text.size();
-    if (comma > pos)
-      out.push_back(text.substr(pos, comma - pos));
+    out.push_back(trim(text.substr(pos, comma - pos)));
     pos = comma + 1;
   }
   return out;
 }
 
+/// The error for a list flag with an empty item ("--ep 1,2,,4"), or ok.
+Status emptyItem(const char *flag, const std::string &text) {
+  for (const std::string &w : words(text))
+    if (w.empty())
+      return Status::error(std::string(flag) + ": empty item in '" + text +
+                           "' (items are separated by single commas)");
+  return Status::ok();
+}
+
 /// Integers >= min separated by commas; nullopt when a word is not one (or
-/// there is none).
+/// there is none, or one is empty).
 std::optional<std::vector<int>> parseIntList(const std::string &text,
                                              int min = 1) {
   std::vector<int> out;
@@ -55,16 +69,43 @@ std::optional<std::vector<int>> parseIntList(const std::string &text,
 } // namespace
 
 Expected<PlanOptions> plan::optionsFromFlags(const PlanFlags &f) {
+  // Every list: no empty item (it used to be dropped, so "--ep 1,2,,4"
+  // passed as "1,2,4").
+  for (auto [flag, text] :
+       {std::make_pair("--microbatch-sizes", &f.microbatchSizes),
+        std::make_pair("--schedules", &f.schedules),
+        std::make_pair("--pp", &f.pp), std::make_pair("--tp", &f.tp),
+        std::make_pair("--ep", &f.ep),
+        std::make_pair("--recompute", &f.recompute),
+        std::make_pair("--zero", &f.zero),
+        std::make_pair("--chunks", &f.chunks),
+        std::make_pair("--layouts", &f.layouts),
+        std::make_pair("--routing-groups", &f.routingGroups)})
+    if (Status st = emptyItem(flag, *text); !st)
+      return st;
+  // Byte counts: finite, positive and plausible (NaN or a negative count
+  // once made an all-reduce take 0 ms).
+  if (auto e = checkNumberOption("--state-bytes-per-param",
+                                 f.stateBytesPerParam,
+                                 {0, kMaxStateBytesPerParam, true}))
+    return Status::error(*e);
+  if (auto e = checkNumberOption("--grad-bytes", f.gradBytesPerParam,
+                                 {0, kMaxGradBytesPerParam, true}))
+    return Status::error(*e);
+  if (auto e = checkIntOption("--bytes-per-element", f.bytesPerElement, 1,
+                              kMaxBytesPerElement))
+    return Status::error(*e);
+  if (auto e = checkIntOption("--top", f.topN, 1, kMaxTopN))
+    return Status::error(*e);
+  if (auto e = checkIntOption("--global-batch", f.globalBatch, 1,
+                              kMaxGlobalBatch))
+    return Status::error(*e);
   if (f.format != "table" && f.format != "json")
     return Status::error("--format: expected 'table' or 'json', got '" +
                          f.format + "'");
-  if (f.globalBatch < 1)
-    return Status::error("--global-batch must be >= 1");
   if (f.progress != "auto" && f.progress != "always" && f.progress != "never")
     return Status::error("--progress: expected auto, always or never, got '" +
                          f.progress + "'");
-  if (f.bytesPerElement == 0)
-    return Status::error("--bytes-per-element must be > 0");
   if (f.zeroShard != "replicas" && f.zeroShard != "all")
     return Status::error("--zero-shard: expected replicas or all, got '" +
                          f.zeroShard + "'");
@@ -86,6 +127,18 @@ Expected<PlanOptions> plan::optionsFromFlags(const PlanFlags &f) {
         "--chunks: expected integers >= 2 separated by commas, got '" +
         f.chunks + "'");
   opts.chunkCounts = *chunkCounts;
+  // --chunks given for a sweep without interleaved (the one schedule that
+  // reads it) would be ignored: refused instead.
+  if (f.chunksGiven && !f.schedules.empty()) {
+    bool interleaved = false;
+    for (const std::string &w : words(f.schedules))
+      interleaved |= sched::parseScheduleKind(w) ==
+                     std::optional(sched::ScheduleKind::Interleaved);
+    if (!interleaved)
+      return Status::error("--chunks applies to interleaved only, which "
+                           "--schedules '" +
+                           f.schedules + "' does not list");
+  }
   // An explained interleaved setup without chunks= takes the smallest.
   opts.chunksPerRank =
       *std::min_element(chunkCounts->begin(), chunkCounts->end());

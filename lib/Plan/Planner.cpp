@@ -1362,6 +1362,21 @@ Expected<SetupSpec> plan::parseSetup(const std::string &text) {
   if (!spec.recomputeStages.empty() && spec.recompute == Recompute::None)
     return Status::error("key 'recompute-stages' needs recompute=selective or "
                          "recompute=full");
+  // A key the schedule would ignore is an error, not silence.
+  if (seen.count("chunks") && spec.kind != sched::ScheduleKind::Interleaved)
+    return Status::error(
+        std::string("key 'chunks' applies to schedule=interleaved only; "
+                    "schedule=") +
+        sched::scheduleKindName(spec.kind) + " places " +
+        (spec.kind == sched::ScheduleKind::ZBV ||
+                 spec.kind == sched::ScheduleKind::DualPipeV
+             ? "two chunks per rank (the V) by itself"
+             : spec.kind == sched::ScheduleKind::Auto
+                   ? "its chunks by itself"
+                   : spec.kind == sched::ScheduleKind::DualPipe ||
+                             spec.kind == sched::ScheduleKind::Chimera
+                         ? "one stage of each of two copies per rank"
+                         : "one stage per rank"));
   return spec;
 }
 

@@ -174,6 +174,7 @@ int main(int argc, char **argv) {
       "PipeForge planner: the fastest pipeline x data x tensor-parallel setup "
       "(with recomputation and ZeRO-1) that fits a cluster\n");
 
+  flags.chunksGiven = chunkList.getNumOccurrences() > 0;
   auto parsed = plan::optionsFromFlags(flags);
   if (!parsed)
     return fail(parsed.message());

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "pipeforge/Plan/Options.h"
 #include "pipeforge/Plan/Planner.h"
 
 #include <gtest/gtest.h>
@@ -735,10 +736,10 @@ TEST(PlannerSweep, PruningAutoKeepsTheTopAndSplitsAddUp) {
 }
 
 TEST(PlannerExplain, ParsesSetups) {
-  auto s = parseSetup("schedule=zb-h1 pp=4 tp=2 dp=8 b=2 recompute=selective "
-                      "zero=1 chunks=3 layout=dp-in-node");
+  auto s = parseSetup("schedule=interleaved pp=4 tp=2 dp=8 b=2 "
+                      "recompute=selective zero=1 chunks=3 layout=dp-in-node");
   ASSERT_TRUE(s.isOk()) << s.message();
-  EXPECT_EQ(s->kind, ScheduleKind::ZBH1);
+  EXPECT_EQ(s->kind, ScheduleKind::Interleaved);
   EXPECT_EQ(s->pp, 4);
   EXPECT_EQ(s->tp, 2);
   EXPECT_EQ(s->dp, 8);
@@ -774,6 +775,14 @@ TEST(PlannerExplain, ParsesSetups) {
       {"schedule=1f1b pp=4 layout=x", "key 'layout': expected pp-in-node"},
       {"schedule=1f1b pp=4 chunks=1", "key 'chunks': expected an integer >= 2"},
       {"schedule=1f1b pp=4 mb=1", "unknown key 'mb'"},
+      // A key the schedule would ignore (issue 43).
+      {"schedule=dualpipev pp=4 chunks=2",
+       "key 'chunks' applies to schedule=interleaved only; "
+       "schedule=dualpipev places two chunks per rank (the V) by itself"},
+      {"schedule=1f1b pp=4 chunks=4", "key 'chunks' applies to "
+                                      "schedule=interleaved only"},
+      {"schedule=auto pp=4 chunks=2", "key 'chunks' applies to "
+                                      "schedule=interleaved only"},
   };
   for (auto [text, msg] : bad) {
     auto r = parseSetup(text);
@@ -781,6 +790,73 @@ TEST(PlannerExplain, ParsesSetups) {
     EXPECT_NE(r.message().find(msg), std::string::npos)
         << text << ": " << r.message();
   }
+}
+
+TEST(PlanFlags, NumbersAndListsAreChecked) {
+  // Issue 43: NaN or negative byte counts, --top out of range, empty list
+  // items and --chunks without interleaved were accepted.
+  auto errOf = [](PlanFlags f) {
+    auto o = optionsFromFlags(f);
+    EXPECT_FALSE(o.isOk());
+    return o.isOk() ? std::string() : o.message();
+  };
+  PlanFlags good;
+  good.globalBatch = 64;
+  ASSERT_TRUE(optionsFromFlags(good).isOk());
+  auto expect = [&](PlanFlags f, const std::string &part) {
+    std::string msg = errOf(f);
+    EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  };
+  PlanFlags f = good;
+  f.stateBytesPerParam = std::nan("");
+  expect(f, "--state-bytes-per-param must be a finite number in (0, 1024], "
+            "got 'nan'");
+  f = good;
+  f.gradBytesPerParam = -4;
+  expect(f, "--grad-bytes must be a finite number in (0, 64], got '-4'");
+  f = good;
+  f.gradBytesPerParam = 0;
+  expect(f, "--grad-bytes must be a finite number in (0, 64], got '0'");
+  for (int top : {0, -1, 101}) {
+    f = good;
+    f.topN = top;
+    expect(f, "--top must be an integer in [1, 100], got '" +
+                  std::to_string(top) + "'");
+  }
+  f = good;
+  f.globalBatch = int64_t(1) << 40;
+  expect(f, "--global-batch must be an integer in [1, 1073741824]");
+  f = good;
+  f.bytesPerElement = 1000;
+  expect(f, "--bytes-per-element must be an integer in [1, 16]");
+  for (auto [text, which] :
+       {std::make_pair("1,2,,4", &PlanFlags::ep),
+        std::make_pair("1,2,", &PlanFlags::tp),
+        std::make_pair(",2", &PlanFlags::pp),
+        std::make_pair("none,,full", &PlanFlags::recompute),
+        std::make_pair("1f1b,,zbv", &PlanFlags::schedules)}) {
+    f = good;
+    f.*which = text;
+    expect(f, std::string(": empty item in '") + text + "'");
+  }
+  f = good;
+  f.microbatchSizes = "1, ,2";
+  expect(f, "--microbatch-sizes: empty item in '1, ,2'");
+  // --chunks given for schedules that ignore it.
+  f = good;
+  f.schedules = "1f1b,dualpipev";
+  f.chunks = "4";
+  f.chunksGiven = true;
+  expect(f, "--chunks applies to interleaved only, which --schedules "
+            "'1f1b,dualpipev' does not list");
+  f.schedules = "1f1b,interleaved";
+  EXPECT_TRUE(optionsFromFlags(f).isOk());
+  // The bounds themselves are accepted.
+  f = good;
+  f.topN = 100;
+  f.stateBytesPerParam = 1024;
+  f.gradBytesPerParam = 64;
+  EXPECT_TRUE(optionsFromFlags(f).isOk());
 }
 
 TEST(PlannerExplain, RanksASweptSetupWhereTheSweepDoes) {
