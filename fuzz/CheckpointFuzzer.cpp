@@ -1,6 +1,7 @@
 //===- CheckpointFuzzer.cpp - rank checkpoint (.pfckpt) decoder -----------===//
 //
-// What pipeforge-run --resume does with a rank file: decodeRankCheckpoint,
+// What pipeforge-run --resume does with a rank file: decodeRankCheckpoint
+// (every value it accepts is finite: checked here),
 // then restoreCheckpoint into parameters of the decoded names and shapes
 // (must succeed), and with an AdamW over them when the file has optimizer
 // state (AdamW::importState: its checks, its errors).
@@ -13,6 +14,8 @@
 #include "pipeforge/rt/Checkpoint.h"
 #include "pipeforge/rt/Optimizer.h"
 
+#include <cmath>
+
 using namespace pipeforge;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -23,9 +26,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   std::vector<std::vector<float>> storage, grads;
   std::vector<rt::ParamRef> refs;
+  // The decoder accepts finite values only (NaN and infinities in a file
+  // with a matching checksum once trained on silently).
+  auto finite = [](const std::vector<float> &v) {
+    for (float x : v)
+      if (!std::isfinite(x))
+        return false;
+    return true;
+  };
+  for (size_t i = 0; i < c->optimizer.m.size(); ++i)
+    if (!finite(c->optimizer.m[i]) ||
+        (i < c->optimizer.v.size() && !finite(c->optimizer.v[i])))
+      fuzz::invariantBroken("a decoded optimizer moment is not finite");
   for (const rt::CheckpointTensor &t : c->params) {
     if (t.data.size() > fuzz::kMaxInput)
       fuzz::invariantBroken("a tensor larger than its file");
+    if (!finite(t.data))
+      fuzz::invariantBroken("a decoded parameter is not finite");
     storage.emplace_back(t.data.size());
     grads.emplace_back(t.data.size());
   }

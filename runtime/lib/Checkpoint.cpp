@@ -16,9 +16,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 namespace fs = std::filesystem;
 
@@ -181,6 +183,34 @@ Expected<uint64_t> numElements(const std::vector<int64_t> &shape,
   return n;
 }
 
+/// The first value of `v` a checkpoint may not hold, as "element I is X"
+/// (empty when every one is fine): NaN and infinities everywhere; in a
+/// parameter also a magnitude whose square overflows float (no trained
+/// weight gets there: it would turn every norm and product it enters into
+/// infinity); in a second moment (a mean of squares) a negative value.
+enum class ValueRule { Parameter, Moment, SecondMoment };
+std::string badValue(const std::vector<float> &v, ValueRule rule) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float x = v[i];
+    const char *why = nullptr;
+    if (std::isnan(x))
+      why = "";
+    else if (std::isinf(x))
+      why = "";
+    else if (rule == ValueRule::Parameter &&
+             double(x) * double(x) > double(std::numeric_limits<float>::max()))
+      why = " (its square overflows float)";
+    else if (rule == ValueRule::SecondMoment && x < 0)
+      why = " (a mean of squares is never negative)";
+    if (!why)
+      continue;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "element %zu is %g%s", i, double(x), why);
+    return buf;
+  }
+  return "";
+}
+
 Status writeAtomically(const fs::path &path, const std::vector<uint8_t> &b) {
   Status st = writeFileAtomically(path.string(), b);
   if (!st)
@@ -319,6 +349,13 @@ Expected<RankCheckpoint> decodeRankCheckpoint(const std::vector<uint8_t> &b,
     if (*n != t.data.size())
       return bad("parameter '" + t.name + "' shape " + shapeStr(t.shape) +
                  " but " + std::to_string(t.data.size()) + " elements");
+    // Every loaded value finite and plausible: a NaN, an infinity or an
+    // absurd magnitude in a file whose checksum matches would otherwise
+    // train on silently (docs/reliability.md).
+    if (std::string v = badValue(t.data, ValueRule::Parameter); !v.empty())
+      return bad("parameter '" + t.name + "' of rank " +
+                 std::to_string(c.rank) + ": " + v +
+                 "; a checkpoint holds only finite, plausible values");
     c.params.push_back(std::move(t));
   }
   c.hasOptimizer = r.u8("optimizer flag") != 0;
@@ -336,6 +373,18 @@ Expected<RankCheckpoint> decodeRankCheckpoint(const std::vector<uint8_t> &b,
       c.optimizer.names.push_back(r.str("optimizer parameter name"));
       c.optimizer.m.push_back(r.floats("first moment"));
       c.optimizer.v.push_back(r.floats("second moment"));
+      if (!r.ok())
+        break;
+      for (auto [what, v, rule] :
+           {std::make_tuple("first moment", &c.optimizer.m.back(),
+                            ValueRule::Moment),
+            std::make_tuple("second moment", &c.optimizer.v.back(),
+                            ValueRule::SecondMoment)})
+        if (std::string e = badValue(*v, rule); !e.empty())
+          return bad(std::string("AdamW ") + what + " of '" +
+                     c.optimizer.names.back() + "' of rank " +
+                     std::to_string(c.rank) + ": " + e +
+                     "; a checkpoint holds only finite, plausible values");
     }
   }
   std::vector<uint8_t> pos = r.bytes("data position");

@@ -387,6 +387,43 @@ TEST(Checkpoint, NumbersAreValidated) {
   EXPECT_TRUE(opt.importState(st));
 }
 
+TEST(Checkpoint, ValuesAreFinite) {
+  // A checkpoint whose checksum matches but holds NaN, an infinity or an
+  // absurd magnitude is refused on load, naming the tensor, the rank and
+  // the file (it used to resume and train on silently).
+  const float inf = std::numeric_limits<float>::infinity();
+  RankCheckpoint c = sample(1, 2);
+  c.params[1].data[2] = std::nanf("");
+  expectDecodeError(*encodeRankCheckpoint(c),
+                    "checkpoint 'x.pfckpt': parameter 'b' of rank 1: element 2 is "
+                    "nan; a checkpoint holds only finite, plausible values");
+  c = sample();
+  c.params[0].data[4] = -inf;
+  expectDecodeError(*encodeRankCheckpoint(c),
+                    "parameter 'w' of rank 0: element 4 is -inf");
+  c = sample();
+  c.params[0].data[0] = 3e19f; // its square overflows float
+  expectDecodeError(*encodeRankCheckpoint(c),
+                    "parameter 'w' of rank 0: element 0 is 3e+19 (its square "
+                    "overflows float)");
+  c = sample();
+  c.optimizer.m[1][0] = inf;
+  expectDecodeError(*encodeRankCheckpoint(c),
+                    "AdamW first moment of 'b' of rank 0: element 0 is inf");
+  c = sample();
+  c.optimizer.v[0][5] = -1;
+  expectDecodeError(*encodeRankCheckpoint(c),
+                    "AdamW second moment of 'w' of rank 0: element 5 is -1 (a "
+                    "mean of squares is never negative)");
+  // The largest plausible values still load.
+  c = sample();
+  c.params[0].data[0] = 1e19f;
+  c.optimizer.m[0][0] = -3e38f;
+  c.optimizer.v[0][0] = 3e38f;
+  auto d = decodeRankCheckpoint(*encodeRankCheckpoint(c), "mem");
+  EXPECT_TRUE(d) << d.message();
+}
+
 TEST(Checkpoint, ManifestIsStrict) {
   std::string dir = freshDir("strict");
   ASSERT_TRUE(writeRankCheckpoint(dir, sample(0, 2)));
