@@ -166,6 +166,14 @@ Status attentionShape(const Kernel &k, const Operands &o, AttentionShape &s) {
   s.headStart = attrInt(k, "head_start", 0);
   const int64_t vw = lastDim(o.t(2));
   s.vHeadDim = vw > 0 && vw % s.kvHeads == 0 ? vw / s.kvHeads : -1;
+  if (o.c.docStart) {
+    if (o.c.docTokens != s.batch * s.seq)
+      return opError(k, "the document starts cover " +
+                            std::to_string(o.c.docTokens) +
+                            " tokens, the attention " +
+                            std::to_string(s.batch * s.seq));
+    s.docStart = o.c.docStart;
+  }
   if (!isValid(s) || lastDim(kk) != s.kvHeads * s.headDim)
     return opError(k, "invalid attention shape");
   return Status::ok();

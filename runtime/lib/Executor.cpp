@@ -48,6 +48,19 @@ Status Executor::Impl::dataFor(int c, int mb, BufP &tok, BufP &tgt) {
   return Status::ok();
 }
 
+Expected<const std::vector<int32_t> *> Executor::Impl::docsFor(int c, int mb) {
+  auto it = docs.find({c, mb});
+  if (it != docs.end())
+    return &it->second;
+  int64_t b = prog.model.microbatchSize, s = prog.model.seqLen;
+  std::vector<int32_t> d(static_cast<size_t>(b * s));
+  // The microbatch dataFor reads (the same index).
+  int64_t g = int64_t(mb) + int64_t(c) * mPerCopy + int64_t(epi) * totalMb;
+  if (Status st = data.documents(stepNo, tr.dpIndex(), g, b, s, d.data()); !st)
+    return st;
+  return &(docs[{c, mb}] = std::move(d));
+}
+
 Expected<BufP> Executor::Impl::takeInbox(Payload p, int c, int s, int mb) {
   auto key = std::make_tuple(int(p), c, s, mb);
   auto it = inbox.find(key);
@@ -343,6 +356,7 @@ Expected<StepStats> Executor::Impl::step() {
   inbox.clear();
   outbox.clear();
   tokens.clear();
+  docs.clear();
   posted.clear();
   lossSum = 0;
   lossCount = 0;

@@ -172,6 +172,15 @@ Status Executor::Impl::fnPrepare(FnRun &r) {
   call.out.clear();
   call.outTypes.clear();
   call.addTo = 0;
+  call.docStart = nullptr;
+  call.docTokens = 0;
+  if (opts.docMask && (k.op == "attention" || k.op == "attention_bwd")) {
+    auto d = docsFor(r.c, r.mb);
+    if (!d)
+      return err(d.message());
+    call.docStart = (*d)->data();
+    call.docTokens = int64_t((*d)->size());
+  }
   for (int32_t v : k.inputs) {
     if (v >= int32_t(ptr.size()))
       return err("bad value id in kernel '" + k.op + "'");

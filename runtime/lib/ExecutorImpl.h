@@ -286,6 +286,8 @@ struct Executor::Impl {
   };
   std::vector<PendingSend> sends;
   std::map<std::pair<int, int>, std::pair<BufP, BufP>> tokens; ///< (c, mb)
+  /// With opts.docMask: the document starts of (c, mb) this step (host).
+  std::map<std::pair<int, int>, std::vector<int32_t>> docs;
   BufP seed;
   double lossSum = 0;
   int lossCount = 0;
@@ -396,6 +398,8 @@ struct Executor::Impl {
   Status gradReduce(const Action &a);
   Expected<BufP> takeInbox(Payload p, int c, int s, int mb);
   Status dataFor(int c, int mb, BufP &tok, BufP &tgt);
+  /// The document starts of (c, mb) at this step (--doc-mask), host memory.
+  Expected<const std::vector<int32_t> *> docsFor(int c, int mb);
   void record(const std::string &name, int tid, double t0, double t1,
               std::string args = "", const char *cat = nullptr) {
     if (opts.trace)

@@ -59,18 +59,30 @@ int64_t latestCheckpoint(const std::string &dir) {
 namespace {
 
 /// Data.h's DataSource as the executor's TokenSource; replica d reads
-/// global microbatches d*M .. d*M+M-1.
+/// global microbatches d*M .. d*M+M-1. Documents (--doc-mask) end after
+/// the token `eos`, or are the source's own when eos < 0.
 class DataAdapter final : public TokenSource {
 public:
-  DataAdapter(const DataSource &d, int64_t m) : d(d), m(m) {}
+  DataAdapter(const DataSource &d, int64_t m, int64_t eos)
+      : d(d), m(m), eos(eos) {}
   Status fill(int64_t step, int dp, int64_t g, int64_t b, int64_t s,
               int32_t *tok, int32_t *tgt) override {
     return d.batch(int64_t(dp) * m + g, step, b, s, tok, tgt);
   }
+  Status documents(int64_t step, int dp, int64_t g, int64_t b, int64_t s,
+                   int32_t *docStart) override {
+    if (eos < 0)
+      return d.documentStarts(int64_t(dp) * m + g, step, b, s, docStart);
+    std::vector<int32_t> tok(size_t(b * s)), tgt(size_t(b * s));
+    if (Status st = fill(step, dp, g, b, s, tok.data(), tgt.data()); !st)
+      return st;
+    documentStartsFromEos(tok.data(), b, s, int32_t(eos), docStart);
+    return Status::ok();
+  }
 
 private:
   const DataSource &d;
-  int64_t m;
+  int64_t m, eos;
 };
 
 /// Optimizer.h's AdamW behind the executor's seam.
@@ -165,6 +177,8 @@ struct Trainer::Impl {
   Impl(const Program &p, Transport &t, const TrainerOptions &o)
       : prog(p), tr(t), o(o) {}
   Status initData();
+  /// --doc-mask and --eos: consistent, and the data has documents.
+  Status checkDocuments();
   Status initOptimizer();
 };
 
@@ -200,8 +214,26 @@ Status Trainer::Impl::initData() {
   // EP rank e of replica d reads (d * E + e) * M + ... (the executor adds
   // e * M).
   tokens = std::make_unique<DataAdapter>(
-      *ds, prog.training.microbatches * int64_t(prog.training.expertParallel));
+      *ds, prog.training.microbatches * int64_t(prog.training.expertParallel),
+      o.eos);
   dataFp = ds->fingerprint();
+  return Status::ok();
+}
+
+Status Trainer::Impl::checkDocuments() {
+  if (!o.executor.docMask)
+    return o.eos < 0 ? Status::ok()
+                     : Status::error("--eos marks documents for --doc-mask");
+  if (o.eos >= prog.model.vocab)
+    return Status::error("--eos " + std::to_string(o.eos) +
+                         " is not below the model's vocabulary " +
+                         std::to_string(prog.model.vocab));
+  // The first microbatch's, so that data without documents fails here.
+  std::vector<int32_t> d(size_t(prog.model.microbatchSize * prog.model.seqLen));
+  if (Status s = tokens->documents(0, 0, 0, prog.model.microbatchSize,
+                                   prog.model.seqLen, d.data());
+      !s)
+    return Status::error("--doc-mask: " + s.message());
   return Status::ok();
 }
 
@@ -258,6 +290,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Program &prog,
   // its own, as on a node-local disk).
   impl->o.checkpointDir = checkpointDirOf(o.checkpointDir, tr.worldRank());
   if (Status s = impl->initData(); !s)
+    return s;
+  if (Status s = impl->checkDocuments(); !s)
     return s;
   if (Status s = impl->initOptimizer(); !s)
     return s;

@@ -81,6 +81,7 @@ std::string hostName() {
       "         [--lr-schedule constant|linear|cosine] [--warmup-steps N]\n"
       "         [--decay-steps N] [--min-lr X]\n"
       "         [--data synthetic|pattern|FILE|PREFIX] [--trace FILE]\n"
+      "         [--doc-mask [--eos ID]]\n"
       "         [--dump-weights FILE] [--comm-timeout SECONDS]\n"
       "         [--init-from HF_MODEL_DIR] [--save-hf DIR]\n"
       "         [--recv-lookahead N] [--quiet] [--no-fuse] [--memory-report]\n"
@@ -174,6 +175,8 @@ int pipeforge::rt::runDriver(int argc, char **argv,
   bool quiet = false, resume = false, noFuse = false, memReport = false,
        printPlacement = false;
   int zeroStage = 0;
+  bool docMask = false;
+  int64_t eos = -1; // --eos: none
   std::string overlapGrad = "on";
   double bucketMb = 25;
   std::string rankLayout = "pp-fastest";
@@ -233,6 +236,10 @@ int pipeforge::rt::runDriver(int argc, char **argv,
       optName = val();
     else if (o == "--data")
       dataSpecOpt = val();
+    else if (o == "--doc-mask")
+      docMask = true;
+    else if (o == "--eos")
+      eos = integer(0, (int64_t(1) << 31) - 1);
     else if (o == "--backend")
       backendName = val();
     else if (o == "--precision")
@@ -429,6 +436,7 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     to.decayAll = decayAll;
     to.lrSchedule = lrSchedule;
     to.data = dataSpecOpt;
+    to.eos = eos;
     to.checkpointDir = ckDir;
     to.saveEvery = saveEvery;
     to.tracePath = tracePath;
@@ -445,6 +453,7 @@ int pipeforge::rt::runDriver(int argc, char **argv,
     eo.injectNanStep = nanStep;
     eo.injectNanMb = nanMb;
     eo.fuseOverlap = !noFuse;
+    eo.docMask = docMask;
     eo.zeroStage = zeroStage;
     eo.overlapGradReduce = overlapGrad == "on";
     eo.gradBucketBytes = int64_t(bucketMb * double(1 << 20));

@@ -42,6 +42,12 @@ struct KernelCall {
   /// load [experts] (host floats) to which the kernel adds its top-k
   /// choices (one per token and k; integers, exact below 2^24).
   float *moeLoad = nullptr;
+  /// With --doc-mask, an attention kernel's document starts: per token of
+  /// the microbatch [batch * seq] (host memory), the position in its
+  /// sequence where its document starts (cpu::AttentionShape::docStart).
+  /// Null otherwise.
+  const int32_t *docStart = nullptr;
+  int64_t docTokens = 0; ///< the entries of docStart
   /// Bit i set: out[i] already holds a value (a parameter's gradient so
   /// far) and the kernel adds its result to it instead of overwriting it.
   /// Set only where Backend::canAddTo says the backend does so.

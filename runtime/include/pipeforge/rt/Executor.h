@@ -61,6 +61,13 @@ public:
   virtual Status fill(int64_t step, int dpIndex, int64_t globalMb,
                       int64_t batch, int64_t seq, int32_t *tokens,
                       int32_t *targets) = 0;
+  /// With ExecutorOptions::docMask: each token's document start within its
+  /// row of fill()'s tokens (Data.h, DataSource::documentStarts), a pure
+  /// function of the same arguments. This default has no documents.
+  virtual Status documents(int64_t step, int dpIndex, int64_t globalMb,
+                           int64_t batch, int64_t seq, int32_t *docStart) {
+    return Status::error("this data source has no document boundaries");
+  }
 };
 
 /// A deterministic learnable stream: each sequence follows
@@ -162,6 +169,10 @@ struct ExecutorOptions {
   /// after the step's barrier and never answers again, as a rank on a lost
   /// node does (its peers' watchdogs must end the job).
   int64_t stallStep = 0;
+  /// Attention within documents (pipeforge-run --doc-mask): every attention
+  /// kernel gets its microbatch's document starts from
+  /// TokenSource::documents (each rank asks for itself; no messages).
+  bool docMask = false;
   /// Run the members of an Overlap action interleaved when the program
   /// has components for them (docs/runtime.md, "Fused overlap");
   /// false (pipeforge-run --no-fuse): F then B as without components.

@@ -43,6 +43,10 @@ struct TrainerOptions {
   /// "auto" (synthetic for vocab >= 256, else pattern), "synthetic",
   /// "pattern", or a token file (Data.h).
   std::string data = "auto";
+  /// An end-of-document token id (pipeforge-run --eos): with
+  /// executor.docMask the documents end after it, in any data; -1: the
+  /// data's own documents (a Megatron-LM dataset's index).
+  int64_t eos = -1;
   /// Empty: no checkpoints. "{rank}" stands for the world rank (a folder
   /// per rank); a folder may be shared by all ranks or hold only the files
   /// of the ranks that see it (node-local disks): no rank reads another's.
