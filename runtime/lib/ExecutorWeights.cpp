@@ -3,12 +3,15 @@
 #include "ExecutorImpl.h"
 
 #include "pipeforge/rt/Data.h"
+#include "pipeforge/Support/InputFile.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+
+#include <sys/stat.h>
 
 namespace pipeforge::rt {
 
@@ -26,9 +29,20 @@ Status writeWeights(const std::string &path, const NamedTensors &w) {
 }
 
 Expected<NamedTensors> readWeights(const std::string &path) {
+  // A regular file only (Support/InputFile.h): a directory, a FIFO (which
+  // blocked --compare-weights) or a device is refused before it is opened.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return Status::error("cannot open weights file '" + path + "'");
+  if (std::string p = inputFileProblem(path, /*allowStdin=*/false);
+      !p.empty())
+    return Status::error("weights file: " + p);
   FILE *f = std::fopen(path.c_str(), "rb");
   if (!f)
     return Status::error("cannot open weights file '" + path + "'");
+  // A tensor's length is checked against what the file still holds
+  // before anything is allocated for it.
+  const uint64_t fileBytes = uint64_t(st.st_size);
   char line[4096];
   NamedTensors out;
   if (!std::fgets(line, sizeof line, f) ||
@@ -42,6 +56,14 @@ Expected<NamedTensors> readWeights(const std::string &path) {
     if (std::sscanf(line, "%3999s %zu", name, &n) != 2 || n > (1ull << 34)) {
       std::fclose(f);
       return Status::error("'" + path + "': bad tensor header");
+    }
+    long at = std::ftell(f);
+    if (at < 0 || uint64_t(at) > fileBytes ||
+        n > (fileBytes - uint64_t(at)) / 4) {
+      std::fclose(f);
+      return Status::error("'" + path + "': truncated tensor '" +
+                           std::string(name) + "' (" + std::to_string(n) +
+                           " floats announced)");
     }
     std::vector<float> v(n);
     if (std::fread(v.data(), 4, n, f) != n) {
