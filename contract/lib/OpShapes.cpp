@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 
 namespace pipeforge::rt {
@@ -110,34 +111,56 @@ R done(std::vector<std::optional<TensorType>> results, int64_t workspace = 0) {
   return r;
 }
 
-//===--- attributes (absent: the ODS default) ---===//
+//===--- attributes (absent: the declared default, OpSpec::attrs) ---===//
 
+/// Reads the attributes of one instance as its op declares them: a present
+/// attribute must have the declared type; an absent one takes the declared
+/// value (OpAttrSpec::value), and a required one is an error.
 struct Attrs {
   const AttrMap &m;
+  const OpSpec &spec;
   std::string error;
+
+  explicit Attrs(const OpShapeInput &in) : m(in.attrs), spec(*in.spec) {}
 
   const AttrValue *find(const char *name) const {
     auto it = m.find(name);
     return it == m.end() ? nullptr : &it->second;
   }
-  /// An integer attribute; `required` ones have no default.
-  std::optional<int64_t> integer(const char *name, bool required,
-                                 int64_t dflt = 0) {
+  /// Whether the op declares `name` (nn.moe's bias_update_speed is not one
+  /// of its gradient ops').
+  bool declared(const char *name) const { return spec.attr(name) != nullptr; }
+
+  /// The declared value of an absent attribute; sets `error` when it is
+  /// required (`what`: "integer", "number", ...) or not declared.
+  const AttrValue *absent(const char *name, const char *what) {
+    const OpAttrSpec *d = spec.attr(name);
+    if (!d)
+      error = std::string("internal error: '") + spec.name +
+              "' declares no attribute '" + name + "'";
+    else if (d->value)
+      return &*d->value;
+    else
+      error = std::string("expects the ") + what + " attribute '" + name + "'";
+    return nullptr;
+  }
+  const AttrValue *get(const char *name, const char *what) {
     const AttrValue *v = find(name);
-    if (!v) {
-      if (required)
-        error = std::string("expects the integer attribute '") + name + "'";
-      return required ? std::nullopt : std::optional<int64_t>(dflt);
-    }
+    return v ? v : absent(name, what);
+  }
+  std::optional<int64_t> integer(const char *name) {
+    const AttrValue *v = get(name, "integer");
+    if (!v)
+      return std::nullopt;
     if (auto *i = std::get_if<int64_t>(v))
       return *i;
     error = std::string("attribute '") + name + "' must be an integer";
     return std::nullopt;
   }
-  std::optional<double> real(const char *name, double dflt) {
-    const AttrValue *v = find(name);
+  std::optional<double> real(const char *name) {
+    const AttrValue *v = get(name, "number");
     if (!v)
-      return dflt;
+      return std::nullopt;
     if (auto *d = std::get_if<double>(v))
       return *d;
     if (auto *i = std::get_if<int64_t>(v))
@@ -145,21 +168,20 @@ struct Attrs {
     error = std::string("attribute '") + name + "' must be a number";
     return std::nullopt;
   }
-  /// A unit attribute: absent, or present as true / false; a boolean
-  /// attribute with a default.
-  std::optional<bool> flag(const char *name, bool dflt = false) {
-    const AttrValue *v = find(name);
+  /// A unit attribute (absent: false) or a boolean one with a default.
+  std::optional<bool> flag(const char *name) {
+    const AttrValue *v = get(name, "flag");
     if (!v)
-      return dflt;
+      return std::nullopt;
     if (auto *b = std::get_if<bool>(v))
       return *b;
     error = std::string("attribute '") + name + "' must be a flag";
     return std::nullopt;
   }
-  std::optional<std::string> text(const char *name, const char *dflt) {
-    const AttrValue *v = find(name);
+  std::optional<std::string> text(const char *name) {
+    const AttrValue *v = get(name, "string");
     if (!v)
-      return std::string(dflt);
+      return std::nullopt;
     if (auto *s = std::get_if<std::string>(v))
       return *s;
     error = std::string("attribute '") + name + "' must be a string";
@@ -173,7 +195,7 @@ const TensorType *opd(const OpShapeInput &in, size_t i) {
 }
 
 R checkEpsilon(Attrs &a) {
-  auto eps = a.real("epsilon", 1e-5);
+  auto eps = a.real("epsilon");
   if (!eps)
     return fail(-1, a.error);
   if (!(*eps > 0.0))
@@ -240,7 +262,7 @@ R inferLinearBwdWeight(const OpShapeInput &in) {
     return fail(1, "expects result_grad of shape " +
                        shapeString(append(dropLast(x.shape), kDynamicDim)) +
                        " (the input's tokens), got " + shapeString(dy.shape));
-  Attrs a{in.attrs, {}};
+  Attrs a(in);
   auto hasBias = a.flag("has_bias");
   if (!hasBias)
     return fail(-1, a.error);
@@ -281,13 +303,13 @@ int64_t normWorkspace(const TensorType &x, bool grad) {
 }
 
 R inferLayerNorm(const OpShapeInput &in) {
-  Attrs a{in.attrs, {}};
+  Attrs a(in);
   if (R r = checkNorm(in, {"gamma", "beta"}, a); !r)
     return r;
   return done({*opd(in, 0)}, normWorkspace(*opd(in, 0), false));
 }
 R inferRMSNorm(const OpShapeInput &in) {
-  Attrs a{in.attrs, {}};
+  Attrs a(in);
   if (R r = checkNorm(in, {"gamma"}, a); !r)
     return r;
   return done({*opd(in, 0)}, normWorkspace(*opd(in, 0), false));
@@ -295,7 +317,7 @@ R inferRMSNorm(const OpShapeInput &in) {
 
 /// (input, gamma, result_grad) -> input_grad.
 R inferNormBwdInput(const OpShapeInput &in) {
-  Attrs a{in.attrs, {}};
+  Attrs a(in);
   if (R r = checkNorm(in, {"gamma"}, a); !r)
     return r;
   const TensorType &x = *opd(in, 0);
@@ -307,7 +329,7 @@ R inferNormBwdInput(const OpShapeInput &in) {
 
 /// (input, result_grad) -> gamma_grad [, beta_grad].
 R inferNormBwdWeight(const OpShapeInput &in, bool withBeta) {
-  Attrs a{in.attrs, {}};
+  Attrs a(in);
   if (R r = checkNorm(in, {}, a); !r)
     return r;
   const TensorType &x = *opd(in, 0);
@@ -330,9 +352,9 @@ R inferRMSNormBwdWeight(const OpShapeInput &in) {
 
 R inferUnary(const OpShapeInput &in) { return done({*opd(in, 0)}); }
 
-/// A dropout rate attribute (`name`, default 0): in [0, 1).
+/// A dropout rate attribute (`name`): in [0, 1).
 R checkDropoutRate(Attrs &a, const char *name) {
-  auto rate = a.real(name, 0.0);
+  auto rate = a.real(name);
   if (!rate)
     return fail(-1, a.error);
   if (!(*rate >= 0.0 && *rate < 1.0)) {
@@ -345,8 +367,8 @@ R checkDropoutRate(Attrs &a, const char *name) {
 
 /// nn.dropout: rate in [0, 1), site >= 0; the result has the input's shape.
 R inferDropout(const OpShapeInput &in) {
-  Attrs a{in.attrs, {}};
-  auto site = a.integer("site", true);
+  Attrs a(in);
+  auto site = a.integer("site");
   if (!site)
     return fail(-1, a.error);
   if (*site < 0)
@@ -384,11 +406,11 @@ std::optional<R> checkPositions(int operand, int64_t positions, int64_t seq) {
   return std::nullopt;
 }
 
-/// `vocab_shards` (default 1): the tensor-parallel ranks the table's rows
+/// `vocab_shards` (absent: 1): the tensor-parallel ranks the table's rows
 /// are split over.
-R checkVocabShards(const AttrMap &attrs) {
-  Attrs a{attrs, {}};
-  auto shards = a.integer("vocab_shards", false, 1);
+R checkVocabShards(const OpShapeInput &in) {
+  Attrs a(in);
+  auto shards = a.integer("vocab_shards");
   if (!shards)
     return fail(-1, a.error);
   if (*shards < 1)
@@ -405,7 +427,7 @@ R inferEmbedding(const OpShapeInput &in) {
     return fail(1, "expects a table of rank 2 ([vocab, hidden]), got rank " +
                        std::to_string(rank(table)));
   int64_t h = table.shape[1];
-  if (R r = checkVocabShards(in.attrs); !r)
+  if (R r = checkVocabShards(in); !r)
     return r;
   if (const TensorType *pos = opd(in, 2)) {
     if (rank(*pos) != 2 || !agree(pos->shape[1], h))
@@ -426,17 +448,17 @@ R inferEmbeddingBwdWeight(const OpShapeInput &in) {
     return fail(1, "expects result_grad of shape [" + num(tok.shape[0]) + ", " +
                        num(tok.shape[1]) + ", hidden], got " +
                        shapeString(dy.shape));
-  if (R r = checkVocabShards(in.attrs); !r)
+  if (R r = checkVocabShards(in); !r)
     return r;
-  Attrs a{in.attrs, {}};
-  auto vocab = a.integer("vocab", true);
+  Attrs a(in);
+  auto vocab = a.integer("vocab");
   if (!vocab)
     return fail(-1, a.error);
   if (*vocab <= 0)
     return fail(-1, "expects vocab > 0, got " + std::to_string(*vocab));
   std::optional<TensorType> dpos;
   if (a.find("max_positions")) {
-    auto n = a.integer("max_positions", true);
+    auto n = a.integer("max_positions");
     if (!n)
       return fail(-1, a.error);
     if (*n <= 0)
@@ -461,12 +483,12 @@ R checkAttention(const OpShapeInput &in, int64_t &numHeads, Shape &out) {
                          " of rank 3 ([batch, seq, heads x head_dim]), got "
                          "rank " +
                          std::to_string(rank(*opd(in, size_t(i)))));
-  Attrs a{in.attrs, {}};
-  auto heads = a.integer("num_heads", true);
-  auto kv = heads ? a.integer("num_kv_heads", true) : std::nullopt;
+  Attrs a(in);
+  auto heads = a.integer("num_heads");
+  auto kv = heads ? a.integer("num_kv_heads") : std::nullopt;
   auto rotary = kv ? a.flag("rotary") : std::nullopt;
-  auto theta = rotary ? a.real("rope_theta", 10000.0) : std::nullopt;
-  auto ropeDim = theta ? a.integer("rope_dim", false, 0) : std::nullopt;
+  auto theta = rotary ? a.real("rope_theta") : std::nullopt;
+  auto ropeDim = theta ? a.integer("rope_dim") : std::nullopt;
   if (!ropeDim)
     return fail(-1, a.error);
   if (*heads <= 0 || *kv <= 0)
@@ -559,7 +581,7 @@ R inferAttentionBwd(const OpShapeInput &in) {
 
 /// The heads and the broadcast flag of nn.concat_heads(_bwd).
 R checkConcatHeadsAttrs(Attrs &a, int64_t &heads, bool &broadcast) {
-  auto h = a.integer("num_heads", true);
+  auto h = a.integer("num_heads");
   auto bc = h ? a.flag("broadcast") : std::nullopt;
   if (!bc)
     return fail(-1, a.error);
@@ -588,7 +610,7 @@ std::optional<R> headWidth(int operand, const char *name, const TensorType &t,
 }
 
 R inferConcatHeads(const OpShapeInput &in) {
-  Attrs a{in.attrs, {}};
+  Attrs a(in);
   int64_t heads = 0;
   bool broadcast = false;
   if (R r = checkConcatHeadsAttrs(a, heads, broadcast); !r)
@@ -607,12 +629,12 @@ R inferConcatHeads(const OpShapeInput &in) {
 }
 
 R inferConcatHeadsBwd(const OpShapeInput &in) {
-  Attrs a{in.attrs, {}};
+  Attrs a(in);
   int64_t heads = 0;
   bool broadcast = false;
   if (R r = checkConcatHeadsAttrs(a, heads, broadcast); !r)
     return r;
-  auto lhsDim = a.integer("lhs_head_dim", true);
+  auto lhsDim = a.integer("lhs_head_dim");
   if (!lhsDim)
     return fail(-1, a.error);
   const TensorType &dy = *opd(in, 0);
@@ -634,11 +656,11 @@ R inferConcatHeadsBwd(const OpShapeInput &in) {
 
 /// The routing attributes of nn.moe (cpu/MoERouting.h) for `e` experts.
 R checkMoERouting(Attrs &a, int64_t e, int64_t topK) {
-  auto scoring = a.text("scoring", "softmax");
-  auto norm = scoring ? a.flag("norm_topk_prob", true) : std::nullopt;
-  auto scale = norm ? a.real("routed_scaling_factor", 1.0) : std::nullopt;
-  auto groups = scale ? a.integer("n_group", false, 1) : std::nullopt;
-  auto topkGroup = groups ? a.integer("topk_group", false, 1) : std::nullopt;
+  auto scoring = a.text("scoring");
+  auto norm = scoring ? a.flag("norm_topk_prob") : std::nullopt;
+  auto scale = norm ? a.real("routed_scaling_factor") : std::nullopt;
+  auto groups = scale ? a.integer("n_group") : std::nullopt;
+  auto topkGroup = groups ? a.integer("topk_group") : std::nullopt;
   if (!topkGroup)
     return fail(-1, a.error);
   if (*scoring != "softmax" && *scoring != "sigmoid")
@@ -670,9 +692,13 @@ R checkMoERouting(Attrs &a, int64_t e, int64_t topK) {
 /// names the per-expert state, `bias_update_speed` its step (needs `bias`).
 R checkMoEBias(Attrs &a) {
   const bool has = a.find("bias") != nullptr;
-  auto name = a.text("bias", "");
-  auto speed = name ? a.real("bias_update_speed", 0.001) : std::nullopt;
-  if (!speed)
+  auto name = has ? a.text("bias") : std::optional<std::string>("");
+  // The gradient ops do not declare bias_update_speed (only nn.moe's
+  // bias state is updated).
+  std::optional<double> speed = 0.0;
+  if (name && (a.declared("bias_update_speed") || a.find("bias_update_speed")))
+    speed = a.real("bias_update_speed");
+  if (!name || !speed)
     return fail(-1, a.error);
   if (has && name->empty())
     return fail(-1, "expects a non-empty bias state name");
@@ -703,10 +729,10 @@ R checkMoE(const OpShapeInput &in, int64_t &workspace, bool grad) {
   if (const TensorType *w3 = opd(in, 4); w3 && w3->shape != w1.shape)
     return fail(4, "expects w3 of the shape of w1 " + shapeString(w1.shape) +
                        ", got " + shapeString(w3->shape));
-  Attrs a{in.attrs, {}};
-  auto topK = a.integer("top_k", true);
-  auto cf = topK ? a.real("capacity_factor", 0.0) : std::nullopt;
-  auto act = cf ? a.text("activation", "gelu") : std::nullopt;
+  Attrs a(in);
+  auto topK = a.integer("top_k");
+  auto cf = topK ? a.real("capacity_factor") : std::nullopt;
+  auto act = cf ? a.text("activation") : std::nullopt;
   if (!act)
     return fail(-1, a.error);
   if (*topK <= 0)
@@ -806,8 +832,8 @@ R inferCrossEntropyBwd(const OpShapeInput &in) {
 
 /// The required group size `tp` (>= 2); on failure `err` says why.
 std::optional<int64_t> groupSize(const OpShapeInput &in, R &err) {
-  Attrs a{in.attrs, {}};
-  auto tp = a.integer("tp", true);
+  Attrs a(in);
+  auto tp = a.integer("tp");
   if (!tp) {
     err = fail(-1, a.error);
     return std::nullopt;
@@ -834,8 +860,8 @@ R inferTPGatherScatter(const OpShapeInput &in, bool gather) {
   auto tp = groupSize(in, err);
   if (!tp)
     return err;
-  Attrs a{in.attrs, {}};
-  auto dim = a.integer("dim", true);
+  Attrs a(in);
+  auto dim = a.integer("dim");
   if (!dim)
     return fail(-1, a.error);
   const TensorType &x = *opd(in, 0);
@@ -889,136 +915,284 @@ R inferVocabParallelCrossEntropyBwd(const OpShapeInput &in) {
 //===--- the table ---===//
 
 constexpr DType F = DType::F32, I = DType::I32;
+using A = OpAttrSpec;
+constexpr AttrType Int = AttrType::Int, Real = AttrType::Real,
+                   Flag = AttrType::Flag, Text = AttrType::Text;
 
+/// Attribute declarations, as in NNOps.td: required, DefaultValuedAttr
+/// (with the ODS default), OptionalAttr / UnitAttr (with what absence
+/// means, where it means a value).
+A required(const char *n, AttrType t) { return {n, t, A::Required, {}}; }
+A withDefault(const char *n, AttrType t, AttrValue v) {
+  return {n, t, A::Default, std::move(v)};
+}
+A optional(const char *n, AttrType t,
+           std::optional<AttrValue> absent = std::nullopt) {
+  return {n, t, A::Optional, std::move(absent)};
+}
+/// A UnitAttr: present (true) or absent (false).
+A unit(const char *n) { return optional(n, Flag, false); }
+A epsilon() { return withDefault("epsilon", Real, 1e-5); }
+
+std::vector<A> attentionAttrs() {
+  return {required("num_heads", Int),
+          required("num_kv_heads", Int),
+          unit("rotary"),
+          withDefault("rope_theta", Real, 10000.0),
+          withDefault("dropout", Real, 0.0),
+          withDefault("dropout_site", Int, int64_t(0)),
+          withDefault("rope_dim", Int, int64_t(0))};
+}
+/// nn.moe's and its gradient ops' (`forward`: with bias_update_speed).
+std::vector<A> moeAttrs(bool forward) {
+  std::vector<A> v = {required("top_k", Int),
+                      withDefault("capacity_factor", Real, 0.0),
+                      withDefault("activation", Text, std::string("gelu")),
+                      withDefault("scoring", Text, std::string("softmax")),
+                      withDefault("norm_topk_prob", Flag, true),
+                      withDefault("routed_scaling_factor", Real, 1.0),
+                      withDefault("n_group", Int, int64_t(1)),
+                      withDefault("topk_group", Int, int64_t(1)),
+                      optional("bias", Text)};
+  if (forward) // docs/runtime.md "MoE load balancing": absent means 0.001
+    v.push_back(optional("bias_update_speed", Real, 0.001));
+  return v;
+}
+std::vector<OpOperandSpec> moeOperands(bool grad) {
+  std::vector<OpOperandSpec> v = {
+      {"input", F}, {"router", F}, {"w1", F}, {"w2", F}, {"w3", F, true}};
+  if (grad)
+    v.push_back({"result_grad", F});
+  return v;
+}
+/// vocab_shards: the tensor-parallel ranks the table is split over.
+A vocabShards() { return optional("vocab_shards", Int, int64_t(1)); }
+A tp() { return required("tp", Int); }
+
+/// One entry per OpKind, in OpKind order (the byte order of the names).
 std::vector<OpSpec> buildTable() {
+  using K = OpKind;
   std::vector<OpSpec> t = {
-      // Forward ops.
-      {"linear",
-       {{"input", F}, {"weight", F}, {"bias", F, true}},
+      {K::Add,
+       "add",
+       {{"lhs", F}, {"rhs", F}},
        {{"result", F}},
-       inferLinear},
-      {"layernorm",
-       {{"input", F}, {"gamma", F}, {"beta", F}},
-       {{"result", F}},
-       inferLayerNorm},
-      {"rmsnorm", {{"input", F}, {"gamma", F}}, {{"result", F}}, inferRMSNorm},
-      {"gelu", {{"input", F}}, {{"result", F}}, inferUnary},
-      {"silu", {{"input", F}}, {{"result", F}}, inferUnary},
-      {"dropout", {{"input", F}}, {{"result", F}}, inferDropout},
-      {"add", {{"lhs", F}, {"rhs", F}}, {{"result", F}}, inferAddMul},
-      {"mul", {{"lhs", F}, {"rhs", F}}, {{"result", F}}, inferAddMul},
-      {"embedding",
-       {{"tokens", I}, {"table", F}, {"positions", F, true}},
-       {{"result", F}},
-       inferEmbedding},
-      {"attention",
+       {},
+       inferAddMul},
+      {K::Attention,
+       "attention",
        {{"q", F}, {"k", F}, {"v", F}},
        {{"result", F}},
+       attentionAttrs(),
        inferAttention},
-      {"concat_heads", {{"lhs", F}, {"rhs", F}}, {{"result", F}},
-       inferConcatHeads},
-      {"moe",
-       {{"input", F}, {"router", F}, {"w1", F}, {"w2", F}, {"w3", F, true}},
-       {{"result", F}},
-       inferMoE},
-      {"cross_entropy",
-       {{"logits", F}, {"targets", I}},
-       {{"loss", F}},
-       inferCrossEntropy},
-      // Gradient ops (--pp-split-backward, docs/split-backward.md).
-      {"linear_bwd_input",
-       {{"result_grad", F}, {"weight", F}},
-       {{"input_grad", F}},
-       inferLinearBwdInput},
-      {"linear_bwd_weight",
-       {{"input", F}, {"result_grad", F}},
-       {{"weight_grad", F}, {"bias_grad", F, true}},
-       inferLinearBwdWeight},
-      {"layernorm_bwd_input",
-       {{"input", F}, {"gamma", F}, {"result_grad", F}},
-       {{"input_grad", F}},
-       inferNormBwdInput},
-      {"layernorm_bwd_weight",
-       {{"input", F}, {"result_grad", F}},
-       {{"gamma_grad", F}, {"beta_grad", F}},
-       inferLayerNormBwdWeight},
-      {"rmsnorm_bwd_input",
-       {{"input", F}, {"gamma", F}, {"result_grad", F}},
-       {{"input_grad", F}},
-       inferNormBwdInput},
-      {"rmsnorm_bwd_weight",
-       {{"input", F}, {"result_grad", F}},
-       {{"gamma_grad", F}},
-       inferRMSNormBwdWeight},
-      {"gelu_bwd",
-       {{"input", F}, {"result_grad", F}},
-       {{"input_grad", F}},
-       inferActBwd},
-      {"silu_bwd",
-       {{"input", F}, {"result_grad", F}},
-       {{"input_grad", F}},
-       inferActBwd},
-      {"embedding_bwd_weight",
-       {{"tokens", I}, {"result_grad", F}},
-       {{"table_grad", F}, {"positions_grad", F, true}},
-       inferEmbeddingBwdWeight},
-      {"attention_bwd",
+      // Gradient ops (--pp-split-backward, docs/split-backward.md) beside
+      // their forward ops.
+      {K::AttentionBwd,
+       "attention_bwd",
        {{"q", F}, {"k", F}, {"v", F}, {"result_grad", F}},
        {{"q_grad", F}, {"k_grad", F}, {"v_grad", F}},
+       attentionAttrs(),
        inferAttentionBwd},
-      {"concat_heads_bwd",
+      {K::ConcatHeads,
+       "concat_heads",
+       {{"lhs", F}, {"rhs", F}},
+       {{"result", F}},
+       {required("num_heads", Int), unit("broadcast")},
+       inferConcatHeads},
+      {K::ConcatHeadsBwd,
+       "concat_heads_bwd",
        {{"result_grad", F}},
        {{"lhs_grad", F}, {"rhs_grad", F}},
+       {required("num_heads", Int), required("lhs_head_dim", Int),
+        unit("broadcast")},
        inferConcatHeadsBwd},
-      {"moe_bwd_input",
-       {{"input", F},
-        {"router", F},
-        {"w1", F},
-        {"w2", F},
-        {"w3", F, true},
-        {"result_grad", F}},
+      {K::CrossEntropy,
+       "cross_entropy",
+       {{"logits", F}, {"targets", I}},
+       {{"loss", F}},
+       {},
+       inferCrossEntropy},
+      {K::CrossEntropyBwd,
+       "cross_entropy_bwd",
+       {{"logits", F}, {"targets", I}, {"loss_grad", F}},
+       {{"logits_grad", F}},
+       {},
+       inferCrossEntropyBwd},
+      {K::Dropout,
+       "dropout",
+       {{"input", F}},
+       {{"result", F}},
+       {required("rate", Real), required("site", Int)},
+       inferDropout},
+      {K::Embedding,
+       "embedding",
+       {{"tokens", I}, {"table", F}, {"positions", F, true}},
+       {{"result", F}},
+       {vocabShards()},
+       inferEmbedding},
+      {K::EmbeddingBwdWeight,
+       "embedding_bwd_weight",
+       {{"tokens", I}, {"result_grad", F}},
+       {{"table_grad", F}, {"positions_grad", F, true}},
+       {required("vocab", Int), optional("max_positions", Int), vocabShards()},
+       inferEmbeddingBwdWeight},
+      {K::Gelu, "gelu", {{"input", F}}, {{"result", F}}, {}, inferUnary},
+      {K::GeluBwd,
+       "gelu_bwd",
+       {{"input", F}, {"result_grad", F}},
        {{"input_grad", F}},
+       {},
+       inferActBwd},
+      {K::LayerNorm,
+       "layernorm",
+       {{"input", F}, {"gamma", F}, {"beta", F}},
+       {{"result", F}},
+       {epsilon()},
+       inferLayerNorm},
+      {K::LayerNormBwdInput,
+       "layernorm_bwd_input",
+       {{"input", F}, {"gamma", F}, {"result_grad", F}},
+       {{"input_grad", F}},
+       {epsilon()},
+       inferNormBwdInput},
+      {K::LayerNormBwdWeight,
+       "layernorm_bwd_weight",
+       {{"input", F}, {"result_grad", F}},
+       {{"gamma_grad", F}, {"beta_grad", F}},
+       {epsilon()},
+       inferLayerNormBwdWeight},
+      {K::Linear,
+       "linear",
+       {{"input", F}, {"weight", F}, {"bias", F, true}},
+       {{"result", F}},
+       {unit("partial")},
+       inferLinear},
+      {K::LinearBwdInput,
+       "linear_bwd_input",
+       {{"result_grad", F}, {"weight", F}},
+       {{"input_grad", F}},
+       {},
+       inferLinearBwdInput},
+      {K::LinearBwdWeight,
+       "linear_bwd_weight",
+       {{"input", F}, {"result_grad", F}},
+       {{"weight_grad", F}, {"bias_grad", F, true}},
+       {unit("has_bias")},
+       inferLinearBwdWeight},
+      {K::MoE,
+       "moe",
+       moeOperands(false),
+       {{"result", F}},
+       moeAttrs(true),
+       inferMoE},
+      {K::MoEBwdInput,
+       "moe_bwd_input",
+       moeOperands(true),
+       {{"input_grad", F}},
+       moeAttrs(false),
        inferMoEBwdInput},
-      {"moe_bwd_weight",
-       {{"input", F},
-        {"router", F},
-        {"w1", F},
-        {"w2", F},
-        {"w3", F, true},
-        {"result_grad", F}},
+      {K::MoEBwdWeight,
+       "moe_bwd_weight",
+       moeOperands(true),
        {{"router_grad", F},
         {"w1_grad", F},
         {"w2_grad", F},
         {"w3_grad", F, true}},
+       moeAttrs(false),
        inferMoEBwdWeight},
-      {"cross_entropy_bwd",
-       {{"logits", F}, {"targets", I}, {"loss_grad", F}},
-       {{"logits_grad", F}},
-       inferCrossEntropyBwd},
-      // Tensor parallelism: collectives over the tensor-parallel group.
-      {"tp_copy", {{"input", F}}, {{"result", F}}, inferTPUnary},
-      {"tp_all_reduce", {{"input", F}}, {{"result", F}}, inferTPUnary},
-      {"tp_all_gather", {{"input", F}}, {{"result", F}}, inferTPAllGather},
-      {"tp_reduce_scatter",
+      {K::Mul,
+       "mul",
+       {{"lhs", F}, {"rhs", F}},
+       {{"result", F}},
+       {},
+       inferAddMul},
+      {K::RMSNorm,
+       "rmsnorm",
+       {{"input", F}, {"gamma", F}},
+       {{"result", F}},
+       {epsilon()},
+       inferRMSNorm},
+      {K::RMSNormBwdInput,
+       "rmsnorm_bwd_input",
+       {{"input", F}, {"gamma", F}, {"result_grad", F}},
+       {{"input_grad", F}},
+       {epsilon()},
+       inferNormBwdInput},
+      {K::RMSNormBwdWeight,
+       "rmsnorm_bwd_weight",
+       {{"input", F}, {"result_grad", F}},
+       {{"gamma_grad", F}},
+       {epsilon()},
+       inferRMSNormBwdWeight},
+      {K::Silu, "silu", {{"input", F}}, {{"result", F}}, {}, inferUnary},
+      {K::SiluBwd,
+       "silu_bwd",
+       {{"input", F}, {"result_grad", F}},
+       {{"input_grad", F}},
+       {},
+       inferActBwd},
+      // Tensor parallelism: collectives over the tensor-parallel group,
+      // run by the executor.
+      {K::TPAllGather,
+       "tp_all_gather",
        {{"input", F}},
        {{"result", F}},
-       inferTPReduceScatter},
-      {"vocab_parallel_cross_entropy",
+       {tp(), required("dim", Int)},
+       inferTPAllGather,
+       true},
+      {K::TPAllReduce,
+       "tp_all_reduce",
+       {{"input", F}},
+       {{"result", F}},
+       {tp()},
+       inferTPUnary,
+       true},
+      {K::TPCopy,
+       "tp_copy",
+       {{"input", F}},
+       {{"result", F}},
+       {tp()},
+       inferTPUnary,
+       true},
+      {K::TPReduceScatter,
+       "tp_reduce_scatter",
+       {{"input", F}},
+       {{"result", F}},
+       {tp(), required("dim", Int)},
+       inferTPReduceScatter,
+       true},
+      {K::VocabParallelCrossEntropy,
+       "vocab_parallel_cross_entropy",
        {{"logits", F}, {"targets", I}},
        {{"loss", F}},
-       inferVocabParallelCrossEntropy},
-      {"vocab_parallel_cross_entropy_bwd",
+       {tp()},
+       inferVocabParallelCrossEntropy,
+       true},
+      {K::VocabParallelCrossEntropyBwd,
+       "vocab_parallel_cross_entropy_bwd",
        {{"logits", F}, {"targets", I}, {"loss_grad", F}},
        {{"logits_grad", F}},
-       inferVocabParallelCrossEntropyBwd},
+       {tp()},
+       inferVocabParallelCrossEntropyBwd,
+       true},
       // A zero constant (arith.constant 0, e.g. the gradient of a parameter
       // the loss does not depend on): no operands, and its result has the
-      // type the program gives it (no shape function).
-      {"zeros", {}, {{"result", F}}, nullptr},
+      // type the program gives it (no shape function). Not an nn op.
+      {K::Zeros, "zeros", {}, {{"result", F}}, {}, nullptr},
   };
-  std::sort(t.begin(), t.end(), [](const OpSpec &a, const OpSpec &b) {
-    return std::string_view(a.name) < b.name;
-  });
+  // The order is the enum's and the names' (lookups are binary searches);
+  // OpRegistryTest checks it too.
+  for (size_t i = 0; i <= t.size(); ++i)
+    if (i == t.size()
+            ? i != kNumOpKinds
+            : size_t(t[i].kind) != i ||
+                  (i && !(std::string_view(t[i - 1].name) < t[i].name))) {
+      std::fprintf(stderr,
+                   "internal error: the op registry is not in "
+                   "OpKind order at entry %zu\n",
+                   i);
+      std::abort();
+    }
   return t;
 }
 
@@ -1033,12 +1207,37 @@ const std::vector<OpSpec> &allOpSpecs() {
   return table;
 }
 
+const OpSpec &opSpec(OpKind kind) { return allOpSpecs()[size_t(kind)]; }
+
 const OpSpec *lookupOpSpec(std::string_view name) {
   const auto &t = allOpSpecs();
   auto it = std::lower_bound(
       t.begin(), t.end(), name,
       [](const OpSpec &s, std::string_view n) { return s.name < n; });
   return it != t.end() && it->name == name ? &*it : nullptr;
+}
+
+OpKind lookupOpKind(std::string_view mnemonic) {
+  const OpSpec *s = lookupOpSpec(mnemonic);
+  return s ? s->kind : OpKind::Unknown;
+}
+
+const char *opName(OpKind kind) {
+  return kind == OpKind::Unknown ? "?" : opSpec(kind).name;
+}
+
+std::string opNameList() {
+  std::string known;
+  for (const OpSpec &o : allOpSpecs())
+    known += std::string(known.empty() ? "" : " ") + o.name;
+  return known;
+}
+
+const OpAttrSpec *OpSpec::attr(std::string_view attrName) const {
+  for (const OpAttrSpec &a : attrs)
+    if (attrName == a.name)
+      return &a;
+  return nullptr;
 }
 
 std::string mapSlots(const std::vector<OpOperandSpec> &slots, size_t given,
@@ -1087,7 +1286,7 @@ OpShapeResult inferOpShapes(const OpSpec &spec, const OpShapeInput &in) {
   }
   if (!spec.infer) // zeros: nothing to derive
     return OpShapeResult{};
-  OpShapeResult r = spec.infer(in);
+  OpShapeResult r = spec.infer(OpShapeInput{in.operands, in.attrs, &spec});
   if (r && r.results.size() != spec.results.size())
     r.error = "internal error: the shape function of '" +
               std::string(spec.name) + "' returned " +

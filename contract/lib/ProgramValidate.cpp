@@ -4,7 +4,9 @@
 // compiler before it writes): settings, placement, params, stage records,
 // each function's SSA form, roles, buffers, the wiring between functions and
 // stages, and the schedule (sched::verify). The first error wins; messages
-// name the stage, function, and the index at fault.
+// name the stage, function, and the index at fault. A valid program's
+// kernels then get their op kind (Kernel::kind), resolved here once: the
+// arity and types checked here are what the backends rely on.
 //
 //===----------------------------------------------------------------------===//
 
@@ -323,12 +325,8 @@ Status Validator::stages() {
 Status kernelTypes(const Kernel &kn, const Function &f,
                    const std::string &kname) {
   const OpSpec *spec = lookupOpSpec(kn.op);
-  if (!spec) {
-    std::string known;
-    for (const OpSpec &o : allOpSpecs())
-      known += std::string(known.empty() ? "" : " ") + o.name;
-    return Status::error(kname + ": unknown op (known: " + known + ")");
-  }
+  if (!spec)
+    return Status::error(kname + ": unknown op (known: " + opNameList() + ")");
   auto types = [&](const std::vector<int32_t> &ids) {
     std::vector<const TensorType *> t;
     for (int32_t v : ids)
@@ -800,6 +798,15 @@ bool isValidInitSpec(const std::string &spec) {
   return end && *end == 0 && std::isfinite(sd) && sd >= 0;
 }
 
-Status validateProgram(const Program &p) { return Validator(p).run(); }
+Status validateProgram(Program &p) {
+  if (Status st = Validator(p).run(); !st)
+    return st;
+  // Every mnemonic names an op now: resolve them, once.
+  for (Stage &s : p.stages)
+    for (FunctionKind k : kAllKinds)
+      for (Kernel &kn : stageFunction(s, k).kernels)
+        kn.kind = lookupOpKind(kn.op);
+  return Status::ok();
+}
 
 } // namespace pipeforge::rt

@@ -1,6 +1,7 @@
-//===- OpShapesTest.cpp - The shared op table (rt/OpShapes.h) -------------===//
+//===- OpShapesTest.cpp - The op registry (rt/OpShapes.h) -----------------===//
 //
-// Every op of the table with a good instance, then each instance broken one
+// The registry's order and attribute declarations; every op of the table
+// with a good instance, then each instance broken one
 // way at a time: a missing or extra operand, each operand's element type,
 // each extent of each operand, each result's shape, a present / absent
 // optional result. Every break must be refused, and the error must point at
@@ -165,6 +166,82 @@ TEST(OpShapes, EveryOpHasAGoodInstanceThatPasses) {
   }
   EXPECT_EQ(lookupOpSpec("frobnicate"), nullptr);
   EXPECT_EQ(lookupOpSpec(""), nullptr);
+}
+
+// The registry: one entry per OpKind, in the enum's order, which is the
+// byte order of the mnemonics (lookups by name are binary searches).
+TEST(OpRegistry, OneEntryPerKindInNameOrder) {
+  const std::vector<OpSpec> &all = allOpSpecs();
+  ASSERT_EQ(all.size(), kNumOpKinds);
+  for (size_t i = 0; i < all.size(); ++i) {
+    OpKind k = OpKind(i);
+    EXPECT_EQ(all[i].kind, k) << all[i].name;
+    EXPECT_EQ(&opSpec(k), &all[i]);
+    EXPECT_STREQ(opName(k), all[i].name);
+    EXPECT_EQ(lookupOpKind(all[i].name), k);
+    EXPECT_EQ(lookupOpSpec(all[i].name), &all[i]);
+    if (i)
+      EXPECT_LT(std::string(all[i - 1].name), std::string(all[i].name));
+  }
+  EXPECT_EQ(lookupOpKind("frobnicate"), OpKind::Unknown);
+  EXPECT_EQ(lookupOpKind("nn.linear"), OpKind::Unknown);
+  EXPECT_STREQ(opName(OpKind::Unknown), "?");
+  EXPECT_EQ(opSpec(OpKind::LinearBwdWeight).name,
+            std::string("linear_bwd_weight"));
+  EXPECT_TRUE(opSpec(OpKind::TPAllGather).collective);
+  EXPECT_FALSE(opSpec(OpKind::Linear).collective);
+}
+
+// Attributes are declared once, with the ODS's use and default
+// (NNOpRegistryTest compares them with the ODS): a declared value has the
+// declared type; a required attribute has none.
+TEST(OpRegistry, AttributeDeclarations) {
+  for (const OpSpec &s : allOpSpecs()) {
+    std::set<std::string> names;
+    for (const OpAttrSpec &a : s.attrs) {
+      EXPECT_TRUE(names.insert(a.name).second) << s.name << " " << a.name;
+      EXPECT_EQ(s.attr(a.name), &a);
+      if (a.use == OpAttrSpec::Required)
+        EXPECT_FALSE(a.value) << s.name << " " << a.name;
+      if (a.use == OpAttrSpec::Default)
+        EXPECT_TRUE(a.value) << s.name << " " << a.name;
+      if (!a.value)
+        continue;
+      const AttrValue &v = *a.value;
+      switch (a.type) {
+      case AttrType::Int:
+        EXPECT_TRUE(std::holds_alternative<int64_t>(v)) << a.name;
+        break;
+      case AttrType::Real:
+        EXPECT_TRUE(std::holds_alternative<double>(v)) << a.name;
+        break;
+      case AttrType::Flag:
+        EXPECT_TRUE(std::holds_alternative<bool>(v)) << a.name;
+        break;
+      case AttrType::Text:
+        EXPECT_TRUE(std::holds_alternative<std::string>(v)) << a.name;
+        break;
+      }
+    }
+    EXPECT_EQ(s.attr("no_such_attribute"), nullptr);
+  }
+}
+
+// An absent attribute takes the declared default; a required one is an
+// error naming it.
+TEST(OpRegistry, AbsentAttributes) {
+  TensorType x = f32({2, 4, 3}), g = f32({3});
+  EXPECT_TRUE(checkKernelTypes(opSpec(OpKind::RMSNorm), {&x, &g}, {&x}, {}));
+  OpShapeResult r = checkKernelTypes(opSpec(OpKind::Dropout), {&x}, {&x},
+                                     {{"site", int64_t(0)}});
+  EXPECT_FALSE(r);
+  EXPECT_CONTAINS(r.error, "expects the number attribute 'rate'");
+  r = checkKernelTypes(opSpec(OpKind::Dropout), {&x}, {&x}, {{"rate", 0.1}});
+  EXPECT_CONTAINS(r.error, "expects the integer attribute 'site'");
+  TensorType q = f32({2, 4, 8});
+  r = checkKernelTypes(opSpec(OpKind::Attention), {&q, &q, &q}, {&q},
+                       {{"num_kv_heads", int64_t(2)}});
+  EXPECT_CONTAINS(r.error, "expects the integer attribute 'num_heads'");
 }
 
 TEST(OpShapes, ZerosTakeTheProgramsType) {

@@ -175,7 +175,7 @@ std::string parseError(const std::string &bytes) {
 }
 
 /// The error of validateProgram(p), which the loader must report too.
-std::string semanticError(const Program &p) {
+std::string semanticError(Program p) {
   Status st = validateProgram(p);
   std::string v = st.isOk() ? "<ok>" : st.message();
   EXPECT_EQ(parseError(serializeProgram(p)), v);
@@ -196,6 +196,26 @@ TEST(Program, Valid) {
   EXPECT_TRUE(st.isOk()) << st.message();
 }
 
+// The validator resolves every kernel's mnemonic to its op kind, once: the
+// runtime dispatches on Kernel::kind.
+TEST(Program, ValidateResolvesOpKinds) {
+  Program p = makeProgram();
+  EXPECT_EQ(p.stages[1].forward.kernels[1].kind, OpKind::Unknown);
+  ASSERT_TRUE(validateProgram(p).isOk());
+  int n = 0;
+  for (const Stage &s : p.stages)
+    for (FunctionKind k :
+         {FunctionKind::Forward, FunctionKind::BackwardInput,
+          FunctionKind::BackwardWeight, FunctionKind::Backward})
+      for (const Kernel &kn : stageFunction(s, k).kernels) {
+        EXPECT_NE(kn.kind, OpKind::Unknown) << kn.op;
+        EXPECT_STREQ(opName(kn.kind), kn.op.c_str());
+        ++n;
+      }
+  EXPECT_GT(n, 0);
+  EXPECT_EQ(p.stages[1].forward.kernels[1].kind, OpKind::CrossEntropy);
+}
+
 TEST(Program, RoundTrip) {
   Program p = makeProgram();
   std::string bytes = serializeProgram(p);
@@ -212,6 +232,7 @@ TEST(Program, RoundTrip) {
   ASSERT_EQ(q->stages.size(), 2u);
   const Kernel &emb = q->stages[0].forward.kernels[0];
   EXPECT_EQ(emb.op, "embedding");
+  EXPECT_EQ(emb.kind, OpKind::Embedding); // resolved on load
   EXPECT_EQ(emb.inputs, (std::vector<int32_t>{0, 1, -1}));
   ASSERT_TRUE(std::holds_alternative<double>(emb.attrs.at("scale")));
   EXPECT_EQ(std::get<double>(emb.attrs.at("scale")), 1.5);

@@ -22,6 +22,8 @@
 #ifndef PIPEFORGE_RT_PROGRAM_H
 #define PIPEFORGE_RT_PROGRAM_H
 
+#include "pipeforge/rt/OpKind.h"
+
 #include "pipeforge/Schedule/Action.h"
 #include "pipeforge/Support/Numeric.h"
 
@@ -101,10 +103,13 @@ using AttrValue = std::variant<int64_t, double, std::string, bool>;
 /// One kernel invocation: an nn op by mnemonic ("linear", "attention_bwd",
 /// "cross_entropy", ...) with its attributes, reading and writing values.
 struct Kernel {
-  std::string op;
+  std::string op; ///< the mnemonic, as the file has it
   std::map<std::string, AttrValue> attrs;
   std::vector<int32_t> inputs;  ///< value ids (-1: an absent optional operand)
   std::vector<int32_t> outputs; ///< value ids (-1: an absent optional result)
+  /// The op of `op` in the registry (rt/OpShapes.h), resolved once by
+  /// validateProgram; what the runtime dispatches on. Not in the file.
+  OpKind kind = OpKind::Unknown;
 };
 
 /// A run of a function's kernels that forms one component of one layer
@@ -232,8 +237,11 @@ std::string serializeProgram(const Program &p);
 Expected<Program> readProgram(const std::string &path);
 Expected<Program> parseProgram(const std::string &bytes);
 
-/// Checks internal consistency (used by the reader and the compiler).
-Status validateProgram(const Program &p);
+/// Checks internal consistency (used by the reader and the compiler) and,
+/// when it holds, resolves every kernel's mnemonic to its OpKind
+/// (Kernel::kind): a validated program's kernels name known ops with the
+/// operands, results and types the registry (rt/OpShapes.h) requires.
+Status validateProgram(Program &p);
 
 /// Whether `spec` is a parameter initialiser the runtime knows
 /// ("normal:<std>" with a finite std >= 0, "zeros", "ones"); the program
