@@ -1,22 +1,30 @@
 //===- KernelOperands.h - Reading a KernelCall's operands and shapes ----===//
 //
-// What every backend needs before it can run one kernel of a Function: the
-// attributes by name, the operands with the optional-operand convention
-// (an absent optional operand is a null pointer or simply missing), and the
-// shapes of the ops whose kernels take a shape struct (runtime/backends/cpu/Kernels.h)
-// derived from the operand types and attributes. Shared by the CPU and the
-// CUDA backends, so both read a program exactly alike and give the same
-// messages for the same bad kernel.
+// What every backend needs before it can run one kernel of a Function: its
+// adapter by op kind (OpTable), the attributes by name, the operands with
+// the optional-operand convention (an absent optional operand is a null
+// pointer or simply missing), and the shapes of the ops whose kernels take
+// a shape struct (runtime/backends/cpu/Kernels.h) derived from the operand
+// types and attributes. Shared by the CPU and the CUDA backends, so both
+// read a program exactly alike and give the same messages for the same bad
+// kernel.
+//
+// The program validator has checked every kernel against the op registry
+// (rt/OpShapes.h) before the first step: the op is known (Kernel::kind),
+// every required operand and result is there, with the types the kernel
+// reads and writes. The adapters rely on it and check none of it again.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEFORGE_RT_LIB_KERNELOPERANDS_H
 #define PIPEFORGE_RT_LIB_KERNELOPERANDS_H
 
 #include "pipeforge/rt/Backend.h"
+#include "pipeforge/rt/OpShapes.h"
 
 #include "cpu/Kernels.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,11 +34,49 @@ namespace pipeforge::rt::ops {
 /// "kernel '<op>': <msg>".
 Status opError(const Kernel &k, const std::string &msg);
 
-/// Attribute accessors; a UnitAttr arrives as `true` or is absent.
+/// Attribute accessors; a UnitAttr arrives as `true` or is absent. With
+/// `dflt`: the value of an absent attribute (the attributes the runtime
+/// sets itself, vocab_start, head_start, seq_start, which no op declares).
 int64_t attrInt(const Kernel &k, const char *name, int64_t dflt);
 double attrFloat(const Kernel &k, const char *name, double dflt);
 bool attrBool(const Kernel &k, const char *name);
 std::string attrStr(const Kernel &k, const char *name, const char *dflt);
+
+/// The value the op of `k` declares for its attribute `name` when a kernel
+/// lacks it (OpSpec::attrs: the ODS default, false for a UnitAttr), or null
+/// (a required attribute, which a validated kernel has).
+inline const AttrValue *declaredValue(const Kernel &k, const char *name) {
+  if (k.kind == OpKind::Unknown)
+    return nullptr;
+  const OpAttrSpec *a = opSpec(k.kind).attr(name);
+  return a && a->value ? &*a->value : nullptr;
+}
+/// Attribute accessors for the attributes the op declares: an absent one
+/// takes the declared value, so no default is written twice.
+inline int64_t attrInt(const Kernel &k, const char *name) {
+  const AttrValue *d = declaredValue(k, name);
+  const int64_t *v = d ? std::get_if<int64_t>(d) : nullptr;
+  return attrInt(k, name, v ? *v : 0);
+}
+inline double attrFloat(const Kernel &k, const char *name) {
+  const AttrValue *d = declaredValue(k, name);
+  const double *v = d ? std::get_if<double>(d) : nullptr;
+  return attrFloat(k, name, v ? *v : 0.0);
+}
+inline std::string attrStr(const Kernel &k, const char *name) {
+  const AttrValue *d = declaredValue(k, name);
+  const std::string *v = d ? std::get_if<std::string>(d) : nullptr;
+  return attrStr(k, name, v ? v->c_str() : "");
+}
+/// A flag the op declares: present (its value), else the declared value
+/// (nn.moe's norm_topk_prob: true; a UnitAttr: false).
+inline bool attrFlag(const Kernel &k, const char *name) {
+  if (k.attrs.count(name))
+    return attrBool(k, name);
+  const AttrValue *d = declaredValue(k, name);
+  const bool *v = d ? std::get_if<bool>(d) : nullptr;
+  return v && *v;
+}
 
 /// Operand access: in(i), out(i) are null when absent.
 struct Operands {
@@ -59,10 +105,6 @@ int64_t lastDim(const TensorType *t);
 int64_t numel(const TensorType *t);
 /// The leading dimension (0 for a scalar or a missing type).
 int64_t firstDim(const TensorType *t);
-
-/// An error naming the first of the first `nin` operands or `nout` results
-/// that is absent.
-Status need(const Kernel &k, const Operands &o, size_t nin, size_t nout);
 
 /// linear (x, W, [b]); linear_bwd_input (dy, W); linear_bwd_weight (x, dy).
 cpu::LinearShape linearShape(const Operands &o);
@@ -112,16 +154,43 @@ Status moeGradOperands(const Kernel &k, const Operands &o, bool weight,
                        cpu::MoEShape &s, cpu::MoEParams<float> &p,
                        const float *&dy);
 
-/// The keys of an op table, sorted, and as one space-separated line (for
-/// "unknown op" messages).
-template <typename Table> std::vector<std::string> opNames(const Table &t) {
-  std::vector<std::string> r;
-  for (auto &e : t)
-    r.push_back(e.first);
-  std::sort(r.begin(), r.end());
-  return r;
+/// A backend's adapters, one per op kind it runs: every op of the registry
+/// but the collectives, which the executor runs itself (OpSpec::collective).
+template <typename Fn> class OpTable {
+public:
+  Fn &operator[](OpKind kind) { return fns[size_t(kind)]; }
+  /// The adapter of `kind`, or null (an op this backend does not run, or
+  /// OpKind::Unknown: a kernel of a program that was not validated).
+  const Fn *find(OpKind kind) const {
+    return kind != OpKind::Unknown && fns[size_t(kind)] ? &fns[size_t(kind)]
+                                                        : nullptr;
+  }
+  /// The mnemonics of the ops with an adapter, sorted (OpKind order).
+  std::vector<std::string> names() const {
+    std::vector<std::string> r;
+    for (size_t i = 0; i < kNumOpKinds; ++i)
+      if (fns[i])
+        r.push_back(opName(OpKind(i)));
+    return r;
+  }
+
+private:
+  std::array<Fn, kNumOpKinds> fns{};
+};
+
+/// The error of a kernel that `table` has no adapter for.
+template <typename Fn>
+Status unknownOp(const Kernel &k, const OpTable<Fn> &table,
+                 const char *backend) {
+  if (k.kind == OpKind::Unknown && lookupOpKind(k.op) != OpKind::Unknown)
+    return opError(k, "op not resolved: validateProgram resolves the ops "
+                      "of a program");
+  std::string known;
+  for (const std::string &n : table.names())
+    known += (known.empty() ? "" : " ") + n;
+  return opError(k, std::string("unknown op for the ") + backend +
+                        " backend (known: " + known + ")");
 }
-std::string joinNames(const std::vector<std::string> &names);
 
 } // namespace pipeforge::rt::ops
 

@@ -85,14 +85,14 @@ Status Executor::Impl::init() {
           if (a.role == ArgRole::Param)
             paramOf[a.value] = a.index;
         for (const Kernel &k : fn.kernels) {
-          if (!isMoEOp(k.op))
+          if (!isMoEOp(k.kind))
             continue;
           // A kernel none of whose expert weights is sharded (a one-expert
           // moe: Qwen2-MoE's gated shared expert) runs whole on this rank.
           bool anySharded = false;
           for (size_t j = 0; j < k.inputs.size(); ++j) {
             auto it = paramOf.find(k.inputs[j]);
-            anySharded |= isMoEExpertOperand(k.op, k.inputs.size(), j) &&
+            anySharded |= isMoEExpertOperand(k.kind, k.inputs.size(), j) &&
                           it != paramOf.end() && expertParams.count(it->second);
           }
           if (!anySharded) {
@@ -100,7 +100,7 @@ Status Executor::Impl::init() {
             continue;
           }
           for (size_t j = 0; j < k.inputs.size(); ++j) {
-            if (!isMoEExpertOperand(k.op, k.inputs.size(), j))
+            if (!isMoEExpertOperand(k.kind, k.inputs.size(), j))
               continue;
             auto it = paramOf.find(k.inputs[j]);
             if (it == paramOf.end())

@@ -23,13 +23,17 @@ namespace pipeforge::rt {
 
 using cpu::detail::gemm;
 
-bool isMoEOp(const std::string &op) {
-  return op == "moe" || op == "moe_bwd_input" || op == "moe_bwd_weight";
+bool isMoEOp(OpKind kind) {
+  return kind == OpKind::MoE || kind == OpKind::MoEBwdInput ||
+         kind == OpKind::MoEBwdWeight;
 }
 
-bool isMoEExpertOperand(const std::string &op, size_t numInputs, size_t j) {
-  size_t tail = op == "moe" ? 2 : 3;
-  return isMoEOp(op) && numInputs >= tail && j >= 2 && j < numInputs + 2 - tail;
+bool isMoEOp(const std::string &op) { return isMoEOp(lookupOpKind(op)); }
+
+bool isMoEExpertOperand(OpKind kind, size_t numInputs, size_t j) {
+  size_t tail = kind == OpKind::MoE ? 2 : 3;
+  return isMoEOp(kind) && numInputs >= tail && j >= 2 &&
+         j < numInputs + 2 - tail;
 }
 
 std::vector<std::vector<int32_t>>
@@ -488,9 +492,9 @@ Expected<std::unique_ptr<MoEPhased>> MoEPhased::begin(const KernelCall &call,
   const Kernel &k = *call.kernel;
   std::unique_ptr<MoEPhased> ph(new MoEPhased());
   State &S = *ph->st;
-  S.fwd = k.op == "moe";
-  S.bwdIn = k.op == "moe_bwd_input";
-  S.bwdW = k.op == "moe_bwd_weight";
+  S.fwd = k.kind == OpKind::MoE;
+  S.bwdIn = k.kind == OpKind::MoEBwdInput;
+  S.bwdW = k.kind == OpKind::MoEBwdWeight;
   S.call = call;
   S.tr = &tr;
   auto err = [&](const std::string &m) {
@@ -498,10 +502,9 @@ Expected<std::unique_ptr<MoEPhased>> MoEPhased::begin(const KernelCall &call,
   };
   if (!S.fwd && !S.bwdIn && !S.bwdW)
     return err("not a moe op");
+  // The operands are the validated ones (rt/OpShapes.h): (x, router, w1,
+  // w2, [w3], [dy]) with w3 left out or null when absent.
   size_t nin = call.in.size();
-  size_t minIn = S.fwd ? 4 : 5;
-  if (nin < minIn || call.out.empty() || !call.in[0] || !call.out[0])
-    return err("bad operands");
   S.in = call.in;
   S.out = call.out;
   S.inTypes = call.inTypes;
@@ -523,9 +526,8 @@ Expected<std::unique_ptr<MoEPhased>> MoEPhased::begin(const KernelCall &call,
                std::to_string(m.ranks) + " ranks");
   m.El = m.E / m.ranks;
   m.K = ops::attrInt(k, "top_k", 1);
-  m.cap = cpu::moeCapacity(ops::attrFloat(k, "capacity_factor", 0.0), m.N, m.K,
-                           m.E);
-  std::string a = ops::attrStr(k, "activation", "gelu");
+  m.cap = cpu::moeCapacity(ops::attrFloat(k, "capacity_factor"), m.N, m.K, m.E);
+  std::string a = ops::attrStr(k, "activation");
   if (a != "gelu" && a != "silu")
     return err("unknown activation '" + a + "'");
   m.gelu = a == "gelu";
@@ -551,8 +553,6 @@ Expected<std::unique_ptr<MoEPhased>> MoEPhased::begin(const KernelCall &call,
   m.w3 = hasW3 ? static_cast<const float *>(call.in[4]) : nullptr;
   m.gated = m.w3 != nullptr;
   S.dy = S.fwd ? nullptr : static_cast<const float *>(call.in[nin - 1]);
-  if (!S.fwd && !S.dy)
-    return err("missing result gradient");
   S.numPhases = S.fwd ? 3 : S.bwdIn ? 5 : 4;
   S.call.in.clear(); // the pointers live in S.in / S.out
   S.call.out.clear();

@@ -30,9 +30,8 @@
 namespace pipeforge::rt {
 
 bool isTensorParallelOp(const std::string &op) {
-  return op == "tp_copy" || op == "tp_all_reduce" || op == "tp_all_gather" ||
-         op == "tp_reduce_scatter" || op == "vocab_parallel_cross_entropy" ||
-         op == "vocab_parallel_cross_entropy_bwd";
+  const OpSpec *spec = lookupOpSpec(op);
+  return spec && spec->collective;
 }
 
 Program specializeForTensorRank(const Program &prog, int tpIndex) {
@@ -55,27 +54,29 @@ Program specializeForTensorRank(const Program &prog, int tpIndex) {
         return fn.values[size_t(value)].shape.back();
       };
       for (Kernel &k : fn.kernels) {
-        if (k.op == "embedding" && ops::attrInt(k, "vocab_shards", 1) > 1) {
+        if (k.kind == OpKind::Embedding &&
+            ops::attrInt(k, "vocab_shards") > 1) {
           k.attrs["vocab_start"] =
               int64_t(tpIndex) * rows(k.inputs.size() > 1 ? k.inputs[1] : -1);
           if (tpIndex != 0 && k.inputs.size() > 2)
             k.inputs[2] = -1; // positions: counted once, by rank 0
-        } else if (k.op == "embedding_bwd_weight" &&
-                   ops::attrInt(k, "vocab_shards", 1) > 1) {
+        } else if (k.kind == OpKind::EmbeddingBwdWeight &&
+                   ops::attrInt(k, "vocab_shards") > 1) {
           k.attrs["vocab_start"] =
               int64_t(tpIndex) * ops::attrInt(k, "vocab", 0);
-        } else if (k.op == "linear" && k.attrs.count("partial") &&
+        } else if (k.kind == OpKind::Linear && k.attrs.count("partial") &&
                    tpIndex != 0 && k.inputs.size() > 2) {
           k.inputs[2] = -1; // bias: counted once, by rank 0
-        } else if (k.op == "vocab_parallel_cross_entropy" ||
-                   k.op == "vocab_parallel_cross_entropy_bwd") {
+        } else if (k.kind == OpKind::VocabParallelCrossEntropy ||
+                   k.kind == OpKind::VocabParallelCrossEntropyBwd) {
           k.attrs["vocab_start"] =
               int64_t(tpIndex) * lastDim(k.inputs.empty() ? -1 : k.inputs[0]);
-        } else if (k.op == "attention" || k.op == "attention_bwd") {
+        } else if (k.kind == OpKind::Attention ||
+                   k.kind == OpKind::AttentionBwd) {
           // Heads are split: the dropout draws the whole model's head.
           k.attrs["head_start"] =
               int64_t(tpIndex) * ops::attrInt(k, "num_heads", 0);
-        } else if (k.op == "dropout" && !k.inputs.empty()) {
+        } else if (k.kind == OpKind::Dropout) {
           // On a sequence shard (sequence parallelism): its first position.
           int32_t in = k.inputs[0];
           if (in >= 0 && size_t(in) < fn.values.size() &&
@@ -112,11 +113,9 @@ int64_t numel(const TensorType *t) { return t ? t->numElements() : 0; }
 
 Expected<TPSlices> tpSlices(const KernelCall &c, int T) {
   const Kernel &k = *c.kernel;
-  const bool gather = k.op == "tp_all_gather";
+  const bool gather = k.kind == OpKind::TPAllGather;
   const TensorType *whole = gather ? c.outTypes[0] : c.inTypes[0];
   const TensorType *shardT = gather ? c.inTypes[0] : c.outTypes[0];
-  if (!whole || !shardT)
-    return Status::error("kernel '" + k.op + "': missing operand");
   const int64_t dim = ops::attrInt(k, "dim", 0);
   int64_t outer = 1, extent = 1, inner = 1;
   for (size_t i = 0; i < whole->shape.size(); ++i)
@@ -139,7 +138,9 @@ Expected<TPSlices> tpSlices(const KernelCall &c, int T) {
   return l;
 }
 
-/// One TP kernel on host buffers (`c` points at host memory).
+/// One TP kernel on host buffers (`c` points at host memory). Its operands
+/// are the validated ones (rt/OpShapes.h): input, result, and for the loss
+/// the targets with the logits' leading shape (and loss_grad for its B).
 Status runTensorParallelKernel(const KernelCall &c, Transport &tr) {
   const Kernel &k = *c.kernel;
   const int T = tr.tpSize();
@@ -149,28 +150,28 @@ Status runTensorParallelKernel(const KernelCall &c, Transport &tr) {
   if (T < 2)
     return err("the job has no tensor-parallel group (the program was "
                "compiled with --tp; run it with tensor_parallel ranks)");
-  if (c.in.empty() || !c.in[0] || c.out.empty() || !c.out[0])
-    return err("missing operand");
   const float *x = static_cast<const float *>(c.in[0]);
   float *y = static_cast<float *>(c.out[0]);
   const int64_t n = numel(c.inTypes[0]);
 
-  if (k.op == "tp_copy" || k.op == "tp_all_reduce") {
+  switch (k.kind) {
+  case OpKind::TPCopy:
+  case OpKind::TPAllReduce:
     if (y != x)
       std::memcpy(y, x, size_t(n) * 4);
-    if (k.op == "tp_copy")
+    if (k.kind == OpKind::TPCopy)
       return Status::ok();
     return tr.allreduce(y, n, Group::Tensor);
-  }
 
-  if (k.op == "tp_all_gather" || k.op == "tp_reduce_scatter") {
+  case OpKind::TPAllGather:
+  case OpKind::TPReduceScatter: {
     auto l = tpSlices(c, T);
     if (!l)
       return l.status();
     // Member-major on the host, then into the tensor's layout (gather), or
     // the other way (scatter).
     std::vector<float> mm(size_t(T * l->part));
-    if (k.op == "tp_all_gather") {
+    if (k.kind == OpKind::TPAllGather) {
       if (Status s = tr.allGatherHost(x, mm.data(), l->part, Group::Tensor);
           !s)
         return s;
@@ -187,13 +188,11 @@ Status runTensorParallelKernel(const KernelCall &c, Transport &tr) {
     return tr.reduceScatterHost(mm.data(), y, l->part, Group::Tensor);
   }
 
-  if (k.op == "vocab_parallel_cross_entropy" ||
-      k.op == "vocab_parallel_cross_entropy_bwd") {
+  case OpKind::VocabParallelCrossEntropy:
+  case OpKind::VocabParallelCrossEntropyBwd: {
     const TensorType &lt = *c.inTypes[0];
     int64_t V = lt.shape.back();
     int64_t tokens = V ? n / V : 0;
-    if (c.in.size() < 2 || !c.in[1] || numel(c.inTypes[1]) != tokens)
-      return err("targets do not match the logits' leading shape");
     const int32_t *targets = static_cast<const int32_t *>(c.in[1]);
     int64_t start = ops::attrInt(k, "vocab_start", 0);
     int64_t whole = V * T;
@@ -211,18 +210,19 @@ Status runTensorParallelKernel(const KernelCall &c, Transport &tr) {
     cpu::vocabShardStats(tokens, V, start, x, targets, m.data(), stats.data());
     if (Status s = tr.allreduce(stats.data(), 2 * tokens, Group::Tensor); !s)
       return s;
-    if (k.op == "vocab_parallel_cross_entropy") {
+    if (k.kind == OpKind::VocabParallelCrossEntropy) {
       *y = cpu::vocabParallelLoss(tokens, m.data(), stats.data());
       return Status::ok();
     }
-    if (c.in.size() < 3 || !c.in[2])
-      return err("missing loss_grad");
     float dloss = *static_cast<const float *>(c.in[2]);
     cpu::vocabParallelLossBwd(tokens, V, start, x, targets, m.data(),
                               stats.data(), dloss, y);
     return Status::ok();
   }
-  return err("not a tensor-parallel op");
+
+  default:
+    return err("not a tensor-parallel op");
+  }
 }
 
 } // namespace pipeforge::rt

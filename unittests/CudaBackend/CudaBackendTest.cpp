@@ -62,6 +62,7 @@ Case makeCase(const std::string &op, std::vector<TensorType> in,
               std::vector<TensorType> out, uint32_t seed, int32_t intLimit) {
   Case c;
   c.k.op = op;
+  c.k.kind = lookupOpKind(op); // what validateProgram resolves
   c.in = std::move(in);
   c.out = std::move(out);
   std::mt19937 g(seed);

@@ -34,10 +34,25 @@ TEST(CpuBackend, UnknownOpIsAnError) {
   EXPECT_NE(s.message().find("frobnicate"), std::string::npos);
 }
 
+// The backend dispatches on Kernel::kind, which validateProgram resolves:
+// a kernel that names an op but was never validated is refused, not looked
+// up by name again.
+TEST(CpuBackend, UnresolvedKernelIsAnError) {
+  auto be = createCpuBackend();
+  Kernel k;
+  k.op = "gelu";
+  KernelCall c;
+  c.kernel = &k;
+  Status s = be->run(c);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("not resolved"), std::string::npos) << s.message();
+}
+
 TEST(CpuBackend, LinearBwdWeightOverwritesNotAccumulates) {
   auto be = createCpuBackend();
   Kernel k;
   k.op = "linear_bwd_weight";
+  k.kind = OpKind::LinearBwdWeight;
   k.attrs["has_bias"] = true;
   TensorType x{DType::F32, {2, 3}}, dy{DType::F32, {2, 1}},
       dw{DType::F32, {1, 3}}, db{DType::F32, {1}};
@@ -56,11 +71,13 @@ TEST(CpuBackend, LinearBwdWeightAddsWhereAsked) {
   auto be = createCpuBackend();
   Kernel k;
   k.op = "linear_bwd_weight";
+  k.kind = OpKind::LinearBwdWeight;
   k.attrs["has_bias"] = true;
   EXPECT_TRUE(be->canAddTo(k, 0));
   EXPECT_FALSE(be->canAddTo(k, 1));
   Kernel other = k;
   other.op = "layernorm_bwd_weight";
+  other.kind = OpKind::LayerNormBwdWeight;
   EXPECT_FALSE(be->canAddTo(other, 0));
   EXPECT_TRUE(createCpuDeviceBackend()->canAddTo(k, 0));
   TensorType x{DType::F32, {2, 3}}, dy{DType::F32, {2, 1}},
@@ -84,6 +101,7 @@ void linearDW(Backend &be, int64_t tokens, int64_t in, int64_t out,
               std::vector<float> &grad, bool addTo) {
   Kernel k;
   k.op = "linear_bwd_weight";
+  k.kind = OpKind::LinearBwdWeight;
   TensorType xt{DType::F32, {tokens, in}}, dyt{DType::F32, {tokens, out}},
       dwt{DType::F32, {out, in}};
   std::vector<float> tmp(grad.size(), 7.0f);
@@ -169,6 +187,7 @@ std::vector<float> runMoE(Backend &be, const float *bias, float *load,
                           Status *status = nullptr, bool namesBias = true) {
   Kernel k;
   k.op = "moe";
+  k.kind = OpKind::MoE;
   k.attrs["top_k"] = int64_t(2);
   k.attrs["scoring"] = std::string("sigmoid");
   if (namesBias)

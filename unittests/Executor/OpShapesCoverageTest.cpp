@@ -1,10 +1,10 @@
-//===- OpShapesCoverageTest.cpp - Table and CPU backend know the same ops -===//
+//===- OpShapesCoverageTest.cpp - The registry and the CPU backend agree --===//
 //
-// The program validator refuses a kernel whose op is not in the shared
-// table (rt/OpShapes.h); the CPU backend refuses one it has no adapter for.
+// The program validator refuses a kernel whose op is not in the registry
+// (rt/OpShapes.h); the CPU backend refuses one it has no adapter for.
 // Both lists must be the same, or a validated program could name an op
-// whose sizes nobody checked, except for the tensor-parallel ops, which the
-// executor runs itself (isTensorParallelOp).
+// whose sizes nobody checked, except for the tensor-parallel collectives,
+// which the executor runs itself (OpSpec::collective, isTensorParallelOp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,8 +19,10 @@ using namespace pipeforge::rt;
 TEST(OpShapes, TableAndCpuBackendKnowTheSameOps) {
   std::vector<std::string> table;
   std::vector<std::string> executorOps;
-  for (const OpSpec &s : allOpSpecs())
-    (isTensorParallelOp(s.name) ? executorOps : table).push_back(s.name);
+  for (const OpSpec &s : allOpSpecs()) {
+    (s.collective ? executorOps : table).push_back(s.name);
+    EXPECT_EQ(isTensorParallelOp(s.name), s.collective) << s.name;
+  }
   EXPECT_EQ(table, cpuBackendOps()); // both sorted
   EXPECT_EQ(executorOps.size(), 6u);
   for (const std::string &op : cpuBackendOps())

@@ -199,24 +199,6 @@ TEST(ElementwiseMath, OnlineSoftmaxMatchesTwoPass) {
 }
 
 //===----------------------------------------------------------------------===//
-// Op table
-//===----------------------------------------------------------------------===//
-
-TEST(OpTable, LookupByName) {
-  ASSERT_NE(lookupOp("linear"), nullptr);
-  EXPECT_EQ(lookupOp("linear")->kind, OpKind::Linear);
-  EXPECT_EQ(lookupOp("nope"), nullptr);
-  EXPECT_FALSE(lookupOp("embedding")->hasB);
-  EXPECT_TRUE(lookupOp("embedding")->hasW);
-  EXPECT_FALSE(lookupOp("attention")->hasW);
-  EXPECT_TRUE(lookupOp("moe")->hasW);
-  for (const OpInfo &op : allOps()) {
-    EXPECT_EQ(&opInfo(op.kind), &op);
-    EXPECT_EQ(lookupOp(op.name), &op);
-  }
-}
-
-//===----------------------------------------------------------------------===//
 // The W contract, structurally: W takes (shape, const Saved &, dy, Grads
 // [, workspace]) -- saved forward tensors and the dy that B received, nothing
 // produced by B. B takes no Grads: it cannot depend on W.

@@ -1,6 +1,9 @@
 //===- CpuBackend.cpp - The CPU reference backend -------------------------===//
 //
-// One adapter per nn op mnemonic over runtime/backends/cpu/Kernels.h (float).
+// One adapter per op kind of the registry (rt/OpShapes.h; the collectives
+// aside, which the executor runs) over runtime/backends/cpu/Kernels.h
+// (float). The validator has checked every kernel's operands and types
+// against the registry: the adapters read them without checking again.
 // The gradient ops (docs/split-backward.md) receive forward values, not a saved
 // struct: each adapter recomputes what the kernel's Saved struct needs (the
 // statistics of a norm, the softmax of attention, the routing of a MoE, the
@@ -23,7 +26,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <unordered_map>
 
 namespace pipeforge::rt {
 namespace {
@@ -97,20 +99,19 @@ public:
   }
   Status run(const KernelCall &call) override {
     const Kernel &k = *call.kernel;
-    auto it = table.find(k.op);
-    if (it == table.end())
-      return opError(k, "unknown op for the cpu backend (known: " +
-                            joinNames(ops()) + ")");
-    return it->second(k, Ops{call});
+    const Fn *fn = table.find(k.kind);
+    if (!fn)
+      return unknownOp(k, table, "cpu");
+    return (*fn)(k, Ops{call});
   }
 
   bool canAddTo(const Kernel &k, size_t out) const override {
     // linear_bwd_weight's dW (one GEMM with beta = 1). Not its bias: the
     // column sums would add to the old value row by row, not once.
-    return out == 0 && k.op == "linear_bwd_weight";
+    return out == 0 && k.kind == OpKind::LinearBwdWeight;
   }
 
-  std::vector<std::string> ops() const { return opNames(table); }
+  std::vector<std::string> ops() const { return table.names(); }
 
 private:
   /// At least one byte, a multiple of the 64-byte alignment.
@@ -119,7 +120,7 @@ private:
     return (n + 63) / 64 * 64;
   }
   using Fn = std::function<Status(const Kernel &, const Ops &)>;
-  std::unordered_map<std::string, Fn> table;
+  OpTable<Fn> table; ///< by Kernel::kind
   Workspace<float> ws;
   std::vector<float> scratch;
 
@@ -153,15 +154,11 @@ CpuBackend::CpuBackend() {
 
   //===--- forward ops ---===//
   // A zero constant: fills its result (whatever its shape).
-  table["zeros"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 0, 1); !s)
-      return s;
+  table[OpKind::Zeros] = [this](const Kernel &k, const Ops &o) -> Status {
     fillZero(o.o(0), o.ot(0)->numBytes());
     return Status::ok();
   };
-  table["linear"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s;
+  table[OpKind::Linear] = [this](const Kernel &k, const Ops &o) -> Status {
     LinearShape sh = linearShape(o);
     assertElems(o.t(0), sh.tokens * sh.in);
     assertElems(o.t(1), sh.out * sh.in);
@@ -172,9 +169,7 @@ CpuBackend::CpuBackend() {
     linearF(sh, p, o.f(0), o.o(0), sv);
     return Status::ok();
   };
-  table["layernorm"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 3, 1); !s)
-      return s;
+  table[OpKind::LayerNorm] = [this](const Kernel &k, const Ops &o) -> Status {
     NormShape sh = normShape(k, o);
     assertElems(o.t(1), sh.hidden);
     assertElems(o.t(2), sh.hidden);
@@ -183,9 +178,7 @@ CpuBackend::CpuBackend() {
     layerNormF(sh, NormParams<float>{o.f(1), o.f(2)}, o.f(0), o.o(0), sv);
     return Status::ok();
   };
-  table["rmsnorm"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s;
+  table[OpKind::RMSNorm] = [this](const Kernel &k, const Ops &o) -> Status {
     NormShape sh = normShape(k, o);
     assertElems(o.t(1), sh.hidden);
     assertElems(o.ot(0), numel(o.t(0)));
@@ -193,33 +186,25 @@ CpuBackend::CpuBackend() {
     rmsNormF(sh, NormParams<float>{o.f(1), nullptr}, o.f(0), o.o(0), sv);
     return Status::ok();
   };
-  table["gelu"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 1, 1); !s)
-      return s;
+  table[OpKind::Gelu] = [this](const Kernel &k, const Ops &o) -> Status {
     assertElems(o.ot(0), numel(o.t(0)));
     ActivationSaved<float> sv;
     geluF(numel(o.t(0)), o.f(0), o.o(0), sv);
     return Status::ok();
   };
-  table["silu"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 1, 1); !s)
-      return s;
+  table[OpKind::Silu] = [this](const Kernel &k, const Ops &o) -> Status {
     assertElems(o.ot(0), numel(o.t(0)));
     ActivationSaved<float> sv;
     siluF(numel(o.t(0)), o.f(0), o.o(0), sv);
     return Status::ok();
   };
-  table["add"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s;
+  table[OpKind::Add] = [this](const Kernel &k, const Ops &o) -> Status {
     assertElems(o.t(1), numel(o.t(0)));
     assertElems(o.ot(0), numel(o.t(0)));
     addF(numel(o.t(0)), o.f(0), o.f(1), o.o(0));
     return Status::ok();
   };
-  table["dropout"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 1, 1); !s)
-      return s;
+  table[OpKind::Dropout] = [this](const Kernel &k, const Ops &o) -> Status {
     DropoutShape sh;
     if (Status s = dropoutShape(k, o, sh); !s)
       return s;
@@ -227,18 +212,14 @@ CpuBackend::CpuBackend() {
     dropoutF(sh, o.f(0), o.o(0));
     return Status::ok();
   };
-  table["mul"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s;
+  table[OpKind::Mul] = [this](const Kernel &k, const Ops &o) -> Status {
     assertElems(o.t(1), numel(o.t(0)));
     assertElems(o.ot(0), numel(o.t(0)));
     MulSaved<float> sv;
     mulF(numel(o.t(0)), o.f(0), o.f(1), o.o(0), sv);
     return Status::ok();
   };
-  table["embedding"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s;
+  table[OpKind::Embedding] = [this](const Kernel &k, const Ops &o) -> Status {
     EmbeddingShape sh = embeddingShape(k, o);
     assertElems(o.t(1), sh.vocab * sh.hidden);
     assert((!o.f(2) || numel(o.t(2)) >= sh.seq * sh.hidden) &&
@@ -253,9 +234,7 @@ CpuBackend::CpuBackend() {
     embeddingF(sh, p, o.i32(0), o.o(0), sv);
     return Status::ok();
   };
-  table["attention"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 3, 1); !s)
-      return s;
+  table[OpKind::Attention] = [this](const Kernel &k, const Ops &o) -> Status {
     AttentionShape sh;
     if (Status s = attentionShape(k, o, sh); !s)
       return s;
@@ -265,9 +244,7 @@ CpuBackend::CpuBackend() {
     attentionF(sh, o.f(0), o.f(1), o.f(2), o.o(0), sv);
     return Status::ok();
   };
-  table["concat_heads"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s;
+  table[OpKind::ConcatHeads] = [this](const Kernel &k, const Ops &o) -> Status {
     ConcatHeadsShape sh;
     if (Status s = concatHeadsShape(k, o, false, sh); !s)
       return s;
@@ -277,7 +254,7 @@ CpuBackend::CpuBackend() {
     concatHeadsF(sh, o.f(0), o.f(1), o.o(0));
     return Status::ok();
   };
-  table["moe"] = [this](const Kernel &k, const Ops &o) -> Status {
+  table[OpKind::MoE] = [this](const Kernel &k, const Ops &o) -> Status {
     MoEShape sh;
     MoEParams<float> p;
     if (Status s = moeForwardOperands(k, o, sh, p); !s)
@@ -289,13 +266,11 @@ CpuBackend::CpuBackend() {
     moeCountLoad(o.c, sv.topIdx.data(), int64_t(sv.topIdx.size()));
     return Status::ok();
   };
-  table["cross_entropy"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s;
+  table[OpKind::CrossEntropy] = [this](const Kernel &k,
+                                       const Ops &o) -> Status {
     CrossEntropyShape sh = crossEntropyShape(o);
+    assertElems(o.t(1), sh.tokens);
     assertElems(o.ot(0), 1);
-    if (numel(o.t(1)) != sh.tokens)
-      return opError(k, "targets do not match the logits' leading shape");
     if (Status s = checkTargets(k, o.i32(1), sh.tokens, sh.vocab, "target"); !s)
       return s;
     CrossEntropySaved<float> sv;
@@ -304,9 +279,9 @@ CpuBackend::CpuBackend() {
   };
 
   //===--- gradient ops ---===//
-  table["linear_bwd_input"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s; // (dy, W) -> dx
+  table[OpKind::LinearBwdInput] = [this](const Kernel &k,
+                                         const Ops &o) -> Status {
+    // (dy, W) -> dx
     LinearShape sh = linearBwdInputShape(o);
     assertElems(o.t(0), sh.tokens * sh.out);
     assertElems(o.t(1), sh.out * sh.in);
@@ -316,9 +291,9 @@ CpuBackend::CpuBackend() {
     linearB(sh, sv, o.f(0), o.o(0));
     return Status::ok();
   };
-  table["linear_bwd_weight"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s; // (x, dy) -> dW, [db]
+  table[OpKind::LinearBwdWeight] = [this](const Kernel &k,
+                                          const Ops &o) -> Status {
+    // (x, dy) -> dW, [db]
     LinearShape sh = linearBwdWeightShape(o);
     assertElems(o.t(0), sh.tokens * sh.in);
     assertElems(o.t(1), sh.tokens * sh.out);
@@ -339,8 +314,7 @@ CpuBackend::CpuBackend() {
   };
   auto normBwdInput = [this](bool layer) {
     return [this, layer](const Kernel &k, const Ops &o) -> Status {
-      if (Status s = need(k, o, 3, 1); !s)
-        return s; // (x, gamma, dy) -> dx
+      // (x, gamma, dy) -> dx
       NormShape sh = normShape(k, o);
       assertElems(o.t(1), sh.hidden);
       assertElems(o.t(2), numel(o.t(0)));
@@ -356,8 +330,7 @@ CpuBackend::CpuBackend() {
   };
   auto normBwdWeight = [this](bool layer) {
     return [this, layer](const Kernel &k, const Ops &o) -> Status {
-      if (Status s = need(k, o, 2, layer ? 2 : 1); !s)
-        return s; // (x, dy) -> dgamma [, dbeta]
+      // (x, dy) -> dgamma [, dbeta]
       NormShape sh = normShape(k, o);
       assertElems(o.t(1), numel(o.t(0)));
       assertElems(o.ot(0), sh.hidden);
@@ -377,14 +350,13 @@ CpuBackend::CpuBackend() {
       return Status::ok();
     };
   };
-  table["layernorm_bwd_input"] = normBwdInput(true);
-  table["rmsnorm_bwd_input"] = normBwdInput(false);
-  table["layernorm_bwd_weight"] = normBwdWeight(true);
-  table["rmsnorm_bwd_weight"] = normBwdWeight(false);
+  table[OpKind::LayerNormBwdInput] = normBwdInput(true);
+  table[OpKind::RMSNormBwdInput] = normBwdInput(false);
+  table[OpKind::LayerNormBwdWeight] = normBwdWeight(true);
+  table[OpKind::RMSNormBwdWeight] = normBwdWeight(false);
   auto actBwd = [this](bool gelu) {
     return [this, gelu](const Kernel &k, const Ops &o) -> Status {
-      if (Status s = need(k, o, 2, 1); !s)
-        return s; // (x, dy) -> dx
+      // (x, dy) -> dx
       assertElems(o.t(1), numel(o.t(0)));
       assertElems(o.ot(0), numel(o.t(0)));
       ActivationSaved<float> sv;
@@ -396,22 +368,20 @@ CpuBackend::CpuBackend() {
       return Status::ok();
     };
   };
-  table["gelu_bwd"] = actBwd(true);
-  table["silu_bwd"] = actBwd(false);
-  table["embedding_bwd_weight"] = [this](const Kernel &k,
-                                         const Ops &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s; // (tokens, dy) -> dtable [, dpos]
+  table[OpKind::GeluBwd] = actBwd(true);
+  table[OpKind::SiluBwd] = actBwd(false);
+  table[OpKind::EmbeddingBwdWeight] = [this](const Kernel &k,
+                                             const Ops &o) -> Status {
+    // (tokens, dy) -> dtable [, dpos]
     EmbeddingShape sh = embeddingBwdShape(k, o);
     assertElems(o.t(1), sh.batch * sh.seq * sh.hidden);
     assertElems(o.ot(0), sh.vocab * sh.hidden);
     EmbeddingGrads<float> g{o.o(0), o.o(1)};
     std::memset(g.dtable, 0, size_t(numel(o.ot(0))) * 4);
-    if (g.dpos) {
+    assert((!g.dpos || numel(o.ot(1)) >= sh.seq * sh.hidden) &&
+           "positions gradient smaller than seq x hidden");
+    if (g.dpos)
       std::memset(g.dpos, 0, size_t(numel(o.ot(1))) * 4);
-      if (numel(o.ot(1)) < sh.seq * sh.hidden)
-        return opError(k, "positions gradient smaller than seq x hidden");
-    }
     if (Status s = checkTargets(k, o.i32(0), numel(o.t(0)),
                                 sh.vocab * sh.vocabShards, "token");
         !s)
@@ -421,9 +391,9 @@ CpuBackend::CpuBackend() {
     embeddingW(sh, sv, o.f(1), g);
     return Status::ok();
   };
-  table["attention_bwd"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 4, 3); !s)
-      return s; // (q, k, v, dy) -> dq, dk, dv
+  table[OpKind::AttentionBwd] = [this](const Kernel &k,
+                                       const Ops &o) -> Status {
+    // (q, k, v, dy) -> dq, dk, dv
     AttentionShape sh;
     if (Status s = attentionShape(k, o, sh); !s)
       return s;
@@ -438,9 +408,9 @@ CpuBackend::CpuBackend() {
     attentionB(sh, sv, o.f(3), o.o(0), o.o(1), o.o(2), ws);
     return Status::ok();
   };
-  table["concat_heads_bwd"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 1, 2); !s)
-      return s; // dy -> dlhs, drhs
+  table[OpKind::ConcatHeadsBwd] = [this](const Kernel &k,
+                                         const Ops &o) -> Status {
+    // dy -> dlhs, drhs
     ConcatHeadsShape sh;
     if (Status s = concatHeadsShape(k, o, true, sh); !s)
       return s;
@@ -477,11 +447,11 @@ CpuBackend::CpuBackend() {
       return Status::ok();
     };
   };
-  table["moe_bwd_input"] = moeBwd(false);
-  table["moe_bwd_weight"] = moeBwd(true);
-  table["cross_entropy_bwd"] = [this](const Kernel &k, const Ops &o) -> Status {
-    if (Status s = need(k, o, 3, 1); !s)
-      return s; // (logits, targets, dloss) -> dlogits
+  table[OpKind::MoEBwdInput] = moeBwd(false);
+  table[OpKind::MoEBwdWeight] = moeBwd(true);
+  table[OpKind::CrossEntropyBwd] = [this](const Kernel &k,
+                                          const Ops &o) -> Status {
+    // (logits, targets, dloss) -> dlogits
     CrossEntropyShape sh = crossEntropyShape(o);
     assertElems(o.t(1), sh.tokens);
     assertElems(o.t(2), 1);

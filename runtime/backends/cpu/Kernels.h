@@ -81,39 +81,6 @@ struct SavedBase {
 };
 
 //===----------------------------------------------------------------------===//
-// Op table: names a runtime dispatches on.
-//===----------------------------------------------------------------------===//
-
-enum class OpKind {
-  Linear,
-  LayerNorm,
-  RMSNorm,
-  Gelu,
-  Silu,
-  Add,
-  Mul,
-  Embedding,
-  Attention,
-  ConcatHeads,
-  MoE,
-  CrossEntropy,
-};
-
-struct OpInfo {
-  OpKind kind;
-  const char *name; ///< "linear", "layernorm", ... (stable, lower case)
-  bool hasB;        ///< has an input-gradient kernel
-  bool hasW;        ///< has a weight-gradient kernel (has parameters)
-  bool needsWorkspace;
-};
-
-/// All ops, in OpKind order.
-const std::vector<OpInfo> &allOps();
-/// Looks an op up by name; nullptr when unknown.
-const OpInfo *lookupOp(std::string_view name);
-const OpInfo &opInfo(OpKind kind);
-
-//===----------------------------------------------------------------------===//
 // Linear: y = x W^T (+ b).  x [tokens, in], W [out, in], b [out], y [tokens,
 // out] Also the LM head (hasBias = false).
 //===----------------------------------------------------------------------===//

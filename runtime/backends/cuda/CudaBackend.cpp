@@ -1,11 +1,13 @@
 //===- CudaBackend.cpp - The CUDA backend ---------------------------------===//
 //
-// One adapter per nn op mnemonic, the CPU backend's set (CpuBackend.cpp),
+// One adapter per op kind, the CPU backend's set (CpuBackend.cpp),
 // over the kernel families of runtime/backends/cuda: GEMMs through cuBLAS
 // (GemmCtx.cu), norms, activations, embedding, loss and AdamW
 // (RowKernels.cu), attention (AttentionKernels.cu) and MoE
 // (MoEKernels.cu). Operands and shapes are read by the same code as on the
-// CPU (runtime/backends/KernelOperands.h), so a bad kernel gets the same message.
+// CPU (runtime/backends/KernelOperands.h), so a bad kernel gets the same
+// message; the validator has checked operands and types against the op
+// registry (rt/OpShapes.h) before, so the adapters do not check them again.
 //
 // Every call is queued on the backend's compute stream (a non-blocking
 // stream on its device); receives of the --local-ranks transport run on a
@@ -32,7 +34,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
-#include <unordered_map>
 
 namespace pipeforge::rt {
 namespace {
@@ -135,22 +136,21 @@ public:
 
   Status run(const KernelCall &call) override {
     const Kernel &k = *call.kernel;
-    auto it = table.find(k.op);
-    if (it == table.end())
-      return opError(k, "unknown op for the cuda backend (known: " +
-                            joinNames(ops()) + ")");
-    if (Status s = it->second(k, Operands{call}); !s)
+    const Fn *fn = table.find(k.kind);
+    if (!fn)
+      return unknownOp(k, table, "cuda");
+    if (Status s = (*fn)(k, Operands{call}); !s)
       return s;
     return cuda::launchStatus(k.op.c_str());
   }
 
-  std::vector<std::string> ops() const { return opNames(table); }
+  std::vector<std::string> ops() const { return table.names(); }
 
   CudaBackend(); ///< the op table only (cudaBackendOps)
 
 private:
   using Fn = std::function<Status(const Kernel &, const Operands &)>;
-  std::unordered_map<std::string, Fn> table;
+  OpTable<Fn> table; ///< by Kernel::kind
   int dev = 0;
   cuda::GemmCtx ctx;
   void *ws = nullptr; ///< attention / MoE workspace, grown on demand
@@ -394,15 +394,12 @@ CudaBackend::CudaBackend() {
 
 void CudaBackend::addForwardOps() {
   // A zero constant: fills its result (whatever its shape).
-  table["zeros"] = [this](const Kernel &k, const Operands &o) -> Status {
-    if (Status s = need(k, o, 0, 1); !s)
-      return s;
+  table[OpKind::Zeros] = [this](const Kernel &k, const Operands &o) -> Status {
     fillZero(o.o(0), o.ot(0)->numBytes());
     return Status::ok();
   };
-  table["linear"] = [this](const Kernel &k, const Operands &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s; // (x, W, [b]) -> y = x W^T (+ b)
+  table[OpKind::Linear] = [this](const Kernel &k, const Operands &o) -> Status {
+    // (x, W, [b]) -> y = x W^T (+ b)
     LinearShape sh = linearShape(o);
     float beta = 0.0f;
     if (sh.hasBias) {
@@ -413,53 +410,43 @@ void CudaBackend::addForwardOps() {
     return cuda::gemm(ctx, false, true, sh.tokens, sh.out, sh.in, 1.0f, o.f(0),
                       sh.in, o.f(1), sh.in, beta, o.o(0), sh.out);
   };
-  table["layernorm"] = [this](const Kernel &k, const Operands &o) -> Status {
-    if (Status s = need(k, o, 3, 1); !s)
-      return s;
+  table[OpKind::LayerNorm] = [this](const Kernel &k,
+                                    const Operands &o) -> Status {
     return cuda::layerNormForward(ctx, normShape(k, o), o.f(0), o.f(1), o.f(2),
                                   o.o(0));
   };
-  table["rmsnorm"] = [this](const Kernel &k, const Operands &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s;
+  table[OpKind::RMSNorm] = [this](const Kernel &k,
+                                  const Operands &o) -> Status {
     return cuda::rmsNormForward(ctx, normShape(k, o), o.f(0), o.f(1), o.o(0));
   };
   auto act = [this](Activation a) {
     return [this, a](const Kernel &k, const Operands &o) -> Status {
-      if (Status s = need(k, o, 1, 1); !s)
-        return s;
       return cuda::activationForward(ctx, a, numel(o.t(0)), o.f(0), o.o(0));
     };
   };
-  table["gelu"] = act(Activation::Gelu);
-  table["silu"] = act(Activation::Silu);
-  table["add"] = [this](const Kernel &k, const Operands &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s;
+  table[OpKind::Gelu] = act(Activation::Gelu);
+  table[OpKind::Silu] = act(Activation::Silu);
+  table[OpKind::Add] = [this](const Kernel &k, const Operands &o) -> Status {
     return cuda::addForward(ctx, numel(o.t(0)), o.f(0), o.f(1), o.o(0));
   };
-  table["dropout"] = [this](const Kernel &k, const Operands &o) -> Status {
-    if (Status s = need(k, o, 1, 1); !s)
-      return s;
+  table[OpKind::Dropout] = [this](const Kernel &k,
+                                  const Operands &o) -> Status {
     DropoutShape sh;
     if (Status s = dropoutShape(k, o, sh); !s)
       return s;
     return cuda::dropoutForward(ctx, sh, o.f(0), o.o(0));
   };
-  table["mul"] = [this](const Kernel &k, const Operands &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s;
+  table[OpKind::Mul] = [this](const Kernel &k, const Operands &o) -> Status {
     return cuda::mulForward(ctx, numel(o.t(0)), o.f(0), o.f(1), o.o(0));
   };
-  table["embedding"] = [this](const Kernel &k, const Operands &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s; // (tokens, table, [pos]); bad tokens: takeAsyncError()
+  table[OpKind::Embedding] = [this](const Kernel &k,
+                                    const Operands &o) -> Status {
+    // (tokens, table, [pos]); bad tokens: takeAsyncError()
     EmbeddingShape sh = embeddingShape(k, o);
     return cuda::embeddingForward(ctx, sh, o.f(1), o.f(2), o.i32(0), o.o(0));
   };
-  table["attention"] = [this](const Kernel &k, const Operands &o) -> Status {
-    if (Status s = need(k, o, 3, 1); !s)
-      return s;
+  table[OpKind::Attention] = [this](const Kernel &k,
+                                    const Operands &o) -> Status {
     AttentionShape sh;
     if (Status s = attentionShape(k, o, sh); !s)
       return s;
@@ -468,25 +455,22 @@ void CudaBackend::addForwardOps() {
       return w.status();
     return cuda::attentionForward(ctx, sh, o.f(0), o.f(1), o.f(2), o.o(0), *w);
   };
-  table["concat_heads"] = [this](const Kernel &k,
-                                 const Operands &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s;
+  table[OpKind::ConcatHeads] = [this](const Kernel &k,
+                                      const Operands &o) -> Status {
     ConcatHeadsShape sh;
     if (Status s = concatHeadsShape(k, o, false, sh); !s)
       return s;
     return cuda::concatHeadsForward(ctx, sh, o.f(0), o.f(1), o.o(0));
   };
-  table["concat_heads_bwd"] = [this](const Kernel &k,
-                                     const Operands &o) -> Status {
-    if (Status s = need(k, o, 1, 2); !s)
-      return s; // dy -> dlhs, drhs
+  table[OpKind::ConcatHeadsBwd] = [this](const Kernel &k,
+                                         const Operands &o) -> Status {
+    // dy -> dlhs, drhs
     ConcatHeadsShape sh;
     if (Status s = concatHeadsShape(k, o, true, sh); !s)
       return s;
     return cuda::concatHeadsBackward(ctx, sh, o.f(0), o.o(0), o.o(1));
   };
-  table["moe"] = [this](const Kernel &k, const Operands &o) -> Status {
+  table[OpKind::MoE] = [this](const Kernel &k, const Operands &o) -> Status {
     MoEShape sh;
     MoEParams<float> p;
     if (Status s = moeForwardOperands(k, o, sh, p); !s)
@@ -500,30 +484,25 @@ void CudaBackend::addForwardOps() {
       return s;
     return moeLoadToHost(sh, *w, o.c.moeLoad);
   };
-  table["cross_entropy"] = [this](const Kernel &k,
-                                  const Operands &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s; // (logits, targets) -> mean loss; bad targets: takeAsyncError()
-    CrossEntropyShape sh = crossEntropyShape(o);
-    if (numel(o.t(1)) != sh.tokens)
-      return opError(k, "targets do not match the logits' leading shape");
-    return cuda::crossEntropyForward(ctx, sh, o.f(0), o.i32(1), o.o(0));
+  table[OpKind::CrossEntropy] = [this](const Kernel &k,
+                                       const Operands &o) -> Status {
+    // (logits, targets) -> mean loss; bad targets: takeAsyncError()
+    return cuda::crossEntropyForward(ctx, crossEntropyShape(o), o.f(0),
+                                     o.i32(1), o.o(0));
   };
 }
 
 void CudaBackend::addGradientOps() {
-  table["linear_bwd_input"] = [this](const Kernel &k,
-                                     const Operands &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s; // (dy, W) -> dx = dy W
+  table[OpKind::LinearBwdInput] = [this](const Kernel &k,
+                                         const Operands &o) -> Status {
+    // (dy, W) -> dx = dy W
     LinearShape sh = linearBwdInputShape(o);
     return cuda::gemm(ctx, false, false, sh.tokens, sh.in, sh.out, 1.0f, o.f(0),
                       sh.out, o.f(1), sh.in, 0.0f, o.o(0), sh.in);
   };
-  table["linear_bwd_weight"] = [this](const Kernel &k,
-                                      const Operands &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s; // (x, dy) -> dW = dy^T x, [db = column sums of dy]
+  table[OpKind::LinearBwdWeight] = [this](const Kernel &k,
+                                          const Operands &o) -> Status {
+    // (x, dy) -> dW = dy^T x, [db = column sums of dy]
     LinearShape sh = linearBwdWeightShape(o);
     if (Status s =
             cuda::gemm(ctx, true, false, sh.out, sh.in, sh.tokens, 1.0f, o.f(1),
@@ -536,43 +515,35 @@ void CudaBackend::addGradientOps() {
   };
   auto normBwdInput = [this](bool layer) {
     return [this, layer](const Kernel &k, const Operands &o) -> Status {
-      if (Status s = need(k, o, 3, 1); !s)
-        return s; // (x, gamma, dy) -> dx
+      // (x, gamma, dy) -> dx
       return cuda::normBackwardInput(ctx, normShape(k, o), layer, o.f(0),
                                      o.f(1), o.f(2), o.o(0));
     };
   };
   auto normBwdWeight = [this](bool layer) {
     return [this, layer](const Kernel &k, const Operands &o) -> Status {
-      if (Status s = need(k, o, 2, layer ? 2 : 1); !s)
-        return s; // (x, dy) -> dgamma [, dbeta]
+      // (x, dy) -> dgamma [, dbeta]
       return cuda::normBackwardWeight(ctx, normShape(k, o), layer, o.f(0),
                                       o.f(1), o.o(0), layer ? o.o(1) : nullptr);
     };
   };
-  table["layernorm_bwd_input"] = normBwdInput(true);
-  table["rmsnorm_bwd_input"] = normBwdInput(false);
-  table["layernorm_bwd_weight"] = normBwdWeight(true);
-  table["rmsnorm_bwd_weight"] = normBwdWeight(false);
+  table[OpKind::LayerNormBwdInput] = normBwdInput(true);
+  table[OpKind::RMSNormBwdInput] = normBwdInput(false);
+  table[OpKind::LayerNormBwdWeight] = normBwdWeight(true);
+  table[OpKind::RMSNormBwdWeight] = normBwdWeight(false);
   auto actBwd = [this](Activation a) {
     return [this, a](const Kernel &k, const Operands &o) -> Status {
-      if (Status s = need(k, o, 2, 1); !s)
-        return s; // (x, dy) -> dx
+      // (x, dy) -> dx
       return cuda::activationBackward(ctx, a, numel(o.t(0)), o.f(0), o.f(1),
                                       o.o(0));
     };
   };
-  table["gelu_bwd"] = actBwd(Activation::Gelu);
-  table["silu_bwd"] = actBwd(Activation::Silu);
-  table["embedding_bwd_weight"] = [this](const Kernel &k,
-                                         const Operands &o) -> Status {
-    if (Status s = need(k, o, 2, 1); !s)
-      return s; // (tokens, dy) -> dtable [, dpos]
+  table[OpKind::GeluBwd] = actBwd(Activation::Gelu);
+  table[OpKind::SiluBwd] = actBwd(Activation::Silu);
+  table[OpKind::EmbeddingBwdWeight] = [this](const Kernel &k,
+                                             const Operands &o) -> Status {
+    // (tokens, dy) -> dtable [, dpos]
     EmbeddingShape sh = embeddingBwdShape(k, o);
-    if (numel(o.ot(0)) < sh.vocab * sh.hidden)
-      return opError(k, "table gradient smaller than vocab x hidden");
-    if (o.o(1) && numel(o.ot(1)) < sh.seq * sh.hidden)
-      return opError(k, "positions gradient smaller than seq x hidden");
     // Rows of a larger gradient than the kernel writes are zero, as on the
     // CPU (which clears the whole result first).
     fillZero(o.o(0), numel(o.ot(0)) * 4);
@@ -581,10 +552,9 @@ void CudaBackend::addGradientOps() {
     return cuda::embeddingBackwardWeight(ctx, sh, o.i32(0), o.f(1), o.o(0),
                                          o.o(1));
   };
-  table["attention_bwd"] = [this](const Kernel &k,
-                                  const Operands &o) -> Status {
-    if (Status s = need(k, o, 4, 3); !s)
-      return s; // (q, k, v, dy) -> dq, dk, dv
+  table[OpKind::AttentionBwd] = [this](const Kernel &k,
+                                       const Operands &o) -> Status {
+    // (q, k, v, dy) -> dq, dk, dv
     AttentionShape sh;
     if (Status s = attentionShape(k, o, sh); !s)
       return s;
@@ -612,12 +582,11 @@ void CudaBackend::addGradientOps() {
                                      p.w3 ? o.o(3) : nullptr, w->ws, w->bias);
     };
   };
-  table["moe_bwd_input"] = moeBwd(false);
-  table["moe_bwd_weight"] = moeBwd(true);
-  table["cross_entropy_bwd"] = [this](const Kernel &k,
-                                      const Operands &o) -> Status {
-    if (Status s = need(k, o, 3, 1); !s)
-      return s; // (logits, targets, dloss) -> dlogits
+  table[OpKind::MoEBwdInput] = moeBwd(false);
+  table[OpKind::MoEBwdWeight] = moeBwd(true);
+  table[OpKind::CrossEntropyBwd] = [this](const Kernel &k,
+                                          const Operands &o) -> Status {
+    // (logits, targets, dloss) -> dlogits
     return cuda::crossEntropyBackward(ctx, crossEntropyShape(o), o.f(0),
                                       o.i32(1), o.f(2), o.o(0));
   };

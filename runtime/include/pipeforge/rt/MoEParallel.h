@@ -28,12 +28,16 @@
 
 namespace pipeforge::rt {
 
-/// "moe", "moe_bwd_input", "moe_bwd_weight".
+/// OpKind::MoE, MoEBwdInput, MoEBwdWeight.
+bool isMoEOp(OpKind kind);
+/// The same by mnemonic (resolves it: callers with a validated Kernel ask
+/// by its kind).
 bool isMoEOp(const std::string &op);
-/// Whether input `j` of a moe kernel `op` with `numInputs` inputs is an
-/// expert weight (w1, w2, w3: inputs 2 .. after the router weight and x, up
-/// to the trailing dy of the gradient kernels), i.e. sliced over the group.
-bool isMoEExpertOperand(const std::string &op, size_t numInputs, size_t j);
+/// Whether input `j` of a moe kernel of `kind` with `numInputs` inputs is
+/// an expert weight (w1, w2, w3: inputs 2 .. after the router weight and x,
+/// up to the trailing dy of the gradient kernels), i.e. sliced over the
+/// group.
+bool isMoEExpertOperand(OpKind kind, size_t numInputs, size_t j);
 
 /// Runs one moe kernel over the expert-parallel group of `tr` (collective
 /// over Group::Expert: every rank of the group must call it with the same
