@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-60}
 shift || true
 ALL_TARGETS=(ConfigFuzzer ProgramFuzzer CsvFuzzer CheckpointFuzzer ManifestFuzzer
-  TokenFuzzer MegatronFuzzer PassPipelineFuzzer)
+  TokenFuzzer MegatronFuzzer PassPipelineFuzzer SafetensorsFuzzer)
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL_TARGETS[@]}")
 FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
