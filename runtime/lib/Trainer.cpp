@@ -540,9 +540,14 @@ Status Trainer::finish() {
   if (!m.o.dumpWeightsPath.empty())
     if (Status s = writeWeights(m.o.dumpWeightsPath, *w); !s)
       return s;
-  if (!m.o.saveHfDir.empty())
+  if (!m.o.saveHfDir.empty()) {
     if (Status s = writeHfModel(m.o.saveHfDir, m.prog, *w); !s)
       return Status::error("--save-hf '" + m.o.saveHfDir + "': " + s.message());
+    // The tokenizer of the model the run started from goes with it.
+    if (!m.o.initFrom.empty())
+      if (Status s = copyHfCompanionFiles(m.o.initFrom, m.o.saveHfDir); !s)
+        return Status::error("--save-hf: " + s.message());
+  }
   return Status::ok();
 }
 
