@@ -230,7 +230,9 @@ struct Executor::Impl {
   /// Tied parameters (Param::tiedTo): (the target, the tied copy) by global
   /// index, in program order.
   std::vector<std::pair<int32_t, int32_t>> ties;
-  Status checkReplicas();
+  /// `fileOf` (optional): a world rank's checkpoint file, named in the
+  /// message (a resume's check of the restored state).
+  Status checkReplicas(const std::function<std::string(int)> *fileOf = nullptr);
   std::map<std::pair<int, int>, std::array<FnPlan, 4>> plans;
   /// Bytes of the activation bundle F(copy, stage) sends, and each
   /// activation's offset in it.
@@ -500,6 +502,9 @@ struct Executor::Impl {
   Status updateMoEBiases();
   /// Every rank holds the same bits of every bias.
   Status checkMoEBiasReplicas();
+  /// Executor::checkRestoredState's bias part: every bias can still move by
+  /// its bias_update_speed, and every rank holds the same (collective).
+  Status checkRestoredBiases(const std::function<std::string(int)> &fileOf);
 };
 
 /// "stage S (copy C): message" (ExecutorInit.cpp).

@@ -24,6 +24,10 @@
 
 #include "KernelOperands.h"
 
+#include <cstdio>
+#include <cstring>
+#include <iterator>
+
 namespace pipeforge::rt {
 
 Status Executor::Impl::initMoEBiases() {
@@ -147,6 +151,119 @@ Status Executor::Impl::checkMoEBiasReplicas() {
       ++at;
     }
   return Status::ok();
+}
+
+Status Executor::Impl::checkRestoredBiases(
+    const std::function<std::string(int)> &fileOf) {
+  if (moeBiases.empty())
+    return Status::ok();
+  const int me = tr.worldRank();
+  auto fmt = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    return std::string(buf);
+  };
+  // A bias the update can no longer move: past speed x 2^24 or so, b +
+  // speed rounds back to b in float, and the load balancing of its layer
+  // stops. A trained bias is far below (it moves by at most the speed per
+  // step from where it started); this is an absurd value, refused here.
+  for (auto &[name, b] : moeBiases) {
+    const float step = float(b.speed);
+    if (!(step > 0))
+      continue; // a bias that never moves may hold any finite value
+    for (size_t e = 0; e < b.bias.size(); ++e) {
+      const float v = b.bias[e];
+      const float up = v + step, down = v - step;
+      if (up != v && down != v)
+        continue;
+      return Status::error(
+          "the load-balancing bias '" + name + "' of world rank " +
+          std::to_string(me) + " ('" + fileOf(me) + "'): element " +
+          std::to_string(e) + " is " + fmt(v) +
+          ", so large that its update of " + fmt(b.speed) +
+          " (bias_update_speed) no longer changes it in float");
+    }
+  }
+  if (tr.worldSize() < 2)
+    return Status::ok();
+  // Every rank holds every bias, the same: rank 0 compares each rank's
+  // with its own and tells every rank the first difference, so each
+  // reports the same message: {found, bias, element, rank, the two values'
+  // bits as 16-bit halves} (small integers, exact in float) under a
+  // max-allreduce.
+  std::string mine;
+  for (auto &[name, b] : moeBiases)
+    mine.append(reinterpret_cast<const char *>(b.bias.data()),
+                b.bias.size() * sizeof(float));
+  auto all = tr.gatherStrings(mine);
+  if (!all)
+    return all.status();
+  float found[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  auto bitsOf = [](const char *p) {
+    uint32_t u;
+    std::memcpy(&u, p, 4);
+    return u;
+  };
+  for (size_t r = 1; r < all->size() && found[0] == 0; ++r) {
+    const std::string &ref = (*all)[0], &other = (*all)[r];
+    if (other.size() != ref.size()) {
+      found[0] = 1;
+      found[3] = float(r);
+      found[2] = -1; // a different layout: no element to name
+      break;
+    }
+    size_t at = 0, index = 0;
+    for (auto &[name, b] : moeBiases) {
+      for (size_t e = 0; e < b.bias.size() && found[0] == 0; ++e, at += 4)
+        if (std::memcmp(ref.data() + at, other.data() + at, 4) != 0) {
+          uint32_t x = bitsOf(ref.data() + at), y = bitsOf(other.data() + at);
+          found[0] = 1;
+          found[1] = float(index);
+          found[2] = float(e);
+          found[3] = float(r);
+          found[4] = float(x >> 16);
+          found[5] = float(x & 0xffff);
+          found[6] = float(y >> 16);
+          found[7] = float(y & 0xffff);
+        }
+      if (found[0] != 0)
+        break;
+      ++index;
+    }
+  }
+  if (Status s = tr.allreduce(found, 8, Group::World, ReduceOp::Max); !s)
+    return s;
+  if (found[0] == 0)
+    return Status::ok();
+  const int r = int(found[3]);
+  if (found[2] < 0)
+    return Status::error("world rank " + std::to_string(r) + " ('" +
+                         fileOf(r) +
+                         "') holds other load-balancing biases than world "
+                         "rank 0 ('" +
+                         fileOf(0) + "')");
+  auto valueOf = [](float hi, float lo) {
+    uint32_t u = uint32_t(hi) << 16 | uint32_t(lo);
+    float v;
+    std::memcpy(&v, &u, 4);
+    return double(v);
+  };
+  auto it = moeBiases.begin();
+  std::advance(it, size_t(found[1]));
+  return Status::error(
+      "the load-balancing bias '" + it->first +
+      "' is replicated (every rank holds the same), but element " +
+      std::to_string(size_t(found[2])) + " is " +
+      fmt(valueOf(found[4], found[5])) + " on world rank 0 ('" + fileOf(0) +
+      "') and " + fmt(valueOf(found[6], found[7])) + " on world rank " +
+      std::to_string(r) + " ('" + fileOf(r) + "')");
+}
+
+Status Executor::checkRestoredState(
+    const std::function<std::string(int)> &fileOf) {
+  if (Status s = impl->checkRestoredBiases(fileOf); !s)
+    return s;
+  return impl->checkReplicas(&fileOf);
 }
 
 std::vector<ParamRef> Executor::stateRefs() {

@@ -159,7 +159,8 @@ static NamedTensors unpackTensors(const std::string &s) {
 /// Data-parallel and expert-parallel replicas of a parameter (or of an
 /// expert slice) must hold the same bits after every step: each world rank
 /// sends a hash per held tensor, world rank 0 compares them (collective).
-Status Executor::Impl::checkReplicas() {
+Status Executor::Impl::checkReplicas(
+    const std::function<std::string(int)> *fileOf) {
   std::string mine;
   for (auto &[i, ps] : params) {
     int32_t slice = expertParams.count(i)               ? epi
@@ -200,11 +201,20 @@ Status Executor::Impl::checkReplicas() {
     return s;
   if (found[0] != 0) {
     int slice = int(found[2]) - 1;
-    return Status::error(
-        "replicas diverged: parameter '" + prog.params[size_t(found[1])].name +
-        "'" + (slice >= 0 ? " (slice " + std::to_string(slice) + ")" : "") +
-        " differs between world ranks " + std::to_string(int(found[3])) +
-        " and " + std::to_string(int(found[4])));
+    std::string what =
+        "parameter '" + prog.params[size_t(found[1])].name + "'" +
+        (slice >= 0 ? " (slice " + std::to_string(slice) + ")" : "");
+    int a = int(found[3]), b = int(found[4]);
+    if (fileOf)
+      return Status::error(
+          what + " differs between world rank " + std::to_string(a) + " ('" +
+          (*fileOf)(a) + "') and world rank " + std::to_string(b) + " ('" +
+          (*fileOf)(b) +
+          "'): the ranks hold replicas of it (data-, expert- or "
+          "tensor-parallel), which must be equal");
+    return Status::error("replicas diverged: " + what +
+                         " differs between world ranks " + std::to_string(a) +
+                         " and " + std::to_string(b));
   }
   return Status::ok();
 }

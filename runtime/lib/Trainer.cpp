@@ -400,6 +400,16 @@ Expected<int64_t> Trainer::resume() {
           restoreCheckpoint(*ck, m.refs, m.adam ? &m.adam->get() : nullptr);
       !s)
     return bad(s.message());
+  // What no single file can show (collective): the biases can still move,
+  // and every replicated tensor (the biases everywhere, a parameter on its
+  // replicas) is the same on every rank that holds it. The files by world
+  // rank, as each rank's folder names them.
+  auto fileOf = [&](int r) {
+    return checkpointSubdir(checkpointDirOf(root, r), k) + "/" +
+           rankCheckpointFileName(uint32_t(r));
+  };
+  if (Status s = m.ex->checkRestoredState(fileOf); !s)
+    return Status::error("--resume: " + s.message());
   // The restored values to the device optimizer's copy (and its moments,
   // which restoreCheckpoint copied up): any device error fails the resume.
   if (Status s = m.ex->pushValues(); !s)

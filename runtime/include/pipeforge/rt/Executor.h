@@ -40,6 +40,7 @@
 #include "pipeforge/rt/Program.h"
 #include "pipeforge/rt/Transport.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -282,6 +283,15 @@ public:
   /// nn.moe's load-balancing biases ([experts] each, every one of the model
   /// on every rank, by name; docs/runtime.md "MoE load balancing").
   std::vector<ParamRef> stateRefs();
+  /// After a checkpoint is restored into paramData and stateRefs
+  /// (Trainer::resume; collective: every rank calls it): each load-balancing
+  /// bias can still move by its bias_update_speed (past that magnitude the
+  /// update vanishes in float: an absurd value), and every replicated
+  /// tensor agrees between the ranks that hold it: the biases on every
+  /// rank, a parameter (or its expert or tensor-parallel slice) on its
+  /// data-, expert- and tensor-parallel replicas. The message names the
+  /// tensor, the world ranks and their files (`fileOf(worldRank)`).
+  Status checkRestoredState(const std::function<std::string(int)> &fileOf);
   /// The backend's pending asynchronous error, if any (after host copies
   /// of device state such as AdamW's moments for a checkpoint).
   Status backendError();
