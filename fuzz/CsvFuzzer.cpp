@@ -46,7 +46,11 @@ std::string takeCosts(const std::string &text, sched::ScheduleJob &job) {
   char *end = nullptr;
   long layers = std::strtol(p, &end, 10);
   if (end != p) {
-    job.moeLayers = int(std::max(-1000L, std::min(layers, 1000000L)));
+    // Up to 64 MoE layers a stage: a replay keeps every layer's
+    // all-to-alls (about 160 bytes a layer and action), and 64 KiB of CSV
+    // at the library's bound (kMaxMoELayerSteps) is past the harness's
+    // 2 GiB; the bound itself is unit-tested (SimulatorTest).
+    job.moeLayers = int(std::max(-1000L, std::min(layers, 64L)));
     p = end;
     long overlap = std::strtol(p, &end, 10);
     if (end != p)

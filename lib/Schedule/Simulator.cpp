@@ -115,16 +115,21 @@ Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
     for (size_t s = 0; s < vec->size(); ++s)
       if (Status st = field(name, (*vec)[s], false, int64_t(s)); !st)
         return st;
-  if (c.moeLayersPerStage < 0)
+  auto layersOk = [](int64_t n) {
+    return n >= 0 && n <= kMaxMoELayersPerStage;
+  };
+  if (!layersOk(c.moeLayersPerStage))
     return Status::error("cost model: MoE layers per stage is " +
                          std::to_string(c.moeLayersPerStage) +
-                         "; it must be >= 0");
+                         "; it must be in [0, " +
+                         std::to_string(kMaxMoELayersPerStage) + "]");
   for (size_t s = 0; s < c.moeLayersStage.size(); ++s)
-    if (c.moeLayersStage[s] < 0)
+    if (!layersOk(c.moeLayersStage[s]))
       return Status::error("cost model: MoE layers of stage " +
                            std::to_string(s) + " is " +
                            std::to_string(c.moeLayersStage[s]) +
-                           "; it must be >= 0");
+                           "; it must be in [0, " +
+                           std::to_string(kMaxMoELayersPerStage) + "]");
   // The largest action: the most expensive of a stage's F, B, W and BW,
   // each with its all-to-alls (2 per MoE layer), twice for an overlapped
   // pair (or tfb and both members' all-to-alls), then a message's tcomm.
@@ -136,8 +141,10 @@ Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
                    c.memBStage.size(), c.memWStage.size()})
     stages = std::max<int64_t>(stages, int64_t(n));
   double action = 0, alloc = 0;
+  int64_t layers = 0;
   for (int64_t s = 0; s < stages; ++s) {
     int st = int(std::min<int64_t>(s, INT32_MAX));
+    layers = std::max<int64_t>(layers, c.moeLayers(st));
     double a2a = 2.0 * double(c.moeLayers(st)) * c.a2aTime(st);
     for (WorkKind k :
          {WorkKind::F, WorkKind::B, WorkKind::W, WorkKind::BW})
@@ -147,6 +154,16 @@ Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
     alloc = std::max(alloc, std::abs(c.memDelta(WorkKind::B, st)));
     alloc = std::max(alloc, std::abs(c.memDelta(WorkKind::W, st)));
   }
+  // The replay's per-layer steps: 950 million MoE layers on a CSV of 20
+  // actions ran the fuzzer out of memory.
+  const int64_t acts = std::max<int64_t>(actions, 1);
+  if (layers > 0 && acts > kMaxMoELayerSteps / layers)
+    return Status::error(
+        "cost model: " + std::to_string(actions) + " actions x " +
+        std::to_string(layers) +
+        " MoE layers a stage are more per-layer steps than a replay takes (" +
+        std::to_string(kMaxMoELayerSteps) +
+        "): it times every MoE layer of every F and backward");
   action = 2 * action + std::max(0.0, c.tfb) + c.tcomm;
   const double n = double(std::max<int64_t>(actions, 1));
   const double total = n * action, memory = n * alloc;

@@ -579,3 +579,28 @@ TEST(SimulatorTest, OverflowingCostsAreRefused) {
   EXPECT_TRUE(contains(a.message(), "auto schedule: cost model:"))
       << a.message();
 }
+
+// The replay times every MoE layer of every F and backward: a layer count
+// beyond a model's (2^14), or actions x layers beyond kMaxMoELayerSteps, is
+// refused (950 million layers on 20 actions ran the fuzzer out of memory).
+TEST(SimulatorTest, MoELayerCountsAreBounded) {
+  Schedule s = *generate(ScheduleKind::OneFOneB, {2, 4});
+  CostModel c = costs(1, 1, 1);
+  c.tA2A = 0.1;
+  c.moeLayersPerStage = 950667434;
+  Status st = checkCosts(c, s);
+  EXPECT_TRUE(contains(st.message(), "cost model: MoE layers per stage is "
+                                     "950667434; it must be in [0, 16384]"))
+      << st.message();
+  EXPECT_FALSE(simulate(s, c).isOk());
+  c.moeLayersPerStage = 0;
+  c.moeLayersStage = {2, -1};
+  EXPECT_TRUE(contains(checkCosts(c, s).message(),
+                       "MoE layers of stage 1 is -1"));
+  c.moeLayersStage.clear();
+  c.moeLayersPerStage = 16384;
+  EXPECT_TRUE(checkCosts(c, s).isOk()); // 16 actions x 16384
+  EXPECT_TRUE(contains(checkCosts(c, 2, 5000).message(),
+                       "5000 actions x 16384 MoE layers a stage are more "
+                       "per-layer steps than a replay takes (67108864)"));
+}

@@ -156,6 +156,14 @@ struct SimOptions {
 /// the sum of every allocation, and both must stay at most this. Costs
 /// past it are refused (checkCosts) before anything is computed with them.
 constexpr double kMaxScheduleTotal = 1e30;
+/// MoE layers per stage (CostModel::moeLayersPerStage, moeLayersStage): at
+/// most a model's layers (the importer's n_layer bound, 2^14); and a
+/// replay, which times every MoE layer of every F and backward (and keeps
+/// their all-to-alls), takes at most this many per-layer steps (actions x
+/// the most MoE layers of a stage), the bound of a schedule's compute
+/// actions (kMaxComputeActions).
+constexpr int64_t kMaxMoELayersPerStage = int64_t(1) << 14;
+constexpr int64_t kMaxMoELayerSteps = int64_t(1) << 26;
 
 /// The costs checked before a schedule of `actions` actions over
 /// `numStages` stages is timed (simulate, insertComm, verify and the
@@ -164,7 +172,8 @@ constexpr double kMaxScheduleTotal = 1e30;
 /// per-stage vectors too, MoE layer counts >= 0; and `actions` actions of
 /// the largest action's time (an overlapped pair with its all-to-alls, plus
 /// tcomm) and of the largest allocation add up to at most
-/// kMaxScheduleTotal. Products such as an all-to-all time of 1e308 times
+/// kMaxScheduleTotal; MoE layers at most kMaxMoELayersPerStage a stage and
+/// kMaxMoELayerSteps over the actions. Products such as an all-to-all time of 1e308 times
 /// the MoE layers overflow to infinity, which this refuses. The message
 /// names the field and, for a per-stage value, the stage.
 Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions);
