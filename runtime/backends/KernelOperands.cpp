@@ -60,16 +60,6 @@ int64_t firstDim(const TensorType *t) {
   return t && !t->shape.empty() ? t->shape[0] : 0;
 }
 
-Status need(const Kernel &k, const Operands &o, size_t nin, size_t nout) {
-  for (size_t i = 0; i < nin; ++i)
-    if (i >= o.c.in.size() || !o.c.in[i])
-      return opError(k, "missing operand #" + std::to_string(i));
-  for (size_t i = 0; i < nout; ++i)
-    if (i >= o.c.out.size() || !o.c.out[i])
-      return opError(k, "missing result #" + std::to_string(i));
-  return Status::ok();
-}
-
 LinearShape linearShape(const Operands &o) {
   LinearShape sh;
   sh.in = lastDim(o.t(0));
@@ -94,14 +84,14 @@ LinearShape linearBwdWeightShape(const Operands &o) {
   return sh;
 }
 NormShape normShape(const Kernel &k, const Operands &o) {
-  NormShape sh{0, lastDim(o.t(0)), attrFloat(k, "epsilon", 1e-5)};
+  NormShape sh{0, lastDim(o.t(0)), attrFloat(k, "epsilon")};
   sh.tokens = sh.hidden ? numel(o.t(0)) / sh.hidden : 0;
   return sh;
 }
 /// Vocabulary parallelism: `vocab_shards` (the program's) and `vocab_start`
 /// (what the executor sets for its tensor-parallel rank).
 static void vocabShard(const Kernel &k, EmbeddingShape &sh) {
-  sh.vocabShards = std::max<Index>(1, attrInt(k, "vocab_shards", 1));
+  sh.vocabShards = std::max<Index>(1, attrInt(k, "vocab_shards"));
   sh.vocabStart = std::max<Index>(0, attrInt(k, "vocab_start", 0));
 }
 EmbeddingShape embeddingShape(const Kernel &k, const Operands &o) {
@@ -156,13 +146,13 @@ Status attentionShape(const Kernel &k, const Operands &o, AttentionShape &s) {
   if (s.heads <= 0 || s.kvHeads <= 0)
     return opError(k, "num_heads / num_kv_heads must be positive");
   s.headDim = q->shape.back() / s.heads;
-  s.rotary = attrBool(k, "rotary");
-  s.ropeDim = attrInt(k, "rope_dim", 0);
-  s.ropeTheta = attrFloat(k, "rope_theta", 10000.0);
-  s.dropout = attrFloat(k, "dropout", 0.0);
+  s.rotary = attrFlag(k, "rotary");
+  s.ropeDim = attrInt(k, "rope_dim");
+  s.ropeTheta = attrFloat(k, "rope_theta");
+  s.dropout = attrFloat(k, "dropout");
   if (!(s.dropout >= 0.0 && s.dropout < 1.0))
     return opError(k, "dropout must be in [0, 1)");
-  s.dropoutKey = dropout::siteKey(o.c.rngKey, attrInt(k, "dropout_site", 0));
+  s.dropoutKey = dropout::siteKey(o.c.rngKey, attrInt(k, "dropout_site"));
   s.headStart = attrInt(k, "head_start", 0);
   const int64_t vw = lastDim(o.t(2));
   s.vHeadDim = vw > 0 && vw % s.kvHeads == 0 ? vw / s.kvHeads : -1;
@@ -182,7 +172,7 @@ Status attentionShape(const Kernel &k, const Operands &o, AttentionShape &s) {
 Status concatHeadsShape(const Kernel &k, const Operands &o, bool bwd,
                         ConcatHeadsShape &s) {
   s.heads = attrInt(k, "num_heads", 0);
-  s.broadcast = attrBool(k, "broadcast");
+  s.broadcast = attrFlag(k, "broadcast");
   if (s.heads <= 0)
     return opError(k, "num_heads must be positive");
   const int64_t w0 = lastDim(o.t(0));
@@ -208,9 +198,9 @@ Status moeShape(const Kernel &k, const Operands &o, MoEShape &s) {
   s.experts = w1->shape[0];
   s.ffn = w1->shape[1];
   s.topK = attrInt(k, "top_k", 1);
-  s.capacity = moeCapacity(attrFloat(k, "capacity_factor", 0.0), s.tokens,
-                           s.topK, s.experts);
-  std::string act = attrStr(k, "activation", "gelu");
+  s.capacity =
+      moeCapacity(attrFloat(k, "capacity_factor"), s.tokens, s.topK, s.experts);
+  std::string act = attrStr(k, "activation");
   if (act == "gelu")
     s.act = Activation::Gelu;
   else if (act == "silu")
@@ -225,19 +215,17 @@ Status moeShape(const Kernel &k, const Operands &o, MoEShape &s) {
 }
 
 Status moeRouting(const Kernel &k, MoEShape &s) {
-  std::string scoring = attrStr(k, "scoring", "softmax");
+  std::string scoring = attrStr(k, "scoring");
   if (scoring == "softmax")
     s.scoring = MoEScoring::Softmax;
   else if (scoring == "sigmoid")
     s.scoring = MoEScoring::Sigmoid;
   else
     return opError(k, "unknown scoring '" + scoring + "'");
-  s.renormalize = k.attrs.count("norm_topk_prob")
-                      ? attrBool(k, "norm_topk_prob")
-                      : true;
-  s.scale = float(attrFloat(k, "routed_scaling_factor", 1.0));
-  s.groups = attrInt(k, "n_group", 1);
-  s.topkGroup = attrInt(k, "topk_group", 1);
+  s.renormalize = attrFlag(k, "norm_topk_prob");
+  s.scale = float(attrFloat(k, "routed_scaling_factor"));
+  s.groups = attrInt(k, "n_group");
+  s.topkGroup = attrInt(k, "topk_group");
   return Status::ok();
 }
 
@@ -272,8 +260,6 @@ void moeCountLoad(const KernelCall &c, const int32_t *topIdx, int64_t n) {
 
 Status moeForwardOperands(const Kernel &k, const Operands &o, MoEShape &s,
                           MoEParams<float> &p) {
-  if (Status st = need(k, o, 4, 1); !st)
-    return st;
   if (Status st = moeShape(k, o, s); !st)
     return st;
   if (Status st = moeCheckBias(k, o.c); !st)
@@ -285,25 +271,12 @@ Status moeForwardOperands(const Kernel &k, const Operands &o, MoEShape &s,
 
 Status moeGradOperands(const Kernel &k, const Operands &o, bool weight,
                        MoEShape &s, MoEParams<float> &p, const float *&dy) {
-  if (Status st = need(k, o, 5, weight ? 3 : 1); !st)
-    return st;
   if (Status st = moeShape(k, o, s); !st)
     return st;
   if (Status st = moeCheckBias(k, o.c); !st)
     return st;
   moeParams(o, true, p, dy);
-  if (!dy)
-    return opError(k, "missing result gradient");
-  if (weight && p.w3 && !o.o(3))
-    return opError(k, "missing w3 gradient result");
   return Status::ok();
-}
-
-std::string joinNames(const std::vector<std::string> &names) {
-  std::string s;
-  for (const std::string &n : names)
-    s += (s.empty() ? "" : " ") + n;
-  return s;
 }
 
 } // namespace pipeforge::rt::ops

@@ -13,6 +13,8 @@
 
 #include "ExecutorImpl.h"
 
+#include "pipeforge/rt/OpShapes.h"
+
 #include "cpu/DropoutRng.h"
 
 #include <algorithm>
@@ -174,7 +176,8 @@ Status Executor::Impl::fnPrepare(FnRun &r) {
   call.addTo = 0;
   call.docStart = nullptr;
   call.docTokens = 0;
-  if (opts.docMask && (k.op == "attention" || k.op == "attention_bwd")) {
+  if (opts.docMask &&
+      (k.kind == OpKind::Attention || k.kind == OpKind::AttentionBwd)) {
     auto d = docsFor(r.c, r.mb);
     if (!d)
       return err(d.message());
@@ -263,9 +266,10 @@ const KernelCall &Executor::Impl::stageToHost(FnRun &r) {
 Status Executor::Impl::runTensorParallel(FnRun &r) {
   double t0 = nowS();
   Status s = Status::ok();
-  const std::string &op = r.call.kernel->op;
-  if (!be.hostVisible() && tr.deviceCollectives() &&
-      op.compare(0, 3, "tp_") == 0) {
+  const OpKind kind = r.call.kernel->kind;
+  const bool loss = kind == OpKind::VocabParallelCrossEntropy ||
+                    kind == OpKind::VocabParallelCrossEntropyBwd;
+  if (!be.hostVisible() && tr.deviceCollectives() && !loss) {
     s = runTensorParallelDevice(r.call);
   } else {
     const KernelCall *call = &r.call;
@@ -295,19 +299,16 @@ Status Executor::Impl::runTensorParallelDevice(const KernelCall &c) {
   auto err = [&](const std::string &m) {
     return Status::error("kernel '" + k.op + "': " + m);
   };
-  if (c.in.empty() || !c.in[0] || c.out.empty() || !c.out[0] ||
-      !c.inTypes[0] || !c.outTypes[0])
-    return err("missing operand");
   const float *x = static_cast<const float *>(c.in[0]);
   float *y = static_cast<float *>(c.out[0]);
   const int64_t n = c.inTypes[0]->numElements();
-  if (k.op == "tp_copy" || k.op == "tp_all_reduce") {
+  if (k.kind == OpKind::TPCopy || k.kind == OpKind::TPAllReduce) {
     if (y != x)
       be.copy(y, x, n * 4);
-    return k.op == "tp_copy" ? Status::ok()
-                             : tr.allreduceDevice(y, n, Group::Tensor);
+    return k.kind == OpKind::TPCopy ? Status::ok()
+                                    : tr.allreduceDevice(y, n, Group::Tensor);
   }
-  if (k.op != "tp_all_gather" && k.op != "tp_reduce_scatter")
+  if (k.kind != OpKind::TPAllGather && k.kind != OpKind::TPReduceScatter)
     return err("not a tensor-parallel collective");
   auto l = tpSlices(c, T);
   if (!l)
@@ -317,7 +318,7 @@ Status Executor::Impl::runTensorParallelDevice(const KernelCall &c) {
       newBuf(std::max<int64_t>(T * l->part, 1) * 4, MemClass::Messages);
   float *mm = tmp->f();
   const int64_t bytes = l->shard * 4;
-  if (k.op == "tp_all_gather") {
+  if (k.kind == OpKind::TPAllGather) {
     if (Status s = tr.allGatherDevice(x, mm, l->part, Group::Tensor); !s)
       return s;
     for (int r = 0; r < T; ++r)
@@ -340,13 +341,13 @@ Status Executor::Impl::fnStep(FnRun &r, bool &posted) {
     if (Status s = fnPrepare(r); !s)
       return s;
     const Kernel &k = *r.call.kernel;
-    if (T > 1 && isTensorParallelOp(k.op)) {
+    if (T > 1 && opSpec(k.kind).collective) {
       if (Status s = runTensorParallel(r); !s)
         return fnError(r, s.message());
       ++r.next;
       return Status::ok();
     }
-    if (!(E > 1 && isMoEOp(k.op)) || localMoE.count(&k)) {
+    if (!(E > 1 && isMoEOp(k.kind)) || localMoE.count(&k)) {
       if (Status s = be.run(r.call); !s)
         return fnError(r, s.message());
       ++r.next;

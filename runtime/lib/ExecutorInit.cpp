@@ -44,6 +44,17 @@ Status Executor::Impl::init() {
         return stageError(c, s, "missing from the program");
       if (st->rank != sc.placement.rank(c, s))
         return stageError(c, s, "rank disagrees with the schedule placement");
+      // Kernels run by their op kind, which validateProgram resolves (the
+      // reader validates): a program that was never validated stops here.
+      for (FunctionKind fk :
+           {FunctionKind::Forward, FunctionKind::BackwardInput,
+            FunctionKind::BackwardWeight, FunctionKind::Backward})
+        for (const Kernel &k : stageFunction(*st, fk).kernels)
+          if (k.kind == OpKind::Unknown)
+            return stageError(c, s,
+                              "kernel '" + k.op +
+                                  "' has no resolved op (validateProgram "
+                                  "resolves a program's ops)");
       // Activation bundle layout.
       std::vector<int64_t> off;
       int64_t total = 0;

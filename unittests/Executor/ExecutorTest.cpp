@@ -214,6 +214,23 @@ TEST(Executor, RankCountMismatchIsAnError) {
       << ex.message();
 }
 
+// The executor dispatches on Kernel::kind, which validateProgram resolves:
+// a program whose kernels were never resolved is refused at create.
+TEST(Executor, UnvalidatedProgramIsRefused) {
+  Program p = mlp("none", 1);
+  ASSERT_FALSE(p.stages.empty());
+  ASSERT_FALSE(p.stages[0].forward.kernels.empty());
+  p.stages[0].forward.kernels[0].kind = OpKind::Unknown;
+  auto tr = createLocalTransport();
+  auto be = createCpuBackend();
+  auto data = createPatternTokens(p.training.seed, p.model.vocab);
+  auto sgd = createSgd(0.05f);
+  auto ex = Executor::create(p, *be, *tr, *data, *sgd);
+  ASSERT_FALSE(ex);
+  EXPECT_NE(ex.message().find("no resolved op"), std::string::npos)
+      << ex.message();
+}
+
 TEST(Executor, StepCounterAndParameterAccess) {
   Program p = mlp("none", 1);
   auto tr = createLocalTransport();

@@ -180,8 +180,9 @@ TEST(OpRegistry, OneEntryPerKindInNameOrder) {
     EXPECT_STREQ(opName(k), all[i].name);
     EXPECT_EQ(lookupOpKind(all[i].name), k);
     EXPECT_EQ(lookupOpSpec(all[i].name), &all[i]);
-    if (i)
+    if (i) {
       EXPECT_LT(std::string(all[i - 1].name), std::string(all[i].name));
+    }
   }
   EXPECT_EQ(lookupOpKind("frobnicate"), OpKind::Unknown);
   EXPECT_EQ(lookupOpKind("nn.linear"), OpKind::Unknown);
@@ -201,10 +202,12 @@ TEST(OpRegistry, AttributeDeclarations) {
     for (const OpAttrSpec &a : s.attrs) {
       EXPECT_TRUE(names.insert(a.name).second) << s.name << " " << a.name;
       EXPECT_EQ(s.attr(a.name), &a);
-      if (a.use == OpAttrSpec::Required)
+      if (a.use == OpAttrSpec::Required) {
         EXPECT_FALSE(a.value) << s.name << " " << a.name;
-      if (a.use == OpAttrSpec::Default)
+      }
+      if (a.use == OpAttrSpec::Default) {
         EXPECT_TRUE(a.value) << s.name << " " << a.name;
+      }
       if (!a.value)
         continue;
       const AttrValue &v = *a.value;
