@@ -37,9 +37,9 @@ Status Executor::Impl::initMoEBiases() {
     for (const Function *fn :
          {&st.forward, &st.backwardInput, &st.backwardWeight, &st.backward})
       for (const Kernel &k : fn->kernels) {
-        if (!isMoEOp(k.op) || !k.attrs.count("bias"))
+        if (!isMoEOp(k.kind) || !k.attrs.count("bias"))
           continue;
-        std::string name = ops::attrStr(k, "bias", "");
+        std::string name = ops::attrStr(k, "bias");
         int32_t rv = k.inputs.size() > 1 ? k.inputs[1] : -1;
         if (name.empty() || rv < 0 || size_t(rv) >= fn->values.size() ||
             fn->values[size_t(rv)].shape.size() != 2)
@@ -58,9 +58,9 @@ Status Executor::Impl::initMoEBiases() {
                                 " experts in one kernel and " +
                                 std::to_string(experts) + " in another");
         }
-        if (k.op != "moe")
+        if (k.kind != OpKind::MoE)
           continue;
-        double speed = ops::attrFloat(k, "bias_update_speed", 0.001);
+        double speed = ops::attrFloat(k, "bias_update_speed");
         if (b.speed >= 0 && b.speed != speed)
           return stageError(st.copy, st.index,
                             "the bias '" + name +
@@ -86,14 +86,14 @@ void Executor::Impl::bindMoEBias(KernelCall &call, int which) {
   call.moeBias = nullptr;
   call.moeLoad = nullptr;
   const Kernel &k = *call.kernel;
-  if (moeBiases.empty() || !isMoEOp(k.op))
+  if (moeBiases.empty() || !isMoEOp(k.kind))
     return;
-  auto it = moeBiases.find(ops::attrStr(k, "bias", ""));
+  auto it = moeBiases.find(ops::attrStr(k, "bias"));
   if (it == moeBiases.end())
     return;
   call.moeBias = it->second.bias.data();
   // Only F counts (a recomputing B or W routes again, counted once).
-  if (which == 0 && k.op == "moe")
+  if (which == 0 && k.kind == OpKind::MoE)
     call.moeLoad = it->second.load.data();
 }
 

@@ -28,8 +28,6 @@ bool isMoEOp(OpKind kind) {
          kind == OpKind::MoEBwdWeight;
 }
 
-bool isMoEOp(const std::string &op) { return isMoEOp(lookupOpKind(op)); }
-
 bool isMoEExpertOperand(OpKind kind, size_t numInputs, size_t j) {
   size_t tail = kind == OpKind::MoE ? 2 : 3;
   return isMoEOp(kind) && numInputs >= tail && j >= 2 &&

@@ -29,11 +29,6 @@
 
 namespace pipeforge::rt {
 
-bool isTensorParallelOp(const std::string &op) {
-  const OpSpec *spec = lookupOpSpec(op);
-  return spec && spec->collective;
-}
-
 Program specializeForTensorRank(const Program &prog, int tpIndex) {
   Program p = prog;
   for (Stage &st : p.stages)

@@ -306,11 +306,6 @@ private:
   std::unique_ptr<Impl> impl;
 };
 
-/// The kernels the executor runs itself, on host memory over the tensor-
-/// parallel group (nn.tp_* and the vocabulary-parallel loss), rather than
-/// a backend (docs/tensor-parallel.md).
-bool isTensorParallelOp(const std::string &op);
-
 } // namespace pipeforge::rt
 
 #endif // PIPEFORGE_RT_EXECUTOR_H

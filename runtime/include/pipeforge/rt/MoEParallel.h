@@ -30,9 +30,6 @@ namespace pipeforge::rt {
 
 /// OpKind::MoE, MoEBwdInput, MoEBwdWeight.
 bool isMoEOp(OpKind kind);
-/// The same by mnemonic (resolves it: callers with a validated Kernel ask
-/// by its kind).
-bool isMoEOp(const std::string &op);
 /// Whether input `j` of a moe kernel of `kind` with `numInputs` inputs is
 /// an expert weight (w1, w2, w3: inputs 2 .. after the router weight and x,
 /// up to the trailing dy of the gradient kernels), i.e. sliced over the
