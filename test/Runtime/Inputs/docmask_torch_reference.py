@@ -38,46 +38,20 @@ import sys
 import torch
 import torch.nn.functional as F
 
+# PipeForge's file formats, window keys and the shared model pieces, as the
+# DeepSeek reference writes them.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from deepseek_torch_reference import (read_weights, rms_norm,  # noqa: E402
+                                      rotate_half, sample_key,
+                                      write_token_file)
+
 SEQ, MB_SIZE, M, RANKS = 32, 2, 4, 2
 SGD_LR = 1024.0  # a power of two: (w0 - w1) / L is exact
 SEED = 1234      # pipeforge-compile's default --seed
 EOS = 255
-MASK64 = (1 << 64) - 1
 
 
 # --- PipeForge's inputs: weights, data files, windows ---------------------
-
-def read_weights(path):
-    """PFWEIGHTS1: a line "NAME COUNT" then COUNT little-endian floats."""
-    out = {}
-    with open(path, "rb") as f:
-        assert f.readline() == b"PFWEIGHTS1\n", path
-        while True:
-            line = f.readline()
-            if not line:
-                return out
-            name, n = line.split()
-            data = f.read(4 * int(n))
-            out[name.decode()] = torch.frombuffer(bytearray(data),
-                                                  dtype=torch.float32)
-
-
-def fnv1a64(b):
-    h = 0xcbf29ce484222325
-    for x in b:
-        h = ((h ^ x) * 0x100000001b3) & MASK64
-    return h
-
-
-def write_token_file(path, tokens, vocab):
-    """PFTOK (docs/runtime-data.md): header, u16 tokens, FNV-1a 64."""
-    b = bytearray(b"PFTOK\0\0\0")
-    b += struct.pack("<IIQQ", 1, 2, len(tokens), vocab)
-    b += struct.pack("<%dH" % len(tokens), *tokens)
-    b += struct.pack("<Q", fnv1a64(b))
-    with open(path, "wb") as f:
-        f.write(b)
-
 
 def write_megatron(prefix, docs):
     """MMIDIDX, uint16 (dtype code 8), one sequence per document."""
@@ -92,20 +66,6 @@ def write_megatron(prefix, docs):
     with open(prefix + ".bin", "wb") as f:
         stream = [t for d in docs for t in d]
         f.write(struct.pack("<%dH" % len(stream), *stream))
-
-
-def splitmix(x):
-    x = (x + 0x9e3779b97f4a7c15) & MASK64
-    x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & MASK64
-    x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & MASK64
-    return x ^ (x >> 31)
-
-
-def sample_key(seed, step, mb, row):
-    h = splitmix(seed ^ 0x7066646174617631)
-    h = splitmix(h ^ step)
-    h = splitmix(h ^ mb)
-    return splitmix(h ^ row)
 
 
 def batches(stream, doc_starts, mode, step):
@@ -135,15 +95,6 @@ def batches(stream, doc_starts, mode, step):
 
 
 # --- The model, from the published architecture --------------------------
-
-def rms_norm(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-
-def rotate_half(x):
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
 
 def rope(x, pos, theta):
     """x [b, H, s, d], pos [b, s]: pairs (j, j + d/2) turn by
