@@ -250,9 +250,7 @@ Status Executor::Impl::loadInitialValues(const Param &p,
   const WeightSource &w = *opts.initialWeights;
   std::string name = baseParamName(source);
   bool split = p.tpDim >= 0 && T > 1;
-  std::vector<int64_t> whole = p.type.shape;
-  if (split)
-    whole[size_t(p.tpDim)] *= T;
+  std::vector<int64_t> whole = wholeParamShape(p, T);
   if (whole.empty())
     return w.fill(name, whole, 0, 1, out);
   // The rows of dimension 0 this rank needs: its experts, or its shard.

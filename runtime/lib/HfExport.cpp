@@ -94,9 +94,7 @@ Expected<WholeTensors> readWholeCheckpoint(const std::string &dir,
       bool split = pr.tpDim >= 0 && g.T > 1;
       if ((!expert && c.expert != 0) || (!split && c.tensor != 0))
         continue; // a replica across that group
-      std::vector<int64_t> full = pr.type.shape;
-      if (split)
-        full[size_t(pr.tpDim)] *= g.T;
+      std::vector<int64_t> full = wholeParamShape(pr, g.T);
       int64_t n = 1;
       for (int64_t d : full)
         n *= d;

@@ -22,6 +22,13 @@ using Json = nlohmann::json;
 
 WeightSource::~WeightSource() = default;
 
+std::vector<int64_t> wholeParamShape(const Param &p, int T) {
+  std::vector<int64_t> s = p.type.shape;
+  if (p.tpDim >= 0 && T > 1)
+    s[size_t(p.tpDim)] *= T;
+  return s;
+}
+
 namespace {
 
 bool endsWith(const std::string &s, const std::string &suffix) {
@@ -298,10 +305,7 @@ wholeShapes(const Program &prog) {
   for (const Param &p : prog.params) {
     if (p.copy != 0)
       continue;
-    std::vector<int64_t> s = p.type.shape;
-    if (p.tpDim >= 0 && T > 1)
-      s[size_t(p.tpDim)] *= T;
-    out.emplace_back(baseParamName(p.name), s);
+    out.emplace_back(baseParamName(p.name), wholeParamShape(p, T));
   }
   for (auto &[n, e] : biasesOf(prog))
     out.emplace_back(n, std::vector<int64_t>{e});
@@ -458,9 +462,7 @@ toHfTensors(const HfLayout &layout, const Program &prog,
       continue; // the tied copy: the target is written
     std::vector<int64_t> shape;
     if (pit != params.end()) {
-      shape = pit->second->type.shape;
-      if (pit->second->tpDim >= 0 && prog.training.tensorParallel > 1)
-        shape[size_t(pit->second->tpDim)] *= prog.training.tensorParallel;
+      shape = wholeParamShape(*pit->second, prog.training.tensorParallel);
     } else {
       shape = {int64_t(values.size())}; // a bias
     }

@@ -75,6 +75,11 @@ private:
   std::string config;
 };
 
+/// The shape of the whole tensor of which `p` is one tensor-parallel rank's
+/// shard (its own shape when it is not split), in a program of `T`
+/// tensor-parallel ranks.
+std::vector<int64_t> wholeParamShape(const Param &p, int T);
+
 /// A PipeForge tensor by name, whole.
 using WholeTensors = std::vector<std::pair<std::string, std::vector<float>>>;
 
