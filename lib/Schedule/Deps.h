@@ -1,9 +1,11 @@
 //===- Deps.h - Work indexing and dependency inference ---------*- C++ -*-===//
 //
-// Internal helpers shared by the simulator, the verifier and the exporters:
-// a dense index over (copy, stage, mb, kind), the table of where each work
-// runs, the inferred producer of each work's input, message identities, and
-// the "rank r, step i: ..." diagnostic with a program excerpt.
+// Internal helpers shared by the simulator, the verifier, comm insertion,
+// the automatic scheduler and the exporters: a dense index over (copy,
+// stage, mb, kind), the dependency rule of a schedule (the one statement of
+// which works a work waits for), the table of where each work runs,
+// message identities, and the "rank r, step i: ..." diagnostic with a
+// program excerpt.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEFORGE_LIB_SCHEDULE_DEPS_H
@@ -41,9 +43,18 @@ struct WorkIndex {
   }
   /// Requires inRange(w).
   size_t id(const Work &w) const {
-    return ((static_cast<size_t>(w.copy) * numStages + w.stage) * numMb +
-            w.mb) * 4 +
-           static_cast<size_t>(w.kind);
+    return item(w) * 4 + static_cast<size_t>(w.kind);
+  }
+  /// The item (copy, stage, mb) of `w`, in [0, numItems()). Requires
+  /// inRange(w).
+  size_t item(const Work &w) const {
+    return (static_cast<size_t>(w.copy) * numStages + w.stage) * numMb + w.mb;
+  }
+  /// The output a work produces, by work id, in [0, numMessages()): its
+  /// item's activation (F) or input gradient (B or BW: the same output).
+  /// W produces nothing another work reads; it maps to the gradient too.
+  static size_t outputKey(size_t workId) {
+    return workId / 4 * 2 + (workId % 4 == size_t(WorkKind::F) ? 0 : 1);
   }
 };
 
@@ -63,31 +74,91 @@ struct Loc {
 /// first occurrence.
 std::vector<Loc> locateWork(const Schedule &s, const WorkIndex &idx);
 
+//===- The dependency rule ------------------------------------------------===//
+//
+// When a work may run, stated once; every replay (the verifier's and the
+// simulator's ReplayEngine, comm insertion's ASAP replay, the automatic
+// scheduler's list replay) and the ILP's precedence edges ask these
+// functions. A work's predecessors, all of the same (copy, mb):
+//
+//   F(s)       input  F(s-1)                        (none on stage 0)
+//   B(s), BW   saved  F(s), its own forward's activations (s < last)
+//              input  B(s+1), B standing for BW too; F(s) on the last stage
+//   W(s)       input  B(s), whose saved input gradient it reads
+//
+// Stages are a copy's own order, whatever the placement: chunks of an
+// interleaved or V-shaped placement and the second copy of DualPipe /
+// Chimera (its stages on the ranks in reverse) follow the same rule; an
+// overlapped pair runs when both members' predecessors have run.
+//
+// The input is the output a work reads from the work before it on its
+// item's chain (below; a message when that work runs on another rank), or,
+// for W, from its own B. The saved F of a B below the last stage is implied
+// by its input (F(s) -> F(s+1) -> ... -> F(last) -> B(last) -> ... ->
+// B(s+1)), so the replays that wait for inputs alone (the verifier, the
+// simulator, comm insertion's) and the ILP's edges enforce it too; comm
+// insertion's error and the automatic scheduler's replay walk both.
+//
+//===----------------------------------------------------------------------===//
+
+/// Which predecessor: the input a work reads, or the saved forward a
+/// backward below the last stage reads on its own rank.
+enum class DepRole : uint8_t { Input, Saved };
+
+/// The chain of an item (copy, mb): F(0) .. F(last), B(last) .. B(0), each
+/// work reading the output of the one before it; a work's position on it
+/// (W is off the chain: it reads its own B's output). B stands for BW.
+inline int32_t chainPosition(const Work &w, int32_t numStages) {
+  return w.kind == WorkKind::F ? w.stage : 2 * numStages - 1 - w.stage;
+}
+/// The work at `pos` on `item`'s chain, in [0, 2 * numStages).
+inline Work chainWork(const Work &item, int32_t pos, int32_t numStages) {
+  // Built whole, not a copy with its bit-fields reassigned: the partial
+  // stores would stall the load of the whole Work that follows.
+  return pos < numStages
+             ? Work(WorkKind::F, pos, item.mb, item.copy)
+             : Work(WorkKind::B, 2 * numStages - 1 - pos, item.mb, item.copy);
+}
+
 /// The nominal producer of `w`'s input: F(s-1) for F, the backward of s+1
 /// (kind B) or F(last) for B and BW, B(s) for W. None for F on stage 0.
-/// Inline: the verifier and the simulator ask it for every compute.
+/// Requires w.stage in [0, numStages). Inline: the verifier and the
+/// simulator ask it for every compute.
 inline std::optional<Work> nominalProducer(const Work &w, int32_t numStages) {
-  Work p = w;
-  switch (w.kind) {
-  case WorkKind::F:
-    if (w.stage == 0)
-      return std::nullopt;
-    p.stage = w.stage - 1;
-    return p;
-  case WorkKind::B:
-  case WorkKind::BW:
-    if (w.stage == numStages - 1) {
-      p.kind = WorkKind::F;
-      return p;
-    }
-    p.kind = WorkKind::B;
-    p.stage = w.stage + 1;
-    return p;
-  case WorkKind::W:
-    p.kind = WorkKind::B;
-    return p;
+  if (w.kind == WorkKind::W)
+    return Work(WorkKind::B, w.stage, w.mb, w.copy);
+  int32_t pos = chainPosition(w, numStages);
+  if (pos == 0)
+    return std::nullopt;
+  return chainWork(w, pos - 1, numStages);
+}
+
+/// The nominal work that reads `w`'s output as its input from the chain:
+/// F(s+1) for F, B(last) for F on the last stage, B(s-1) for B and BW;
+/// none for stage 0's backward and for W (W(s) also reads B(s)'s output,
+/// on its own rank, off the chain: not asked for here).
+inline std::optional<Work> nominalConsumer(const Work &w, int32_t numStages) {
+  if (w.kind == WorkKind::W)
+    return std::nullopt;
+  int32_t pos = chainPosition(w, numStages) + 1;
+  if (pos == 2 * numStages)
+    return std::nullopt;
+  return chainWork(w, pos, numStages);
+}
+
+/// Calls fn(pred, role) for each predecessor of `w` (nominal: B stands for
+/// BW), the saved F first, then the input; stops at the first call that
+/// returns false. Returns whether none did.
+template <class Fn>
+inline bool forEachPredecessor(const Work &w, int32_t numStages, Fn &&fn) {
+  if ((w.kind == WorkKind::B || w.kind == WorkKind::BW) &&
+      w.stage != numStages - 1) {
+    if (!fn(Work(WorkKind::F, w.stage, w.mb, w.copy), DepRole::Saved))
+      return false;
   }
-  return std::nullopt;
+  if (std::optional<Work> in = nominalProducer(w, numStages))
+    return fn(*in, DepRole::Input);
+  return true;
 }
 
 /// Resolves a nominal producer against the table: a nominal B means "B or
@@ -121,7 +192,7 @@ inline bool sameMessage(const Action &a, const Action &b) {
 /// Dense, half the work ids: tables keyed by it stay small. Requires
 /// idx.inRange.
 inline size_t messageKey(const Work &producer, const WorkIndex &idx) {
-  return idx.id(producer) / 4 * 2 + (producer.kind == WorkKind::F ? 0 : 1);
+  return WorkIndex::outputKey(idx.id(producer));
 }
 
 /// The stage that consumes a message: stage+1 for activations, stage-1 for

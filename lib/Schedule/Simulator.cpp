@@ -292,9 +292,7 @@ private:
   /// any other replay one per work id.
   std::vector<double> endTime;
   size_t endSlot(size_t workId) const {
-    return verified
-               ? workId / 4 * 2 + (workId % 4 == size_t(WorkKind::F) ? 0 : 1)
-               : workId;
+    return verified ? WorkIndex::outputKey(workId) : workId;
   }
   std::vector<double> recvTime; ///< by messageKey
   /// By messageKey: when the Send posted (overlapComm only: it measures
