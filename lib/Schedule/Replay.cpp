@@ -110,8 +110,10 @@ void ReplayEngine::assignChannels() {
 void ReplayEngine::reset() {
   size_t nc = chans.size();
   tracked = !s.hasComm || !(opts.prechecked || opts.verified);
-  done.assign(tracked ? idx.size() : 0, 0);
-  received.assign(tracked ? idx.numMessages() : 0, 0);
+  placed = opts.byPlacement && !s.hasComm;
+  const size_t workKeys = placed ? idx.numMessages() : idx.size();
+  done.assign(tracked ? workKeys : 0, 0);
+  received.assign(tracked && !placed ? idx.numMessages() : 0, 0);
   sendArr.assign(nc, 0);
   recvArr.assign(nc, 0);
   grArr.assign(nc, 0);
@@ -121,7 +123,7 @@ void ReplayEngine::reset() {
   peak.assign(numRanks, 0);
   overStep.assign(numRanks, SIZE_MAX);
   overMem.assign(numRanks, 0);
-  sendKeyBase = s.hasComm ? 0 : idx.size();
+  sendKeyBase = s.hasComm ? 0 : workKeys;
   recvKeyBase = sendKeyBase + nc;
   grKeyBase = recvKeyBase + nc;
   waits.reset(grKeyBase + nc, numRanks);

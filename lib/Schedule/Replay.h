@@ -3,8 +3,10 @@
 //
 // One engine walks the ranks' programs in dependency order for both the
 // verifier (untimed, rendezvous sends: the deadlock proof, memory limit) and
-// the simulator (times from the cost model, eager sends). It is the one place
-// that knows when an action can run -- a compute's inputs are there (a local
+// the simulator (times from the cost model, eager sends), and comm
+// insertion's ASAP replay of a compute-only schedule (CommInsertion.cpp). It
+// is the one place that knows when an action can run -- by the dependency
+// rule of Deps.h, a compute's inputs are there (a local
 // producer has run, the message was received, or, in a compute-only
 // schedule, the remote producer has run), a Recv's matching Send was posted
 // (in FIFO order per channel), a GradReduce's peer has arrived, and, with
@@ -49,6 +51,8 @@ struct Input {
     Message, ///< received on this rank; `id` is the messageKey
     Edge     ///< compute-only schedule: remote producer `id` has run
   };
+  // With Options::verified or byPlacement, `id` of Local and Edge is the
+  // nominal producer's (B standing for BW).
   Kind kind = None;
   size_t id = 0;
 };
@@ -73,6 +77,16 @@ public:
     /// Message), so the engine needs no work locator (`locs` may be
     /// empty) and keeps no per-channel Loc lists (sendsOn, recvsOn).
     bool verified = false;
+    /// For a compute-only schedule whose works each run at most once, on
+    /// their placement's rank (comm insertion checks that much, nothing
+    /// else): inputs are resolved from the placement alone, as with
+    /// `verified`, and a compute waits for its input's output (F's
+    /// activation; B's or BW's gradient), local or remote. A producer that
+    /// no rank runs, or that runs later on the compute's own rank, leaves
+    /// it parked: such programs end in a deadlock at the lowest stuck
+    /// rank, which the client explains in its own words. No work locator
+    /// (`locs` may be empty).
+    bool byPlacement = false;
     /// Memory accounting with this cost model's memDelta.
     const CostModel *memCost = nullptr;
     /// With memCost: note, per rank, the first step whose activation memory
@@ -139,6 +153,8 @@ private:
   Step input(int32_t r, size_t i, const Work &w, Input &in) {
     if (opts.verified && s.hasComm)
       return resolveVerified(r, w, in);
+    if (opts.byPlacement && !s.hasComm)
+      return resolvePlaced(r, w, in);
     if (opts.prechecked && s.hasComm) {
       in = Input();
       return Step::Done;
@@ -156,12 +172,35 @@ private:
       in = Input{Input::Message, messageKey(*nominal, idx)};
     return Step::Done;
   }
+  Step resolvePlaced(int32_t r, const Work &w, Input &in) {
+    std::optional<Work> nominal = nominalProducer(w, idx.numStages);
+    if (!nominal) {
+      in = Input();
+      return Step::Done;
+    }
+    size_t key = messageKey(*nominal, idx);
+    if (!done[key])
+      return park(r, key);
+    in = Input{s.placement.rank(nominal->copy, nominal->stage) == r
+                   ? Input::Local
+                   : Input::Edge,
+               idx.id(*nominal)};
+    return Step::Done;
+  }
   Step checkSend(int32_t r, size_t i, const Action &a);
   Step checkRecv(int32_t r, size_t i, const Action &a, const CommSlot &sl);
   void account(int32_t r, size_t i, const Action &a);
   void complete(const Work &w) {
     if (!tracked)
       return;
+    if (placed) { // keyed by output; W's is no one's input
+      if (w.kind != WorkKind::W) {
+        size_t key = messageKey(w, idx);
+        done[key] = 1;
+        waits.wake(key, ready);
+      }
+      return;
+    }
     size_t id = idx.id(w);
     done[id] = 1;
     if (!s.hasComm) // only compute-only schedules park on work ids
@@ -233,7 +272,10 @@ private:
   /// messages that passed the static checks needs neither (tens of
   /// megabytes at millions of microbatches).
   bool tracked = true;
-  std::vector<char> done;     ///< by work id: has run
+  /// Options::byPlacement on a compute-only schedule: `done` and the
+  /// compute waits are keyed by output (messageKey), not by work id.
+  bool placed = false;
+  std::vector<char> done;     ///< by work id (or output, `placed`): has run
   std::vector<char> received; ///< by messageKey: a Recv completed
   /// Per channel: Sends posted, Recvs arrived, GradReduces arrived.
   std::vector<int32_t> sendArr, recvArr, grArr;
@@ -244,8 +286,8 @@ private:
   std::vector<double> overMem;
 
   // Parking: keys are work ids (compute-only schedules: a compute waits
-  // for a remote producer; none with messages), then send, recv and
-  // GradReduce channel keys.
+  // for a remote producer; none with messages; outputs when `placed`),
+  // then send, recv and GradReduce channel keys.
   WaitLists waits;
   std::vector<int32_t> ready;
   size_t sendKeyBase = 0, recvKeyBase = 0, grKeyBase = 0;
