@@ -6,9 +6,11 @@
 //    (by default F = B = W = 1, BW = 2, an overlapped pair the sum of its
 //    members, no communication time): every action starts when its rank is
 //    free and its inputs are done (plus tcomm when they come from another
-//    rank). With the real costs, every message sits where the simulator will
-//    need it, so inserting messages does not stretch the schedule. Programs
-//    whose compute order cannot run (a cycle through the dependencies) are
+//    rank). The replay is the verifier's and the simulator's engine
+//    (Replay.h), dependency rule included (Deps.h); this file only times it.
+//    With the real costs, every message sits where the simulator will need
+//    it, so inserting messages does not stretch the schedule. Programs whose
+//    compute order cannot run (a cycle through the dependencies) are
 //    rejected here.
 // 2. Every cross-rank dependency becomes one message with the global key
 //    (end time of its producer in the replay, message id). The id is unique
@@ -40,6 +42,7 @@
 
 #include "Deps.h"
 #include "Parallel.h"
+#include "Replay.h"
 
 #include <algorithm>
 #include <cmath>
@@ -51,27 +54,12 @@ namespace pipeforge::sched {
 
 namespace {
 using detail::release;
+using detail::WorkIndex;
 
-/// Dense indices for (copy, stage, mb) and per-item replay state.
-struct ItemSpace {
-  int32_t stages = 0, mbs = 0, copies = 0;
-  size_t index(const Work &w) const {
-    return (size_t(w.copy) * stages + w.stage) * mbs + w.mb;
-  }
-  size_t size() const { return size_t(copies) * stages * mbs; }
-  bool contains(const Work &w) const {
-    return w.copy >= 0 && w.copy < copies && w.stage >= 0 &&
-           w.stage < stages && w.mb >= 0 && w.mb < mbs;
-  }
-};
-
-/// The result slots a work fills: F fills slot F; B and BW fill slot B
-/// ("input gradient ready"); BW and W fill slot W. No work waits on slot W
-/// (W produces nothing another work reads): the replay keeps times for the
-/// first kWaitSlots only.
+/// The result slots a work fills, for the exactly-once check: F fills slot
+/// F; B and BW fill slot B ("input gradient ready"); BW and W fill slot W.
 enum Slot : int { SlotF = 0, SlotB = 1, SlotW = 2 };
-constexpr size_t kWaitSlots = 2;
-
+constexpr size_t kSlots = 3;
 
 Status checkShape(const Schedule &s) {
   const Placement &pl = s.placement;
@@ -98,9 +86,9 @@ Status checkShape(const Schedule &s) {
 
 /// One message: its key's time (the producer's end in the replay) and its
 /// producer, which names the message; the key's tie-break is the producer's
-/// id (item index * 2 + gradient?). 16 bytes per message, kept once, in
-/// its sender's list for its receiver; the Send and the Recv are formed
-/// from it when they are merged into the two programs.
+/// messageKey (item index * 2 + gradient?). 16 bytes per message, kept
+/// once, in its sender's list for its receiver; the Send and the Recv are
+/// formed from it when they are merged into the two programs.
 struct MsgKey {
   double time;
   Work producer;
@@ -118,6 +106,336 @@ struct alignas(64) Outbox {
   };
   detail::SmallMap<ToRank> to;
 };
+
+/// insertComm's phases over one schedule, in order: validate the compute
+/// programs, replay them (step 1, collecting step 2's keys), order the
+/// keys (step 2), merge them into the programs (step 3).
+class CommInserter {
+public:
+  CommInserter(Schedule &s, const CostModel &cost)
+      : s(s), cost(cost), idx(s), numRanks(s.placement.numRanks),
+        parallel(detail::parallelWorth(s)), outbox(size_t(numRanks)) {}
+
+  Status validate();
+  Status replay();
+  void orderKeys();
+  void merge();
+
+private:
+  struct Asap;
+
+  /// The rank work `w`, run on rank r, sends its output to, or -1: the
+  /// rank of the work that reads it (Deps.h's nominalConsumer), unless
+  /// that is r itself (a hand-off) or there is none.
+  int32_t receiverOf(const Work &w, int32_t r) const {
+    std::optional<Work> c = detail::nominalConsumer(w, idx.numStages);
+    if (!c)
+      return -1;
+    const int32_t to = s.placement.rank(c->copy, c->stage);
+    return to != r ? to : -1;
+  }
+  Status validateRank(int32_t r);
+  Status explainStuck(int32_t r, size_t step) const;
+  /// The keys' total order: (time, producer's messageKey).
+  bool before(const MsgKey &x, const MsgKey &y) const {
+    if (x.time != y.time)
+      return x.time < y.time;
+    return detail::messageKey(x.producer, idx) <
+           detail::messageKey(y.producer, idx);
+  }
+  /// Each rank's incoming lists: (sender, its keys for this rank).
+  using Inbox = std::vector<std::pair<int32_t, const std::vector<MsgKey> *>>;
+  void mergeRank(int32_t r, const Inbox &incoming);
+
+  Schedule &s;
+  const CostModel &cost;
+  const WorkIndex idx;
+  const int32_t numRanks;
+  const bool parallel;
+  std::vector<Outbox> outbox;
+  /// By item * kSlots + slot: scheduled (validate), to tell a work that no
+  /// rank runs from a deadlock.
+  std::vector<uint8_t> seen;
+  /// By WorkIndex::outputKey: when the replay produced it, -1 while pending.
+  std::vector<double> end;
+  /// Per rank and step: the replay's start time of each compute action.
+  std::vector<std::vector<double>> startAt;
+};
+
+/// Validates the actions and records which slots get produced. Each rank
+/// marks only the items of its own stages (checked first), so the ranks run
+/// in parallel on big schedules; the lowest rank's first error is reported.
+Status CommInserter::validate() {
+  seen.assign(idx.numItems() * kSlots, 0);
+  return detail::firstFailure(size_t(numRanks), parallel, [&](size_t r) {
+    return validateRank(int32_t(r));
+  });
+}
+
+Status CommInserter::validateRank(int32_t r) {
+  detail::SmallMap<Outbox::ToRank> &sends = outbox[size_t(r)].to;
+  for (size_t i = 0; i < s.programs[r].size(); ++i) {
+    const Action &a = s.programs[r][i];
+    auto where = [&] {
+      return "rank " + std::to_string(r) + " step " + std::to_string(i) +
+             " (" + toString(a) + ")";
+    };
+    if (a.isComm())
+      return Status::error(where() + ": schedule already has messages "
+                                     "(strip them first)");
+    if (a.kind == ActionKind::Overlap &&
+        (a.work.kind != WorkKind::F ||
+         (a.work2.kind != WorkKind::B && a.work2.kind != WorkKind::BW)))
+      return Status::error(where() + ": an overlapped pair must be an F "
+                                     "with a B or BW");
+    const Work *members[2] = {
+        &a.work, a.kind == ActionKind::Overlap ? &a.work2 : nullptr};
+    for (const Work *w : members) {
+      if (!w)
+        continue;
+      if (!idx.inRange(*w))
+        return Status::error(where() + ": no such stage, microbatch or copy");
+      if (s.placement.rank(w->copy, w->stage) != r)
+        return Status::error(
+            where() + ": stage " + std::to_string(w->stage) +
+            " lives on rank " +
+            std::to_string(s.placement.rank(w->copy, w->stage)));
+      const size_t item = idx.item(*w);
+      auto mark = [&](int slot) -> bool {
+        uint8_t &flag = seen[item * kSlots + slot];
+        if (flag)
+          return false;
+        flag = 1;
+        return true;
+      };
+      bool fresh = true;
+      switch (w->kind) {
+      case WorkKind::F:
+        fresh = mark(SlotF);
+        break;
+      case WorkKind::B:
+        fresh = mark(SlotB);
+        break;
+      case WorkKind::W:
+        fresh = mark(SlotW);
+        break;
+      case WorkKind::BW:
+        fresh = mark(SlotB) && mark(SlotW);
+        break;
+      }
+      if (!fresh)
+        return Status::error(where() + ": " + toString(*w) +
+                             " is scheduled more than once");
+      if (int32_t to = receiverOf(*w, r); to >= 0)
+        ++sends.at(to).count;
+    }
+  }
+  return Status::ok();
+}
+
+/// The replay engine's client for step 1: each compute starts when its
+/// rank is free and its inputs are done (tcomm later for a remote one);
+/// the end of each work that sends its output becomes that message's key,
+/// in its sender's outbox (collected in the sender's program order).
+struct CommInserter::Asap {
+  CommInserter &ci;
+  std::vector<double> clock; ///< per rank: when it is free
+
+  void compute(int32_t r, size_t i, const Action &a, const detail::Input &in1,
+               const detail::Input &in2) {
+    const bool isPair = a.kind == ActionKind::Overlap;
+    double start = clock[size_t(r)];
+    auto wait = [&](const detail::Input &in) {
+      if (in.kind == detail::Input::None)
+        return;
+      const double e = ci.end[WorkIndex::outputKey(in.id)];
+      start = std::max(start,
+                       in.kind == detail::Input::Edge ? e + ci.cost.tcomm : e);
+    };
+    wait(in1);
+    if (isPair)
+      wait(in2);
+    double dur = ci.cost.timeOf(a.work.kind, a.work.stage);
+    if (isPair)
+      dur = ci.cost.tfb >= 0
+                ? ci.cost.tfb
+                : dur + ci.cost.timeOf(a.work2.kind, a.work2.stage);
+    // A zero-length action would tie its own start with its messages'
+    // keys; a tiny positive length keeps every Send after its producer.
+    // Where the times are large next to the length (start 1e16, length
+    // 0.5: the sum rounds back to start) the next double does: without
+    // it a correct schedule got a Send before its producer ("sends F0.2
+    // before producing it").
+    double finish = start + std::max(dur, 1e-9);
+    if (!(finish > start))
+      finish = std::nextafter(start, HUGE_VAL);
+    ci.startAt[size_t(r)][i] = start;
+    clock[size_t(r)] = finish;
+    auto produce = [&](const Work &w) {
+      if (w.kind != WorkKind::W) // W produces nothing another work reads
+        ci.end[WorkIndex::outputKey(ci.idx.id(w))] = finish;
+      if (int32_t to = ci.receiverOf(w, r); to >= 0)
+        ci.outbox[size_t(r)].to.at(to).keys.push_back({finish, w});
+    };
+    produce(a.work);
+    if (isPair)
+      produce(a.work2);
+  }
+  // A compute-only schedule has no messages.
+  void send(int32_t, size_t, const Action &, const detail::CommSlot &) {}
+  void recv(int32_t, size_t, const Action &, const detail::CommSlot &) {}
+  void gradReduceArrive(int32_t, size_t, const detail::CommSlot &) {}
+  void gradReduce(int32_t, size_t, const detail::CommSlot &) {}
+};
+
+/// Step 1 on the replay engine, its inputs resolved from the placement
+/// (Options::byPlacement: validate() proved every work runs at most once,
+/// on its own rank). A compute whose input no rank produces, or whose
+/// input comes later on its own rank, stays parked: programs whose compute
+/// order cannot run end in a deadlock, explained at the lowest stuck rank.
+Status CommInserter::replay() {
+  const std::vector<detail::Loc> noLocs;
+  detail::ReplayEngine::Options opts;
+  opts.byPlacement = true;
+  detail::ReplayEngine engine(s, idx, noLocs, opts);
+  engine.assignChannels();
+  end.assign(idx.numMessages(), -1);
+  startAt.resize(size_t(numRanks));
+  for (int32_t r = 0; r < numRanks; ++r)
+    startAt[size_t(r)].resize(s.programs[r].size());
+  for (Outbox &o : outbox)
+    for (auto &item : o.to.items())
+      item.value.keys.reserve(item.value.count);
+  Asap asap{*this, std::vector<double>(size_t(numRanks), 0)};
+  detail::ReplayEngine::Outcome out = engine.run(asap);
+  if (out.kind != detail::ReplayEngine::Outcome::Finished)
+    return explainStuck(out.rank, out.step);
+  // The replay's per-item state is no longer needed.
+  release(end);
+  release(seen);
+  return Status::ok();
+}
+
+/// "compute order cannot run": rank r's action at `step` waits for the
+/// first of its members' predecessors (Deps.h's rule, the saved F first)
+/// that the replay never produced.
+Status CommInserter::explainStuck(int32_t r, size_t step) const {
+  const Action &a = s.programs[r][step];
+  std::string missing;
+  auto find = [&](const Work &pred, detail::DepRole) -> bool {
+    const size_t id = idx.id(pred);
+    if (end[WorkIndex::outputKey(id)] >= 0)
+      return true;
+    const int slot = pred.kind == WorkKind::F ? SlotF : SlotB;
+    missing =
+        toString(pred) +
+        (seen[idx.item(pred) * kSlots + slot] ? "" : " (never scheduled)");
+    return false;
+  };
+  if (detail::forEachPredecessor(a.work, idx.numStages, find) &&
+      a.kind == ActionKind::Overlap)
+    detail::forEachPredecessor(a.work2, idx.numStages, find);
+  return Status::error("compute order cannot run: rank " + std::to_string(r) +
+                       " step " + std::to_string(step) + " (" + toString(a) +
+                       ") waits for " + missing);
+}
+
+/// Step 2: one global order of the keys, (time, producer's messageKey);
+/// the messageKey is unique, so the order is total. A pair's keys,
+/// collected in its sender's program order, are already sorted but for
+/// ties (the two members of a pair, zero-length actions): sorted where
+/// needed. A rank's messages are the pairs it sends on and those it
+/// receives on; step 3 merges each rank's few sorted lists on its own
+/// (O(A log p), the ranks in parallel: no global sort or merge).
+void CommInserter::orderKeys() {
+  auto less = [&](const MsgKey &x, const MsgKey &y) { return before(x, y); };
+  detail::forEachParallel(size_t(numRanks), [&](size_t q) {
+    for (auto &item : outbox[q].to.items()) {
+      std::vector<MsgKey> &k = item.value.keys;
+      if (!std::is_sorted(k.begin(), k.end(), less))
+        std::sort(k.begin(), k.end(), less);
+    }
+  }, parallel);
+}
+
+/// Step 3, each rank on its own.
+void CommInserter::merge() {
+  std::vector<Inbox> inbox(static_cast<size_t>(numRanks));
+  for (int32_t q = 0; q < numRanks; ++q)
+    for (const auto &item : outbox[size_t(q)].to.items())
+      inbox[size_t(item.key)].emplace_back(q, &item.value.keys);
+  detail::forEachParallel(size_t(numRanks), [&](size_t r) {
+    mergeRank(int32_t(r), inbox[r]);
+  }, parallel);
+  s.hasComm = true;
+}
+
+/// Merges rank r's messages into its program in place: the program grows
+/// to its final length (within the room the generators reserve, so without
+/// a copy) and is filled from the back. A message goes right before the
+/// first compute action that starts at or after its key (start times rise
+/// strictly along a program), so walking back, the messages with a key
+/// after compute action i's start go after it, the latest key first (the
+/// lists' last keys in a heap). The write position stays above the compute
+/// action read next: nothing is overwritten before it is moved.
+void CommInserter::mergeRank(int32_t r, const Inbox &incoming) {
+  // The rank's lists: the pairs it sends on, then those it receives on.
+  struct List {
+    const MsgKey *begin, *end; // end moves back as keys are taken
+    int32_t peer;
+    bool send;
+  };
+  std::vector<List> lists;
+  size_t messages = 0;
+  auto add = [&](const std::vector<MsgKey> &l, int32_t peer, bool send) {
+    if (!l.empty())
+      lists.push_back({l.data(), l.data() + l.size(), peer, send});
+    messages += l.size();
+  };
+  for (const auto &item : outbox[size_t(r)].to.items())
+    add(item.value.keys, int32_t(item.key), true);
+  for (const auto &[q, keys] : incoming)
+    add(*keys, q, false);
+  // A heap of the lists by their last remaining key, the latest on top.
+  auto earlier = [&](size_t x, size_t y) {
+    return before(lists[x].end[-1], lists[y].end[-1]);
+  };
+  std::vector<size_t> heap(lists.size());
+  for (size_t k = 0; k < lists.size(); ++k)
+    heap[k] = k;
+  std::make_heap(heap.begin(), heap.end(), earlier);
+  // The latest message not yet placed, as an action (the heap's top).
+  auto takeLatest = [&] {
+    std::pop_heap(heap.begin(), heap.end(), earlier);
+    List &l = lists[heap.back()];
+    const Work &w = (--l.end)->producer;
+    const Payload payload =
+        w.kind == WorkKind::F ? Payload::Activation : Payload::Gradient;
+    if (l.end == l.begin)
+      heap.pop_back();
+    else
+      std::push_heap(heap.begin(), heap.end(), earlier);
+    return l.send ? Action::send(payload, w, l.peer)
+                  : Action::recv(payload, w, l.peer);
+  };
+  auto latestTime = [&] { return lists[heap.front()].end[-1].time; };
+  const std::vector<double> &start = startAt[size_t(r)];
+  std::vector<Action> &prog = s.programs[r];
+  const size_t compute = prog.size(), total = compute + messages;
+  const bool gradReduce = s.placement.numCopies == 2 && numRanks - 1 - r != r;
+  prog.resize(total + (gradReduce ? 1 : 0));
+  if (gradReduce)
+    prog[total] = Action::gradReduce(numRanks - 1 - r);
+  size_t w = total;
+  for (size_t i = compute; i-- > 0;) {
+    while (!heap.empty() && latestTime() > start[i])
+      prog[--w] = takeLatest();
+    prog[--w] = prog[i];
+  }
+  while (!heap.empty())
+    prog[--w] = takeLatest();
+  release(startAt[size_t(r)]);
+}
 
 } // namespace
 
@@ -138,339 +456,13 @@ Status insertComm(Schedule &s, const CostModel &cost) {
     return st;
   if (Status st = checkCosts(cost, s); !st)
     return st;
-  const ItemSpace space{s.placement.numStages, s.numMicrobatches,
-                        s.placement.numCopies};
-  const int32_t numRanks = s.placement.numRanks;
-  const int32_t lastStage = space.stages - 1;
-
-  // The rank work `w`, run on rank r, sends its output to, or -1: W sends
-  // nothing, neither do the last stage's F and stage 0's B, nor a work
-  // whose consumer runs on its own rank (a hand-off).
-  auto receiverOf = [&](const Work &w, int32_t r) -> int32_t {
-    if (w.kind == WorkKind::W)
-      return -1;
-    const bool grad = w.kind != WorkKind::F;
-    if (grad ? w.stage == 0 : w.stage == lastStage)
-      return -1;
-    const int32_t to = s.placement.rank(w.copy, grad ? w.stage - 1 : w.stage + 1);
-    return to != r ? to : -1;
-  };
-  std::vector<Outbox> outbox(static_cast<size_t>(numRanks));
-
-  // Validate actions and record which slots get produced (to report a work
-  // that nobody runs separately from a deadlock). Each rank marks only the
-  // items of its own stages (checked first), so the ranks run in parallel
-  // on big schedules; the lowest rank's first error is reported.
-  const bool parallel = detail::parallelWorth(s);
-  const size_t numItems = space.size();
-  std::vector<uint8_t> seen(numItems * 3, 0);
-  Status valid = detail::firstFailure(size_t(numRanks), parallel, [&](size_t rr) {
-    const int32_t r = int32_t(rr);
-    detail::SmallMap<Outbox::ToRank> &sends = outbox[rr].to;
-    for (size_t i = 0; i < s.programs[r].size(); ++i) {
-      const Action &a = s.programs[r][i];
-      auto where = [&] {
-        return "rank " + std::to_string(r) + " step " + std::to_string(i) +
-               " (" + toString(a) + ")";
-      };
-      if (a.isComm())
-        return Status::error(where() + ": schedule already has messages "
-                                       "(strip them first)");
-      if (a.kind == ActionKind::Overlap &&
-          (a.work.kind != WorkKind::F ||
-           (a.work2.kind != WorkKind::B && a.work2.kind != WorkKind::BW)))
-        return Status::error(where() + ": an overlapped pair must be an F "
-                                       "with a B or BW");
-      const Work *members[2] = {&a.work,
-                                a.kind == ActionKind::Overlap ? &a.work2
-                                                              : nullptr};
-      for (const Work *w : members) {
-        if (!w)
-          continue;
-        if (!space.contains(*w))
-          return Status::error(where() + ": no such stage, microbatch or copy");
-        if (s.placement.rank(w->copy, w->stage) != r)
-          return Status::error(
-              where() + ": stage " + std::to_string(w->stage) + " lives on rank " +
-              std::to_string(s.placement.rank(w->copy, w->stage)));
-        size_t idx = space.index(*w);
-        auto mark = [&](int slot) -> bool {
-          uint8_t &flag = seen[idx * 3 + slot];
-          if (flag)
-            return false;
-          flag = 1;
-          return true;
-        };
-        bool fresh = true;
-        switch (w->kind) {
-        case WorkKind::F:
-          fresh = mark(SlotF);
-          break;
-        case WorkKind::B:
-          fresh = mark(SlotB);
-          break;
-        case WorkKind::W:
-          fresh = mark(SlotW);
-          break;
-        case WorkKind::BW:
-          fresh = mark(SlotB) && mark(SlotW);
-          break;
-        }
-        if (!fresh)
-          return Status::error(where() + ": " + toString(*w) +
-                               " is scheduled more than once");
-        if (int32_t to = receiverOf(*w, r); to >= 0)
-          ++sends.at(to).count;
-      }
-    }
-    return Status::ok();
-  });
-  if (!valid)
-    return valid;
-
-  // ASAP replay (step 1). end[idx * kWaitSlots + slot] = end time, -1
-  // while pending.
-  std::vector<double> end(numItems * kWaitSlots, -1);
-  std::vector<int32_t> waitHead(numItems * kWaitSlots, -1);
-  std::vector<int32_t> nextWaiter(numRanks, -1);
-  std::vector<size_t> pc(numRanks, 0);
-  std::vector<double> clock(numRanks, 0);
-  std::vector<std::vector<double>> startAt(numRanks);
-  std::vector<int32_t> ready;
-  ready.reserve(numRanks);
-  for (int32_t r = numRanks - 1; r >= 0; --r) {
-    ready.push_back(r);
-    startAt[r].resize(s.programs[r].size());
-  }
-
-  // The (slot) items work `w` needs before it can start, with the rank
-  // that produces each (the placement's: every work runs on its own).
-  auto forEachDep = [&](const Work &w, auto &&fn) -> bool {
-    Work d = w;
-    const int32_t own = s.placement.rank(w.copy, w.stage);
-    switch (w.kind) {
-    case WorkKind::F:
-      if (w.stage > 0) {
-        d.stage = w.stage - 1;
-        return fn(space.index(d) * kWaitSlots + SlotF,
-                  s.placement.rank(d.copy, d.stage));
-      }
-      return true;
-    case WorkKind::B:
-    case WorkKind::BW:
-      if (!fn(space.index(w) * kWaitSlots + SlotF, own))
-        return false;
-      if (w.stage < lastStage) {
-        d.stage = w.stage + 1;
-        return fn(space.index(d) * kWaitSlots + SlotB,
-                  s.placement.rank(d.copy, d.stage));
-      }
-      return true;
-    case WorkKind::W:
-      return fn(space.index(w) * kWaitSlots + SlotB, own);
-    }
-    return true;
-  };
-  // The key of the message `w` (run on rank r, ending at `finish`) sends,
-  // into its sender's outbox (step 2's keys, collected as the replay
-  // finishes each producer: in the sender's program order).
-  auto collect = [&](const Work &w, int32_t r, double finish) {
-    if (int32_t to = receiverOf(w, r); to >= 0)
-      outbox[size_t(r)].to.at(to).keys.push_back({finish, w});
-  };
-  for (Outbox &o : outbox)
-    for (auto &item : o.to.items())
-      item.value.keys.reserve(item.value.count);
-
-  while (!ready.empty()) {
-    int32_t r = ready.back();
-    ready.pop_back();
-    std::vector<Action> &prog = s.programs[r];
-    while (pc[r] < prog.size()) {
-      const Action &a = prog[pc[r]];
-      const bool isPair = a.kind == ActionKind::Overlap;
-      double start = clock[r];
-      auto need = [&](size_t slotIdx, int32_t producerRank) -> bool {
-        if (end[slotIdx] < 0) {
-          nextWaiter[r] = waitHead[slotIdx];
-          waitHead[slotIdx] = r;
-          return false;
-        }
-        start = std::max(start,
-                         end[slotIdx] + (producerRank == r ? 0.0 : cost.tcomm));
-        return true;
-      };
-      if (!forEachDep(a.work, need) ||
-          (isPair && !forEachDep(a.work2, need)))
-        break;
-      double dur = cost.timeOf(a.work.kind, a.work.stage);
-      if (isPair)
-        dur = cost.tfb >= 0 ? cost.tfb
-                            : dur + cost.timeOf(a.work2.kind, a.work2.stage);
-      // A zero-length action would tie its own start with its messages'
-      // keys; a tiny positive length keeps every Send after its producer.
-      // Where the times are large next to the length (start 1e16, length
-      // 0.5: the sum rounds back to start) the next double does: without
-      // it a correct schedule got a Send before its producer ("sends F0.2
-      // before producing it").
-      double finish = start + std::max(dur, 1e-9);
-      if (!(finish > start))
-        finish = std::nextafter(start, HUGE_VAL);
-      startAt[r][pc[r]] = start;
-      clock[r] = finish;
-      auto produce = [&](const Work &w) {
-        size_t base = space.index(w) * kWaitSlots;
-        auto fill = [&](int slot) {
-          end[base + slot] = finish;
-          for (int32_t q = waitHead[base + slot]; q >= 0;) {
-            int32_t nq = nextWaiter[q];
-            ready.push_back(q);
-            q = nq;
-          }
-          waitHead[base + slot] = -1;
-        };
-        if (w.kind == WorkKind::F)
-          fill(SlotF);
-        else if (w.kind != WorkKind::W)
-          fill(SlotB);
-      };
-      produce(a.work);
-      collect(a.work, r, finish);
-      if (isPair) {
-        produce(a.work2);
-        collect(a.work2, r, finish);
-      }
-      ++pc[r];
-    }
-  }
-  for (int32_t r = 0; r < numRanks; ++r) {
-    if (pc[r] == s.programs[r].size())
-      continue;
-    const Action &a = s.programs[r][pc[r]];
-    std::string missing;
-    auto find = [&](size_t slotIdx, int32_t) -> bool {
-      if (end[slotIdx] >= 0)
-        return true;
-      size_t idx = slotIdx / kWaitSlots;
-      int slot = int(slotIdx % kWaitSlots);
-      Work w;
-      w.mb = int32_t(idx % space.mbs);
-      w.stage = int32_t((idx / space.mbs) % space.stages);
-      w.copy = int8_t(idx / (size_t(space.mbs) * space.stages));
-      w.kind = slot == SlotF ? WorkKind::F : WorkKind::B;
-      missing =
-          toString(w) + (seen[idx * 3 + slot] ? "" : " (never scheduled)");
-      return false;
-    };
-    if (forEachDep(a.work, find) && a.kind == ActionKind::Overlap)
-      forEachDep(a.work2, find);
-    return Status::error("compute order cannot run: rank " + std::to_string(r) +
-                         " step " + std::to_string(pc[r]) + " (" +
-                         toString(a) + ") waits for " + missing);
-  }
-
-  // Messages (step 2): one global order of the keys, (time, producer id);
-  // the id (item index * 2 + gradient?) is unique, so the order is total.
-  // A pair's keys, collected in its sender's program order, are already
-  // sorted but for ties (the two members of a pair, zero-length actions):
-  // sorted where needed. A rank's messages are the pairs it sends on and
-  // those it receives on; step 3 merges each rank's few sorted lists on
-  // its own (O(A log p), the ranks in parallel: no global sort or merge).
-  // The replay's per-item state is no longer needed.
-  release(end);
-  release(waitHead);
-  release(seen);
-  auto before = [&](const MsgKey &x, const MsgKey &y) {
-    if (x.time != y.time)
-      return x.time < y.time;
-    auto id = [&](const Work &w) {
-      return uint64_t(space.index(w)) * 2 + (w.kind == WorkKind::F ? 0 : 1);
-    };
-    return id(x.producer) < id(y.producer);
-  };
-  detail::forEachParallel(size_t(numRanks), [&](size_t q) {
-    for (auto &item : outbox[q].to.items()) {
-      std::vector<MsgKey> &k = item.value.keys;
-      if (!std::is_sorted(k.begin(), k.end(), before))
-        std::sort(k.begin(), k.end(), before);
-    }
-  }, parallel);
-  // Each rank's incoming lists: (sender, its keys for this rank).
-  std::vector<std::vector<std::pair<int32_t, const std::vector<MsgKey> *>>>
-      inbox(static_cast<size_t>(numRanks));
-  for (int32_t q = 0; q < numRanks; ++q)
-    for (const auto &item : outbox[size_t(q)].to.items())
-      inbox[size_t(item.key)].emplace_back(q, &item.value.keys);
-
-  // Merge (step 3), each rank on its own, in place: the program grows to
-  // its final length (within the room the generators reserve, so without
-  // a copy) and is filled from the back. A message goes right before the
-  // first compute action that starts at or after its key (start times
-  // rise strictly along a program), so walking back, the messages with a
-  // key after compute action i's start go after it, the latest key first
-  // (the lists' last keys in a heap). The write position stays above the
-  // compute action read next: nothing is overwritten before it is moved.
-  detail::forEachParallel(size_t(numRanks), [&](size_t rr) {
-    const int32_t r = int32_t(rr);
-    // The rank's lists: the pairs it sends on, then those it receives on.
-    struct List {
-      const MsgKey *begin, *end; // end moves back as keys are taken
-      int32_t peer;
-      bool send;
-    };
-    std::vector<List> lists;
-    size_t messages = 0;
-    auto add = [&](const std::vector<MsgKey> &l, int32_t peer, bool send) {
-      if (!l.empty())
-        lists.push_back({l.data(), l.data() + l.size(), peer, send});
-      messages += l.size();
-    };
-    for (const auto &item : outbox[rr].to.items())
-      add(item.value.keys, int32_t(item.key), true);
-    for (const auto &[q, keys] : inbox[rr])
-      add(*keys, q, false);
-    // A heap of the lists by their last remaining key, the latest on top.
-    auto earlier = [&](size_t x, size_t y) {
-      return before(lists[x].end[-1], lists[y].end[-1]);
-    };
-    std::vector<size_t> heap(lists.size());
-    for (size_t k = 0; k < lists.size(); ++k)
-      heap[k] = k;
-    std::make_heap(heap.begin(), heap.end(), earlier);
-    // The latest message not yet placed, as an action (the heap's top).
-    auto takeLatest = [&] {
-      std::pop_heap(heap.begin(), heap.end(), earlier);
-      List &l = lists[heap.back()];
-      const Work &w = (--l.end)->producer;
-      const Payload payload =
-          w.kind == WorkKind::F ? Payload::Activation : Payload::Gradient;
-      if (l.end == l.begin)
-        heap.pop_back();
-      else
-        std::push_heap(heap.begin(), heap.end(), earlier);
-      return l.send ? Action::send(payload, w, l.peer)
-                    : Action::recv(payload, w, l.peer);
-    };
-    auto latestTime = [&] { return lists[heap.front()].end[-1].time; };
-    const std::vector<double> &start = startAt[r];
-    std::vector<Action> &prog = s.programs[r];
-    const size_t compute = prog.size(), total = compute + messages;
-    const bool gradReduce =
-        s.placement.numCopies == 2 && numRanks - 1 - r != r;
-    prog.resize(total + (gradReduce ? 1 : 0));
-    if (gradReduce)
-      prog[total] = Action::gradReduce(numRanks - 1 - r);
-    size_t w = total;
-    for (size_t i = compute; i-- > 0;) {
-      while (!heap.empty() && latestTime() > start[i])
-        prog[--w] = takeLatest();
-      prog[--w] = prog[i];
-    }
-    while (!heap.empty())
-      prog[--w] = takeLatest();
-    release(startAt[r]);
-  }, parallel);
-  s.hasComm = true;
+  CommInserter ci(s, cost);
+  if (Status st = ci.validate(); !st)
+    return st;
+  if (Status st = ci.replay(); !st)
+    return st;
+  ci.orderKeys();
+  ci.merge();
   return Status::ok();
 }
 

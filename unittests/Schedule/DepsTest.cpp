@@ -75,8 +75,7 @@ TEST(DepsTest, TheConsumerIsTheProducersInverse) {
             EXPECT_EQ(nominalProducer(*c, S), out);
           } else {
             // The chain's last work (stage 0's backward) and W.
-            EXPECT_TRUE(k == WorkKind::W ||
-                        (k != WorkKind::F && stage == 0));
+            EXPECT_TRUE(k == WorkKind::W || (k != WorkKind::F && stage == 0));
           }
           // Every input but W's (off the chain) names its reader back.
           std::optional<Work> p = nominalProducer(w, S);
