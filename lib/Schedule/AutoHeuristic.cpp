@@ -26,6 +26,8 @@
 #include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/Schedule/Verify.h"
 
+#include "Deps.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -412,30 +414,22 @@ double replayZbCost(const std::vector<std::vector<Work>> &orders,
         const int s = w.stage, j = w.mb;
         if (s < 0 || s >= S || j < 0 || j >= m)
           return -1;
-        double ready = 0;
-        if (w.kind == WorkKind::F) {
-          if (s > 0) {
-            double e = eF[(size_t)(s - 1) * m + j];
-            if (e < 0)
-              break;
-            ready = pl.rank(0, s - 1) == r ? e : e + cost.tcomm;
-          }
-        } else if (w.kind == WorkKind::B) {
-          double own = eF[(size_t)s * m + j];
-          if (own < 0)
-            break;
-          if (s < S - 1) {
-            double e = eB[(size_t)(s + 1) * m + j];
-            if (e < 0)
-              break;
-            ready = pl.rank(0, s + 1) == r ? e : e + cost.tcomm;
-          }
-        } else if (w.kind == WorkKind::W) {
-          if (eB[(size_t)s * m + j] < 0)
-            break;
-        } else {
+        if (w.kind == WorkKind::BW)
           return -1;
-        }
+        // Its predecessors (the dependency rule, Deps.h) have run; a
+        // remote one's output arrives tcomm after its end.
+        double ready = 0;
+        auto waitFor = [&](const Work &d, detail::DepRole) {
+          const std::vector<double> &ends = d.kind == WorkKind::F ? eF : eB;
+          double e = ends[(size_t)d.stage * m + d.mb];
+          if (e < 0)
+            return false;
+          ready =
+              std::max(ready, pl.rank(0, d.stage) == r ? e : e + cost.tcomm);
+          return true;
+        };
+        if (!detail::forEachPredecessor(w, S, waitFor))
+          break;
         double start = std::max(now[r], ready);
         double end = start + cost.timeOf(w.kind, s);
         if (first[r] < 0)

@@ -27,6 +27,8 @@
 #include "pipeforge/Schedule/AutoScheduler.h"
 #include "pipeforge/Schedule/Verify.h"
 
+#include "Deps.h"
+
 #include "CbcModel.hpp"
 #include "CglGomory.hpp"
 #include "CglMixedIntegerRounding2.hpp"
@@ -39,6 +41,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <vector>
 
 namespace pipeforge::sched::detail {
@@ -79,7 +82,9 @@ AutoResult autoIlp(const AutoOptions &opts, AutoResult start,
     return pl.rank(0, a) == pl.rank(0, b) ? 0.0 : c.tcomm;
   };
 
-  // Precedence edges (u -> v, lag = comm) and their transitive closure.
+  // Precedence edges (u -> v, lag = comm) and their transitive closure:
+  // each pass's input (the dependency rule, Deps.h; a B's saved F is
+  // implied by its input), then the microbatch order (R1).
   struct Edge {
     int u, v;
     double lag;
@@ -87,15 +92,12 @@ AutoResult autoIlp(const AutoOptions &opts, AutoResult start,
   std::vector<Edge> edges;
   for (int s = 0; s < S; ++s)
     for (int j = 0; j < m; ++j) {
-      if (s > 0)
-        edges.push_back({id(WorkKind::F, s - 1, j), id(WorkKind::F, s, j),
-                         comm(s - 1, s)});
-      if (s < S - 1)
-        edges.push_back({id(WorkKind::B, s + 1, j), id(WorkKind::B, s, j),
-                         comm(s + 1, s)});
-      else
-        edges.push_back({id(WorkKind::F, s, j), id(WorkKind::B, s, j), 0});
-      edges.push_back({id(WorkKind::B, s, j), id(WorkKind::W, s, j), 0});
+      for (WorkKind k : {WorkKind::F, WorkKind::B, WorkKind::W}) {
+        const Work v(k, s, j);
+        if (std::optional<Work> u = nominalProducer(v, S))
+          edges.push_back({id(u->kind, u->stage, u->mb), id(k, s, j),
+                           comm(u->stage, s)});
+      }
       if (j + 1 < m)
         for (WorkKind k : {WorkKind::F, WorkKind::B, WorkKind::W})
           edges.push_back({id(k, s, j), id(k, s, j + 1), 0});
