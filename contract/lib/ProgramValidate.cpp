@@ -84,6 +84,8 @@ bool resultAllowed(FunctionKind k, ResultRole r) {
   return false;
 }
 
+class FunctionCheck;
+
 class Validator {
 public:
   explicit Validator(const Program &p) : p(p) {}
@@ -113,6 +115,7 @@ private:
   }
 
   const Program &p;
+  friend class FunctionCheck;
 };
 
 Status Validator::settings() {
@@ -347,210 +350,273 @@ Status kernelTypes(const Kernel &kn, const Function &f,
   return Status::error(kname + at + ": " + r.error);
 }
 
-/// SSA form, roles allowed here, indices in range, buffers, kernel types.
-Status Validator::function(const Stage &s, FunctionKind k) {
-  const Function &f = stageFunction(s, k);
-  const std::string w = where(s, k);
-  const int32_t nv = int32_t(f.values.size());
-  auto err = [&](const std::string &m) { return Status::error(w + ": " + m); };
+/// Validator::function's checks of one function, in order: value shapes,
+/// arguments, kernels, results, every value defined, buffers, components.
+/// The first error wins; every message starts with the function's place.
+class FunctionCheck {
+public:
+  FunctionCheck(const Validator &vd, const Stage &s, FunctionKind k)
+      : vd(vd), p(vd.p), s(s), k(k), f(stageFunction(s, k)), w(vd.where(s, k)),
+        nv(int32_t(f.values.size())), def(nv, -1), lastUse(nv, -1) {}
+
+  Status run() {
+    for (Status (FunctionCheck::*phase)() :
+         {&FunctionCheck::shapes, &FunctionCheck::args, &FunctionCheck::kernels,
+          &FunctionCheck::results, &FunctionCheck::allDefined,
+          &FunctionCheck::buffers, &FunctionCheck::components})
+      if (Status st = (this->*phase)(); !st)
+        return st;
+    return Status::ok();
+  }
+
+private:
+  Status err(const std::string &m) const { return Status::error(w + ": " + m); }
+  static std::string vname(int32_t v) { return "value " + std::to_string(v); }
+
+  /// `one(i)` for i in [0, n), up to the first error.
+  Status each(size_t n, Status (FunctionCheck::*one)(size_t)) {
+    for (size_t i = 0; i < n; ++i)
+      if (Status st = (this->*one)(i); !st)
+        return st;
+    return Status::ok();
+  }
+  Status args() { return each(f.args.size(), &FunctionCheck::arg); }
+  Status kernels() { return each(f.kernels.size(), &FunctionCheck::kernel); }
+  Status results() { return each(f.results.size(), &FunctionCheck::result); }
+
+  Status shapes();
+  Status arg(size_t i);
+  Status kernel(size_t ki);
+  Status result(size_t i);
+  Status allDefined();
+  Status buffers();
+  Status components();
+
+  /// Value `v` is defined at `pos` (0: the arguments, k + 1: kernel k) by
+  /// `by`: once, and in range.
+  Status define(int32_t v, int32_t pos, const std::string &by);
+  /// A param argument or a param_grad result (`what`) of param `index`
+  /// whose value is `t`: the param exists, is this stage's, and has t's
+  /// type.
+  Status param(const std::string &what, int32_t index,
+               const TensorType &t) const;
+  /// A stash or wstash slot `index` (`what`) among `count`.
+  Status slot(const std::string &what, int32_t index, int32_t count,
+              bool wstash) const;
+
+  const Validator &vd;
+  const Program &p;
+  const Stage &s;
+  const FunctionKind k;
+  const Function &f;
+  const std::string w;
+  const int32_t nv;
+  std::vector<int32_t> def;     ///< position: 0 = args, k+1 = kernel k
+  std::vector<int32_t> lastUse; ///< the last position that reads it
+  std::set<std::pair<int, int>> argSeen, resSeen;
+};
+
+Status FunctionCheck::shapes() {
   for (int32_t v = 0; v < nv; ++v)
     if (!goodShape(f.values[v].shape))
       return err("value " + std::to_string(v) + " has shape " +
                  str(f.values[v]) + " (dimensions must be positive)");
-  std::vector<int32_t> def(nv, -1); // position: 0 = args, k+1 = kernel k
-  std::vector<int32_t> lastUse(nv, -1);
-  auto vname = [](int32_t v) { return "value " + std::to_string(v); };
-  auto define = [&](int32_t v, int32_t pos, const std::string &by) -> Status {
+  return Status::ok();
+}
+
+Status FunctionCheck::define(int32_t v, int32_t pos, const std::string &by) {
+  if (v < 0 || v >= nv)
+    return err(by + " defines " + vname(v) + ", out of range (" +
+               std::to_string(nv) + " values)");
+  if (def[v] >= 0)
+    return err(by + " defines " + vname(v) + " again");
+  def[v] = pos;
+  lastUse[v] = pos;
+  return Status::ok();
+}
+
+Status FunctionCheck::param(const std::string &what, int32_t index,
+                            const TensorType &t) const {
+  if (index < 0 || index >= int32_t(p.params.size()))
+    return err(what + ": param index out of range (" +
+               std::to_string(p.params.size()) + " params)");
+  const Param &pr = p.params[index];
+  if (pr.copy != s.copy || pr.stage != s.index)
+    return err(what + ": " + vd.paramName(index) + " belongs to stage " +
+               std::to_string(pr.stage) + " (copy " + std::to_string(pr.copy) +
+               ")");
+  if (!sameType(t, pr.type))
+    return err(what + ": value is " + str(t) + " but " + vd.paramName(index) +
+               " is " + str(pr.type));
+  return Status::ok();
+}
+
+Status FunctionCheck::slot(const std::string &what, int32_t index,
+                           int32_t count, bool wstash) const {
+  if (index < 0 || index >= count)
+    return err(what +
+               (wstash ? ": wstash slot out of range (num_wstash "
+                       : ": stash slot out of range (num_stash ") +
+               std::to_string(count) + ")");
+  return Status::ok();
+}
+
+/// Argument i: its role allowed here, bound once, and what its role asks.
+Status FunctionCheck::arg(size_t i) {
+  const ArgBinding &a = f.args[i];
+  std::string an = "argument " + std::to_string(i) + " (" +
+                   argRoleName(a.role) + " " + std::to_string(a.index) + ")";
+  if (!argAllowed(k, a.role))
+    return err(an + ": role " + argRoleName(a.role) + " is not allowed in " +
+               functionKindName(k));
+  if (!argSeen.insert({int(a.role), a.index}).second)
+    return err(an + ": bound twice");
+  if (Status st = define(a.value, 0, an); !st)
+    return st;
+  const TensorType &t = f.values[a.value];
+  switch (a.role) {
+  case ArgRole::Param:
+    return param(an, a.index, t);
+  case ArgRole::Stash:
+    return slot(an, a.index, s.numStash, false);
+  case ArgRole::WStash:
+    return slot(an, a.index, s.numWStash, true);
+  case ArgRole::Tokens:
+  case ArgRole::Targets: {
+    if (a.role == ArgRole::Tokens && s.index != 0)
+      return err(an + ": only stage 0 takes tokens");
+    if (a.role == ArgRole::Targets && !vd.isLast(s))
+      return err(an + ": only the last stage takes targets");
+    if (a.index != 0)
+      return err(an + ": index must be 0");
+    std::vector<int64_t> want = {p.model.microbatchSize, p.model.seqLen};
+    if (t.dtype != DType::I32 || t.shape != want)
+      return err(an + ": value is " + str(t) + ", expected i32[" +
+                 std::to_string(want[0]) + "x" + std::to_string(want[1]) + "]");
+    break;
+  }
+  case ArgRole::Activation:
+    if (s.index == 0)
+      return err(an + ": stage 0 has no activation input");
+    if (a.index < 0)
+      return err(an + ": negative index");
+    break;
+  case ArgRole::GradIn:
+    if (a.index < 0)
+      return err(an + ": negative index");
+    if (vd.isLast(s) &&
+        (a.index != 0 || t.numElements() != 1 || t.dtype != DType::F32))
+      return err(an +
+                 ": on the last stage grad_in is the scalar loss seed "
+                 "(index 0, one f32 element), got " +
+                 str(t));
+    break;
+  }
+  return Status::ok();
+}
+
+/// Kernel ki: an op name, finite attributes, inputs defined before, outputs
+/// defined once, and the types its op's rules take.
+Status FunctionCheck::kernel(size_t ki) {
+  const Kernel &kn = f.kernels[ki];
+  std::string kname = "kernel " + std::to_string(ki);
+  if (kn.op.empty())
+    return err(kname + ": empty op name");
+  kname += " (" + kn.op + ")";
+  for (const auto &[name, v] : kn.attrs) {
+    if (name.empty())
+      return err(kname + ": attribute with an empty name");
+    if (auto *d = std::get_if<double>(&v); d && !std::isfinite(*d))
+      return err(kname + ": attribute " + name + " is not finite");
+  }
+  int32_t pos = int32_t(ki) + 1;
+  for (size_t ii = 0; ii < kn.inputs.size(); ++ii) {
+    int32_t v = kn.inputs[ii];
+    if (v == -1)
+      continue;
     if (v < 0 || v >= nv)
-      return err(by + " defines " + vname(v) + ", out of range (" +
-                 std::to_string(nv) + " values)");
-    if (def[v] >= 0)
-      return err(by + " defines " + vname(v) + " again");
-    def[v] = pos;
+      return err(kname + " input " + std::to_string(ii) + " reads " + vname(v) +
+                 ", out of range (" + std::to_string(nv) + " values)");
+    if (def[v] < 0)
+      return err("kernel " + std::to_string(ki) + " reads " + vname(v) +
+                 " before it is defined");
     lastUse[v] = pos;
-    return Status::ok();
-  };
-  // Arguments.
-  std::set<std::pair<int, int>> argSeen;
-  for (size_t i = 0; i < f.args.size(); ++i) {
-    const ArgBinding &a = f.args[i];
-    std::string an = "argument " + std::to_string(i) + " (" +
-                     argRoleName(a.role) + " " + std::to_string(a.index) + ")";
-    if (!argAllowed(k, a.role))
-      return err(an + ": role " + argRoleName(a.role) + " is not allowed in " +
-                 functionKindName(k));
-    if (!argSeen.insert({int(a.role), a.index}).second)
-      return err(an + ": bound twice");
-    if (Status st = define(a.value, 0, an); !st)
+  }
+  for (size_t oi = 0; oi < kn.outputs.size(); ++oi) {
+    int32_t v = kn.outputs[oi];
+    if (v == -1)
+      continue;
+    if (Status st = define(v, pos, kname + " output " + std::to_string(oi));
+        !st)
       return st;
-    const TensorType &t = f.values[a.value];
-    switch (a.role) {
-    case ArgRole::Param:
-      if (a.index < 0 || a.index >= int32_t(p.params.size()))
-        return err(an + ": param index out of range (" +
-                   std::to_string(p.params.size()) + " params)");
-      if (p.params[a.index].copy != s.copy ||
-          p.params[a.index].stage != s.index)
-        return err(an + ": " + paramName(a.index) + " belongs to stage " +
-                   std::to_string(p.params[a.index].stage) + " (copy " +
-                   std::to_string(p.params[a.index].copy) + ")");
-      if (!sameType(t, p.params[a.index].type))
-        return err(an + ": value is " + str(t) + " but " + paramName(a.index) +
-                   " is " + str(p.params[a.index].type));
-      break;
-    case ArgRole::Stash:
-      if (a.index < 0 || a.index >= s.numStash)
-        return err(an + ": stash slot out of range (num_stash " +
-                   std::to_string(s.numStash) + ")");
-      break;
-    case ArgRole::WStash:
-      if (a.index < 0 || a.index >= s.numWStash)
-        return err(an + ": wstash slot out of range (num_wstash " +
-                   std::to_string(s.numWStash) + ")");
-      break;
-    case ArgRole::Tokens:
-    case ArgRole::Targets: {
-      if (a.role == ArgRole::Tokens && s.index != 0)
-        return err(an + ": only stage 0 takes tokens");
-      if (a.role == ArgRole::Targets && !isLast(s))
-        return err(an + ": only the last stage takes targets");
-      if (a.index != 0)
-        return err(an + ": index must be 0");
-      std::vector<int64_t> want = {p.model.microbatchSize, p.model.seqLen};
-      if (t.dtype != DType::I32 || t.shape != want)
-        return err(an + ": value is " + str(t) + ", expected i32[" +
-                   std::to_string(want[0]) + "x" + std::to_string(want[1]) +
-                   "]");
-      break;
-    }
-    case ArgRole::Activation:
-      if (s.index == 0)
-        return err(an + ": stage 0 has no activation input");
-      if (a.index < 0)
-        return err(an + ": negative index");
-      break;
-    case ArgRole::GradIn:
-      if (a.index < 0)
-        return err(an + ": negative index");
-      if (isLast(s) &&
-          (a.index != 0 || t.numElements() != 1 || t.dtype != DType::F32))
-        return err(an +
-                   ": on the last stage grad_in is the scalar loss seed "
-                   "(index 0, one f32 element), got " +
-                   str(t));
-      break;
-    }
   }
-  // Kernels.
-  for (size_t ki = 0; ki < f.kernels.size(); ++ki) {
-    const Kernel &kn = f.kernels[ki];
-    std::string kname = "kernel " + std::to_string(ki);
-    if (kn.op.empty())
-      return err(kname + ": empty op name");
-    kname += " (" + kn.op + ")";
-    for (const auto &[name, v] : kn.attrs) {
-      if (name.empty())
-        return err(kname + ": attribute with an empty name");
-      if (auto *d = std::get_if<double>(&v); d && !std::isfinite(*d))
-        return err(kname + ": attribute " + name + " is not finite");
-    }
-    int32_t pos = int32_t(ki) + 1;
-    for (size_t ii = 0; ii < kn.inputs.size(); ++ii) {
-      int32_t v = kn.inputs[ii];
-      if (v == -1)
-        continue;
-      if (v < 0 || v >= nv)
-        return err(kname + " input " + std::to_string(ii) + " reads " +
-                   vname(v) + ", out of range (" + std::to_string(nv) +
-                   " values)");
-      if (def[v] < 0)
-        return err("kernel " + std::to_string(ki) + " reads " + vname(v) +
-                   " before it is defined");
-      lastUse[v] = pos;
-    }
-    for (size_t oi = 0; oi < kn.outputs.size(); ++oi) {
-      int32_t v = kn.outputs[oi];
-      if (v == -1)
-        continue;
-      if (Status st = define(v, pos, kname + " output " + std::to_string(oi));
-          !st)
-        return st;
-    }
-    if (Status st = kernelTypes(kn, f, kname); !st)
-      return err(st.message());
-  }
-  // Results.
+  if (Status st = kernelTypes(kn, f, kname); !st)
+    return err(st.message());
+  return Status::ok();
+}
+
+/// Result i: its role allowed here, bound once, a defined value, and what
+/// its role asks. Its value lives to the end.
+Status FunctionCheck::result(size_t i) {
   const int32_t end = int32_t(f.kernels.size()) + 1;
-  std::set<std::pair<int, int>> resSeen;
-  for (size_t i = 0; i < f.results.size(); ++i) {
-    const ResultBinding &r = f.results[i];
-    std::string rn = "result " + std::to_string(i) + " (" +
-                     resultRoleName(r.role) + " " + std::to_string(r.index) +
-                     ")";
-    if (!resultAllowed(k, r.role))
-      return err(rn + ": role " + resultRoleName(r.role) +
-                 " is not allowed in " + functionKindName(k));
-    if (!resSeen.insert({int(r.role), r.index}).second)
-      return err(rn + ": bound twice");
-    if (r.value < 0 || r.value >= nv)
-      return err(rn + ": " + vname(r.value) + " out of range (" +
-                 std::to_string(nv) + " values)");
-    if (def[r.value] < 0)
-      return err(rn + " returns " + vname(r.value) +
-                 ", which is never defined");
-    lastUse[r.value] = end;
-    const TensorType &t = f.values[r.value];
-    switch (r.role) {
-    case ResultRole::ParamGrad:
-      if (r.index < 0 || r.index >= int32_t(p.params.size()))
-        return err(rn + ": param index out of range (" +
-                   std::to_string(p.params.size()) + " params)");
-      if (p.params[r.index].copy != s.copy ||
-          p.params[r.index].stage != s.index)
-        return err(rn + ": " + paramName(r.index) + " belongs to stage " +
-                   std::to_string(p.params[r.index].stage) + " (copy " +
-                   std::to_string(p.params[r.index].copy) + ")");
-      if (!sameType(t, p.params[r.index].type))
-        return err(rn + ": value is " + str(t) + " but " + paramName(r.index) +
-                   " is " + str(p.params[r.index].type));
-      break;
-    case ResultRole::Stash:
-      if (r.index < 0 || r.index >= s.numStash)
-        return err(rn + ": stash slot out of range (num_stash " +
-                   std::to_string(s.numStash) + ")");
-      break;
-    case ResultRole::WStash:
-      if (r.index < 0 || r.index >= s.numWStash)
-        return err(rn + ": wstash slot out of range (num_wstash " +
-                   std::to_string(s.numWStash) + ")");
-      break;
-    case ResultRole::Loss:
-      if (!isLast(s))
-        return err(rn + ": only the last stage returns the loss");
-      if (r.index != 0 || t.numElements() != 1 || t.dtype != DType::F32)
-        return err(rn + ": the loss is one f32 element at index 0, got " +
-                   str(t));
-      break;
-    case ResultRole::Activation:
-      if (isLast(s))
-        return err(rn + ": the last stage sends no activation");
-      if (r.index < 0)
-        return err(rn + ": negative index");
-      break;
-    case ResultRole::GradOut:
-      if (r.index < 0)
-        return err(rn + ": negative index");
-      break;
-    }
+  const ResultBinding &r = f.results[i];
+  std::string rn = "result " + std::to_string(i) + " (" +
+                   resultRoleName(r.role) + " " + std::to_string(r.index) + ")";
+  if (!resultAllowed(k, r.role))
+    return err(rn + ": role " + resultRoleName(r.role) + " is not allowed in " +
+               functionKindName(k));
+  if (!resSeen.insert({int(r.role), r.index}).second)
+    return err(rn + ": bound twice");
+  if (r.value < 0 || r.value >= nv)
+    return err(rn + ": " + vname(r.value) + " out of range (" +
+               std::to_string(nv) + " values)");
+  if (def[r.value] < 0)
+    return err(rn + " returns " + vname(r.value) + ", which is never defined");
+  lastUse[r.value] = end;
+  const TensorType &t = f.values[r.value];
+  switch (r.role) {
+  case ResultRole::ParamGrad:
+    return param(rn, r.index, t);
+  case ResultRole::Stash:
+    return slot(rn, r.index, s.numStash, false);
+  case ResultRole::WStash:
+    return slot(rn, r.index, s.numWStash, true);
+  case ResultRole::Loss:
+    if (!vd.isLast(s))
+      return err(rn + ": only the last stage returns the loss");
+    if (r.index != 0 || t.numElements() != 1 || t.dtype != DType::F32)
+      return err(rn + ": the loss is one f32 element at index 0, got " +
+                 str(t));
+    break;
+  case ResultRole::Activation:
+    if (vd.isLast(s))
+      return err(rn + ": the last stage sends no activation");
+    if (r.index < 0)
+      return err(rn + ": negative index");
+    break;
+  case ResultRole::GradOut:
+    if (r.index < 0)
+      return err(rn + ": negative index");
+    break;
   }
+  return Status::ok();
+}
+
+Status FunctionCheck::allDefined() {
   for (int32_t v = 0; v < nv; ++v)
     if (def[v] < 0)
       return err(vname(v) + " is never defined");
   // Arguments are bound to storage outside the function (parameters,
   // stash, received messages): their buffers are never reused.
+  const int32_t end = int32_t(f.kernels.size()) + 1;
   for (const ArgBinding &a : f.args)
     lastUse[a.value] = end;
-  // Buffers.
+  return Status::ok();
+}
+
+/// Every value in a buffer it fits; values that share a buffer are never
+/// live at once.
+Status FunctionCheck::buffers() {
   if (f.buffer.size() != size_t(nv))
     return err("buffer assignment has " + std::to_string(f.buffer.size()) +
                " entries for " + std::to_string(nv) + " values");
@@ -584,45 +650,54 @@ Status Validator::function(const Stage &s, FunctionKind k) {
         return err(vname(m[i - 1]) + " and " + vname(m[i]) + " share buffer " +
                    std::to_string(b) + " but are live at the same time");
   }
-  // Components (optional): known kinds, tiling the kernel list in order,
-  // layers in the stage's order (forward ascending, backward descending).
-  if (!f.components.empty()) {
-    const int32_t nk = int32_t(f.kernels.size());
-    const bool fwd = k == FunctionKind::Forward;
-    int32_t at = 0;
-    for (size_t i = 0; i < f.components.size(); ++i) {
-      const ComponentRange &c = f.components[i];
-      std::string cn = "component " + std::to_string(i) + " (" + c.kind +
-                       " layer " + std::to_string(c.layer) + ", kernels [" +
-                       std::to_string(c.begin) + ", " + std::to_string(c.end) +
-                       "))";
-      if (c.kind != "attn" && c.kind != "mlp")
-        return err(cn + ": unknown kind \"" + c.kind + "\" (attn, mlp)");
-      if (c.layer < 0)
-        return err(cn + ": negative layer");
-      if (c.begin != at)
-        return err(cn + ": starts at kernel " + std::to_string(c.begin) +
-                   " but the previous component ends at " + std::to_string(at) +
-                   " (components must tile the kernels in order)");
-      if (c.end <= c.begin || c.end > nk)
-        return err(cn + ": empty or past the last kernel (" +
-                   std::to_string(nk) + " kernels)");
-      if (i > 0) {
-        int32_t prev = f.components[i - 1].layer;
-        if (fwd ? c.layer < prev : c.layer > prev)
-          return err(cn + ": layer " + std::to_string(c.layer) + " after " +
-                     std::to_string(prev) + " (layers must be " +
-                     (fwd ? "non-decreasing in forward"
-                          : "non-increasing in a backward function") +
-                     ")");
-      }
-      at = c.end;
-    }
-    if (at != nk)
-      return err("components cover kernels [0, " + std::to_string(at) +
-                 ") of " + std::to_string(nk));
-  }
   return Status::ok();
+}
+
+/// Components (optional): known kinds, tiling the kernel list in order,
+/// layers in the stage's order (forward ascending, backward descending).
+Status FunctionCheck::components() {
+  if (f.components.empty())
+    return Status::ok();
+  const int32_t nk = int32_t(f.kernels.size());
+  const bool fwd = k == FunctionKind::Forward;
+  int32_t at = 0;
+  for (size_t i = 0; i < f.components.size(); ++i) {
+    const ComponentRange &c = f.components[i];
+    std::string cn = "component " + std::to_string(i) + " (" + c.kind +
+                     " layer " + std::to_string(c.layer) + ", kernels [" +
+                     std::to_string(c.begin) + ", " + std::to_string(c.end) +
+                     "))";
+    if (c.kind != "attn" && c.kind != "mlp")
+      return err(cn + ": unknown kind \"" + c.kind + "\" (attn, mlp)");
+    if (c.layer < 0)
+      return err(cn + ": negative layer");
+    if (c.begin != at)
+      return err(cn + ": starts at kernel " + std::to_string(c.begin) +
+                 " but the previous component ends at " + std::to_string(at) +
+                 " (components must tile the kernels in order)");
+    if (c.end <= c.begin || c.end > nk)
+      return err(cn + ": empty or past the last kernel (" + std::to_string(nk) +
+                 " kernels)");
+    if (i > 0) {
+      int32_t prev = f.components[i - 1].layer;
+      if (fwd ? c.layer < prev : c.layer > prev)
+        return err(cn + ": layer " + std::to_string(c.layer) + " after " +
+                   std::to_string(prev) + " (layers must be " +
+                   (fwd ? "non-decreasing in forward"
+                        : "non-increasing in a backward function") +
+                   ")");
+    }
+    at = c.end;
+  }
+  if (at != nk)
+    return err("components cover kernels [0, " + std::to_string(at) + ") of " +
+               std::to_string(nk));
+  return Status::ok();
+}
+
+/// SSA form, roles allowed here, indices in range, buffers, kernel types.
+Status Validator::function(const Stage &s, FunctionKind k) {
+  return FunctionCheck(*this, s, k).run();
 }
 
 /// Stash / W-stash / activation-gradient wiring between a stage's functions.
