@@ -1,0 +1,275 @@
+//===- RunOptions.cpp - pipeforge-run's table of flags --------------------===//
+//
+// One table (kFlags) lists every flag of pipeforge-run in the order the
+// usage text shows them: the name, what it takes, where its value goes and
+// where it stands in the usage text. parseRunOptions reads argv through it
+// (a value out of its range or not among its words is an error naming the
+// flag, as the flag is read), then checks the options that depend on each
+// other; printRunUsage writes the usage text from it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "RunOptions.h"
+
+#include "pipeforge/Support/Numeric.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <variant>
+
+namespace pipeforge::rt::driver {
+
+namespace {
+
+/// A flag whose value needs more than a range or a list of words: returns
+/// why the value is wrong, or nullopt after storing it.
+using Setter = std::optional<std::string> (*)(RunOptions &,
+                                              const std::string &value);
+
+/// Where a flag's value goes: a switch (set to true), an integer, a number,
+/// text (any, or one of the words of Flag::words), or a Setter.
+using Field =
+    std::variant<bool RunOptions::*, int64_t RunOptions::*,
+                 double RunOptions::*, std::string RunOptions::*, Setter>;
+
+/// Where a flag stands in the usage text.
+enum class Place {
+  Line,   ///< begins a line: [--flag VALUE]
+  Next,   ///< after the previous flag on its line
+  Inside, ///< within the previous flag's brackets: [--a X [--b]]
+  Hidden, ///< not shown (-h, --help)
+};
+
+struct Flag {
+  const char *name;
+  /// The value in the usage text (nullptr: a switch). For a text flag with
+  /// `words`, the only values it takes, separated by '|'.
+  const char *value;
+  Place place;
+  Field field;
+  /// The closed range of an integer or a number.
+  double lo = 0, hi = 0;
+  bool words = false;
+};
+
+/// --inject-nan STEP:MB (and PIPEFORGE_INJECT_NAN).
+std::optional<std::string> setInjectNan(RunOptions &o, const std::string &v) {
+  long long a = 0, b = 0;
+  char tail = 0;
+  if (std::sscanf(v.c_str(), "%lld:%lld%c", &a, &b, &tail) != 2 || a < 1 ||
+      b < 0 || a > kMaxSteps || b > (1 << 30))
+    return std::string("--inject-nan / PIPEFORGE_INJECT_NAN needs STEP:MB "
+                       "(STEP >= 1, MB >= 0)");
+  o.nanStep = a;
+  o.nanMb = b;
+  return std::nullopt;
+}
+
+std::optional<std::string> setLrSchedule(RunOptions &o, const std::string &v) {
+  auto kind = parseLrScheduleKind(v);
+  if (!kind)
+    return "--lr-schedule: " + kind.message();
+  o.lrScheduleKind = *kind;
+  return std::nullopt;
+}
+
+using O = RunOptions;
+constexpr double kSteps = double(kMaxSteps);
+
+// Every flag, in the order of the usage text.
+const Flag kFlags[] = {
+    {"--steps", "K", Place::Next, &O::steps, 0, kSteps},
+    {"--lr", "X", Place::Next, &O::lr, 0, 1e6},
+    {"--optimizer", "adamw|sgd", Place::Line, &O::optimizer, 0, 0, true},
+    {"--max-grad-norm", "X", Place::Next, &O::maxGradNorm, 0, 1e30},
+    {"--zero", "0|1", Place::Next, &O::zero, 0, 1},
+    {"--weight-decay", "X", Place::Line, &O::weightDecay, 0, 1e6},
+    {"--decay-all", nullptr, Place::Inside, &O::decayAll},
+    {"--lr-schedule", "constant|linear|cosine", Place::Line, setLrSchedule},
+    {"--warmup-steps", "N", Place::Next, &O::warmupSteps, 0, kSteps},
+    {"--decay-steps", "N", Place::Line, &O::decaySteps, 1, kSteps},
+    {"--min-lr", "X", Place::Next, &O::minLr, 0, 1e6},
+    {"--data", "synthetic|pattern|FILE|PREFIX", Place::Line, &O::data},
+    {"--trace", "FILE", Place::Next, &O::tracePath},
+    {"--doc-mask", nullptr, Place::Line, &O::docMask},
+    {"--eos", "ID", Place::Inside, &O::eos, 0, double((int64_t(1) << 31) - 1)},
+    {"--dump-weights", "FILE", Place::Line, &O::dumpPath},
+    // 0: wait forever.
+    {"--comm-timeout", "SECONDS", Place::Next, &O::commTimeout, 0, 1e6},
+    {"--init-from", "HF_MODEL_DIR", Place::Line, &O::initFrom},
+    {"--save-hf", "DIR", Place::Next, &O::saveHf},
+    {"--recv-lookahead", "N", Place::Line, &O::recvLookahead, 0, 1 << 20},
+    {"--quiet", nullptr, Place::Next, &O::quiet},
+    {"--no-fuse", nullptr, Place::Next, &O::noFuse},
+    {"--memory-report", nullptr, Place::Next, &O::memoryReport},
+    {"--print-placement", nullptr, Place::Line, &O::printPlacement},
+    {"--rank-layout", "pp-fastest|dp-fastest", Place::Next, &O::rankLayout, 0,
+     0, true},
+    {"--checkpoint-dir", "DIR", Place::Line, &O::checkpointDir},
+    {"--save-every", "K", Place::Inside, &O::saveEvery, 0, kSteps},
+    {"--resume", nullptr, Place::Inside, &O::resume},
+    {"--optimizer-sync", "sync|post-validation", Place::Line, &O::optimizerSync,
+     0, 0, true},
+    {"--clip", "X", Place::Next, &O::maxGradNorm, 0, 1e30},
+    {"--skip-step", "K", Place::Line, &O::skipStep, 0, kSteps},
+    {"--inject-nan", "STEP:MB", Place::Next, setInjectNan},
+    {"--backend", "cpu|cpu-device|cuda", Place::Line, &O::backend, 0, 0, true},
+    {"--precision", "fp32|bf16", Place::Next, &O::precision, 0, 0, true},
+    {"--device", "K", Place::Line, &O::device, 0, 1023},
+    {"--local-ranks", "N", Place::Next, &O::localRanks, 1, 4096},
+    {"--transport", "mpi|nccl", Place::Next, &O::transport, 0, 0, true},
+    {"--async-compute", nullptr, Place::Line, &O::asyncCompute},
+    {"--device-collectives", nullptr, Place::Next, &O::deviceCollectives},
+    {"--overlap-grad-reduce", "on|off", Place::Line, &O::overlapGradReduce, 0,
+     0, true},
+    {"--grad-bucket-mb", "X", Place::Next, &O::gradBucketMb, 0, 1 << 20},
+    {"-h", nullptr, Place::Hidden, &O::help},
+    {"--help", nullptr, Place::Hidden, &O::help},
+};
+
+const Flag *findFlag(const std::string &name) {
+  for (const Flag &f : kFlags)
+    if (name == f.name)
+      return &f;
+  return nullptr;
+}
+
+/// "a|b|c" as "a, b or c".
+std::string wordList(const std::string &words) {
+  std::string out;
+  size_t at = 0;
+  while (true) {
+    size_t bar = words.find('|', at);
+    std::string w = words.substr(at, bar == std::string::npos ? bar : bar - at);
+    if (!out.empty())
+      out += bar == std::string::npos ? " or " : ", ";
+    out += w;
+    if (bar == std::string::npos)
+      return out;
+    at = bar + 1;
+  }
+}
+
+bool isOneOf(const std::string &v, const std::string &words) {
+  return ("|" + words + "|").find("|" + v + "|") != std::string::npos;
+}
+
+/// Stores `v`, the value of the flag `f`, or says why it is wrong.
+std::optional<std::string> setValue(const Flag &f, const std::string &v,
+                                    RunOptions &o) {
+  const std::string name = f.name;
+  if (auto *n = std::get_if<int64_t O::*>(&f.field))
+    return parseIntOption(name, v, int64_t(f.lo), int64_t(f.hi), o.**n);
+  if (auto *x = std::get_if<double O::*>(&f.field))
+    return parseNumberOption(name, v, {f.lo, f.hi}, o.**x);
+  if (auto *set = std::get_if<Setter>(&f.field))
+    return (*set)(o, v);
+  if (f.words && !isOneOf(v, f.value))
+    return name + " must be " + wordList(f.value);
+  o.*std::get<std::string O::*>(f.field) = v;
+  return std::nullopt;
+}
+
+/// Reads the flag `f` at argv[i] (and its value, argv[i + 1]).
+std::optional<std::string> readFlag(const Flag &f, int argc, char **argv,
+                                    int &i, RunOptions &o) {
+  if (auto *on = std::get_if<bool O::*>(&f.field)) {
+    o.**on = true;
+    return std::nullopt;
+  }
+  if (i + 1 >= argc)
+    return "option " + std::string(f.name) + " needs a value";
+  return setValue(f, argv[++i], o);
+}
+
+/// An argument that is not a flag: the program file.
+std::optional<std::string> readProgramPath(const std::string &arg,
+                                           bool embedded, RunOptions &o) {
+  if (!arg.empty() && arg[0] == '-')
+    return "unknown option '" + arg + "'";
+  if (embedded)
+    return "unexpected argument '" + arg +
+           "': this executable carries its program";
+  if (!o.progPath.empty())
+    return "more than one program file";
+  o.progPath = arg;
+  return std::nullopt;
+}
+
+/// The options that depend on each other (each alone is already checked).
+std::optional<std::string> checkCombinations(RunOptions &o) {
+  o.lrSchedule.kind = o.lrScheduleKind;
+  o.lrSchedule.warmupSteps = o.warmupSteps;
+  o.lrSchedule.decaySteps = o.decaySteps < 0 ? o.steps : o.decaySteps;
+  o.lrSchedule.minLr = o.minLr;
+  if (Status s = checkLrSchedule(o.lrSchedule, o.lr); !s)
+    return "--lr-schedule: " + s.message() +
+           " (--warmup-steps, --decay-steps, --min-lr)";
+  if (o.zero != 0 && o.optimizer != "adamw")
+    return std::string(
+        "--zero 1 shards optimizer state: it needs --optimizer adamw");
+  if (o.optimizerSync == "post-validation" && o.optimizer != "adamw")
+    return std::string(
+        "--optimizer-sync post-validation needs --optimizer adamw");
+  if ((o.saveEvery != 0 || o.resume) && o.checkpointDir.empty())
+    return std::string("--save-every and --resume need --checkpoint-dir");
+  if (o.precision != "fp32" && o.backend != "cuda")
+    return std::string("--precision bf16 needs --backend cuda");
+  if (o.localRanks > 0 && !o.transport.empty())
+    return std::string("--local-ranks runs every rank in this process; it "
+                       "takes no --transport");
+  if (o.deviceCollectives && o.backend != "cpu-device")
+    return std::string("--device-collectives needs --backend cpu-device (the "
+                       "NCCL transport reduces on the GPU by itself)");
+  if (o.transport == "nccl" && o.backend != "cuda")
+    return std::string("--transport nccl needs --backend cuda");
+  return std::nullopt;
+}
+
+} // namespace
+
+std::optional<std::string> parseRunOptions(int argc, char **argv, bool embedded,
+                                           RunOptions &out) {
+  if (const char *e = std::getenv("PIPEFORGE_INJECT_NAN"))
+    if (auto err = setInjectNan(out, e))
+      return err;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const Flag *f = findFlag(arg);
+    auto err = f ? readFlag(*f, argc, argv, i, out)
+                 : readProgramPath(arg, embedded, out);
+    if (err || out.help)
+      return err;
+  }
+  if (embedded)
+    out.progPath = argv[0]; // for messages: the executable holds the program
+  else if (out.progPath.empty())
+    return std::string("no program file");
+  return checkCombinations(out);
+}
+
+void printRunUsage(std::FILE *to) {
+  std::string text = "usage: [mpirun -np N] pipeforge-run PROGRAM.pfp";
+  const size_t n = sizeof kFlags / sizeof kFlags[0];
+  auto shown = [](const Flag &f) {
+    return std::string("[") + f.name + (f.value ? " " : "") +
+           (f.value ? f.value : "");
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const Flag &f = kFlags[i];
+    if (f.place == Place::Hidden || f.place == Place::Inside)
+      continue;
+    text += f.place == Place::Line ? "\n         " : " ";
+    text += shown(f);
+    for (size_t j = i + 1; j < n && kFlags[j].place == Place::Inside; ++j)
+      text += " " + shown(kFlags[j]) + "]";
+    text += "]";
+  }
+  text += "\n"
+          "       pipeforge-run --compare-weights A B [--rtol R] [--atol A]\n"
+          "  (an executable from pipeforge-compile --emit exe takes the same\n"
+          "  options without PROGRAM.pfp)\n";
+  std::fputs(text.c_str(), to);
+}
+
+} // namespace pipeforge::rt::driver
