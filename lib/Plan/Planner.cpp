@@ -339,28 +339,27 @@ struct SweepHooks {
   /// it and splits the setups it shows.
   bool splitPipelineComm = true;
 };
-} // namespace
 
-/// Evaluates one setup for every ZeRO stage in `zeros` (they share the
-/// schedule and its times unless the automatic scheduler's memory limit
-/// depends on the stage: callers pass one stage for Auto). With
-/// `pruneAbove`, the automatic scheduler is not run when a lower bound of
-/// the step time exceeds it: the result is then empty. The bound, for a
-/// linear placement: rank s cannot start before the first microbatch's F
-/// has crossed stages 0..s-1, runs m passes of F, B and W, and after its
-/// last B that microbatch's B still crosses stages s-1..0; the gradient
-/// all-reduce follows.
-static Expected<std::vector<Candidate>>
-evaluateZeros(const ModelCosts &model, const Cluster &cluster,
-              const PlanOptions &opts, ScheduleKind kind, int pp, int b,
-              Layout layout, int t, int e, Recompute recompute,
-              const std::vector<int> &recomputeStages,
-              const std::vector<int> &zeros, const SweepHooks &hooks = {}) {
-  const double pruneAbove = hooks.pruneAbove;
-  ScheduleCache *schedules = hooks.schedules;
-  const int L = static_cast<int>(model.layers.size());
-  const char *name = sched::scheduleKindName(kind);
-  if (L == 0)
+/// The degrees that follow from a setup, checked against the model, the
+/// cluster and the global batch.
+struct Degrees {
+  const char *name = nullptr; ///< the schedule's
+  int L = 0;                  ///< layers
+  int d = 0;                  ///< data-parallel ranks
+  int dE = 0;                 ///< replicas of an expert shard (d / e)
+  int m = 0;                  ///< microbatches per pipeline
+  int chunks = 0;             ///< chunks per rank the generators take
+  int S = 0;                  ///< stages per model copy
+};
+
+Expected<Degrees> checkDegrees(const ModelCosts &model, const Cluster &cluster,
+                               const PlanOptions &opts, ScheduleKind kind,
+                               int pp, int b, int t, int e) {
+  Degrees g;
+  g.L = static_cast<int>(model.layers.size());
+  g.name = sched::scheduleKindName(kind);
+  const std::string name = g.name;
+  if (g.L == 0)
     return Status::error("the model has no layers");
   if (Status st = checkTensorDegree(model, cluster, t); !st)
     return st;
@@ -370,39 +369,74 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
                          " does not divide " + fmtInt(cluster.gpus) + " GPUs");
   if (b < 1)
     return Status::error("microbatch size must be >= 1");
-  const int d = cluster.gpus / (pp * t);
-  if (Status st = checkExpertDegree(model, e, d); !st)
+  g.d = cluster.gpus / (pp * t);
+  if (Status st = checkExpertDegree(model, e, g.d); !st)
     return st;
-  const int dE = d / e; // replicas of an expert shard
-  if (opts.globalBatch < 1 || opts.globalBatch % (int64_t(d) * b) != 0)
+  g.dE = g.d / e;
+  if (opts.globalBatch < 1 || opts.globalBatch % (int64_t(g.d) * b) != 0)
     return Status::error(
         "global batch " + fmtInt(opts.globalBatch) +
-        " is not a multiple of dp x microbatch = " + fmtInt(int64_t(d) * b));
-  const int64_t m64 = opts.globalBatch / (int64_t(d) * b);
+        " is not a multiple of dp x microbatch = " + fmtInt(int64_t(g.d) * b));
+  const int64_t m64 = opts.globalBatch / (int64_t(g.d) * b);
   if (m64 > 1000000)
     return Status::error("too many microbatches (" + fmtInt(m64) + ")");
-  const int m = static_cast<int>(m64);
-  const int chunks = std::max(2, opts.chunksPerRank);
-  const int S = stagesFor(kind, pp, chunks);
-  if (S > L)
-    return Status::error(std::string(name) + " with pp=" + fmtInt(pp) +
-                         " needs " + fmtInt(S) + " stages but the model has " +
-                         fmtInt(L) + " layers");
-  if (m < sched::minMicrobatches(kind, pp, chunks))
-    return Status::error(std::string(name) + " with pp=" + fmtInt(pp) +
-                         " needs at least " +
-                         fmtInt(sched::minMicrobatches(kind, pp, chunks)) +
-                         " microbatches, got " + fmtInt(m));
-  const double optimizerPerParam =
-      std::max(0.0, opts.stateBytesPerParam - opts.weightBytesPerParam -
-                        opts.gradStateBytesPerParam);
+  g.m = static_cast<int>(m64);
+  g.chunks = std::max(2, opts.chunksPerRank);
+  g.S = stagesFor(kind, pp, g.chunks);
+  if (g.S > g.L)
+    return Status::error(name + " with pp=" + fmtInt(pp) + " needs " +
+                         fmtInt(g.S) + " stages but the model has " +
+                         fmtInt(g.L) + " layers");
+  if (g.m < sched::minMicrobatches(kind, pp, g.chunks))
+    return Status::error(name + " with pp=" + fmtInt(pp) + " needs at least " +
+                         fmtInt(sched::minMicrobatches(kind, pp, g.chunks)) +
+                         " microbatches, got " + fmtInt(g.m));
+  return g;
+}
 
-  // Links. Tensor-parallel groups fill nodes first (tensor index fastest in
-  // the GPU numbering), so pipelines and replicas see nodes of
-  // GPUs-per-node / t. The d data-parallel ranks are (replica, expert)
-  // pairs, numbered as the runtime's rank layouts do (docs/multi-node.md):
-  // pp-in-node ((replica x e + expert) x p + pipeline) x t + tensor,
-  // dp-in-node ((pipeline x e + expert) x d/e + replica) x t + tensor.
+/// Where a setup's groups sit (one node or several) and the bandwidths of
+/// their links, each at the achieved fraction of its kind of transfer.
+struct Links {
+  bool ppInterNode = false, dpInterNode = false;
+  int e = 1;                       ///< the expert group's size
+  int epLocal = 1;                 ///< of its ranks, those on one node
+  int expertReplicasLocal = 1;     ///< replicas of an expert shard on one node
+  int epNodes = 1;                 ///< the nodes an expert group spans
+  double intraBw = 0, interBw = 0; ///< NVLink and network, bytes/s
+  double ppBw = 0, dpBw = 0, expertDpBw = 0;
+  double allToAllEfficiency = 1;
+
+  /// The time of one expert all-to-all of `lc` in which a rank sends
+  /// `bytes`. Of what a rank sends, (local - 1) / e goes over NVLink and
+  /// (e - local) / e over the network, at once. Under group-limited routing
+  /// whose groups sit on nodes (nodeLimit), a row crosses the network once
+  /// per distinct remote node and NVLink forwards it (nodeLimitedRows): the
+  /// two links at once.
+  double allToAll(double bytes, const LayerCost &lc) const {
+    const double eff = allToAllEfficiency;
+    const int limit = nodeLimit(lc.routingGroups, lc.groupsPerToken, epNodes);
+    if (limit > 0 && lc.topK > 0) {
+      DispatchRows rows = nodeLimitedRows(lc.topK, epNodes, epLocal, limit);
+      const double row = bytes / lc.topK;
+      return std::max(row * rows.nvlink / (intraBw * eff),
+                      row * rows.network / (interBw * eff));
+    }
+    double intra = bytes * (epLocal - 1) / e / (intraBw * eff);
+    double inter =
+        epLocal < e ? bytes * (e - epLocal) / e / (interBw * eff) : 0;
+    return std::max(intra, inter);
+  }
+};
+
+/// Tensor-parallel groups fill nodes first (tensor index fastest in the GPU
+/// numbering), so pipelines and replicas see nodes of GPUs-per-node / t.
+/// The d data-parallel ranks are (replica, expert) pairs, numbered as the
+/// runtime's rank layouts do (docs/multi-node.md):
+/// pp-in-node ((replica x e + expert) x p + pipeline) x t + tensor,
+/// dp-in-node ((pipeline x e + expert) x d/e + replica) x t + tensor.
+Links placeLinks(const Cluster &cluster, Layout layout, int pp, int t, int e,
+                 const Degrees &g) {
+  const int d = g.d, dE = g.dE;
   const bool multiNode = cluster.gpus > cluster.gpusPerNode;
   const int nodeSize = std::max(1, cluster.gpusPerNode / t);
   // How many of `count` ranks `spacing` GPUs apart share a node.
@@ -413,197 +447,260 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
                ? 1
                : std::min<int>(count, int(cluster.gpusPerNode / spacing));
   };
-  Candidate c;
-  c.kind = kind;
-  c.schedule = name;
-  c.pp = pp;
-  c.dp = d;
-  c.tp = t;
-  c.ep = e;
-  c.recompute = recompute;
-  c.microbatchSize = b;
-  c.microbatches = m;
-  c.stages = S;
-  c.layout = layout;
-  int epLocal = e, expertReplicasLocal = dE;
+  Links k;
+  k.e = e;
+  k.epLocal = e;
+  k.expertReplicasLocal = dE;
   if (multiNode) {
     if (layout == Layout::PipelineInNode) {
-      c.ppInterNode = pp > nodeSize;
-      c.dpInterNode = d > 1;
-      epLocal = perNode(int64_t(pp) * t, e);
-      expertReplicasLocal = perNode(int64_t(pp) * t * e, dE);
+      k.ppInterNode = pp > nodeSize;
+      k.dpInterNode = d > 1;
+      k.epLocal = perNode(int64_t(pp) * t, e);
+      k.expertReplicasLocal = perNode(int64_t(pp) * t * e, dE);
     } else if (layout == Layout::DataInNode) {
-      c.dpInterNode = d > nodeSize;
-      c.ppInterNode = pp > 1;
-      epLocal = perNode(int64_t(dE) * t, e);
-      expertReplicasLocal = perNode(t, dE);
+      k.dpInterNode = d > nodeSize;
+      k.ppInterNode = pp > 1;
+      k.epLocal = perNode(int64_t(dE) * t, e);
+      k.expertReplicasLocal = perNode(t, dE);
     } else {
       // ((pipeline x d/e + replica) x e + expert) x t + tensor.
-      c.dpInterNode = d > nodeSize;
-      c.ppInterNode = pp > 1;
-      epLocal = perNode(t, e);
-      expertReplicasLocal = perNode(int64_t(e) * t, dE);
+      k.dpInterNode = d > nodeSize;
+      k.ppInterNode = pp > 1;
+      k.epLocal = perNode(t, e);
+      k.expertReplicasLocal = perNode(int64_t(e) * t, dE);
     }
   }
-  c.epInterNode = epLocal < e;
-  c.epNodes = (e + epLocal - 1) / epLocal;
-  if (e > 1)
-    for (const LayerCost &lc : model.layers)
+  k.epNodes = (e + k.epLocal - 1) / k.epLocal;
+  k.intraBw = cluster.intraNodeGBps * 1e9;
+  k.interBw = cluster.interNodeGBps * 1e9;
+  k.ppBw = (k.ppInterNode ? k.interBw : k.intraBw) * cluster.p2pEfficiency;
+  k.dpBw =
+      (k.dpInterNode ? k.interBw : k.intraBw) * cluster.allReduceEfficiency;
+  k.expertDpBw = (k.expertReplicasLocal < dE ? k.interBw : k.intraBw) *
+                 cluster.allReduceEfficiency;
+  k.allToAllEfficiency = cluster.allToAllEfficiency;
+  return k;
+}
+
+/// One setup as evaluateZeros models it: its inputs and what follows from
+/// them.
+struct Setup {
+  const ModelCosts &model;
+  const Cluster &cluster;
+  const PlanOptions &opts;
+  ScheduleKind kind;
+  int pp, b, t, e;
+  Degrees g;
+  Links links;
+};
+
+/// The candidate's setup and placement, before any time or memory.
+Candidate describeSetup(const Setup &su, Layout layout, Recompute recompute) {
+  Candidate c;
+  c.kind = su.kind;
+  c.schedule = su.g.name;
+  c.pp = su.pp;
+  c.dp = su.g.d;
+  c.tp = su.t;
+  c.ep = su.e;
+  c.recompute = recompute;
+  c.microbatchSize = su.b;
+  c.microbatches = su.g.m;
+  c.stages = su.g.S;
+  c.layout = layout;
+  c.ppInterNode = su.links.ppInterNode;
+  c.dpInterNode = su.links.dpInterNode;
+  c.epInterNode = su.links.epLocal < su.e;
+  c.epNodes = su.links.epNodes;
+  if (su.e > 1)
+    for (const LayerCost &lc : su.model.layers)
       if (lc.topK > 0 && lc.routingGroups > 0)
         c.epNodeLimit =
             nodeLimit(lc.routingGroups, lc.groupsPerToken, c.epNodes);
-  // Link bandwidths, each at the achieved fraction of its kind of transfer.
-  const double intraBw = cluster.intraNodeGBps * 1e9;
-  const double interBw = cluster.interNodeGBps * 1e9;
-  const double ppBw =
-      (c.ppInterNode ? interBw : intraBw) * cluster.p2pEfficiency;
-  const double dpBw =
-      (c.dpInterNode ? interBw : intraBw) * cluster.allReduceEfficiency;
-  const double expertDpBw = (expertReplicasLocal < dE ? interBw : intraBw) *
-                            cluster.allReduceEfficiency;
-  // An all-to-all over the expert group: of what a rank sends, (local - 1)
-  // / e goes over NVLink and (e - local) / e over the network, at once.
-  // Under group-limited routing whose groups sit on nodes (nodeLimit), a
-  // row crosses the network once per distinct remote node and NVLink
-  // forwards it (nodeLimitedRows): the two links at once.
-  auto allToAll = [&](double bytes, const LayerCost &lc) {
-    const double eff = cluster.allToAllEfficiency;
-    const int limit =
-        nodeLimit(lc.routingGroups, lc.groupsPerToken, c.epNodes);
-    if (limit > 0 && lc.topK > 0) {
-      DispatchRows rows =
-          nodeLimitedRows(lc.topK, c.epNodes, epLocal, limit);
-      const double row = bytes / lc.topK;
-      return std::max(row * rows.nvlink / (intraBw * eff),
-                      row * rows.network / (interBw * eff));
-    }
-    double intra = bytes * (epLocal - 1) / e / (intraBw * eff);
-    double inter =
-        epLocal < e ? bytes * (e - epLocal) / e / (interBw * eff) : 0;
-    return std::max(intra, inter);
-  };
+  return c;
+}
 
-  // Per-layer times on one tensor-parallel rank, and the optimal cut of
-  // their sum into S stages.
-  // DualPipe's overlapped F&B pairs run one microbatch's all-to-alls while
-  // the other computes: in a pair only what exceeds the pair's compute
-  // stays exposed. The pairs are the steady phase (step 4): per direction
-  // C/2 - p + h + 1 of a rank's C/2 forwards (DualPipeV: C - 2p + h + 1 of
-  // C), h the rank's distance from the end, averaged over the ranks;
-  // warm-up and drain run unpaired.
-  double overlapped = 0;
-  if (e > 1 &&
-      (kind == ScheduleKind::DualPipe || kind == ScheduleKind::DualPipeV)) {
-    double pairs, passes;
-    if (kind == ScheduleKind::DualPipe) {
-      passes = m / 2.0;
-      pairs = passes - pp + 1 + (pp / 2.0 - 1) / 2;
-    } else {
-      passes = m;
-      pairs = passes - 2.0 * pp + 1 + (pp - 1) / 2.0;
-    }
-    overlapped = std::clamp(pairs / passes, 0.0, 1.0);
+/// The fraction of the expert all-to-alls that DualPipe's overlapped F&B
+/// pairs run beside the other microbatch's compute: in a pair only what
+/// exceeds the pair's compute stays exposed. The pairs are the steady phase
+/// (step 4): per direction C/2 - p + h + 1 of a rank's C/2 forwards
+/// (DualPipeV: C - 2p + h + 1 of C), h the rank's distance from the end,
+/// averaged over the ranks; warm-up and drain run unpaired.
+double overlappedAllToAll(const Setup &su) {
+  const int pp = su.pp, m = su.g.m;
+  if (su.e <= 1 ||
+      (su.kind != ScheduleKind::DualPipe && su.kind != ScheduleKind::DualPipeV))
+    return 0;
+  double pairs, passes;
+  if (su.kind == ScheduleKind::DualPipe) {
+    passes = m / 2.0;
+    pairs = passes - pp + 1 + (pp / 2.0 - 1) / 2;
+  } else {
+    passes = m;
+    pairs = passes - 2.0 * pp + 1 + (pp - 1) / 2.0;
   }
-  auto runsUnder = [&](Recompute rc) {
-    std::vector<LayerRun> runs =
-        layerRuns(model, cluster, opts, t, e, rc, b, allToAll);
-    for (LayerRun &r : runs) {
-      const double a2a = r.epF + r.epB;
-      if (overlapped <= 0 || a2a <= 0)
-        continue;
-      const double excess = std::max(0.0, a2a - (r.f + r.b + r.w + r.rc));
-      const double keep = (1 - overlapped) + overlapped * excess / a2a;
-      r.epF *= keep;
-      r.epB *= keep;
-    }
-    return runs;
-  };
-  // With recomputation on some stages only, the layers are cut as without
-  // it and those stages' layers then recompute.
+  return std::clamp(pairs / passes, 0.0, 1.0);
+}
+
+/// Per-layer times on one tensor-parallel rank under `rc`, the all-to-alls
+/// DualPipe overlaps taken out.
+std::vector<LayerRun> runsUnder(const Setup &su, Recompute rc) {
+  const Links &k = su.links;
+  std::vector<LayerRun> runs =
+      layerRuns(su.model, su.cluster, su.opts, su.t, su.e, rc, su.b,
+                [&k](double bytes, const LayerCost &lc) {
+                  return k.allToAll(bytes, lc);
+                });
+  const double overlapped = overlappedAllToAll(su);
+  for (LayerRun &r : runs) {
+    const double a2a = r.epF + r.epB;
+    if (overlapped <= 0 || a2a <= 0)
+      continue;
+    const double excess = std::max(0.0, a2a - (r.f + r.b + r.w + r.rc));
+    const double keep = (1 - overlapped) + overlapped * excess / a2a;
+    r.epF *= keep;
+    r.epB *= keep;
+  }
+  return runs;
+}
+
+/// The layers' runs and their cut into stages.
+struct LayerPlan {
+  std::vector<LayerRun> runs;
+  partition::StageCut cut;
+  /// The stages that recompute (sorted) when not all do; else empty.
+  std::vector<int> recomputeStages;
+  int first(int s) const { return cut.firstLayer(s); }
+  int end(int s) const { return cut.firstLayer(s) + cut.sizes[s]; }
+};
+
+/// The optimal cut of the per-layer times into S stages. With
+/// recomputation on some stages only, the layers are cut as without it and
+/// those stages' layers then recompute.
+Expected<LayerPlan> planLayers(const Setup &su, Recompute recompute,
+                               const std::vector<int> &recomputeStages) {
+  const int S = su.g.S;
   std::vector<int> rcOnly = recomputeStages;
   std::sort(rcOnly.begin(), rcOnly.end());
   rcOnly.erase(std::unique(rcOnly.begin(), rcOnly.end()), rcOnly.end());
   for (int s : rcOnly)
     if (s < 0 || s >= S)
       return Status::error("recompute stage " + fmtInt(s) + " is not one of " +
-                           std::string(name) + "'s " + fmtInt(S) +
+                           std::string(su.g.name) + "'s " + fmtInt(S) +
                            " stages (0.." + fmtInt(S - 1) + ")");
   const bool partial = recompute != Recompute::None && !rcOnly.empty();
-  std::vector<LayerRun> runs = runsUnder(partial ? Recompute::None : recompute);
+  LayerPlan lp;
+  lp.runs = runsUnder(su, partial ? Recompute::None : recompute);
   std::vector<double> layerTime;
-  layerTime.reserve(L);
-  for (const LayerRun &r : runs)
+  layerTime.reserve(su.g.L);
+  for (const LayerRun &r : lp.runs)
     layerTime.push_back(r.total());
   auto cut = partition::partitionBalanced(layerTime, S);
   if (!cut)
     return cut.status();
-  c.layerSplit = cut->sizes;
+  lp.cut = cut.take();
   if (partial) {
-    std::vector<LayerRun> redo = runsUnder(recompute);
+    std::vector<LayerRun> redo = runsUnder(su, recompute);
     for (int s : rcOnly)
-      for (int l = cut->firstLayer(s); l < cut->firstLayer(s) + cut->sizes[s];
-           ++l)
-        runs[l] = redo[l];
-    c.recomputeStages = rcOnly;
+      for (int l = lp.first(s), end = lp.end(s); l < end; ++l)
+        lp.runs[l] = redo[l];
+    lp.recomputeStages = rcOnly;
   }
+  return lp;
+}
 
-  // Model state bytes of `dense` replicated and `experts` expert-shard
-  // parameters: weights and gradients, and the optimizer state. ZeRO-1
-  // shards it over the runtime's data-parallel group, the d / e replicas
-  // of an expert rank (pipeforge-run --zero 1), for dense and expert
-  // parameters alike: the expert ranks are not in that group.
-  // With PlanOptions::zeroDenseOverAll (Megatron's distributed optimizer,
-  // DeepSeek-V3) the dense parameters' state is sharded over all d ranks.
-  auto optimizerBytes = [&](double dense, double experts, int zero) {
+/// Model state bytes of `dense` replicated and `experts` expert-shard
+/// parameters: weights and gradients, and the optimizer state. ZeRO-1
+/// shards it over the runtime's data-parallel group, the d / e replicas
+/// of an expert rank (pipeforge-run --zero 1), for dense and expert
+/// parameters alike: the expert ranks are not in that group.
+/// With PlanOptions::zeroDenseOverAll (Megatron's distributed optimizer,
+/// DeepSeek-V3) the dense parameters' state is sharded over all d ranks.
+struct MemoryModel {
+  explicit MemoryModel(const Setup &su)
+      : opts(su.opts), d(su.g.d), dE(su.g.dE),
+        optimizerPerParam(std::max(0.0, opts.stateBytesPerParam -
+                                            opts.weightBytesPerParam -
+                                            opts.gradStateBytesPerParam)) {}
+
+  double optimizerBytes(double dense, double experts, int zero) const {
     if (!zero)
       return optimizerPerParam * (dense + experts);
     return optimizerPerParam *
            (dense / (opts.zeroDenseOverAll ? d : dE) + experts / dE);
-  };
-  // Ring all-reduce of `params` gradients over n replicas.
-  auto ring = [&](int n, double params, double bw) {
-    return n > 1 ? 2.0 * (n - 1) / n * params * opts.gradBytesPerParam / bw
-                 : 0.0;
-  };
-  // One layer's bucket: its dense gradients over d replicas, its expert
-  // shards' over d / e (GradReduce.h).
-  auto layerReduce = [&](int l) {
-    const LayerCost &lc = model.layers[l];
-    const double expert = std::min(lc.expertParams, lc.params);
-    return ring(d, (lc.params - expert) / t, dpBw) +
-           ring(dE, expert / (double(t) * e), expertDpBw);
-  };
-  auto stateBytes = [&](double dense, double experts, int zero) {
+  }
+  double stateBytes(double dense, double experts, int zero) const {
     return (dense + experts) *
                (opts.weightBytesPerParam + opts.gradStateBytesPerParam) +
            optimizerBytes(dense, experts, zero);
-  };
+  }
 
-  // Stage costs (per microbatch of b sequences, per tensor-parallel rank).
+  const PlanOptions &opts;
+  const int d, dE;
+  const double optimizerPerParam;
+};
+
+/// The data-parallel gradient all-reduces: dense gradients over d
+/// replicas, expert shards' over d / e.
+struct GradRing {
+  explicit GradRing(const Setup &su) : su(su) {}
+
+  /// Ring all-reduce of `params` gradients over n replicas.
+  double ring(int n, double params, double bw) const {
+    return n > 1 ? 2.0 * (n - 1) / n * params * su.opts.gradBytesPerParam / bw
+                 : 0.0;
+  }
+  /// `dense` replicated and `experts` expert-shard parameters' gradients.
+  double reduce(double dense, double experts) const {
+    return ring(su.g.d, dense, su.links.dpBw) +
+           ring(su.g.dE, experts, su.links.expertDpBw);
+  }
+  /// One layer's bucket (GradReduce.h).
+  double layerReduce(int l) const {
+    const LayerCost &lc = su.model.layers[l];
+    const double expert = std::min(lc.expertParams, lc.params);
+    return reduce((lc.params - expert) / su.t, expert / (double(su.t) * su.e));
+  }
+
+  const Setup &su;
+};
+
+/// Stage costs (per microbatch of b sequences, per tensor-parallel rank),
+/// the parameters each stage holds and the step's sums over the stages.
+struct StageCosts {
   sched::CostModel cost;
-  // Parameters per stage on one rank: the dense ones (replicated over the
-  // d ranks) and the expert shards (replicated over d / e).
-  std::vector<double> stageParams(S, 0), stageExperts(S, 0);
-  double maxBoundary = 0, computeSum = 0, tpSum = 0, epSum = 0, rcSum = 0;
-  double transient = 0; // largest rematerialisation during one B
+  /// Parameters per stage on one rank: all, and of them the expert shards
+  /// (the dense ones are replicated over the d ranks, the expert shards
+  /// over d / e).
+  std::vector<double> params, experts;
+  double computeSum = 0, tpSum = 0, epSum = 0, rcSum = 0;
+  double transient = 0; ///< largest rematerialisation during one B
+};
+
+StageCosts stageCosts(const Setup &su, const LayerPlan &lp) {
+  const int S = su.g.S, t = su.t, e = su.e, b = su.b;
+  StageCosts sc;
+  sched::CostModel &cost = sc.cost;
+  sc.params.assign(S, 0);
+  sc.experts.assign(S, 0);
+  double maxBoundary = 0;
   for (int s = 0; s < S; ++s) {
     double f = 0, bi = 0, w = 0, mb = 0, mbFull = 0, mw = 0, params = 0,
            experts = 0;
-    int first = cut->firstLayer(s);
-    for (int l = first; l < first + cut->sizes[s]; ++l) {
-      const LayerRun &r = runs[l];
+    for (int l = lp.first(s), end = lp.end(s); l < end; ++l) {
+      const LayerRun &r = lp.runs[l];
       f += r.f + r.tpF + r.epF;
       bi += r.b + r.tpB + r.epB + r.rc;
       w += r.w;
       mb += r.memB;
       mbFull += r.memBFull;
       mw += r.memW;
-      computeSum += r.f + r.b + r.w;
-      tpSum += r.tpF + r.tpB;
-      epSum += r.epF + r.epB;
-      rcSum += r.rc;
-      transient = std::max(transient, r.memBFull - r.memB);
-      const LayerCost &lc = model.layers[l];
+      sc.computeSum += r.f + r.b + r.w;
+      sc.tpSum += r.tpF + r.tpB;
+      sc.epSum += r.epF + r.epB;
+      sc.rcSum += r.rc;
+      sc.transient = std::max(sc.transient, r.memBFull - r.memB);
+      const LayerCost &lc = su.model.layers[l];
       const double expert = std::min(lc.expertParams, lc.params);
       params += (lc.params - expert) / t;
       experts += expert / (double(t) * e);
@@ -615,216 +712,259 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
     // W keeps M_W; with recomputation B rebuilds it (B then allocates
     // M_W - M_B when that is positive).
     cost.memWStage.push_back(std::min(mw, mbFull));
-    stageParams[s] = params + experts;
-    stageExperts[s] = experts;
+    sc.params[s] = params + experts;
+    sc.experts[s] = experts;
     // With sequence parallelism each tensor-parallel rank sends its 1/t of
     // the boundary activation.
     if (s + 1 < S)
-      maxBoundary =
-          std::max(maxBoundary,
-                   b * model.layers[first + cut->sizes[s] - 1].outputBytes / t);
+      maxBoundary = std::max(
+          maxBoundary, b * su.model.layers[lp.end(s) - 1].outputBytes / t);
   }
-  cost.tcomm = pp > 1 ? maxBoundary / ppBw : 0;
-  c.commTime = cost.tcomm;
+  cost.tcomm = su.pp > 1 ? maxBoundary / su.links.ppBw : 0;
+  return sc;
+}
 
-  // The schedule.
-  sched::Schedule generated;
-  const sched::Schedule *schedule = &generated;
-  if (kind == ScheduleKind::Auto) {
-    if (!opts.autoScheduler)
-      return Status::error("auto: no automatic scheduler is built in");
-    // The activation budget: what memory leaves after the model state of the
-    // fullest rank (a linear placement, stage s on rank s).
-    const int zero = zeros.empty() ? 0 : zeros.front();
-    double pipeBound = 0, gradBound = 0, maxState = 0, fill = 0, drain = 0;
-    // Per stage: the earliest its last B can end (from stage s on), the
-    // earliest all its work can be done, and the B time before it.
-    std::vector<double> lastB(S, 0), busyEnd(S, 0), drains(S, 0);
+/// What the automatic scheduler is measured against before it runs.
+struct AutoBound {
+  double step = 0;     ///< a lower bound of the step time
+  double maxState = 0; ///< the model state of the fullest rank
+};
+
+/// The bound, for a linear placement (stage s on rank s): rank s cannot
+/// start before the first microbatch's F has crossed stages 0..s-1, runs m
+/// passes of F, B and W, and after its last B that microbatch's B still
+/// crosses stages s-1..0; the gradient all-reduce follows.
+AutoBound autoBound(const Setup &su, const LayerPlan &lp, const StageCosts &sc,
+                    int zero) {
+  const int S = su.g.S, m = su.g.m;
+  const sched::CostModel &cost = sc.cost;
+  const MemoryModel mem(su);
+  const GradRing grad(su);
+  AutoBound out;
+  double pipeBound = 0, gradBound = 0, fill = 0, drain = 0;
+  // Per stage: the earliest its last B can end (from stage s on), the
+  // earliest all its work can be done, and the B time before it.
+  std::vector<double> lastB(S, 0), busyEnd(S, 0), drains(S, 0);
+  for (int s = 0; s < S; ++s) {
+    const double tf = cost.tfStage[s], tb = cost.tbStage[s],
+                 tw = cost.twStage[s];
+    pipeBound = std::max(
+        pipeBound, fill + std::max(m * (tf + tb + tw), m * (tf + tb) + drain));
+    // Stage s's last B, and with it the way back to every earlier stage.
+    drains[s] = drain;
+    busyEnd[s] = fill + m * (tf + tb + tw);
+    for (int r = 0; r <= s; ++r)
+      lastB[r] = std::max(lastB[r], fill + m * (tf + tb) + drain - drains[r]);
+    fill += tf + cost.tcomm;
+    drain += tb + cost.tcomm;
+    const double dense = sc.params[s] - sc.experts[s];
+    if (su.opts.gradOverlap == GradOverlap::Off)
+      gradBound = std::max(gradBound, grad.reduce(dense, sc.experts[s]));
+    out.maxState =
+        std::max(out.maxState, mem.stateBytes(dense, sc.experts[s], zero));
+  }
+  if (su.opts.gradOverlap != GradOverlap::Off) {
+    // Overlapped (GradReduce.cpp), a stage's buckets are ready no earlier
+    // than the start of its last W (or BW). That work ends after the
+    // stage's last B and after all the stage's work, and lasts tw (tb +
+    // tw for a BW). The buckets queue one after another on the rank's
+    // link (one stage per rank in the linear placement).
     for (int s = 0; s < S; ++s) {
-      const double tf = cost.tfStage[s], tb = cost.tbStage[s],
-                   tw = cost.twStage[s];
-      pipeBound = std::max(pipeBound, fill + std::max(m * (tf + tb + tw),
-                                                      m * (tf + tb) + drain));
-      // Stage s's last B, and with it the way back to every earlier stage.
-      drains[s] = drain;
-      busyEnd[s] = fill + m * (tf + tb + tw);
-      for (int r = 0; r <= s; ++r)
-        lastB[r] = std::max(lastB[r], fill + m * (tf + tb) + drain - drains[r]);
-      fill += tf + cost.tcomm;
-      drain += tb + cost.tcomm;
-      const double dense = stageParams[s] - stageExperts[s];
-      if (opts.gradOverlap == GradOverlap::Off)
-        gradBound =
-            std::max(gradBound, ring(d, dense, dpBw) +
-                                    ring(dE, stageExperts[s], expertDpBw));
-      maxState = std::max(maxState, stateBytes(dense, stageExperts[s], zero));
-    }
-    if (opts.gradOverlap != GradOverlap::Off) {
-      // Overlapped (GradReduce.cpp), a stage's buckets are ready no earlier
-      // than the start of its last W (or BW). That work ends after the
-      // stage's last B and after all the stage's work, and lasts tw (tb +
-      // tw for a BW). The buckets queue one after another on the rank's
-      // link (one stage per rank in the linear placement).
-      for (int s = 0; s < S; ++s) {
-        double all = 0;
-        for (int l = cut->firstLayer(s); l < cut->firstLayer(s) + cut->sizes[s];
-             ++l)
-          all += layerReduce(l);
-        const double tb = cost.tbStage[s], tw = cost.twStage[s];
-        const double lastStart = std::max(lastB[s] - tb, busyEnd[s] - tb - tw);
-        gradBound = std::max(gradBound, lastStart + all - pipeBound);
-      }
-    }
-    // Compared at the ranking's resolution (ns): a bound that equals the
-    // threshold can tie it, and ties go to less memory.
-    if (std::isfinite(pruneAbove) &&
-        std::llround((pipeBound + gradBound) * 1e9) >
-            std::llround(pruneAbove * 1e9))
-      return std::vector<Candidate>{};
-    double limit = cluster.usableBytes() - maxState - transient;
-    if (limit <= 0)
-      return Status::error("auto: the model state alone exceeds the memory");
-    auto s = opts.autoScheduler(pp, m, cost, limit);
-    if (!s)
-      return Status::error(std::string("auto: ") + s.message());
-    generated = s.take();
-  } else {
-    const auto key = std::make_tuple(int(kind), pp, m, chunks);
-    if (auto hit = schedules ? schedules->find(key) : ScheduleCache::iterator();
-        schedules && hit != schedules->end()) {
-      schedule = &hit->second;
-    } else {
-      sched::GenOptions g;
-      g.ranks = pp;
-      g.microbatches = m;
-      g.chunksPerRank = chunks;
-      auto s = sched::generate(kind, g);
-      if (!s)
-        return Status::error(std::string(name) + " with pp=" + fmtInt(pp) +
-                             ", " + fmtInt(m) +
-                             " microbatches: " + s.message());
-      generated = s.take();
-      if (schedules)
-        schedule = &schedules->emplace(key, std::move(generated)).first->second;
+      double all = 0;
+      for (int l = lp.first(s), end = lp.end(s); l < end; ++l)
+        all += grad.layerReduce(l);
+      const double tb = cost.tbStage[s], tw = cost.twStage[s];
+      const double lastStart = std::max(lastB[s] - tb, busyEnd[s] - tb - tw);
+      gradBound = std::max(gradBound, lastStart + all - pipeBound);
     }
   }
-  c.chunks = S * schedule->placement.numCopies / pp;
-  if (schedule->placement.numStages != S)
-    return Status::error(std::string(name) + ": the schedule has " +
-                         fmtInt(schedule->placement.numStages) +
-                         " stages, expected " + fmtInt(S));
+  out.step = pipeBound + gradBound;
+  return out;
+}
 
-  auto sim = sched::simulate(*schedule, cost);
-  if (!sim)
-    return Status::error(std::string(name) +
-                         ": simulation failed: " + sim.message());
+/// The automatic scheduler's schedule, into `out`; null when its step time
+/// bound is above `pruneAbove`. The activation budget: what memory leaves
+/// after the model state of the fullest rank (a linear placement).
+Expected<const sched::Schedule *>
+autoSchedule(const Setup &su, const LayerPlan &lp, const StageCosts &sc,
+             const std::vector<int> &zeros, double pruneAbove,
+             sched::Schedule &out) {
+  if (!su.opts.autoScheduler)
+    return Status::error("auto: no automatic scheduler is built in");
+  const AutoBound bound =
+      autoBound(su, lp, sc, zeros.empty() ? 0 : zeros.front());
+  // Compared at the ranking's resolution (ns): a bound that equals the
+  // threshold can tie it, and ties go to less memory.
+  if (std::isfinite(pruneAbove) &&
+      std::llround(bound.step * 1e9) > std::llround(pruneAbove * 1e9))
+    return static_cast<const sched::Schedule *>(nullptr);
+  double limit = su.cluster.usableBytes() - bound.maxState - sc.transient;
+  if (limit <= 0)
+    return Status::error("auto: the model state alone exceeds the memory");
+  auto s = su.opts.autoScheduler(su.pp, su.g.m, sc.cost, limit);
+  if (!s)
+    return Status::error(std::string("auto: ") + s.message());
+  out = s.take();
+  return &out;
+}
 
-  c.pipelineTime = sim->makespan;
-  c.bubbleRate = sim->bubbleRate;
-  const sched::Placement &pl = schedule->placement;
+/// The generator's schedule: from `cache` (where it then stays) or into
+/// `out`.
+Expected<const sched::Schedule *>
+generatedSchedule(const Setup &su, ScheduleCache *cache, sched::Schedule &out) {
+  const int pp = su.pp, m = su.g.m;
+  const auto key = std::make_tuple(int(su.kind), pp, m, su.g.chunks);
+  if (auto hit = cache ? cache->find(key) : ScheduleCache::iterator();
+      cache && hit != cache->end())
+    return &hit->second;
+  sched::GenOptions g;
+  g.ranks = pp;
+  g.microbatches = m;
+  g.chunksPerRank = su.g.chunks;
+  auto s = sched::generate(su.kind, g);
+  if (!s)
+    return Status::error(std::string(su.g.name) + " with pp=" + fmtInt(pp) +
+                         ", " + fmtInt(m) + " microbatches: " + s.message());
+  out = s.take();
+  if (cache)
+    return &cache->emplace(key, std::move(out)).first->second;
+  return &out;
+}
+
+/// Parameters per pipeline rank (every stage it holds): all, and of them
+/// the expert shards.
+struct RankParams {
+  std::vector<double> params, experts;
+};
+
+RankParams rankParams(const Setup &su, const sched::Placement &pl,
+                      const StageCosts &sc) {
+  RankParams rp{std::vector<double>(su.pp, 0), std::vector<double>(su.pp, 0)};
+  for (int copy = 0; copy < pl.numCopies; ++copy)
+    for (int s = 0; s < su.g.S; ++s) {
+      rp.params[pl.rank(copy, s)] += sc.params[s];
+      rp.experts[pl.rank(copy, s)] += sc.experts[s];
+    }
+  return rp;
+}
+
+/// The gradient reductions: DualPipe's swap of the copies' gradients, the
+/// data-parallel all-reduce of the busiest rank, and what the step sees of
+/// it.
+void reduceGradients(const Setup &su, Candidate &c,
+                     const sched::Schedule &schedule,
+                     const sched::SimResult &sim, const StageCosts &sc,
+                     const LayerPlan &lp, const RankParams &rp) {
+  const sched::Placement &pl = schedule.placement;
+  const GradRing grad(su);
   if (pl.numCopies > 1) {
     // Ranks r and p-1-r swap one copy's stage gradients and sum them.
-    double maxStage = *std::max_element(stageParams.begin(), stageParams.end());
-    c.dualReduceTime = maxStage * opts.gradBytesPerParam / ppBw;
+    double maxStage = *std::max_element(sc.params.begin(), sc.params.end());
+    c.dualReduceTime = maxStage * su.opts.gradBytesPerParam / su.links.ppBw;
   }
-
-  // Parameters per rank (every stage it holds); the gradient all-reduce of
-  // the busiest rank: the dense gradients over d replicas, the expert
-  // shards' over d / e.
-  std::vector<double> rankParams(pp, 0), rankExperts(pp, 0);
-  for (int copy = 0; copy < pl.numCopies; ++copy)
-    for (int s = 0; s < S; ++s) {
-      rankParams[pl.rank(copy, s)] += stageParams[s];
-      rankExperts[pl.rank(copy, s)] += stageExperts[s];
-    }
-  for (int r = 0; r < pp; ++r)
-    c.dpReduceTime = std::max(c.dpReduceTime,
-                              ring(d, rankParams[r] - rankExperts[r], dpBw) +
-                                  ring(dE, rankExperts[r], expertDpBw));
+  for (int r = 0; r < su.pp; ++r)
+    c.dpReduceTime =
+        std::max(c.dpReduceTime,
+                 grad.reduce(rp.params[r] - rp.experts[r], rp.experts[r]));
   // What the step sees of it: the reductions start as the last microbatches'
   // weight gradients are done (GradReduce.h), one bucket per layer.
-  StageBuckets buckets(S);
-  for (int s = 0; s < S; ++s)
-    for (int l = cut->firstLayer(s); l < cut->firstLayer(s) + cut->sizes[s];
-         ++l) {
-      const LayerRun &r = runs[l];
+  StageBuckets buckets(su.g.S);
+  for (int s = 0; s < su.g.S; ++s)
+    for (int l = lp.first(s), end = lp.end(s); l < end; ++l) {
+      const LayerRun &r = lp.runs[l];
       buckets[s].push_back(
-          {r.w, r.b + r.tpB + r.epB + r.rc + r.w, layerReduce(l)});
+          {r.w, r.b + r.tpB + r.epB + r.rc + r.w, grad.layerReduce(l)});
     }
-  const GradReduceTiming grad = gradReduceTiming(
-      *schedule, *sim, buckets, c.dpReduceTime, opts.gradOverlap);
-  c.gradOverlap = pl.numCopies > 1 ? GradOverlap::Off : opts.gradOverlap;
-  c.dpTime = grad.exposed;
-  c.dpTailRank = grad.rank;
-  c.dpOverlapWindow = std::max(0.0, grad.lastCompute - grad.firstReady);
+  const GradReduceTiming timing = gradReduceTiming(
+      schedule, sim, buckets, c.dpReduceTime, su.opts.gradOverlap);
+  c.gradOverlap = pl.numCopies > 1 ? GradOverlap::Off : su.opts.gradOverlap;
+  c.dpTime = timing.exposed;
+  c.dpTailRank = timing.rank;
+  c.dpOverlapWindow = std::max(0.0, timing.lastCompute - timing.firstReady);
+}
+
+/// The step time, its throughput and MFU, and its split. Every microbatch
+/// runs every stage once, so the ranks' busy time adds up to m x the stage
+/// sums; averaged over the p ranks. With `splitPipelineComm` a second
+/// simulation without T_comm splits the idle time.
+Status splitStep(const Setup &su, Candidate &c, const sched::Schedule &schedule,
+                 const StageCosts &sc, bool splitPipelineComm) {
+  const int pp = su.pp, m = su.g.m;
   c.stepTime = c.pipelineTime + c.dualReduceTime + c.dpTime;
   if (c.stepTime > 0) {
     c.tokensPerSecond =
-        double(opts.globalBatch) * double(model.seqLen) / c.stepTime;
+        double(su.opts.globalBatch) * double(su.model.seqLen) / c.stepTime;
     double modelFlops = 0;
-    for (const LayerCost &lc : model.layers)
+    for (const LayerCost &lc : su.model.layers)
       modelFlops += lc.totalFlops();
-    modelFlops *= double(opts.globalBatch);
-    c.mfu = modelFlops /
-            (double(cluster.gpus) * cluster.peakTflops * 1e12 * c.stepTime);
+    modelFlops *= double(su.opts.globalBatch);
+    c.mfu = modelFlops / (double(su.cluster.gpus) * su.cluster.peakTflops *
+                          1e12 * c.stepTime);
   }
-
-  // The step split. Every microbatch runs every stage once, so the ranks'
-  // busy time adds up to m x the stage sums; averaged over the p ranks.
-  c.computeTime = m * computeSum / pp;
-  c.tpCommTime = m * tpSum / pp;
-  c.epCommTime = m * epSum / pp;
-  c.recomputeTime = m * rcSum / pp;
+  c.computeTime = m * sc.computeSum / pp;
+  c.tpCommTime = m * sc.tpSum / pp;
+  c.epCommTime = m * sc.epSum / pp;
+  c.recomputeTime = m * sc.rcSum / pp;
   const double idle =
       std::max(0.0, c.pipelineTime - c.computeTime - c.tpCommTime -
                         c.epCommTime - c.recomputeTime);
-  if (cost.tcomm > 0 && hooks.splitPipelineComm) {
-    sched::CostModel noComm = cost;
+  if (sc.cost.tcomm > 0 && splitPipelineComm) {
+    sched::CostModel noComm = sc.cost;
     noComm.tcomm = 0;
-    auto sim0 = sched::simulate(*schedule, noComm);
+    auto sim0 = sched::simulate(schedule, noComm);
     if (!sim0)
-      return Status::error(std::string(name) +
+      return Status::error(std::string(su.g.name) +
                            ": simulation failed: " + sim0.message());
     c.ppCommTime = std::clamp(c.pipelineTime - sim0->makespan, 0.0, idle);
   }
   c.bubbleTime = idle - c.ppCommTime;
   c.dpCommTime = c.dpTime + c.dualReduceTime;
+  return Status::ok();
+}
 
-  // Memory per rank, per ZeRO stage: model state of every stage it holds +
-  // peak activation (+ the one layer B rematerialises, with recomputation).
+/// Memory per rank, per ZeRO stage: model state of every stage it holds +
+/// peak activation (+ the one layer B rematerialises, with recomputation).
+/// A candidate per stage in `zeros`.
+std::vector<Candidate> sizeMemory(const Setup &su, const Candidate &c,
+                                  const sched::Placement &pl,
+                                  const sched::SimResult &sim,
+                                  const StageCosts &sc, const RankParams &rp,
+                                  const std::vector<int> &zeros) {
+  const MemoryModel mem(su);
+  const double usable = su.cluster.usableBytes();
   std::vector<Candidate> out;
   for (int zero : zeros) {
     Candidate z = c;
     z.zero = zero;
-    std::vector<char> over(pp, 0);
-    for (int r = 0; r < pp; ++r) {
-      const double dense = rankParams[r] - rankExperts[r];
-      double state = stateBytes(dense, rankExperts[r], zero);
-      double act = sim->ranks[r].peakMemory + transient;
+    std::vector<char> over(su.pp, 0);
+    for (int r = 0; r < su.pp; ++r) {
+      const double dense = rp.params[r] - rp.experts[r];
+      double state = mem.stateBytes(dense, rp.experts[r], zero);
+      double act = sim.ranks[r].peakMemory + sc.transient;
       double total = state + act;
-      over[r] = total > cluster.usableBytes();
+      over[r] = total > usable;
       if (total > z.memoryBytes || r == 0) {
         z.memoryBytes = total;
         z.paramBytes = state;
         z.activationBytes = act;
-        z.weightBytes = rankParams[r] * opts.weightBytesPerParam;
-        z.gradBytes = rankParams[r] * opts.gradStateBytesPerParam;
-        z.optimizerBytes = optimizerBytes(dense, rankExperts[r], zero);
+        z.weightBytes = rp.params[r] * su.opts.weightBytesPerParam;
+        z.gradBytes = rp.params[r] * su.opts.gradStateBytesPerParam;
+        z.optimizerBytes = mem.optimizerBytes(dense, rp.experts[r], zero);
       }
     }
-    z.fits = z.memoryBytes <= cluster.usableBytes();
+    z.fits = z.memoryBytes <= usable;
     // DualPipe's second copy: the copy-1 stage a rank holds beside its
     // copy-0 stage.
     if (pl.numCopies > 1)
-      for (int s = 0; s < S; ++s) {
+      for (int s = 0; s < su.g.S; ++s) {
         const double bytes =
-            stateBytes(stageParams[s] - stageExperts[s], stageExperts[s], zero);
+            mem.stateBytes(sc.params[s] - sc.experts[s], sc.experts[s], zero);
         if (bytes > z.secondCopyBytes) {
           z.secondCopyBytes = bytes;
-          z.secondCopyParams = stageParams[s];
+          z.secondCopyParams = sc.params[s];
         }
       }
-    for (int s = 0; s < S; ++s)
+    for (int s = 0; s < su.g.S; ++s)
       for (int copy = 0; copy < pl.numCopies; ++copy)
         if (over[pl.rank(copy, s)]) {
           z.stagesOverMemory.push_back(s);
@@ -833,6 +973,65 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
     out.push_back(std::move(z));
   }
   return out;
+}
+} // namespace
+
+/// Evaluates one setup for every ZeRO stage in `zeros` (they share the
+/// schedule and its times unless the automatic scheduler's memory limit
+/// depends on the stage: callers pass one stage for Auto). With
+/// `pruneAbove`, the automatic scheduler is not run when a lower bound of
+/// the step time exceeds it (autoBound): the result is then empty. The
+/// phases: the degrees and links, the layers' times and their cut into
+/// stages, the stage costs, the schedule and its simulation, the gradient
+/// reductions and the step's split, the memory per ZeRO stage.
+static Expected<std::vector<Candidate>>
+evaluateZeros(const ModelCosts &model, const Cluster &cluster,
+              const PlanOptions &opts, ScheduleKind kind, int pp, int b,
+              Layout layout, int t, int e, Recompute recompute,
+              const std::vector<int> &recomputeStages,
+              const std::vector<int> &zeros, const SweepHooks &hooks = {}) {
+  auto g = checkDegrees(model, cluster, opts, kind, pp, b, t, e);
+  if (!g)
+    return g.status();
+  const Setup su{
+      model, cluster, opts, kind, pp,
+      b,     t,       e,    *g,   placeLinks(cluster, layout, pp, t, e, *g)};
+  Candidate c = describeSetup(su, layout, recompute);
+  auto lp = planLayers(su, recompute, recomputeStages);
+  if (!lp)
+    return lp.status();
+  c.layerSplit = lp->cut.sizes;
+  c.recomputeStages = lp->recomputeStages;
+  const StageCosts sc = stageCosts(su, *lp);
+  c.commTime = sc.cost.tcomm;
+
+  sched::Schedule generated;
+  auto picked =
+      kind == ScheduleKind::Auto
+          ? autoSchedule(su, *lp, sc, zeros, hooks.pruneAbove, generated)
+          : generatedSchedule(su, hooks.schedules, generated);
+  if (!picked)
+    return picked.status();
+  if (!*picked)
+    return std::vector<Candidate>{}; // pruned
+  const sched::Schedule &schedule = **picked;
+  const sched::Placement &pl = schedule.placement;
+  const std::string name = g->name;
+  c.chunks = g->S * pl.numCopies / pp;
+  if (pl.numStages != g->S)
+    return Status::error(name + ": the schedule has " + fmtInt(pl.numStages) +
+                         " stages, expected " + fmtInt(g->S));
+  auto sim = sched::simulate(schedule, sc.cost);
+  if (!sim)
+    return Status::error(name + ": simulation failed: " + sim.message());
+  c.pipelineTime = sim->makespan;
+  c.bubbleRate = sim->bubbleRate;
+
+  const RankParams rp = rankParams(su, pl, sc);
+  reduceGradients(su, c, schedule, *sim, sc, *lp, rp);
+  if (Status st = splitStep(su, c, schedule, sc, hooks.splitPipelineComm); !st)
+    return st;
+  return sizeMemory(su, c, pl, *sim, sc, rp, zeros);
 }
 
 Expected<Candidate> plan::evaluate(const ModelCosts &model,
@@ -863,12 +1062,16 @@ auto rankKey(const Candidate &c) {
       c.recomputeStages.empty() ? c.stages : int(c.recomputeStages.size()),
       c.zero);
 }
-} // namespace
 
-Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
-                                const PlanOptions &opts) {
-  const int L = static_cast<int>(model.layers.size());
-  if (L == 0)
+template <typename T> void sortUnique(std::vector<T> &v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+}
+
+/// The sweep's inputs that no setup can repair.
+Status checkPlanInputs(const ModelCosts &model, const Cluster &cluster,
+                       const PlanOptions &opts) {
+  if (model.layers.empty())
     return Status::error("the model has no layers");
   if (cluster.gpus < 1)
     return Status::error("the cluster has no GPUs");
@@ -879,289 +1082,356 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
   for (int b : opts.microbatchSizes)
     if (b < 1)
       return Status::error("microbatch size " + fmtInt(b) + " must be >= 1");
-
   if (opts.stateBytesPerParam <
       opts.weightBytesPerParam + opts.gradStateBytesPerParam)
     return Status::error("the model state per parameter (" +
                          std::to_string(opts.stateBytesPerParam) +
                          " bytes) is less than its weights and gradients");
+  return Status::ok();
+}
 
-  std::vector<ScheduleKind> kinds =
-      opts.schedules.empty() ? defaultSchedules(bool(opts.autoScheduler))
-                             : opts.schedules;
-  std::set<std::string> skipped;
+/// What the sweep tries, each list sorted and without repeats (the
+/// schedules in the order given).
+struct SweepAxes {
+  std::vector<ScheduleKind> kinds;
+  std::vector<int> tps;
+  /// `none` first: its setups decide the stages a policy is also tried on
+  /// alone (per-stage recomputation).
+  std::vector<Recompute> policies;
+  std::vector<int> zeroStages;
+  /// Interleaved 1F1B once per chunk count v (virtual stages), each with
+  /// its own options (PlanOptions::chunksPerRank is one evaluation's v).
+  std::vector<PlanOptions> chunkOpts;
+  std::vector<int> sizes;
+  std::vector<Layout> layouts;
+};
+
+/// The tensor-parallel degrees: those asked for (the ones the model or the
+/// cluster rule out go to `skipped`), or every one possible.
+std::vector<int> tensorDegrees(const ModelCosts &model, const Cluster &cluster,
+                               const PlanOptions &opts,
+                               std::set<std::string> &skipped) {
   std::vector<int> tps = opts.tensorDegrees;
-  std::sort(tps.begin(), tps.end());
-  tps.erase(std::unique(tps.begin(), tps.end()), tps.end());
+  sortUnique(tps);
   if (tps.empty()) {
     for (int t = 1; t <= cluster.gpusPerNode; ++t)
       if (checkTensorDegree(model, cluster, t) && cluster.gpus % t == 0)
         tps.push_back(t);
-  } else {
-    // Requested degrees the model or the cluster rule out are reported.
-    std::vector<int> ok;
-    for (int t : tps) {
-      if (Status st = checkTensorDegree(model, cluster, t); !st)
-        skipped.insert(st.message());
-      else if (cluster.gpus % t != 0)
-        skipped.insert("tp=" + fmtInt(t) + ": does not divide " +
-                       fmtInt(cluster.gpus) + " GPUs");
-      else
-        ok.push_back(t);
-    }
-    tps = ok;
+    return tps;
   }
-  std::vector<Recompute> policies = opts.recomputePolicies;
-  if (policies.empty()) {
+  std::vector<int> ok;
+  for (int t : tps) {
+    if (Status st = checkTensorDegree(model, cluster, t); !st)
+      skipped.insert(st.message());
+    else if (cluster.gpus % t != 0)
+      skipped.insert("tp=" + fmtInt(t) + ": does not divide " +
+                     fmtInt(cluster.gpus) + " GPUs");
+    else
+      ok.push_back(t);
+  }
+  return ok;
+}
+
+Expected<SweepAxes> sweepAxes(const ModelCosts &model, const Cluster &cluster,
+                              const PlanOptions &opts,
+                              std::set<std::string> &skipped) {
+  SweepAxes a;
+  a.kinds = opts.schedules.empty() ? defaultSchedules(bool(opts.autoScheduler))
+                                   : opts.schedules;
+  a.tps = tensorDegrees(model, cluster, opts, skipped);
+  a.policies = opts.recomputePolicies;
+  if (a.policies.empty()) {
     // Recomputation applies to transformer blocks; without any, the
     // policies are all the same setup.
     bool blocks = std::any_of(
         model.layers.begin(), model.layers.end(),
         [](const LayerCost &l) { return l.kind == LayerKind::Block; });
-    policies = {Recompute::None};
+    a.policies = {Recompute::None};
     if (blocks)
-      policies.insert(policies.end(), {Recompute::Selective, Recompute::Full});
+      a.policies.insert(a.policies.end(),
+                        {Recompute::Selective, Recompute::Full});
   }
-  // `none` first: its setups decide the stages a policy is also tried on
-  // alone (per-stage recomputation).
-  auto sortUnique = [](auto &v) {
-    std::sort(v.begin(), v.end());
-    v.erase(std::unique(v.begin(), v.end()), v.end());
-  };
-  sortUnique(policies);
-  std::vector<int> zeroStages = opts.zeroStages;
-  if (zeroStages.empty())
-    zeroStages = {0, 1};
-  for (int z : zeroStages)
+  sortUnique(a.policies);
+  a.zeroStages = opts.zeroStages;
+  if (a.zeroStages.empty())
+    a.zeroStages = {0, 1};
+  for (int z : a.zeroStages)
     if (z != 0 && z != 1)
       return Status::error("ZeRO stage " + fmtInt(z) +
                            ": only 0 and 1 are modelled");
-  // Interleaved 1F1B once per chunk count v (virtual stages), each with
-  // its own options (PlanOptions::chunksPerRank is one evaluation's v).
   std::vector<int> chunkCounts = opts.chunkCounts;
   if (chunkCounts.empty())
     chunkCounts = {opts.chunksPerRank};
-  std::sort(chunkCounts.begin(), chunkCounts.end());
-  chunkCounts.erase(std::unique(chunkCounts.begin(), chunkCounts.end()),
-                    chunkCounts.end());
-  std::vector<PlanOptions> chunkOpts;
+  sortUnique(chunkCounts);
   for (int v : chunkCounts) {
     if (v < 2)
       return Status::error("interleaved: " + fmtInt(v) +
                            " chunks per rank (at least 2)");
-    chunkOpts.push_back(opts);
-    chunkOpts.back().chunksPerRank = v;
+    a.chunkOpts.push_back(opts);
+    a.chunkOpts.back().chunksPerRank = v;
   }
-  std::vector<int> sizes = opts.microbatchSizes;
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-
+  a.sizes = opts.microbatchSizes;
+  sortUnique(a.sizes);
   // On one node the layouts coincide.
-  std::vector<Layout> layouts = {Layout::PipelineInNode};
+  a.layouts = {Layout::PipelineInNode};
   if (cluster.gpus > cluster.gpusPerNode) {
-    layouts = opts.layouts;
-    if (layouts.empty())
-      layouts = {Layout::PipelineInNode, Layout::DataInNode};
-    sortUnique(layouts);
+    a.layouts = opts.layouts;
+    if (a.layouts.empty())
+      a.layouts = {Layout::PipelineInNode, Layout::DataInNode};
+    sortUnique(a.layouts);
+  }
+  return a;
+}
+
+/// The sweep over every setup of the axes: the generators' schedules first,
+/// then the automatic scheduler's runs, pruned against their times.
+class Sweep {
+public:
+  Sweep(const ModelCosts &model, const Cluster &cluster,
+        const PlanOptions &opts, const SweepAxes &axes,
+        std::set<std::string> &skipped, PlanResult &r)
+      : model(model), cluster(cluster), opts(opts), axes(axes),
+        skipped(skipped), r(r) {
+    hooks.schedules = &schedules;
+    hooks.splitPipelineComm = false;
   }
 
-  PlanResult r;
+  /// Every generator's setup; the automatic scheduler's are queued.
+  void generators();
+  /// The queued automatic scheduler's runs.
+  void autoRuns();
+  /// Every candidate evaluated, in the order of evaluation.
   std::vector<Candidate> all;
-  // The automatic scheduler's runs, done after the generators' setups (it
-  // costs far more: it is pruned against their times).
+
+private:
+  std::vector<int> pipelineDegrees(int t) const;
+  void pipeline(int t, Recompute rc, int p);
+  void schedulesAt(int p, int b, int t, int e, int d, Recompute rc,
+                   const std::vector<int> &zeros);
+  void runSetup(const PlanOptions &o, ScheduleKind k, int p, int b, Layout lay,
+                int t, int e, Recompute rc, const std::vector<int> &zeros);
+  void add(Expected<std::vector<Candidate>> c);
+
+  const ModelCosts &model;
+  const Cluster &cluster;
+  const PlanOptions &opts;
+  const SweepAxes &axes;
+  std::set<std::string> &skipped;
+  PlanResult &r;
+  ScheduleCache schedules;
+  SweepHooks hooks;
+  /// The automatic scheduler's runs, done after the generators' setups (it
+  /// costs far more: it is pruned against their times).
   struct AutoRun {
     int p, b, t, e;
     Layout lay;
     Recompute rc;
     int zero;
   };
-  std::vector<AutoRun> autoRuns;
-  ScheduleCache schedules;
-  SweepHooks sweep;
-  sweep.schedules = &schedules;
-  sweep.splitPipelineComm = false;
-  // A setup without recomputation that is over memory on some of its ranks
-  // only: the stages those ranks hold, where a recomputation policy is then
-  // also tried alone (per-stage recomputation). Keyed by (t, p, e, b,
-  // schedule, layout, interleaved chunks, ZeRO stage).
+  std::vector<AutoRun> queued;
+  /// A setup without recomputation that is over memory on some of its ranks
+  /// only: the stages those ranks hold, where a recomputation policy is then
+  /// also tried alone (per-stage recomputation). Keyed by (t, p, e, b,
+  /// schedule, layout, interleaved chunks, ZeRO stage).
   using SetupKey = std::tuple<int, int, int, int, int, int, int, int>;
   std::map<SetupKey, std::vector<int>> overStages;
-  auto add = [&](Expected<std::vector<Candidate>> c) {
-    if (!c) {
-      skipped.insert(c.message());
-      return;
-    }
-    for (Candidate &cand : *c) {
-      ++r.evaluated;
-      if (cand.recompute == Recompute::None && !cand.fits &&
-          !cand.stagesOverMemory.empty() &&
-          int(cand.stagesOverMemory.size()) < cand.stages)
-        overStages[{cand.tp, cand.pp, cand.ep, cand.microbatchSize,
-                    int(cand.kind), int(cand.layout),
-                    cand.kind == ScheduleKind::Interleaved ? cand.chunks : 0,
-                    cand.zero}] = cand.stagesOverMemory;
-      all.push_back(std::move(cand));
-    }
-  };
-  // One setup under policy rc on every stage, and (rc != none) on only the
-  // stages whose ranks the same setup without recomputation overfills.
-  auto runSetup = [&](const PlanOptions &o, ScheduleKind k, int p, int b,
-                      Layout lay, int t, int e, Recompute rc,
-                      const std::vector<int> &zeros) {
-    add(evaluateZeros(model, cluster, o, k, p, b, lay, t, e, rc, {}, zeros,
-                      sweep));
-    if (rc == Recompute::None)
-      return;
-    for (int z : zeros) {
-      auto it = overStages.find(
-          {t, p, e, b, int(k), int(lay),
-           k == ScheduleKind::Interleaved ? o.chunksPerRank : 0, z});
-      if (it != overStages.end())
-        add(evaluateZeros(model, cluster, o, k, p, b, lay, t, e, rc, it->second,
-                          {z}, sweep));
-    }
-  };
-  auto pipelineDegrees = [&](int t) {
-    std::vector<int> degrees = opts.pipelineDegrees;
-    if (degrees.empty())
-      for (int p = 1; p <= cluster.gpus / t; ++p)
-        if ((cluster.gpus / t) % p == 0 && p <= L)
-          degrees.push_back(p);
-    sortUnique(degrees);
-    return degrees;
-  };
+};
+
+void Sweep::add(Expected<std::vector<Candidate>> c) {
+  if (!c) {
+    skipped.insert(c.message());
+    return;
+  }
+  for (Candidate &cand : *c) {
+    ++r.evaluated;
+    if (cand.recompute == Recompute::None && !cand.fits &&
+        !cand.stagesOverMemory.empty() &&
+        int(cand.stagesOverMemory.size()) < cand.stages)
+      overStages[{cand.tp, cand.pp, cand.ep, cand.microbatchSize,
+                  int(cand.kind), int(cand.layout),
+                  cand.kind == ScheduleKind::Interleaved ? cand.chunks : 0,
+                  cand.zero}] = cand.stagesOverMemory;
+    all.push_back(std::move(cand));
+  }
+}
+
+/// One setup under policy rc on every stage, and (rc != none) on only the
+/// stages whose ranks the same setup without recomputation overfills.
+void Sweep::runSetup(const PlanOptions &o, ScheduleKind k, int p, int b,
+                     Layout lay, int t, int e, Recompute rc,
+                     const std::vector<int> &zeros) {
+  add(evaluateZeros(model, cluster, o, k, p, b, lay, t, e, rc, {}, zeros,
+                    hooks));
+  if (rc == Recompute::None)
+    return;
+  for (int z : zeros) {
+    auto it = overStages.find(
+        {t, p, e, b, int(k), int(lay),
+         k == ScheduleKind::Interleaved ? o.chunksPerRank : 0, z});
+    if (it != overStages.end())
+      add(evaluateZeros(model, cluster, o, k, p, b, lay, t, e, rc, it->second,
+                        {z}, hooks));
+  }
+}
+
+std::vector<int> Sweep::pipelineDegrees(int t) const {
+  std::vector<int> degrees = opts.pipelineDegrees;
+  if (degrees.empty())
+    for (int p = 1; p <= cluster.gpus / t; ++p)
+      if ((cluster.gpus / t) % p == 0 && p <= int(model.layers.size()))
+        degrees.push_back(p);
+  sortUnique(degrees);
+  return degrees;
+}
+
+void Sweep::generators() {
   int groups = 0, groupsDone = 0;
-  for (int t : tps)
-    groups += int(pipelineDegrees(t).size() * policies.size());
-  for (int t : tps) {
+  for (int t : axes.tps)
+    groups += int(pipelineDegrees(t).size() * axes.policies.size());
+  for (int t : axes.tps) {
     const std::vector<int> degrees = pipelineDegrees(t);
-    for (Recompute rc : policies) {
+    for (Recompute rc : axes.policies)
       for (int p : degrees) {
         if (opts.progress)
           opts.progress("setup groups", groupsDone, groups, r.evaluated);
         ++groupsDone;
-        if ((cluster.gpus / t) % p != 0) {
-          skipped.insert("pp=" + fmtInt(p) + " tp=" + fmtInt(t) +
-                         ": p x t does not divide " + fmtInt(cluster.gpus) +
-                         " GPUs");
-          continue;
-        }
-        int d = cluster.gpus / (p * t);
-        // Expert-parallel degrees: what the model and d allow.
-        std::vector<int> eps;
-        if (opts.expertDegrees.empty()) {
-          for (int e = 1; e <= d; ++e)
-            if (checkExpertDegree(model, e, d))
-              eps.push_back(e);
-        } else {
-          for (int e : opts.expertDegrees) {
-            if (Status st = checkExpertDegree(model, e, d); !st)
-              skipped.insert("pp=" + fmtInt(p) + " tp=" + fmtInt(t) + " " +
-                             st.message());
-            else
-              eps.push_back(e);
-          }
-          sortUnique(eps);
-        }
-        for (int e : eps) {
-          // ZeRO-1 shards over the d / e replicas: with one it is stage 0.
-          std::vector<int> zeros;
-          for (int z : zeroStages)
-            if (z == 0 || d / e > 1)
-              zeros.push_back(z);
-          if (zeros.empty())
-            continue;
-          for (int b : sizes) {
-            if (opts.globalBatch % (int64_t(d) * b) != 0) {
-              skipped.insert(
-                  "pp=" + fmtInt(p) + " tp=" + fmtInt(t) + " b=" + fmtInt(b) +
-                  ": global batch " + fmtInt(opts.globalBatch) +
-                  " is not a multiple of dp x b = " + fmtInt(int64_t(d) * b));
-              continue;
-            }
-            // On one rank there is no pipeline: every linear schedule is plain
-            // data parallelism, so only the first one listed is evaluated.
-            bool pureDpDone = false;
-            for (ScheduleKind k : kinds) {
-              if (p == 1) {
-                bool linear =
-                    stagesFor(k, 1, 2) == 1 && k != ScheduleKind::DualPipe &&
-                    k != ScheduleKind::Chimera;
-                if (!linear || pureDpDone)
-                  continue;
-                pureDpDone = true;
-              }
-              for (Layout lay : layouts) {
-                // With p = 1 or d = 1 the layouts coincide (unless an expert
-                // group and the replicas of its shards take turns inside
-                // the node).
-                if (lay == Layout::DataInNode &&
-                    ((p == 1 && (e == 1 || e == d)) || d == 1))
-                  continue;
-                // Expert ranks fastest differs from dp-in-node only when
-                // the group is some of the d ranks.
-                if (lay == Layout::ExpertInNode && !(e > 1 && e < d))
-                  continue;
-                // The automatic scheduler's memory budget depends on the ZeRO
-                // stage: one run each. The generators' schedules are shared.
-                if (k == ScheduleKind::Auto) {
-                  for (int z : zeros)
-                    autoRuns.push_back({p, b, t, e, lay, rc, z});
-                  continue;
-                }
-                if (k == ScheduleKind::Interleaved) {
-                  for (const PlanOptions &o : chunkOpts)
-                    runSetup(o, k, p, b, lay, t, e, rc, zeros);
-                  continue;
-                }
-                runSetup(opts, k, p, b, lay, t, e, rc, zeros);
-              }
-            }
-          }
-        }
+        pipeline(t, rc, p);
       }
-    }
   }
-  // Auto cannot enter the list (top N, at least the recommendation and the
-  // runner-up) when its lower bound is above the N-th fastest setup that
-  // fits; such runs are counted as pruned.
-  if (!autoRuns.empty()) {
-    std::vector<double> fitTimes;
-    for (const Candidate &c : all)
-      if (c.fits)
-        fitTimes.push_back(c.stepTime);
-    // Each setup can come twice (ZeRO-1 and 0, the same times), so twice
-    // the shown setups keep the runner-up too.
-    size_t keep = 2 * size_t(std::max(2, opts.topN));
-    double threshold = std::numeric_limits<double>::infinity();
-    if (fitTimes.size() >= keep) {
-      std::nth_element(fitTimes.begin(), fitTimes.begin() + (keep - 1),
-                       fitTimes.end());
-      threshold = fitTimes[keep - 1];
+}
+
+/// Every setup of pipeline degree p with t and rc: the expert-parallel
+/// degrees, ZeRO stages and microbatch sizes it allows.
+void Sweep::pipeline(int t, Recompute rc, int p) {
+  if ((cluster.gpus / t) % p != 0) {
+    skipped.insert("pp=" + fmtInt(p) + " tp=" + fmtInt(t) +
+                   ": p x t does not divide " + fmtInt(cluster.gpus) + " GPUs");
+    return;
+  }
+  int d = cluster.gpus / (p * t);
+  // Expert-parallel degrees: what the model and d allow.
+  std::vector<int> eps;
+  if (opts.expertDegrees.empty()) {
+    for (int e = 1; e <= d; ++e)
+      if (checkExpertDegree(model, e, d))
+        eps.push_back(e);
+  } else {
+    for (int e : opts.expertDegrees) {
+      if (Status st = checkExpertDegree(model, e, d); !st)
+        skipped.insert("pp=" + fmtInt(p) + " tp=" + fmtInt(t) + " " +
+                       st.message());
+      else
+        eps.push_back(e);
     }
-    SweepHooks pruneAt = sweep;
-    pruneAt.pruneAbove = threshold;
-    for (size_t i = 0; i < autoRuns.size(); ++i) {
-      const AutoRun &a = autoRuns[i];
-      if (opts.progress)
-        opts.progress("auto runs", int(i), int(autoRuns.size()), r.evaluated);
-      auto c = evaluateZeros(model, cluster, opts, ScheduleKind::Auto, a.p, a.b,
-                             a.lay, a.t, a.e, a.rc, {}, {a.zero}, pruneAt);
-      if (c && c->empty()) {
-        ++r.pruned;
+    sortUnique(eps);
+  }
+  for (int e : eps) {
+    // ZeRO-1 shards over the d / e replicas: with one it is stage 0.
+    std::vector<int> zeros;
+    for (int z : axes.zeroStages)
+      if (z == 0 || d / e > 1)
+        zeros.push_back(z);
+    if (zeros.empty())
+      continue;
+    for (int b : axes.sizes) {
+      if (opts.globalBatch % (int64_t(d) * b) != 0) {
+        skipped.insert(
+            "pp=" + fmtInt(p) + " tp=" + fmtInt(t) + " b=" + fmtInt(b) +
+            ": global batch " + fmtInt(opts.globalBatch) +
+            " is not a multiple of dp x b = " + fmtInt(int64_t(d) * b));
         continue;
       }
-      add(std::move(c));
+      schedulesAt(p, b, t, e, d, rc, zeros);
     }
   }
-  r.skipped.assign(skipped.begin(), skipped.end());
+}
+
+/// Every schedule and layout of one (p, b, t, e, rc).
+void Sweep::schedulesAt(int p, int b, int t, int e, int d, Recompute rc,
+                        const std::vector<int> &zeros) {
+  // On one rank there is no pipeline: every linear schedule is plain
+  // data parallelism, so only the first one listed is evaluated.
+  bool pureDpDone = false;
+  for (ScheduleKind k : axes.kinds) {
+    if (p == 1) {
+      bool linear = stagesFor(k, 1, 2) == 1 && k != ScheduleKind::DualPipe &&
+                    k != ScheduleKind::Chimera;
+      if (!linear || pureDpDone)
+        continue;
+      pureDpDone = true;
+    }
+    for (Layout lay : axes.layouts) {
+      // With p = 1 or d = 1 the layouts coincide (unless an expert group
+      // and the replicas of its shards take turns inside the node).
+      if (lay == Layout::DataInNode &&
+          ((p == 1 && (e == 1 || e == d)) || d == 1))
+        continue;
+      // Expert ranks fastest differs from dp-in-node only when the group
+      // is some of the d ranks.
+      if (lay == Layout::ExpertInNode && !(e > 1 && e < d))
+        continue;
+      // The automatic scheduler's memory budget depends on the ZeRO stage:
+      // one run each. The generators' schedules are shared.
+      if (k == ScheduleKind::Auto) {
+        for (int z : zeros)
+          queued.push_back({p, b, t, e, lay, rc, z});
+        continue;
+      }
+      if (k == ScheduleKind::Interleaved) {
+        for (const PlanOptions &o : axes.chunkOpts)
+          runSetup(o, k, p, b, lay, t, e, rc, zeros);
+        continue;
+      }
+      runSetup(opts, k, p, b, lay, t, e, rc, zeros);
+    }
+  }
+}
+
+/// Auto cannot enter the list (top N, at least the recommendation and the
+/// runner-up) when its lower bound is above the N-th fastest setup that
+/// fits; such runs are counted as pruned.
+void Sweep::autoRuns() {
+  if (queued.empty())
+    return;
+  std::vector<double> fitTimes;
+  for (const Candidate &c : all)
+    if (c.fits)
+      fitTimes.push_back(c.stepTime);
+  // Each setup can come twice (ZeRO-1 and 0, the same times), so twice
+  // the shown setups keep the runner-up too.
+  size_t keep = 2 * size_t(std::max(2, opts.topN));
+  double threshold = std::numeric_limits<double>::infinity();
+  if (fitTimes.size() >= keep) {
+    std::nth_element(fitTimes.begin(), fitTimes.begin() + (keep - 1),
+                     fitTimes.end());
+    threshold = fitTimes[keep - 1];
+  }
+  SweepHooks pruneAt = hooks;
+  pruneAt.pruneAbove = threshold;
+  for (size_t i = 0; i < queued.size(); ++i) {
+    const AutoRun &a = queued[i];
+    if (opts.progress)
+      opts.progress("auto runs", int(i), int(queued.size()), r.evaluated);
+    auto c = evaluateZeros(model, cluster, opts, ScheduleKind::Auto, a.p, a.b,
+                           a.lay, a.t, a.e, a.rc, {}, {a.zero}, pruneAt);
+    if (c && c->empty()) {
+      ++r.pruned;
+      continue;
+    }
+    add(std::move(c));
+  }
+}
+
+/// The setups that fit, fastest first, and the runner-up: the next setup
+/// that differs in more than the ZeRO stage. The others, least memory
+/// first.
+void rank(PlanResult &r, std::vector<Candidate> &all) {
   for (Candidate &c : all)
     (c.fits ? r.ranked : r.overMemory).push_back(std::move(c));
   std::stable_sort(r.ranked.begin(), r.ranked.end(),
                    [](const Candidate &a, const Candidate &b) {
                      return rankKey(a) < rankKey(b);
                    });
-  // The runner-up: the next setup that differs in more than the ZeRO stage.
   for (size_t i = 1; i < r.ranked.size() && r.runnerUp < 0; ++i) {
     const Candidate &c = r.ranked[i], &best = r.ranked.front();
     if (c.kind != best.kind || c.pp != best.pp || c.tp != best.tp ||
@@ -1171,9 +1441,13 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
         c.recomputeStages != best.recomputeStages)
       r.runnerUp = int(i);
   }
-  // The setups the report shows (the top N and the runner-up) get their
-  // idle time split (the same schedule and times again, with the second
-  // simulation).
+}
+
+/// The setups the report shows (the top N and the runner-up) get their
+/// idle time split (the same schedule and times again, with the second
+/// simulation).
+void splitShown(PlanResult &r, const ModelCosts &model, const Cluster &cluster,
+                const PlanOptions &opts) {
   std::vector<size_t> shownIdx;
   for (size_t i = 0;
        i < std::min<size_t>(r.ranked.size(), size_t(std::max(1, opts.topN)));
@@ -1194,48 +1468,69 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
             std::llround(c.stepTime * 1e9))
       c = std::move(full->front());
   }
+}
 
+/// Why nothing was ranked: no setup could be formed (the first reasons),
+/// or none fits (the smallest need against the capacity).
+Status nothingFits(const PlanResult &r, const Cluster &cluster,
+                   const PlanOptions &opts) {
+  if (r.overMemory.empty()) {
+    std::string msg = "no setup can be formed for " + fmtInt(cluster.gpus) +
+                      " GPUs and a global batch of " + fmtInt(opts.globalBatch);
+    size_t shown = 0;
+    for (const std::string &s : r.skipped) {
+      if (shown++ == 3) {
+        msg += "\n  ... (" + fmtInt(r.skipped.size() - 3) + " more)";
+        break;
+      }
+      msg += "\n  " + s;
+    }
+    return Status::error(msg);
+  }
+  const Candidate &best = r.overMemory.front();
+  char buf[512];
+  std::snprintf(
+      buf, sizeof buf,
+      "infeasible: no setup fits in memory: the smallest need is %.2f GiB "
+      "per GPU (%s, pp=%d dp=%d%s b=%d: %.2f GiB model state + %.2f GiB "
+      "activations) but a GPU offers %.2f GiB (memory_gb %.6g - "
+      "reserved_memory_gb %.6g); %d setups evaluated",
+      gib(best.memoryBytes),
+      (best.schedule + (best.kind == ScheduleKind::Interleaved
+                            ? " v=" + fmtInt(best.chunks)
+                            : std::string()))
+          .c_str(),
+      best.pp, best.dp, setupSuffix(best).c_str(), best.microbatchSize,
+      gib(best.paramBytes), gib(best.activationBytes),
+      gib(cluster.usableBytes()), cluster.memoryGiB, cluster.reservedGiB,
+      r.evaluated);
+  return Status::error(buf);
+}
+} // namespace
+
+Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
+                                const PlanOptions &opts) {
+  if (Status st = checkPlanInputs(model, cluster, opts); !st)
+    return st;
+  std::set<std::string> skipped;
+  auto axes = sweepAxes(model, cluster, opts, skipped);
+  if (!axes)
+    return axes.status();
+  PlanResult r;
+  Sweep sweep(model, cluster, opts, *axes, skipped, r);
+  sweep.generators();
+  sweep.autoRuns();
+  r.skipped.assign(skipped.begin(), skipped.end());
+  rank(r, sweep.all);
+  splitShown(r, model, cluster, opts);
   std::stable_sort(
       r.overMemory.begin(), r.overMemory.end(),
       [](const Candidate &a, const Candidate &b) {
         return std::make_tuple(std::llround(a.memoryBytes), rankKey(a)) <
                std::make_tuple(std::llround(b.memoryBytes), rankKey(b));
       });
-
-  if (r.ranked.empty()) {
-    if (r.overMemory.empty()) {
-      std::string msg = "no setup can be formed for " + fmtInt(cluster.gpus) +
-                        " GPUs and a global batch of " +
-                        fmtInt(opts.globalBatch);
-      size_t shown = 0;
-      for (const std::string &s : r.skipped) {
-        if (shown++ == 3) {
-          msg += "\n  ... (" + fmtInt(r.skipped.size() - 3) + " more)";
-          break;
-        }
-        msg += "\n  " + s;
-      }
-      return Status::error(msg);
-    }
-    const Candidate &best = r.overMemory.front();
-    char buf[512];
-    std::snprintf(
-        buf, sizeof buf,
-        "infeasible: no setup fits in memory: the smallest need is %.2f GiB "
-        "per GPU (%s, pp=%d dp=%d%s b=%d: %.2f GiB model state + %.2f GiB "
-        "activations) but a GPU offers %.2f GiB (memory_gb %.6g - "
-        "reserved_memory_gb %.6g); %d setups evaluated",
-        gib(best.memoryBytes),
-        (best.schedule + (best.kind == ScheduleKind::Interleaved
-                              ? " v=" + fmtInt(best.chunks)
-                              : std::string()))
-            .c_str(),
-        best.pp, best.dp, setupSuffix(best).c_str(), best.microbatchSize,
-        gib(best.paramBytes), gib(best.activationBytes),
-        gib(cluster.usableBytes()), cluster.memoryGiB, cluster.reservedGiB,
-        r.evaluated);
-    return Status::error(buf);
-  }
+  if (r.ranked.empty())
+    return nothingFits(r, cluster, opts);
   return r;
 }
 
@@ -1494,26 +1789,47 @@ Expected<double> plan::fitEfficiency(const ModelCosts &model,
   return up;
 }
 
-Expected<Explanation> plan::explain(const PlanResult &r,
-                                    const ModelCosts &model,
-                                    const Cluster &cluster,
-                                    const PlanOptions &opts,
-                                    const SetupSpec &spec) {
-  Explanation e;
-  auto ev = evaluateSpec(model, cluster, opts, spec, &e.otherLayoutStepTime);
-  if (!ev)
-    return ev.status();
-  e.setup = std::move(*ev);
-  PlanOptions o = opts;
-  if (spec.chunks > 0)
-    o.chunksPerRank = spec.chunks;
-  const Candidate &c = e.setup;
+namespace {
+template <typename V, typename X> bool has(const V &v, X x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 
-  // Is it in the sweep's search space?
+/// Why the sweep does not try `c` (with recomputation on some of its
+/// stages only) although the options allow it; nullopt when it does. `o`:
+/// the options with the setup's chunks.
+std::optional<std::string> partialRecomputeReason(const Candidate &c,
+                                                  const ModelCosts &model,
+                                                  const Cluster &cluster,
+                                                  const PlanOptions &opts,
+                                                  const PlanOptions &o) {
+  // The sweep tries a policy on some stages only where the same setup
+  // without recomputation overfills exactly those stages' ranks.
+  const std::string what =
+      "recompute-stages: the sweep recomputes some stages only where the "
+      "setup without recomputation is over memory on their ranks";
+  if (c.kind == sched::ScheduleKind::Auto)
+    return what + " (not for auto)";
+  if (!opts.recomputePolicies.empty() &&
+      !has(opts.recomputePolicies, Recompute::None))
+    return what + " (none is not in --recompute)";
+  SetupOptions plain;
+  plain.tp = c.tp;
+  plain.ep = c.ep;
+  plain.zero = c.zero;
+  auto none = evaluate(model, cluster, o, c.kind, c.pp, c.microbatchSize,
+                       c.layout, plain);
+  if (none && (none->fits || none->stagesOverMemory != c.recomputeStages))
+    return what + (none->fits ? " (here it fits)"
+                              : " (here: stages " +
+                                    joinInts(none->stagesOverMemory) + ")");
+  return std::nullopt;
+}
+
+/// Why the sweep's search space leaves out `c` (empty when it does not).
+std::vector<std::string>
+notSearched(const Candidate &c, const ModelCosts &model, const Cluster &cluster,
+            const PlanOptions &opts, const PlanOptions &o) {
   std::vector<std::string> why;
-  auto has = [](const auto &v, auto x) {
-    return std::find(v.begin(), v.end(), x) != v.end();
-  };
   if (!opts.pipelineDegrees.empty() && !has(opts.pipelineDegrees, c.pp))
     why.push_back("pp=" + fmtInt(c.pp) + " is not in --pp " +
                   joinInts(opts.pipelineDegrees));
@@ -1562,31 +1878,9 @@ Expected<Explanation> plan::explain(const PlanResult &r,
       !has(sweptChunks, o.chunksPerRank))
     why.push_back("chunks=" + fmtInt(o.chunksPerRank) + " is not in --chunks " +
                   joinInts(sweptChunks));
-  if (!c.recomputeStages.empty()) {
-    // The sweep tries a policy on some stages only where the same setup
-    // without recomputation overfills exactly those stages' ranks.
-    const std::string what =
-        "recompute-stages: the sweep recomputes some stages only where the "
-        "setup without recomputation is over memory on their ranks";
-    if (c.kind == sched::ScheduleKind::Auto) {
-      why.push_back(what + " (not for auto)");
-    } else if (!opts.recomputePolicies.empty() &&
-               !has(opts.recomputePolicies, Recompute::None)) {
-      why.push_back(what + " (none is not in --recompute)");
-    } else {
-      SetupOptions plain;
-      plain.tp = c.tp;
-      plain.ep = c.ep;
-      plain.zero = c.zero;
-      auto none = evaluate(model, cluster, o, c.kind, c.pp, c.microbatchSize,
-                           c.layout, plain);
-      if (none && (none->fits || none->stagesOverMemory != c.recomputeStages))
-        why.push_back(
-            what + (none->fits ? " (here it fits)"
-                               : " (here: stages " +
-                                     joinInts(none->stagesOverMemory) + ")"));
-    }
-  }
+  if (!c.recomputeStages.empty())
+    if (auto reason = partialRecomputeReason(c, model, cluster, opts, o))
+      why.push_back(*reason);
   if (c.pp == 1 && has(kinds, c.kind)) {
     // As the sweep: on one rank only the first linear schedule listed.
     auto first = std::find_if(kinds.begin(), kinds.end(), [](auto k) {
@@ -1597,10 +1891,13 @@ Expected<Explanation> plan::explain(const PlanResult &r,
       why.push_back("with pp=1 the sweep evaluates only the first linear "
                     "schedule (plain data parallelism)");
   }
-  for (size_t i = 0; i < why.size(); ++i)
-    e.notSearched += (i ? "; " : "") + why[i];
+  return why;
+}
 
-  // Its place among the ranked setups.
+/// The setup's place among the ranked ones: its rank when the sweep has it,
+/// else where it would rank.
+void placeAmongRanked(Explanation &e, const PlanResult &r) {
+  const Candidate &c = e.setup;
   for (size_t i = 0; i < r.ranked.size(); ++i) {
     const Candidate &x = r.ranked[i];
     if (x.kind == c.kind && x.pp == c.pp && x.tp == c.tp && x.ep == c.ep &&
@@ -1621,5 +1918,26 @@ Expected<Explanation> plan::explain(const PlanResult &r,
                                           return rankKey(x) < key;
                                         }));
   }
+}
+} // namespace
+
+Expected<Explanation> plan::explain(const PlanResult &r,
+                                    const ModelCosts &model,
+                                    const Cluster &cluster,
+                                    const PlanOptions &opts,
+                                    const SetupSpec &spec) {
+  Explanation e;
+  auto ev = evaluateSpec(model, cluster, opts, spec, &e.otherLayoutStepTime);
+  if (!ev)
+    return ev.status();
+  e.setup = std::move(*ev);
+  PlanOptions o = opts;
+  if (spec.chunks > 0)
+    o.chunksPerRank = spec.chunks;
+  // Is it in the sweep's search space?
+  std::vector<std::string> why = notSearched(e.setup, model, cluster, opts, o);
+  for (size_t i = 0; i < why.size(); ++i)
+    e.notSearched += (i ? "; " : "") + why[i];
+  placeAmongRanked(e, r);
   return e;
 }
