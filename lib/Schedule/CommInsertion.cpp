@@ -183,16 +183,10 @@ Status CommInserter::validateRank(int32_t r) {
     if (a.isComm())
       return Status::error(where() + ": schedule already has messages "
                                      "(strip them first)");
-    if (a.kind == ActionKind::Overlap &&
-        (a.work.kind != WorkKind::F ||
-         (a.work2.kind != WorkKind::B && a.work2.kind != WorkKind::BW)))
+    if (a.kind == ActionKind::Overlap && !detail::isPairShape(a))
       return Status::error(where() + ": an overlapped pair must be an F "
                                      "with a B or BW");
-    const Work *members[2] = {
-        &a.work, a.kind == ActionKind::Overlap ? &a.work2 : nullptr};
-    for (const Work *w : members) {
-      if (!w)
-        continue;
+    for (const Work *w : detail::membersOf(a)) {
       if (!idx.inRange(*w))
         return Status::error(where() + ": no such stage, microbatch or copy");
       if (s.placement.rank(w->copy, w->stage) != r)

@@ -101,6 +101,25 @@ std::vector<Loc> locateWork(const Schedule &s, const WorkIndex &idx);
 //
 //===----------------------------------------------------------------------===//
 
+/// The works a compute action runs: its work and, for an overlapped pair,
+/// the second member: `for (const Work *w : membersOf(a))`.
+struct Members {
+  const Work *works[2];
+  size_t count;
+  const Work *const *begin() const { return works; }
+  const Work *const *end() const { return works + count; }
+};
+inline Members membersOf(const Action &a) {
+  return Members{{&a.work, &a.work2},
+                 a.kind == ActionKind::Overlap ? size_t(2) : size_t(1)};
+}
+/// An overlapped pair is an F with a B or BW, whose members each wait for
+/// their own predecessors.
+inline bool isPairShape(const Action &a) {
+  return a.work.kind == WorkKind::F &&
+         (a.work2.kind == WorkKind::B || a.work2.kind == WorkKind::BW);
+}
+
 /// Which predecessor: the input a work reads, or the saved forward a
 /// backward below the last stage reads on its own rank.
 enum class DepRole : uint8_t { Input, Saved };

@@ -72,9 +72,7 @@ std::string exportTrace(const Schedule &s, const SimResult &sim,
     if (a.kind == ActionKind::Send)
       sends[{iv.rank, a.peer}].push_back({iv.start * k, toString(a.work)});
     if (!a.isComm())
-      for (const Work *w : {&a.work, &a.work2}) {
-        if (w == &a.work2 && a.kind != ActionKind::Overlap)
-          break;
+      for (const Work *w : detail::membersOf(a)) {
         if (idx.inRange(*w)) {
           endOf[idx.id(*w)] = iv.end;
           rankOf[idx.id(*w)] = iv.rank;
@@ -121,9 +119,7 @@ std::string exportTrace(const Schedule &s, const SimResult &sim,
       ++n;
     }
     if (!s.hasComm && !a.isComm()) {
-      for (const Work *w : {&a.work, &a.work2}) {
-        if (w == &a.work2 && a.kind != ActionKind::Overlap)
-          break;
+      for (const Work *w : detail::membersOf(a)) {
         std::optional<Work> nominal =
             detail::nominalProducer(*w, s.placement.numStages);
         if (!nominal || !idx.inRange(*nominal))

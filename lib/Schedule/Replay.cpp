@@ -250,9 +250,7 @@ std::string ReplayEngine::blockedReason(int32_t r) const {
     size_t key = waits.parkedOn(r);
     if (!waits.isParked(r) || key >= sendKeyBase)
       return toString(a) + " cannot proceed";
-    for (const Work *w : {&a.work, &a.work2}) {
-      if (w == &a.work2 && a.kind != ActionKind::Overlap)
-        break;
+    for (const Work *w : membersOf(a)) {
       std::optional<Work> nominal = nominalProducer(*w, idx.numStages);
       if (!nominal)
         continue;

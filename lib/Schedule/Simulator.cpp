@@ -361,8 +361,7 @@ Status Simulation::prepare() {
         if (a.kind == ActionKind::Overlap) {
           if (Status st = checkWork(a.work2); !st)
             return st;
-          if (a.work.kind != WorkKind::F ||
-              (a.work2.kind != WorkKind::B && a.work2.kind != WorkKind::BW))
+          if (!isPairShape(a))
             return Status::error(stepError(
                 s, r, i, "an overlapped pair must be F with B or BW"));
         }

@@ -115,8 +115,7 @@ Status Verifier::checkActions() {
         if (a.kind == ActionKind::Overlap) {
           if (Status st = checkWork(a.work2); !st)
             return st;
-          if (a.work.kind != WorkKind::F ||
-              (a.work2.kind != WorkKind::B && a.work2.kind != WorkKind::BW))
+          if (!isPairShape(a))
             return err(r, i,
                        "an overlapped pair must be an F with a B or BW, not " +
                            toString(a));
@@ -171,9 +170,7 @@ Status Verifier::checkOnce() {
       const Action &a = prog[i];
       if (a.isComm())
         continue;
-      for (const Work *w : {&a.work, &a.work2}) {
-        if (w == &a.work2 && a.kind != ActionKind::Overlap)
-          break;
+      for (const Work *w : membersOf(a)) {
         Loc &l = first[idx.id(*w)];
         if (l.present())
           return err(r, i,
@@ -244,9 +241,7 @@ Status Verifier::checkLocalDeps() {
       const Action &a = prog[i];
       if (a.isComm())
         continue;
-      for (const Work *w : {&a.work, &a.work2}) {
-        if (w == &a.work2 && a.kind != ActionKind::Overlap)
-          break;
+      for (const Work *w : membersOf(a)) {
         std::optional<Work> nominal = nominalProducer(*w, idx.numStages);
         if (!nominal)
           continue;
