@@ -3,8 +3,9 @@
 // MLIR text in the nn and pp dialects (with func, arith, tensor: what
 // pipeforge-opt registers), parsed, verified, then one fixed pipeline:
 //
-//   a module with func.func @model (nn level): the compile pipeline
-//     (pipelines::buildCompilePipeline) with one of six fixed settings,
+//   a module with func.func @model (nn level): the compile driver's plan
+//     and pipeline phases (pipelines::compileModule, stopped after the
+//     pipeline) with one of six fixed settings,
 //     picked by the input size (1f1b, zbv, dualpipev with fused pairs,
 //     interleaved, 1f1b with tp=2, zbv with tp=2 and sequence parallelism;
 //     2 ranks, 4 microbatches);
@@ -19,16 +20,12 @@
 //===----------------------------------------------------------------------===//
 #include "FuzzCommon.h"
 
-#include "pipeforge/Dialect/NN/IR/NNDialect.h"
-#include "pipeforge/Dialect/PP/IR/PPDialect.h"
+#include "pipeforge/Dialect/Dialects.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
 #include "pipeforge/Pipelines/CompilePipeline.h"
 #include "pipeforge/Target/Program/ProgramLowering.h"
 #include "pipeforge/rt/Program.h"
 
-#include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -48,8 +45,7 @@ mlir::MLIRContext &context() {
   static unsigned uses = 0;
   if (!ctx || ++uses % 500 == 0) {
     mlir::DialectRegistry registry;
-    registry.insert<nn::NNDialect, pp::PPDialect, mlir::func::FuncDialect,
-                    mlir::arith::ArithDialect, mlir::tensor::TensorDialect>();
+    registerPipeForgeDialects(registry);
     ctx = std::make_unique<mlir::MLIRContext>(
         registry, mlir::MLIRContext::Threading::DISABLED);
     ctx->loadAllAvailableDialects();
@@ -86,7 +82,8 @@ pipelines::CompileOptions compileOptions(size_t variant) {
     o.sequenceParallel = true;
     break;
   }
-  if (!pipelines::resolveCompileOptions(o))
+  pipelines::CompileOptions resolved = o;
+  if (!pipelines::resolveCompileOptions(resolved))
     fuzz::invariantBroken("fixed compile options do not resolve");
   return o;
 }
@@ -113,17 +110,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!module)
     return 0;
 
-  mlir::PassManager pm(&ctx);
   if (module->lookupSymbol("model")) {
-    pipelines::buildCompilePipeline(pm, compileOptions(size));
-  } else if (mlir::failed(mlir::parsePassPipeline(
-                 "pp-split-backward,pp-schedule{kind=1f1b microbatches=4},"
-                 "pp-insert-comm,pp-verify-schedule",
-                 pm))) {
-    fuzz::invariantBroken("the fixed pp pipeline does not parse");
+    pipelines::CompileOptions o = compileOptions(size);
+    pipelines::CompileResult result;
+    if (!pipelines::compileModule(std::move(module), o, result,
+                                  pipelines::CompilePhase::Pipeline))
+      return 0;
+    module = std::move(result.module);
+  } else {
+    mlir::PassManager pm(&ctx);
+    if (mlir::failed(mlir::parsePassPipeline(
+            "pp-split-backward,pp-schedule{kind=1f1b microbatches=4},"
+            "pp-insert-comm,pp-verify-schedule",
+            pm)))
+      fuzz::invariantBroken("the fixed pp pipeline does not parse");
+    if (mlir::failed(pm.run(*module)))
+      return 0;
   }
-  if (mlir::failed(pm.run(*module)))
-    return 0;
 
   target::LowerOptions lo;
   lo.model.name = "fuzz";

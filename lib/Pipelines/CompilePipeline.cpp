@@ -23,25 +23,25 @@ using namespace mlir;
 
 namespace pipeforge::pipelines {
 
-sched::Status resolveCompileOptions(CompileOptions &o) {
+Status resolveCompileOptions(CompileOptions &o) {
   if (o.recompute == "true" || o.recompute.empty())
     o.recompute = "full";
   else if (o.recompute == "false")
     o.recompute = "none";
   if (o.recompute != "none" && o.recompute != "full" &&
       o.recompute != "selective")
-    return sched::Status::error("--recompute must be none, full or selective "
+    return Status::error("--recompute must be none, full or selective "
                                 "(got '" +
                                 o.recompute + "')");
   const bool none = o.schedule == "none";
   auto kind = sched::parseScheduleKind(o.schedule);
   if (!none && !kind)
-    return sched::Status::error(
+    return Status::error(
         "unknown schedule '" + o.schedule +
         "' (expected one of: " + sched::scheduleKindNames() + " none)");
   if (none) {
     if (o.ranks != 0 && o.ranks != 1)
-      return sched::Status::error(
+      return Status::error(
           "--schedule none is the single-process reference: it needs "
           "--ranks 1 (got " +
           std::to_string(o.ranks) + ")");
@@ -50,25 +50,25 @@ sched::Status resolveCompileOptions(CompileOptions &o) {
     o.ranks = 2;
   }
   if (o.ranks < 1)
-    return sched::Status::error("--ranks must be at least 1 (got " +
+    return Status::error("--ranks must be at least 1 (got " +
                                 std::to_string(o.ranks) + ")");
   if (o.tp < 1)
-    return sched::Status::error("--tp must be at least 1 (got " +
+    return Status::error("--tp must be at least 1 (got " +
                                 std::to_string(o.tp) + ")");
   if (o.sequenceParallel && o.tp < 2)
-    return sched::Status::error(
+    return Status::error(
         "--sequence-parallel needs tensor parallelism (--tp 2 or more)");
   if (o.schedule == "interleaved" && o.chunks < 2)
-    return sched::Status::error("--chunks must be at least 2 (got " +
+    return Status::error("--chunks must be at least 2 (got " +
                                 std::to_string(o.chunks) + ")");
   if (o.microbatches < 0)
-    return sched::Status::error("--microbatches must be positive (got " +
+    return Status::error("--microbatches must be positive (got " +
                                 std::to_string(o.microbatches) + ")");
   if (o.placement != "any" && o.placement != "linear" && o.placement != "v")
-    return sched::Status::error("--placement must be any, linear or v (got '" +
+    return Status::error("--placement must be any, linear or v (got '" +
                                 o.placement + "')");
   if (o.placement == "v" && kind != sched::ScheduleKind::Auto)
-    return sched::Status::error("--placement applies to --schedule auto "
+    return Status::error("--placement applies to --schedule auto "
                                 "only; the other schedules imply theirs");
   if (kind != sched::ScheduleKind::Auto)
     o.placement = "linear"; // unused: the schedule implies its placement
@@ -77,11 +77,11 @@ sched::Status resolveCompileOptions(CompileOptions &o) {
   if (!layout)
     return layout.status();
   if (!o.recomputeStages.empty() && o.recompute == "none")
-    return sched::Status::error(
+    return Status::error(
         "--recompute-stages needs --recompute=full or --recompute=selective");
   for (int64_t s : o.recomputeStages)
     if (s < 0 || s >= layout->stages)
-      return sched::Status::error(
+      return Status::error(
           "--recompute-stages: stage " + std::to_string(s) + " is not one of " +
           o.schedule + "'s " + std::to_string(layout->stages) + " stages (0.." +
           std::to_string(layout->stages - 1) + ")");
@@ -93,7 +93,7 @@ sched::Status resolveCompileOptions(CompileOptions &o) {
     if (o.microbatches == 0)
       o.microbatches = minMb;
     else if (o.microbatches < minMb)
-      return sched::Status::error(
+      return Status::error(
           "--microbatches " + std::to_string(o.microbatches) +
           " is too few for " + o.schedule + " on " + std::to_string(o.ranks) +
           " ranks (needs at least " + std::to_string(minMb) + ")");
@@ -102,8 +102,20 @@ sched::Status resolveCompileOptions(CompileOptions &o) {
   }
   if (!o.memLimit.empty())
     if (auto m = sched::parseMemoryLimit(o.memLimit); !m)
-      return sched::Status::error("--mem-limit: " + m.message());
-  return sched::Status::ok();
+      return Status::error("--mem-limit: " + m.message());
+  if (o.dp < 1)
+    return Status::error("--dp must be at least 1 (got " +
+                         std::to_string(o.dp) + ")");
+  if (o.ep < 1)
+    return Status::error("--ep must be at least 1 (got " +
+                         std::to_string(o.ep) + ")");
+  if (o.microbatchSize < 1)
+    return Status::error("--microbatch-size must be at least 1 (got " +
+                         std::to_string(o.microbatchSize) + ")");
+  if (o.seqLen < 0)
+    return Status::error("--seq-len must be positive (got " +
+                         std::to_string(o.seqLen) + ")");
+  return Status::ok();
 }
 
 namespace {
@@ -185,15 +197,15 @@ void modelCostsPerRank(const pp::StageCosts &c, sched::ScheduleJob &j) {
 }
 } // namespace
 
-sched::Status chooseAutoPlacement(ModuleOp module, CompileOptions &o,
+Status chooseAutoPlacement(ModuleOp module, CompileOptions &o,
                                   std::string &note) {
   if (o.schedule != "auto" || o.placement != "any")
-    return sched::Status::ok();
+    return Status::ok();
   // Whatever fails below, the linear search runs and reports it.
   o.placement = "linear";
   if (countLayers(module) < 2 * o.ranks) {
     note = "the linear placement: the model has too few layers for a V";
-    return sched::Status::ok();
+    return Status::ok();
   }
   sched::ScheduleJob j;
   j.schedule = "auto";
@@ -209,18 +221,18 @@ sched::Status chooseAutoPlacement(ModuleOp module, CompileOptions &o,
   if (!o.memLimit.empty()) {
     auto l = sched::parseMemoryLimit(o.memLimit);
     if (!l)
-      return sched::Status::error("--mem-limit: " + l.message());
+      return Status::error("--mem-limit: " + l.message());
     double perMB = l->isBytes() && costs ? costs->bytesPerMB() : 0;
     auto v = sched::resolveMemoryLimit(*l, o.ranks, perMB, "");
     if (!v)
-      return sched::Status::ok();
+      return Status::ok();
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.17g", *v);
     j.memLimit = buf;
   }
   auto r = sched::runScheduleJob(j);
   if (!r)
-    return sched::Status::ok();
+    return Status::ok();
   const sched::Placement &pl = r->schedule.placement;
   if (r->chosenKind == "auto")
     o.placement = pl.numStages == 2 * pl.numRanks ? "v" : "linear";
@@ -229,24 +241,36 @@ sched::Status chooseAutoPlacement(ModuleOp module, CompileOptions &o,
   std::string n = r->autoResult ? r->autoResult->note : "";
   size_t at = n.find("placement any: ");
   note = at == std::string::npos ? n : n.substr(at + 15);
-  return sched::Status::ok();
+  return Status::ok();
 }
 
-sched::Status checkModelFits(ModuleOp module, const CompileOptions &o) {
+Status checkModelFits(ModuleOp module, const CompileOptions &o) {
   auto model = module.lookupSymbol<func::FuncOp>("model");
   if (!model)
-    return sched::Status::error("no func.func @model (docs/model-ir.md)");
+    return Status::error("no func.func @model (docs/model-ir.md)");
   auto layout =
       sched::stageLayoutFor(o.schedule, o.ranks, o.chunks, o.placement == "v");
   if (!layout)
     return layout.status();
   int layers = countLayers(module);
   if (layout->stages > layers)
-    return sched::Status::error(
+    return Status::error(
         o.schedule + " on " + std::to_string(o.ranks) + " ranks needs " +
         std::to_string(layout->stages) + " stages but the model has only " +
         std::to_string(layers) + " layers to cut");
-  return sched::Status::ok();
+  return Status::ok();
+}
+
+Status planCompile(ModuleOp module, CompileOptions &o,
+                   llvm::function_ref<void(llvm::StringRef)> note) {
+  if (Status s = resolveCompileOptions(o); !s)
+    return s;
+  std::string autoNote;
+  if (Status s = chooseAutoPlacement(module, o, autoNote); !s)
+    return s;
+  if (!autoNote.empty() && note)
+    note("--schedule auto: " + autoNote);
+  return checkModelFits(module, o);
 }
 
 void buildCompilePipeline(OpPassManager &pm, const CompileOptions &o) {
@@ -280,84 +304,5 @@ void buildCompilePipeline(OpPassManager &pm, const CompileOptions &o) {
   pm.addPass(target::createPPAssignBuffers());
 }
 
-namespace {
-struct CompilePipelineOptions
-    : public PassPipelineOptions<CompilePipelineOptions> {
-  Option<std::string> schedule{
-      *this, "schedule",
-      llvm::cl::desc("gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe "
-                     "dualpipev chimera auto, or none (single-process "
-                     "reference)"),
-      llvm::cl::init("1f1b")};
-  Option<int> ranks{*this, "ranks",
-                    llvm::cl::desc("Pipeline ranks (0: 2; none: 1)"),
-                    llvm::cl::init(0)};
-  Option<int> microbatches{
-      *this, "microbatches",
-      llvm::cl::desc("Microbatches per step (0: the smallest the schedule "
-                     "accepts)"),
-      llvm::cl::init(0)};
-  Option<int> chunks{*this, "chunks",
-                     llvm::cl::desc("Interleaved: model chunks per rank"),
-                     llvm::cl::init(2)};
-  Option<std::string> placement{*this, "placement",
-                                llvm::cl::desc("auto: linear or v (any, "
-                                               "pipeforge-compile's "
-                                               "default, is linear here)"),
-                                llvm::cl::init("linear")};
-  Option<std::string> memLimit{
-      *this, "mem-limit",
-      llvm::cl::desc("Per-rank activation limit: M_B units, <k>p or bytes"),
-      llvm::cl::init("")};
-  Option<bool> fuseOverlap{
-      *this, "fuse-overlap",
-      llvm::cl::desc("Split components and fuse overlapped F&B pairs"),
-      llvm::cl::init(false)};
-  Option<int> tp{*this, "tp",
-                 llvm::cl::desc("Tensor-parallel group size (nn-shard-tensor)"),
-                 llvm::cl::init(1)};
-  Option<std::string> recompute{
-      *this, "recompute",
-      llvm::cl::desc("Activation recomputation (pp-recompute): none, full "
-                     "(or true) or selective"),
-      llvm::cl::init("none")};
-  Option<bool> sequenceParallel{
-      *this, "sequence-parallel",
-      llvm::cl::desc("With tp > 1: sequence parallelism"),
-      llvm::cl::init(false)};
-};
-} // namespace
-
-void registerCompilePipeline() {
-  registerPassPipeline(
-      "pp-compile",
-      "The whole compile flow from nn IR to the schedule-level module "
-      "(what pipeforge-compile runs before it lowers)",
-      [](OpPassManager &pm, StringRef optionsStr,
-         function_ref<LogicalResult(const Twine &)> errorHandler)
-          -> LogicalResult {
-        CompilePipelineOptions po;
-        if (failed(po.parseFromString(optionsStr)))
-          return failure();
-        CompileOptions o;
-        o.schedule = po.schedule;
-        o.ranks = po.ranks;
-        o.microbatches = po.microbatches;
-        o.chunks = po.chunks;
-        o.placement = po.placement;
-        o.memLimit = po.memLimit;
-        o.fuseOverlap = po.fuseOverlap;
-        o.tp = po.tp;
-        o.sequenceParallel = po.sequenceParallel;
-        o.recompute = po.recompute;
-        if (sched::Status s = resolveCompileOptions(o); !s)
-          return errorHandler("pp-compile: " + s.message());
-        buildCompilePipeline(pm, o);
-        return success();
-      },
-      [](function_ref<void(const detail::PassOptions &)> optHandler) {
-        optHandler(CompilePipelineOptions());
-      });
-}
-
 } // namespace pipeforge::pipelines
+

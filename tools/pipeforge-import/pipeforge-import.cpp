@@ -4,19 +4,19 @@
 //
 // Reads a GPT-2, Llama or Mixtral config and writes the model in the nn
 // dialect (docs/model-ir.md). A bad config is an error naming the key, with
-// exit code 1.
+// exit code 1; a bad flag is a usage error, exit code 2.
 //
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Import/ModelBuilder.h"
 #include "pipeforge/Import/ModelConfig.h"
+#include "pipeforge/Pipelines/CompilePipeline.h"
 #include "pipeforge/Support/InputFile.h"
 #include "pipeforge/Support/OutputFile.h"
 #include "pipeforge/Support/ToolHelp.h"
 
-#include "pipeforge/Dialect/NN/IR/NNDialect.h"
+#include "pipeforge/Dialect/Dialects.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
@@ -35,13 +35,10 @@ static cl::opt<std::string> inputPath(cl::Positional, cl::desc("<config.json>"),
 static cl::opt<std::string>
     outputPath("o", cl::desc("Output file (default: stdout)"),
                cl::value_desc("file"), cl::init("-"), cl::cat(cat));
-static cl::opt<int64_t>
-    seqLen("seq-len",
-           cl::desc("Sequence length (default: the model's maximum positions)"),
-           cl::init(0), cl::cat(cat));
-static cl::opt<int64_t> microbatch("microbatch-size",
-                                   cl::desc("Sequences per microbatch (b)"),
-                                   cl::init(1), cl::cat(cat));
+// --seq-len and --microbatch-size: the compile's load options, declared
+// once (pipelines::forEachCompileOption), as pipeforge-compile has them.
+static pipeforge::pipelines::CompileFlags
+    loadFlags(cat, {pipeforge::pipelines::OptionPhase::Load});
 
 static int fail(const Twine &msg) {
   WithColor::error(errs(), "pipeforge-import")
@@ -52,7 +49,7 @@ static int fail(const Twine &msg) {
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
   pipeforge::hideForeignOptions({&cat});
-  cl::ParseCommandLineOptions(
+  pipeforge::parseToolCommandLine(
       argc, argv, "PipeForge model importer: config.json -> nn IR\n");
 
   // A regular file or standard input (Support/InputFile.h): a directory,
@@ -63,14 +60,18 @@ int main(int argc, char **argv) {
     WithColor::error(errs(), "pipeforge-import") << readError << "\n";
     return 1;
   }
-  auto config =
-      pipeforge::import::parseModelConfig(text, seqLen, microbatch);
+  pipeforge::pipelines::CompileOptions load;
+  loadFlags.apply(load);
+  auto config = pipeforge::import::parseModelConfig(text, load.seqLen,
+                                                    load.microbatchSize);
   if (!config)
     return fail(toString(config.takeError()));
   config->name = inputPath == "-" ? "model" : sys::path::stem(inputPath).str();
 
-  mlir::MLIRContext ctx;
-  ctx.loadDialect<pipeforge::nn::NNDialect, mlir::func::FuncDialect>();
+  mlir::DialectRegistry registry;
+  pipeforge::registerPipeForgeDialects(registry);
+  mlir::MLIRContext ctx(registry);
+  ctx.loadAllAvailableDialects();
   auto loc = mlir::FileLineColLoc::get(&ctx, inputPath, 1, 1);
   auto module = pipeforge::import::buildModel(*config, &ctx, loc);
   if (mlir::failed(mlir::verify(*module)))

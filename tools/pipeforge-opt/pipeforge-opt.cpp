@@ -5,9 +5,6 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Support/FileUtilities.h"
@@ -16,9 +13,8 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 
-#include "pipeforge/Dialect/NN/IR/NNDialect.h"
+#include "pipeforge/Dialect/Dialects.h"
 #include "pipeforge/Dialect/NN/Transforms/Passes.h"
-#include "pipeforge/Dialect/PP/IR/PPDialect.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
 #include "pipeforge/Pipelines/CompilePipeline.h"
 #include "pipeforge/Support/InputFile.h"
@@ -30,13 +26,12 @@
 // their options, --help-hidden everything (LLVM's own options too).
 // test/Docs/help.test checks this list against --list-passes.
 static const char *const helpPasses[] = {
-    "nn-shard-tensor",   "pp-partition",       "pp-schedule",
-    "pp-insert-comm",    "pp-verify-schedule", "pp-simulate",
-    "pp-split-backward", "pp-recompute",       "pp-split-components",
-    "pp-fuse-overlap",   "pp-assign-buffers",  "pp-component-ranges",
-    "nn-cost-report",    "canonicalize",       "cse",
-    "symbol-dce"};
-static const char *const helpPipelines[] = {"pp-compile"};
+    "pp-compile",          "nn-shard-tensor",   "pp-partition",
+    "pp-schedule",         "pp-insert-comm",    "pp-verify-schedule",
+    "pp-simulate",         "pp-split-backward", "pp-recompute",
+    "pp-split-components", "pp-fuse-overlap",   "pp-assign-buffers",
+    "pp-component-ranges", "nn-cost-report",    "canonicalize",
+    "cse",                 "symbol-dce"};
 
 static std::string passSummary() {
   std::string text;
@@ -49,26 +44,19 @@ static std::string passSummary() {
   for (const char *name : helpPasses)
     if (const mlir::PassInfo *info = mlir::PassInfo::lookup(name))
       line(name, info->getPassDescription());
-  os << "Pass pipelines (with their options: --help-hidden):\n";
-  for (const char *name : helpPipelines)
-    if (const mlir::PassPipelineInfo *info =
-            mlir::PassPipelineInfo::lookup(name))
-      line(name, info->getPassDescription());
   return text;
 }
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
-  registry.insert<pipeforge::nn::NNDialect, pipeforge::pp::PPDialect,
-                  mlir::func::FuncDialect, mlir::arith::ArithDialect,
-                  mlir::tensor::TensorDialect>();
+  pipeforge::registerPipeForgeDialects(registry);
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();
   pipeforge::pp::registerPPPasses();
   pipeforge::nn::registerNNPasses();
   pipeforge::target::registerProgramPreparePasses();
-  pipeforge::pipelines::registerCompilePipeline();
+  pipeforge::pipelines::registerCompilePass();
   // MlirOptMain(argc, argv, ...) keeps its output stream's write error
   // until the destructor aborts ("LLVM ERROR: IO failure"): run its steps
   // here and check the output (pipeforge/Support/OutputFile.h).
@@ -83,8 +71,15 @@ int main(int argc, char **argv) {
            "verify-each", "dump-pass-pipeline", "mlir-print-ir-after-all",
            "mlir-print-ir-before-all", "mlir-print-op-generic",
            "mlir-print-debuginfo", "mlir-pass-statistics", "mlir-timing"});
-  auto [inputFilename, outputFilename] =
-      mlir::parseCLIOptions(argc, argv, helpHeader + passSummary());
+  // mlir::parseCLIOptions with a bad flag as a usage error, exit 2, as in
+  // every PipeForge tool (Support/ToolHelp.h).
+  static llvm::cl::opt<std::string> inputFilename(
+      llvm::cl::Positional, llvm::cl::desc("<input file>"),
+      llvm::cl::init("-"));
+  static llvm::cl::opt<std::string> outputFilename(
+      "o", llvm::cl::desc("Output filename"),
+      llvm::cl::value_desc("filename"), llvm::cl::init("-"));
+  pipeforge::parseToolCommandLine(argc, argv, helpHeader + passSummary());
   mlir::MlirOptMainConfig config =
       mlir::MlirOptMainConfig::createFromCLOptions();
   if (config.shouldShowDialects() || config.shouldListPasses())

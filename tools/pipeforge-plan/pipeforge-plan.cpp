@@ -169,7 +169,7 @@ static int fail(const Twine &msg) {
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
   pipeforge::hideForeignOptions({&cat});
-  cl::ParseCommandLineOptions(
+  pipeforge::parseToolCommandLine(
       argc, argv,
       "PipeForge planner: the fastest pipeline x data x tensor-parallel setup "
       "(with recomputation and ZeRO-1) that fits a cluster\n");

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -239,20 +240,28 @@ Options parseArgs(int argc, char **argv) {
         *target = isSwitch = true;
     if (isSwitch)
       continue;
-    // --flag=value or --flag value
+    // --flag=value or --flag value; an unknown flag is named as such
+    // before its value is looked for.
     std::string flag = a, value;
-    if (size_t eq = a.find('='); eq != std::string::npos && a.rfind("--", 0) == 0) {
+    size_t eq = a.rfind("--", 0) == 0 ? a.find('=') : std::string::npos;
+    if (eq != std::string::npos)
       flag = a.substr(0, eq);
-      value = a.substr(eq + 1);
-    } else {
-      if (i + 1 >= argc)
-        usageError(a + " expects a value");
-      value = argv[++i];
-    }
     const NumberOption *number = nullptr;
     for (const NumberOption &n : numbers)
       if (flag == n.flag)
         number = &n;
+    static const char *const stringFlags[] = {
+        "--schedule",  "--import-csv", "--format",           "-o",
+        "--mem-limit", "--placement",  "--interleaved-rule", "--cost-unit"};
+    if (!number && std::find(std::begin(stringFlags), std::end(stringFlags),
+                             flag) == std::end(stringFlags))
+      usageError("unknown option '" + a + "'");
+    if (eq != std::string::npos)
+      value = a.substr(eq + 1);
+    else if (i + 1 >= argc)
+      usageError(a + " expects a value");
+    else
+      value = argv[++i];
     if (number) {
       parseNumber(*number, value);
       // A zero ceiling is refused for every schedule: the watchdog would
@@ -280,8 +289,6 @@ Options parseArgs(int argc, char **argv) {
       j.interleavedRule = value;
     else if (flag == "--cost-unit")
       costUnit = value;
-    else
-      usageError("unknown option '" + a + "'");
   }
   if (searchMoves != std::floor(searchMoves) || ilpNodes != std::floor(ilpNodes))
     usageError("--search-moves and --ilp-nodes expect integers");

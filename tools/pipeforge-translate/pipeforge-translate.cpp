@@ -4,50 +4,84 @@
 //   pipeforge-translate --pp-to-program-dump sched.mlir
 //
 // The translations out of MLIR (docs/compile.md): a schedule-level pp
-// module to the runtime's program file or its listing.
+// module to the runtime's program file or its listing (the compile
+// driver's lower phase, Pipelines/CompilePipeline.h). mlirTranslateMain's
+// steps, with the tools' conventions: a bad flag is a usage error (exit 2,
+// Support/ToolHelp.h), and the input must be a regular file or standard
+// input (Support/InputFile.h: a FIFO or a device is refused by name rather
+// than read forever).
 //
 //===----------------------------------------------------------------------===//
 
-#include "pipeforge/Target/Program/ProgramLowering.h"
+#include "pipeforge/Pipelines/CompilePipeline.h"
 
 #include "pipeforge/Support/InputFile.h"
+#include "pipeforge/Support/OutputFile.h"
 #include "pipeforge/Support/ToolHelp.h"
 
-#include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/Tools/mlir-translate/Translation.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <memory>
 #include <string>
 
-#include <sys/stat.h>
+using namespace llvm;
+
+static cl::OptionCategory cat("pipeforge-translate options");
+static cl::opt<std::string> inputFilename(cl::Positional,
+                                          cl::desc("<input file>"),
+                                          cl::init("-"), cl::cat(cat));
+static cl::opt<std::string> outputFilename("o", cl::desc("Output filename"),
+                                           cl::value_desc("filename"),
+                                           cl::init("-"), cl::cat(cat));
+
+static int fail(const Twine &msg) {
+  errs() << "pipeforge-translate: error: " << msg << "\n";
+  return 1;
+}
 
 int main(int argc, char **argv) {
-  // The input must be a regular file or standard input
-  // (Support/InputFile.h): mlirTranslateMain would block opening a FIFO
-  // and read a device such as /dev/zero forever, so an argument that is
-  // not an option (nor -o's value) and names an existing FIFO, device or
-  // directory is refused by name first. A missing or unreadable file is
-  // left to mlirTranslateMain, which reports it.
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-o") {
-      ++i;
-      continue;
-    }
-    struct stat st;
-    if (a.empty() || a[0] == '-' || ::stat(a.c_str(), &st) != 0 ||
-        S_ISREG(st.st_mode))
-      continue;
-    if (std::string problem = pipeforge::inputFileProblem(a);
-        !problem.empty()) {
-      llvm::errs() << "pipeforge-translate: error: " << problem << "\n";
-      return 1;
-    }
+  InitLLVM init(argc, argv);
+  pipeforge::pipelines::registerToProgramTranslation();
+  mlir::registerAsmPrinterCLOptions();
+  mlir::registerMLIRContextCLOptions();
+  mlir::registerTranslationCLOptions();
+  cl::opt<const mlir::Translation *, false, mlir::TranslationParser>
+      translation("", cl::desc("Translation to perform"), cl::Required,
+                  cl::cat(cat));
+  // LLVM's own options (codegen, profiling, targets): --help-hidden.
+  pipeforge::hideForeignOptions({&cat});
+  pipeforge::parseToolCommandLine(argc, argv, "PipeForge translation tool");
+
+  std::string text, error;
+  if (!pipeforge::readInputFile(inputFilename, text, error))
+    return fail(error);
+  auto output = mlir::openOutputFile(outputFilename, &error);
+  if (!output)
+    return fail(error);
+
+  auto sourceMgr = std::make_shared<SourceMgr>();
+  sourceMgr->AddNewSourceBuffer(
+      MemoryBuffer::getMemBufferCopy(text, inputFilename), SMLoc());
+  mlir::MLIRContext context;
+  context.allowUnregisteredDialects(false);
+  context.printOpOnDiagnostic(false);
+  mlir::SourceMgrDiagnosticHandler diagnostics(*sourceMgr, &context);
+  if (mlir::failed((*translation)(sourceMgr, output->os(), &context))) {
+    // The partial file goes; a write error is not reported twice.
+    output->os().clear_error();
+    return 1;
   }
-  pipeforge::target::registerToProgramTranslation();
-  // LLVM's own options (codegen, profiling, targets) are registered before
-  // main: --help-hidden. mlirTranslateMain registers the translations and
-  // its general options (-o, --split-input-file, ...) after this.
-  pipeforge::hideForeignOptions({});
-  return mlir::failed(
-      mlir::mlirTranslateMain(argc, argv, "PipeForge translation tool"));
+  if (auto err = pipeforge::finishOutput(*output))
+    return fail(*err);
+  return 0;
 }

@@ -1,37 +1,62 @@
-//===- CompilePipeline.h - The compile pass pipeline, built once -*- C++
-//-*-===//
+//===- CompilePipeline.h - The compile driver: one entry, one options type ===//
 //
-// nn IR -> schedule-level pp IR (docs/compile.md, docs/architecture.md):
+// config.json / nn IR -> schedule-level pp IR -> rt::Program
+// (docs/compile.md, docs/architecture.md), in phases:
 //
-//   pp-partition{stages placement ranks} -> pp-split-backward
-//   [-> pp-split-components] -> pp-schedule{kind microbatches [mem-limit]}
-//   -> pp-insert-comm -> pp-verify-schedule{[mem-limit]} [-> pp-fuse-overlap]
-//   -> pp-component-ranges -> pp-assign-buffers (program preparation)
+//   load      config.json or nn IR -> func @model (import)
+//   plan      resolve the options, choose the auto placement, check that the
+//             model has the layers the stages need
+//   pipeline  [nn-shard-tensor] -> pp-partition -> pp-split-backward
+//             [-> pp-recompute] [-> pp-split-components] -> pp-schedule
+//             -> pp-insert-comm -> pp-verify-schedule [-> pp-fuse-overlap]
+//             -> pp-component-ranges -> pp-assign-buffers
+//   lower     -> rt::Program, validated as the runtime will validate it
 //
-// built by one function from CompileOptions, used by pipeforge-compile and
-// registered as the named pipeline `pp-compile` so that
+// compile() runs them and can stop after any (tests, the fuzzers);
+// pipeforge-compile is option parsing around it, and the pass `pp-compile`
+// runs the plan and pipeline phases on the module it is given, so
 //
-//   pipeforge-opt model.mlir --pp-compile="schedule=zbv ranks=2 microbatches=8"
+//   pipeforge-opt model.mlir --pp-compile="schedule=auto ranks=2"
 //
-// runs exactly what `pipeforge-compile --schedule zbv --ranks 2
-// --microbatches 8` runs before it lowers (the lowering is
-// Target/Program's translation).
+// runs exactly what `pipeforge-compile --schedule auto --ranks 2` runs
+// before it lowers. Every option is declared once, in forEachCompileOption:
+// the tools' flags and the pass's options are made from that list.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEFORGE_PIPELINES_COMPILEPIPELINE_H
 #define PIPEFORGE_PIPELINES_COMPILEPIPELINE_H
 
-#include "pipeforge/Schedule/Action.h"
+#include "pipeforge/Support/Status.h"
+#include "pipeforge/rt/Program.h"
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
+#include "llvm/Support/CommandLine.h"
 
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+namespace llvm {
+class SourceMgr;
+} // namespace llvm
+
 namespace pipeforge::pipelines {
 
+/// The options of the whole compile. Each field is declared as an option
+/// (flag name, help, phase) once, in forEachCompileOption below.
 struct CompileOptions {
+  // --- load (config.json input only) ---
+  /// Sequence length; 0: the model's maximum positions.
+  int64_t seqLen = 0;
+  /// Sequences per microbatch.
+  int64_t microbatchSize = 1;
+
+  // --- pipeline ---
   /// A schedule kind (gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe
   /// dualpipev chimera auto) or "none", the single-process reference.
   std::string schedule = "1f1b";
@@ -60,13 +85,134 @@ struct CompileOptions {
   /// The stages (indices of a model copy's stages) `recompute` applies to;
   /// empty: every stage.
   std::vector<int64_t> recomputeStages;
+
+  // --- lowering ---
+  /// The model's name where the IR does not record one (nn.model_name);
+  /// compile() sets it to the input file's stem. Not a flag.
+  std::string modelName = "model";
+  int dp = 1;
+  int ep = 1;
+  uint64_t seed = 1234;
+};
+
+/// The phase an option belongs to: which tools and passes declare it.
+enum class OptionPhase { Load, Pipeline, Lowering };
+
+struct OptionInfo {
+  const char *name;      ///< --name (tools), name= (pp-compile)
+  const char *valueDesc; ///< for --help; "" for flags
+  const char *help;
+  OptionPhase phase;
+  bool valueOptional = false; ///< a bare --name gives the empty string
+};
+
+/// Calls visit(const OptionInfo &, Field &) for every option of `o`, in the
+/// order --help lists them. The one declaration of the compile options.
+template <typename Visitor>
+void forEachCompileOption(CompileOptions &o, Visitor &&visit) {
+  using P = OptionPhase;
+  visit(OptionInfo{"schedule", "kind",
+                   "gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev "
+                   "chimera auto, or none (single-process reference)",
+                   P::Pipeline},
+        o.schedule);
+  visit(OptionInfo{"ranks", "n", "Pipeline ranks (default 2; none: 1)",
+                   P::Pipeline},
+        o.ranks);
+  visit(OptionInfo{"dp", "n", "Data-parallel replicas", P::Lowering}, o.dp);
+  visit(OptionInfo{"ep", "n",
+                   "Expert-parallel group size: each nn.moe layer's experts "
+                   "are split over this many ranks (must divide the expert "
+                   "count)",
+                   P::Lowering},
+        o.ep);
+  visit(OptionInfo{"tp", "n",
+                   "Tensor-parallel group size: each layer is split "
+                   "Megatron-style over this many ranks (--nn-shard-tensor, "
+                   "docs/tensor-parallel.md)",
+                   P::Pipeline},
+        o.tp);
+  visit(OptionInfo{"sequence-parallel", "",
+                   "With --tp: split the activations between the sharded "
+                   "layers along the sequence",
+                   P::Pipeline},
+        o.sequenceParallel);
+  visit(OptionInfo{"recompute", "full|selective|none",
+                   "Activation recomputation (--pp-recompute): full (the "
+                   "default of a bare --recompute) stashes each stage's "
+                   "inputs only and B recomputes the rest; selective "
+                   "recomputes norms, activation functions and dropouts",
+                   P::Pipeline, /*valueOptional=*/true},
+        o.recompute);
+  visit(OptionInfo{"recompute-stages", "s,s,...",
+                   "With --recompute: only these stages (indices of a model "
+                   "copy's stages; default every stage)",
+                   P::Pipeline},
+        o.recomputeStages);
+  visit(OptionInfo{"chunks", "n",
+                   "Interleaved: model chunks per rank (virtual stages; "
+                   "default 2)",
+                   P::Pipeline},
+        o.chunks);
+  visit(OptionInfo{"microbatches", "n",
+                   "Microbatches per step, over both copies for DualPipe and "
+                   "Chimera (default: the smallest the schedule accepts)",
+                   P::Pipeline},
+        o.microbatches);
+  visit(OptionInfo{"microbatch-size", "b", "Sequences per microbatch",
+                   P::Load},
+        o.microbatchSize);
+  visit(OptionInfo{"seq-len", "s",
+                   "Sequence length (default: the model's maximum; "
+                   "config.json input only)",
+                   P::Load},
+        o.seqLen);
+  visit(OptionInfo{"mem-limit", "limit",
+                   "Per-rank activation limit: M_B units, <k>p (k x ranks) "
+                   "or bytes (12GB, 512MiB); the auto scheduler's "
+                   "constraint, checked by pp-verify-schedule",
+                   P::Pipeline},
+        o.memLimit);
+  visit(OptionInfo{"placement", "any|linear|v",
+                   "--schedule auto: any (default: the placement, or the "
+                   "handcrafted order, that pipeforge-sched --schedule auto "
+                   "picks for the model's M_B; a note names it), linear or v "
+                   "(the others imply theirs)",
+                   P::Pipeline},
+        o.placement);
+  visit(OptionInfo{"seed", "n", "Initialisation seed", P::Lowering}, o.seed);
+  visit(OptionInfo{"fuse-overlap", "",
+                   "Split the stage bodies into per-layer components "
+                   "(--pp-split-components) and fuse each overlapped F&B "
+                   "pair (--pp-fuse-overlap); the program's functions carry "
+                   "their component ranges",
+                   P::Pipeline},
+        o.fuseOverlap);
+}
+
+/// The options of some phases as command-line flags (--<prefix><name>) in
+/// `category`: construct before cl::ParseCommandLineOptions, then apply()
+/// writes the parsed values into a CompileOptions (its other fields keep
+/// theirs).
+class CompileFlags {
+public:
+  CompileFlags(llvm::cl::OptionCategory &category,
+               std::vector<OptionPhase> phases, llvm::StringRef prefix = "");
+  ~CompileFlags();
+  void apply(CompileOptions &o) const;
+
+private:
+  bool selected(const OptionInfo &info) const;
+  std::vector<OptionPhase> phases;
+  std::vector<std::unique_ptr<std::string>> names;
+  std::vector<std::unique_ptr<llvm::cl::Option>> flags;
 };
 
 /// Fills the defaults and checks the options against each other (an unknown
 /// schedule, ranks < 1, DualPipe with an odd rank count, too few
-/// microbatches, a malformed memory limit, placement other than linear/v).
-/// Errors name the option.
-sched::Status resolveCompileOptions(CompileOptions &o);
+/// microbatches, a malformed memory limit, placement other than any, linear
+/// or v, dp/ep/microbatch-size below 1). Errors name the option.
+Status resolveCompileOptions(CompileOptions &o);
 
 /// --schedule auto --placement any (the default): chooses what to compile
 /// as pipeforge-sched --schedule auto would for the model's M_B (the search
@@ -76,20 +222,64 @@ sched::Status resolveCompileOptions(CompileOptions &o);
 /// handcrafted kind that won; `note` names it. When no candidate fits,
 /// o.placement becomes linear and the pipeline reports why. A no-op for
 /// other options.
-sched::Status chooseAutoPlacement(mlir::ModuleOp module, CompileOptions &o,
-                                  std::string &note);
+Status chooseAutoPlacement(mlir::ModuleOp module, CompileOptions &o,
+                           std::string &note);
 
 /// Checks that the model in `module` (func @model, nn.layer on its ops) has
 /// at least as many layers as the resolved options need stages: a message
 /// naming the schedule and both counts, before pp-partition would fail.
-sched::Status checkModelFits(mlir::ModuleOp module, const CompileOptions &o);
+Status checkModelFits(mlir::ModuleOp module, const CompileOptions &o);
 
-/// Adds the pipeline for resolved options to `pm` (a module pass manager).
+/// The plan phase on a loaded module: resolveCompileOptions,
+/// chooseAutoPlacement (its note, if any, to `note`), checkModelFits.
+Status planCompile(mlir::ModuleOp module, CompileOptions &o,
+                   llvm::function_ref<void(llvm::StringRef)> note = {});
+
+/// Adds the pipeline phase for planned options to `pm` (a module pass
+/// manager).
 void buildCompilePipeline(mlir::OpPassManager &pm, const CompileOptions &o);
 
-/// Registers `pp-compile` with the options schedule, ranks, microbatches,
-/// chunks, placement, mem-limit, fuse-overlap.
-void registerCompilePipeline();
+/// The lower phase: `module` after the pipeline phase -> a validated
+/// rt::Program. Errors are diagnostics on `module`.
+mlir::FailureOr<rt::Program> lowerCompiled(mlir::ModuleOp module,
+                                           const CompileOptions &o);
+
+enum class CompilePhase { Load, Plan, Pipeline, Lower };
+
+struct CompileResult {
+  /// The module as the last phase run left it.
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  /// After the lower phase.
+  std::optional<rt::Program> program;
+};
+
+/// Runs the phases up to `stopAfter` on `inputPath` (config.json, a model
+/// directory, or nn IR; "-" reads nn IR from standard input). `o` is
+/// resolved in place. Errors: the Status's message, or, where the IR has a
+/// location, diagnostics already emitted on `ctx` (the Status's message is
+/// then empty). `ctx` needs the dialects of registerPipeForgeDialects
+/// (Dialect/Dialects.h).
+Status compile(llvm::StringRef inputPath, CompileOptions &o,
+               mlir::MLIRContext &ctx, llvm::SourceMgr &srcMgr,
+               CompileResult &result,
+               CompilePhase stopAfter = CompilePhase::Lower,
+               llvm::function_ref<void(llvm::StringRef)> note = {});
+
+/// The same from an already loaded module (the load phase is done).
+Status compileModule(mlir::OwningOpRef<mlir::ModuleOp> module,
+                     CompileOptions &o, CompileResult &result,
+                     CompilePhase stopAfter = CompilePhase::Lower,
+                     llvm::function_ref<void(llvm::StringRef)> note = {});
+
+/// Registers the pass `pp-compile` (the plan and pipeline phases on the
+/// module it runs on), with the pipeline options of forEachCompileOption.
+void registerCompilePass();
+
+/// Registers the translations `--pp-to-program` (the program file) and
+/// `--pp-to-program-dump` (its listing) for mlirTranslateMain: the lower
+/// phase, with the lowering options as --pp-program-dp, --pp-program-ep and
+/// --pp-program-seed.
+void registerToProgramTranslation();
 
 } // namespace pipeforge::pipelines
 

@@ -5,6 +5,7 @@
 // every option that is neither in one of the tool's categories nor named in
 // `keep`: they move to --help-hidden / --help-list-hidden (cl::Hidden, not
 // cl::ReallyHidden as cl::HideUnrelatedOptions does) and still parse.
+// parseToolCommandLine is the tools' one way to parse: a bad flag exits 2.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +16,9 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdlib>
 
 namespace pipeforge {
 
@@ -33,6 +37,18 @@ hideForeignOptions(llvm::ArrayRef<const llvm::cl::OptionCategory *> categories,
     });
     if (!ours && !llvm::is_contained(keep, entry.first))
       opt->setHiddenFlag(cl::Hidden);
+  }
+}
+
+/// cl::ParseCommandLineOptions with the tools' one convention for a bad
+/// flag: LLVM's message naming the flag, a pointer to --help, exit code 2
+/// (a usage error; 1 is a failed run). --help and --version exit 0.
+inline void parseToolCommandLine(int argc, const char *const *argv,
+                                 llvm::StringRef overview) {
+  if (!llvm::cl::ParseCommandLineOptions(argc, argv, overview,
+                                         &llvm::errs())) {
+    llvm::errs() << "(run with --help for usage)\n";
+    std::exit(2);
   }
 }
 

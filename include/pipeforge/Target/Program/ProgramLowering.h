@@ -6,9 +6,10 @@
 // Kernel per nn op, a liveness-based buffer assignment, the params and the
 // schedule. The buffer assignment and the component ranges are read from
 // the IR when the preparation passes recorded them (--pp-assign-buffers,
-// --pp-component-ranges; Prepare.h), else computed with the same code. Registered as the translations `--pp-to-program` (the binary
-// file) and `--pp-to-program-dump` (its listing) of pipeforge-translate;
-// pipeforge-compile calls lowerToProgram directly.
+// --pp-component-ranges; Prepare.h), else computed with the same code.
+// The compile driver's lower phase (Pipelines/CompilePipeline.h:
+// lowerCompiled, which pipeforge-compile and pipeforge-translate's
+// --pp-to-program run) calls lowerToProgram and validates its result.
 //
 // What the lowering reads from the IR: the model's name and vocabulary from
 // the pipeline's nn.model_name / nn.vocab_size (the importer's facts, carried
@@ -62,11 +63,6 @@ mlir::FailureOr<rt::Program> lowerToProgram(mlir::ModuleOp module,
 /// use is before the other's definition. Fills f.buffer / f.bufferBytes.
 void assignBuffers(rt::Function &f, const std::vector<int32_t> &def,
                    const std::vector<int32_t> &lastUse);
-
-/// Registers `--pp-to-program` and `--pp-to-program-dump` (with their
-/// options --pp-program-dp, --pp-program-ep, --pp-program-seed) for
-/// mlirTranslateMain.
-void registerToProgramTranslation();
 
 } // namespace pipeforge::target
 
