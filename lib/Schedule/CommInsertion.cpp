@@ -265,15 +265,12 @@ struct CommInserter::Asap {
       finish = std::nextafter(start, HUGE_VAL);
     ci.startAt[size_t(r)][i] = start;
     clock[size_t(r)] = finish;
-    auto produce = [&](const Work &w) {
-      if (w.kind != WorkKind::W) // W produces nothing another work reads
-        ci.end[WorkIndex::outputKey(ci.idx.id(w))] = finish;
-      if (int32_t to = ci.receiverOf(w, r); to >= 0)
-        ci.outbox[size_t(r)].to.at(to).keys.push_back({finish, w});
-    };
-    produce(a.work);
-    if (isPair)
-      produce(a.work2);
+    for (const Work *w : detail::membersOf(a)) {
+      if (w->kind != WorkKind::W) // W produces nothing another work reads
+        ci.end[WorkIndex::outputKey(ci.idx.id(*w))] = finish;
+      if (int32_t to = ci.receiverOf(*w, r); to >= 0)
+        ci.outbox[size_t(r)].to.at(to).keys.push_back({finish, *w});
+    }
   }
   // A compute-only schedule has no messages.
   void send(int32_t, size_t, const Action &, const detail::CommSlot &) {}
@@ -326,9 +323,9 @@ Status CommInserter::explainStuck(int32_t r, size_t step) const {
         (seen[idx.item(pred) * kSlots + slot] ? "" : " (never scheduled)");
     return false;
   };
-  if (detail::forEachPredecessor(a.work, idx.numStages, find) &&
-      a.kind == ActionKind::Overlap)
-    detail::forEachPredecessor(a.work2, idx.numStages, find);
+  for (const Work *w : detail::membersOf(a))
+    if (!detail::forEachPredecessor(*w, idx.numStages, find))
+      break;
   return Status::error("compute order cannot run: rank " + std::to_string(r) +
                        " step " + std::to_string(step) + " (" + toString(a) +
                        ") waits for " + missing);
