@@ -616,6 +616,10 @@ Expected<LayerPlan> planLayers(const Setup &su, Recompute recompute,
 /// parameters alike: the expert ranks are not in that group.
 /// With PlanOptions::zeroDenseOverAll (Megatron's distributed optimizer,
 /// DeepSeek-V3) the dense parameters' state is sharded over all d ranks.
+/// With two model copies (DualPipe, Chimera) ZeRO-1 also splits the state
+/// between the two ranks that hold the same stages (pipeforge-run: each
+/// tensor is updated on one side of the pair; docs/optimizer.md), so
+/// `copies` divides it once more.
 struct MemoryModel {
   explicit MemoryModel(const Setup &su)
       : opts(su.opts), d(su.g.d), dE(su.g.dE),
@@ -623,16 +627,19 @@ struct MemoryModel {
                                             opts.weightBytesPerParam -
                                             opts.gradStateBytesPerParam)) {}
 
-  double optimizerBytes(double dense, double experts, int zero) const {
+  double optimizerBytes(double dense, double experts, int zero,
+                        int copies = 1) const {
     if (!zero)
       return optimizerPerParam * (dense + experts);
     return optimizerPerParam *
-           (dense / (opts.zeroDenseOverAll ? d : dE) + experts / dE);
+           (dense / (opts.zeroDenseOverAll ? d : dE) + experts / dE) /
+           std::max(1, copies);
   }
-  double stateBytes(double dense, double experts, int zero) const {
+  double stateBytes(double dense, double experts, int zero,
+                    int copies = 1) const {
     return (dense + experts) *
                (opts.weightBytesPerParam + opts.gradStateBytesPerParam) +
-           optimizerBytes(dense, experts, zero);
+           optimizerBytes(dense, experts, zero, copies);
   }
 
   const PlanOptions &opts;
@@ -939,7 +946,8 @@ std::vector<Candidate> sizeMemory(const Setup &su, const Candidate &c,
     std::vector<char> over(su.pp, 0);
     for (int r = 0; r < su.pp; ++r) {
       const double dense = rp.params[r] - rp.experts[r];
-      double state = mem.stateBytes(dense, rp.experts[r], zero);
+      double state =
+          mem.stateBytes(dense, rp.experts[r], zero, pl.numCopies);
       double act = sim.ranks[r].peakMemory + sc.transient;
       double total = state + act;
       over[r] = total > usable;
@@ -949,7 +957,8 @@ std::vector<Candidate> sizeMemory(const Setup &su, const Candidate &c,
         z.activationBytes = act;
         z.weightBytes = rp.params[r] * su.opts.weightBytesPerParam;
         z.gradBytes = rp.params[r] * su.opts.gradStateBytesPerParam;
-        z.optimizerBytes = mem.optimizerBytes(dense, rp.experts[r], zero);
+        z.optimizerBytes =
+            mem.optimizerBytes(dense, rp.experts[r], zero, pl.numCopies);
       }
     }
     z.fits = z.memoryBytes <= usable;
@@ -957,8 +966,8 @@ std::vector<Candidate> sizeMemory(const Setup &su, const Candidate &c,
     // copy-0 stage.
     if (pl.numCopies > 1)
       for (int s = 0; s < su.g.S; ++s) {
-        const double bytes =
-            mem.stateBytes(sc.params[s] - sc.experts[s], sc.experts[s], zero);
+        const double bytes = mem.stateBytes(sc.params[s] - sc.experts[s],
+                                            sc.experts[s], zero, pl.numCopies);
         if (bytes > z.secondCopyBytes) {
           z.secondCopyBytes = bytes;
           z.secondCopyParams = sc.params[s];

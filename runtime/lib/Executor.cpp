@@ -497,7 +497,8 @@ Expected<std::string> Executor::memoryReport() {
                      std::to_string(paramBytes) + " " +
                      std::to_string(gradBytes) + " " +
                      std::to_string(impl->opt.stateBytes()) + " " +
-                     std::to_string(impl->stateOwner.empty()
+                     std::to_string(impl->stateOwner.empty() &&
+                                            impl->pairOwner.empty()
                                         ? -1
                                         : int64_t(optimizerParams().size())) +
                      " " + std::to_string(impl->params.size()) + " " +

@@ -222,11 +222,47 @@ struct Executor::Impl {
   /// each local parameter's optimizer state and updates it; empty without
   /// sharding (every rank updates every local parameter).
   std::map<int32_t, int> stateOwner;
+  /// ZeRO over DualPipe's pair (two model copies): rank r and its
+  /// GRADREDUCE peer hold the same stages, one copy each. Each parameter
+  /// (by base name) is updated on one side of the pair (Mine / Theirs);
+  /// tied ones on both (Both). Empty without two copies or ZeRO.
+  enum class PairOwner : uint8_t { Both, Mine, Theirs };
+  std::map<int32_t, PairOwner> pairOwner;
+  int pairPeer = -1;
+  /// A parameter's copy-0 twin (its own index in copy 0): the slot its
+  /// squares take in the gradient norm when this side updates it.
+  std::map<int32_t, int32_t> copy0Twin;
+  /// Whether this side of the pair updates parameter i (always without
+  /// pair sharding).
+  bool sideUpdates(int32_t i) const {
+    auto it = pairOwner.find(i);
+    return it == pairOwner.end() || it->second != PairOwner::Theirs;
+  }
+  /// Where parameter i's squares go in the gradient norm (its copy-0
+  /// twin's slot with the pair sharded, else its own) and whether this
+  /// rank's enter it: copy 0, or, with the pair sharded, the side that
+  /// updates it (tied copies count 0 in either case).
+  int32_t normSlot(int32_t i) const {
+    auto it = copy0Twin.find(i);
+    return it == copy0Twin.end() ? i : it->second;
+  }
+  bool normCopy(int32_t i) const {
+    auto it = pairOwner.find(i);
+    if (it != pairOwner.end() && it->second != PairOwner::Both)
+      return it->second == PairOwner::Mine;
+    return prog.params[size_t(i)].copy == 0;
+  }
   bool ownsState(int32_t i) const {
+    if (!sideUpdates(i))
+      return false;
     auto it = stateOwner.find(i);
     return it == stateOwner.end() || it->second == tr.dpIndex();
   }
   void assignStateOwners();
+  Status assignPairOwners();
+  /// After the update: the values of the parameters the other side updated,
+  /// from the peer (pairwise sum with -0.0: x + -0.0 == x for every x).
+  Status exchangePairValues();
   /// Tied parameters (Param::tiedTo): (the target, the tied copy) by global
   /// index, in program order.
   std::vector<std::pair<int32_t, int32_t>> ties;

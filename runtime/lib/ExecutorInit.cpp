@@ -12,6 +12,8 @@
 #include "pipeforge/rt/HfWeights.h"
 
 #include <cstring>
+#include <set>
+#include <tuple>
 
 #include <algorithm>
 
@@ -199,8 +201,12 @@ Status Executor::Impl::init() {
   if (opts.zeroStage != 0 && opts.zeroStage != 1)
     return Status::error("ZeRO stage must be 0 or 1 (got " +
                          std::to_string(opts.zeroStage) + ")");
-  if (opts.zeroStage == 1)
+  if (opts.zeroStage == 1) {
+    if (prog.schedule.placement.numCopies > 1)
+      if (Status s = assignPairOwners(); !s)
+        return s;
     assignStateOwners();
+  }
   planGradOverlap();
   planDirectGrads();
   // Buffer plans: per-value when the assignment is missing or lets a kernel
@@ -329,13 +335,16 @@ void Executor::Impl::assignStateOwners() {
   // keep each parameter's gradient norm and update the same computation as
   // without sharding, so ZeRO-1 changes no bit of the run. Every replica
   // of this pipeline rank holds the same parameters with the same sizes,
-  // so all compute the same assignment.
+  // so all compute the same assignment. With two model copies the pair
+  // has split the tensors first (assignPairOwners): the replicas share
+  // those this side updates.
   int D = tr.dpSize();
   if (D <= 1)
     return;
   std::vector<std::pair<int64_t, int32_t>> bySize;
   for (auto &[i, ps] : params)
-    bySize.push_back({-localElems(i), i});
+    if (sideUpdates(i))
+      bySize.push_back({-localElems(i), i});
   std::sort(bySize.begin(), bySize.end());
   std::vector<int64_t> load(size_t(D), 0);
   for (auto &[neg, i] : bySize) {
@@ -343,6 +352,62 @@ void Executor::Impl::assignStateOwners() {
     stateOwner[i] = best;
     load[size_t(best)] -= neg;
   }
+}
+
+Status Executor::Impl::assignPairOwners() {
+  // DualPipe and Chimera: this rank and its GRADREDUCE peer hold the same
+  // stages, one model copy each, and after GRADREDUCE the same summed
+  // gradients. Each tensor (by base name) is updated by one of the two,
+  // largest first onto the side with fewer elements (ties: the lower
+  // pipeline rank), so each keeps about half of the optimizer state: a
+  // DualPipe rank then holds the state of one copy of its stages, as a
+  // 1F1B rank does. Tied tensors stay on both sides (their copies follow
+  // the target, exchangeTied).
+  for (const Action &a : prog.schedule.programs[size_t(prank)])
+    if (a.kind == ActionKind::GradReduce) {
+      pairPeer = a.peer;
+      break;
+    }
+  if (pairPeer < 0 || pairPeer == prank)
+    return Status::ok();
+  std::set<std::string> tied;
+  std::map<std::string, int32_t> inCopy0;
+  for (size_t k = 0; k < prog.params.size(); ++k) {
+    const Param &p = prog.params[k];
+    if (!p.tiedTo.empty()) {
+      tied.insert(baseParamName(p.name));
+      tied.insert(baseParamName(p.tiedTo));
+    }
+    if (p.copy == 0)
+      inCopy0[baseParamName(p.name)] = int32_t(k);
+  }
+  std::vector<std::tuple<int64_t, std::string, int32_t>> bySize;
+  for (auto &[i, ps] : params)
+    bySize.push_back({-localElems(i), baseParamName(prog.params[size_t(i)].name), i});
+  std::sort(bySize.begin(), bySize.end());
+  // Both sides must list the same tensors (GRADREDUCE checks the sizes).
+  float count = float(bySize.size());
+  if (Status s = tr.pairwiseSum(pairPeer, &count, 1); !s)
+    return s;
+  if (count != 2.0f * float(bySize.size()))
+    return Status::error("ZeRO over the model copies: pipeline ranks " +
+                         std::to_string(prank) + " and " +
+                         std::to_string(pairPeer) +
+                         " hold different parameter sets");
+  const int side = prank < pairPeer ? 0 : 1;
+  int64_t load[2] = {0, 0};
+  for (auto &[neg, name, i] : bySize) {
+    auto twin = inCopy0.find(name);
+    copy0Twin[i] = twin == inCopy0.end() ? i : twin->second;
+    if (tied.count(name)) {
+      pairOwner[i] = PairOwner::Both;
+      continue;
+    }
+    int best = load[0] <= load[1] ? 0 : 1;
+    pairOwner[i] = best == side ? PairOwner::Mine : PairOwner::Theirs;
+    load[best] -= neg;
+  }
+  return Status::ok();
 }
 
 } // namespace pipeforge::rt

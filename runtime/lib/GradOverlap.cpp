@@ -130,7 +130,9 @@ Status Executor::Impl::takeEarlyGrads(FnRun &r, size_t kernel) {
 }
 
 Status Executor::Impl::gradReady(int32_t i) {
-  if (!overlapParams.count(i) || !reducedEarly.insert(i).second)
+  // With the pair sharded, what the other side updates is not reduced here.
+  if (!overlapParams.count(i) || !sideUpdates(i) ||
+      !reducedEarly.insert(i).second)
     return Status::ok();
   pendingParams.push_back(i);
   pendingBytes += params.at(i).grad->bytes;

@@ -71,7 +71,10 @@ Status Executor::Impl::reduceGradsToOwners() {
   // send[k]: this rank's gradients of the parameters replica k owns, in
   // parameter order (those the overlapped reduction did not take); recv[k]:
   // replica k's gradients of the ones owned here.
-  auto chosen = [&](int32_t i) { return !reducedEarly.count(i); };
+  // With the pair sharded, only what this side updates.
+  auto chosen = [&](int32_t i) {
+    return !reducedEarly.count(i) && sideUpdates(i);
+  };
   int D = tr.dpSize();
   std::vector<std::vector<float>> send(static_cast<size_t>(D)), recv;
   for (auto &[i, ps] : params) {
@@ -122,6 +125,8 @@ Status Executor::Impl::sumOwnedGrads(
 Status Executor::Impl::gatherOwnedParams() {
   // Every replica sends its updated parameters (in parameter order) to all;
   // each parameter is then taken from its owner's message.
+  // With the pair sharded: the parameters this side updates (the peer
+  // sends the others, exchangePairValues).
   int D = tr.dpSize();
   std::vector<float> owned;
   for (auto &[i, ps] : params)
@@ -135,6 +140,8 @@ Status Executor::Impl::gatherOwnedParams() {
     return s;
   std::vector<size_t> at(recv.size(), 0);
   for (auto &[i, ps] : params) {
+    if (!sideUpdates(i))
+      continue;
     size_t k = size_t(stateOwner.at(i)), n = size_t(localElems(i));
     if (k >= recv.size() || at[k] + n > recv[k].size())
       return Status::error("ZeRO-1 parameter gather: replica " +
@@ -143,6 +150,36 @@ Status Executor::Impl::gatherOwnedParams() {
     if (k != size_t(tr.dpIndex()))
       storeValues(ps, recv[k].data() + at[k], int64_t(n));
     at[k] += n;
+  }
+  return Status::ok();
+}
+
+Status Executor::Impl::exchangePairValues() {
+  // In GRADREDUCE's order (by base name): the side that updated a tensor
+  // sends its values, the other -0.0, the identity of IEEE addition
+  // (x + -0.0 == x, -0.0 included), so both end with the updater's bits.
+  std::vector<std::pair<std::string, int32_t>> order;
+  for (auto &[i, who] : pairOwner)
+    if (who != PairOwner::Both)
+      order.push_back({baseParamName(prog.params[size_t(i)].name), i});
+  std::sort(order.begin(), order.end());
+  int64_t n = 0;
+  for (auto &[name, i] : order)
+    n += localElems(i);
+  std::vector<float> buf(static_cast<size_t>(n), -0.0f);
+  int64_t off = 0;
+  for (auto &[name, i] : order) {
+    if (pairOwner.at(i) == PairOwner::Mine)
+      loadValues(params.at(i), buf.data() + off, localElems(i));
+    off += localElems(i);
+  }
+  if (Status s = tr.pairwiseSum(pairPeer, buf.data(), n); !s)
+    return s;
+  off = 0;
+  for (auto &[name, i] : order) {
+    if (pairOwner.at(i) == PairOwner::Theirs)
+      storeValues(params.at(i), buf.data() + off, localElems(i));
+    off += localElems(i);
   }
   return Status::ok();
 }
@@ -226,25 +263,26 @@ Status Executor::Impl::sumTensorParallelGrads() {
 
 /// The squares of the parameters a group splits (`sliced`) summed over the
 /// group, with the squares of the other local gradients (`allSq`, the
-/// finite flag); `sq` recomputed over the copy-0 parameters.
+/// finite flag); `sq` recomputed over the parameters whose squares this
+/// rank counts (normCopy: copy 0, or the pair's updating side).
 Status Executor::Impl::sumSliceSquares(
     Group g, const std::function<bool(int32_t)> &sliced,
     std::vector<float> &paramSq, double &allSq, double &sq) {
   std::vector<float> part(paramSq.size() + 1, 0.0f);
   for (auto &[i, ps] : params)
     if (sliced(i))
-      part[size_t(i)] = paramSq[size_t(i)];
+      part[size_t(normSlot(i))] = paramSq[size_t(normSlot(i))];
   part.back() = float(allSq);
   if (Status s = tr.allreduce(part.data(), int64_t(part.size()), g); !s)
     return s;
   for (auto &[i, ps] : params)
     if (sliced(i))
-      paramSq[size_t(i)] = part[size_t(i)];
+      paramSq[size_t(normSlot(i))] = part[size_t(normSlot(i))];
   allSq = part.back();
   sq = 0;
   for (auto &[i, ps] : params)
-    if (prog.params[size_t(i)].copy == 0)
-      sq += paramSq[size_t(i)];
+    if (normCopy(i))
+      sq += paramSq[size_t(normSlot(i))];
   return Status::ok();
 }
 
@@ -306,7 +344,11 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
       continue; // ZeRO-1: its owner's sum; it counts 0 here
     const Param &p = prog.params[size_t(i)];
     int64_t n = localElems(i);
-    bool counted = p.copy == 0 && p.tiedTo.empty(); // a tied copy: its target
+    // A tied copy: its target. Two model copies: copy 0 (its twin in
+    // copy 1 has the same gradient), or, with the pair sharded, the side
+    // that updates it, in its copy-0 twin's slot.
+    bool counted = p.tiedTo.empty() && normCopy(i);
+    int32_t slot = normSlot(i);
     bool finiteOnly = !counted &&
                       opts.optimizerSync == OptimizerSync::PostValidation;
     if (!onDevice && !be.hostVisible())
@@ -323,8 +365,8 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
     if (counted) {
       // As the float the global sum adds (and sumSliceSquares re-sums):
       // the partial statistics do not depend on how the squares arrived.
-      paramSq[size_t(i)] = float(psq);
-      sq += double(paramSq[size_t(i)]);
+      paramSq[size_t(slot)] = float(psq);
+      sq += double(paramSq[size_t(slot)]);
     } else if (finiteOnly) {
       allSq += psq;
     }
@@ -417,6 +459,10 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
   // skip too: then they are the old ones).
   if (zero)
     if (Status s = gatherOwnedParams(); !s)
+      return s;
+  // ZeRO over the model copies: the other side's updated tensors.
+  if (!pairOwner.empty())
+    if (Status s = exchangePairValues(); !s)
       return s;
   // Post-validation: the two copies of a tied tensor may sit on ranks whose
   // optimistic steps differed (partial norms), and a rollback is exact only

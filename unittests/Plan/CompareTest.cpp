@@ -182,12 +182,14 @@ TEST(PlannerCompare, DualPipeSecondCopyByHand) {
   ASSERT_TRUE(dp.isOk()) << dp.message();
   EXPECT_DOUBLE_EQ(dp->secondCopyParams, 0.8e6);
   EXPECT_DOUBLE_EQ(dp->secondCopyBytes, 0.8e6 * 16);
-  // ZeRO-1 over d / e = 1 replica shards nothing; with e = 2 (2 replicas)
-  // the optimizer state halves: 2 x (0.2e6 + 0.4e6) x (4 + 12 / 2).
+  // ZeRO-1 with e = 2 (2 replicas): the optimizer state halves over the
+  // replicas and again over the two ranks that hold the copies (the pair
+  // splits it, as pipeforge-run --zero 1 does):
+  // 2 x (0.2e6 + 0.4e6) x (4 + 12 / 2 / 2).
   auto z = evaluate(m, cl, options(64), ScheduleKind::DualPipe, 2, 1,
                     Layout::PipelineInNode, expertSetup(2, 1));
   ASSERT_TRUE(z.isOk()) << z.message();
-  EXPECT_DOUBLE_EQ(z->secondCopyBytes, 1.2e6 * (4 + 12.0 / 2));
+  EXPECT_DOUBLE_EQ(z->secondCopyBytes, 1.2e6 * (4 + 12.0 / 2 / 2));
   // A dense model pays its whole stage: 2 layers of 1e6.
   ModelCosts dense = moeModel(4);
   for (LayerCost &l : dense.layers) {
