@@ -63,18 +63,8 @@ CompileFlags::CompileFlags(cl::OptionCategory &category,
 CompileFlags::~CompileFlags() = default;
 
 void CompileFlags::apply(CompileOptions &o) const {
-  size_t i = 0;
-  forEachCompileOption(o, [&](const OptionInfo &info, auto &field) {
-    if (!selected(info))
-      return;
-    using T = std::decay_t<decltype(field)>;
-    const auto &flag =
-        static_cast<const typename FlagFor<T>::type &>(*flags[i++]);
-    if constexpr (std::is_same_v<T, std::vector<int64_t>>)
-      field.assign(flag.begin(), flag.end());
-    else
-      field = flag.getValue();
-  });
+  readCompileOptions<FlagFor>(
+      o, flags, [&](const OptionInfo &info) { return selected(info); });
 }
 
 } // namespace pipeforge::pipelines

@@ -92,18 +92,7 @@ private:
   /// The options' current values as CompileOptions.
   CompileOptions options() const {
     CompileOptions o;
-    size_t i = 0;
-    forEachCompileOption(o, [&](const OptionInfo &info, auto &field) {
-      if (!isPipelineOption(info))
-        return;
-      using T = std::decay_t<decltype(field)>;
-      const auto &opt =
-          static_cast<const typename PassOptionFor<T>::type &>(*declared[i++]);
-      if constexpr (std::is_same_v<T, std::vector<int64_t>>)
-        field.assign(opt.begin(), opt.end());
-      else
-        field = opt.getValue();
-    });
+    readCompileOptions<PassOptionFor>(o, declared, isPipelineOption);
     return o;
   }
 

@@ -39,6 +39,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace llvm {
@@ -188,6 +189,29 @@ void forEachCompileOption(CompileOptions &o, Visitor &&visit) {
                    "their component ranges",
                    P::Pipeline},
         o.fuseOverlap);
+}
+
+/// Reads options made from forEachCompileOption back into `o`: `made` holds
+/// one option per field `selected` accepts, in the list's order, and
+/// OptionFor<T>::type is the class of the option for a field of type T
+/// (llvm::cl::opt<T> for the tools, mlir::Pass::Option<T> for the pass).
+template <template <typename> class OptionFor, typename Selected>
+void readCompileOptions(
+    CompileOptions &o,
+    const std::vector<std::unique_ptr<llvm::cl::Option>> &made,
+    Selected selected) {
+  size_t i = 0;
+  forEachCompileOption(o, [&](const OptionInfo &info, auto &field) {
+    if (!selected(info))
+      return;
+    using T = std::decay_t<decltype(field)>;
+    const auto &opt =
+        static_cast<const typename OptionFor<T>::type &>(*made[i++]);
+    if constexpr (std::is_same_v<T, std::vector<int64_t>>)
+      field.assign(opt.begin(), opt.end());
+    else
+      field = opt.getValue();
+  });
 }
 
 /// The options of some phases as command-line flags (--<prefix><name>) in
