@@ -48,6 +48,131 @@ void cell(std::string &out, int32_t globalStage, const char *kind,
 }
 } // namespace
 
+Status pytorchCsvSupported(const Schedule &s) {
+  if (s.placement.numCopies <= 1)
+    return Status::ok();
+  return Status::error(
+      "PyTorch's runtime cannot hold " +
+      (s.name.empty() ? std::string("this schedule") : s.name) +
+      ": it holds two copies of each stage, and PyTorch's "
+      "_PipelineScheduleRuntime maps each stage index to one rank and "
+      "sends every microbatch through stages 0..n-1; "
+      "a second copy of a stage on another rank, fed from the other end, "
+      "and the reduction of the two copies' gradients have no PyTorch "
+      "action (write PipeForge's CSV, or a one-copy schedule such as "
+      "dualpipev)");
+}
+
+namespace {
+/// PyTorch's `compute_comms` row for a rank's program (CsvOptions::
+/// pytorchStrict): the rules of PyTorch 2.15's own lowering
+/// (_add_unshard_reshard with every stage of the rank resident,
+/// _add_reduce_grad, _add_wait_send), applied to PipeForge's order of
+/// compute and messages.
+void pytorchCommsRow(const Schedule &s, const std::vector<Action> &prog,
+                     std::string &out) {
+  int32_t ns = s.placement.numStages;
+  auto g = [&](const Work &w) { return w.copy * ns + w.stage; };
+  bool first = true;
+  auto sep = [&] {
+    if (!first)
+      out += ',';
+    first = false;
+  };
+  auto named = [&](int32_t stage, const char *kind) {
+    sep();
+    out += std::to_string(stage);
+    out += kind;
+  };
+  // The rank's stages in the order they first compute.
+  std::vector<int32_t> stages;
+  auto noteStage = [&](int32_t st) {
+    if (std::find(stages.begin(), stages.end(), st) == stages.end())
+      stages.push_back(st);
+  };
+  for (const Action &a : prog)
+    if (a.kind == ActionKind::Compute || a.kind == ActionKind::Overlap) {
+      noteStage(g(a.work));
+      if (a.kind == ActionKind::Overlap)
+        noteStage(g(a.work2));
+    }
+  for (int32_t st : stages)
+    named(st, "UNSHARD");
+  // Sends not yet waited for, in the order they were posted; the forward
+  // ones are found by (stage, mb) when their local backward runs.
+  struct Pending {
+    int32_t stage, mb;
+    bool forward, waited;
+  };
+  std::vector<Pending> pending;
+  std::map<std::pair<int32_t, int32_t>, size_t> pendingForward;
+  std::map<int32_t, int64_t> reduceCount; // W and B (our BW) per stage
+  auto afterWork = [&](const Work &w) {
+    int32_t st = g(w);
+    if (w.kind == WorkKind::B || w.kind == WorkKind::BW) {
+      auto it = pendingForward.find({st, w.mb});
+      if (it != pendingForward.end()) {
+        pending[it->second].waited = true;
+        sep();
+        cell(out, st, "WAIT_SEND_F", w.mb);
+        pendingForward.erase(it);
+      }
+    }
+    if ((w.kind == WorkKind::W || w.kind == WorkKind::BW) &&
+        ++reduceCount[st] == s.numMicrobatches) {
+      named(st, "REDUCE_GRAD");
+      named(st, "WAIT_REDUCE_GRAD");
+    }
+  };
+  for (const Action &a : prog) {
+    switch (a.kind) {
+    case ActionKind::Compute:
+      sep();
+      cell(out, g(a.work), csvKind(a.work.kind), a.work.mb);
+      afterWork(a.work);
+      break;
+    case ActionKind::Overlap:
+      sep();
+      out += '(';
+      cell(out, g(a.work), csvKind(a.work.kind), a.work.mb);
+      out += ';';
+      cell(out, g(a.work2), csvKind(a.work2.kind), a.work2.mb);
+      out += ")OVERLAP_F_B";
+      afterWork(a.work);
+      afterWork(a.work2);
+      break;
+    case ActionKind::Send:
+    case ActionKind::Recv: {
+      if (a.payload == Payload::WeightGrad)
+        break;
+      bool act = a.payload == Payload::Activation;
+      bool send = a.kind == ActionKind::Send;
+      int32_t st = g(a.work) + (send ? 0 : (act ? 1 : -1));
+      const char *k =
+          send ? (act ? "SEND_F" : "SEND_B") : (act ? "RECV_F" : "RECV_B");
+      sep();
+      cell(out, st, k, a.work.mb);
+      if (send) {
+        if (act)
+          pendingForward[{st, a.work.mb}] = pending.size();
+        pending.push_back({st, a.work.mb, act, false});
+      }
+      break;
+    }
+    case ActionKind::GradReduce:
+      break; // two copies: refused by pytorchCsvSupported
+    }
+  }
+  for (int32_t st : stages)
+    named(st, "RESHARD");
+  for (const Pending &p : pending)
+    if (!p.waited) {
+      sep();
+      cell(out, p.stage, p.forward ? "WAIT_SEND_F" : "WAIT_SEND_B", p.mb);
+    }
+}
+} // namespace
+
 void exportCsv(const Schedule &s, std::ostream &os, const CsvOptions &opts) {
   int32_t ns = s.placement.numStages;
   auto g = [&](const Work &w) { return w.copy * ns + w.stage; };
@@ -60,7 +185,17 @@ void exportCsv(const Schedule &s, std::ostream &os, const CsvOptions &opts) {
       out.clear();
     }
   };
+  if (opts.pytorchStrict && !pytorchCsvSupported(s).isOk())
+    return;
+  // PyTorch's compute_comms form where the schedule has its messages.
+  bool pytorchComms = opts.pytorchStrict && opts.withComm && s.hasComm;
   for (const std::vector<Action> &prog : s.programs) {
+    if (pytorchComms) {
+      pytorchCommsRow(s, prog, out);
+      out += '\n';
+      spill();
+      continue;
+    }
     bool first = true;
     auto sep = [&] {
       if (!first)

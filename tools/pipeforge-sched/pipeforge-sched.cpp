@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "pipeforge/Schedule/Export.h"
 #include "pipeforge/Schedule/Job.h"
 #include "pipeforge/Support/InputFile.h"
 
@@ -88,7 +89,7 @@ Model shape (docs/background.md; any schedule):
                         stage, L = stages); a stage holds L / stages of them
 
 Output:
-  --format F            text (default) json csv svg trace
+  --format F            text (default) json csv svg trace; --csv-dialect pytorch
   -o FILE               write to FILE instead of standard output
   --time-limit S        ceiling of the whole command, seconds > 0 (default none;
                         output included): past it an error, exit 1, no -o file
@@ -138,6 +139,8 @@ void parseNumber(const NumberOption &n, const std::string &v) {
 struct Options {
   ScheduleJob job;
   std::string importCsv, format = "text", output;
+  /// --csv-dialect pytorch: CsvOptions::pytorchStrict.
+  bool pytorchCsv = false;
   /// --time-limit given: the whole command's ceiling in seconds.
   std::optional<double> commandLimit;
 };
@@ -252,7 +255,8 @@ Options parseArgs(int argc, char **argv) {
         number = &n;
     static const char *const stringFlags[] = {
         "--schedule",  "--import-csv", "--format",           "-o",
-        "--mem-limit", "--placement",  "--interleaved-rule", "--cost-unit"};
+        "--mem-limit", "--placement",  "--interleaved-rule", "--cost-unit",
+        "--csv-dialect"};
     if (!number && std::find(std::begin(stringFlags), std::end(stringFlags),
                              flag) == std::end(stringFlags))
       usageError("unknown option '" + a + "'");
@@ -289,6 +293,12 @@ Options parseArgs(int argc, char **argv) {
       j.interleavedRule = value;
     else if (flag == "--cost-unit")
       costUnit = value;
+    else if (flag == "--csv-dialect") {
+      if (value != "pipeforge" && value != "pytorch")
+        usageError("--csv-dialect expects pipeforge or pytorch, got '" +
+                   value + "'");
+      o.pytorchCsv = value == "pytorch";
+    }
   }
   if (searchMoves != std::floor(searchMoves) || ilpNodes != std::floor(ilpNodes))
     usageError("--search-moves and --ilp-nodes expect integers");
@@ -311,6 +321,9 @@ Options parseArgs(int argc, char **argv) {
     usageError("unknown --format '" + o.format +
                "'; expected text, json, csv, svg or trace");
   j.intervals = intervalsForFormat(o.format);
+  if (o.pytorchCsv && o.format != "csv")
+    usageError("--csv-dialect pytorch needs --format csv, got --format " +
+               o.format);
   return o;
 }
 
@@ -350,17 +363,30 @@ int main(int argc, char **argv) {
               << r->ignoredWaitActions
               << " wait(s) for a posted send (WAIT_SEND_F, WAIT_SEND_B): a "
                  "PipeForge send completes on its own\n";
+  if (o.pytorchCsv) {
+    Status st = pytorchCsvSupported(r->schedule);
+    if (!st.isOk())
+      fail("--csv-dialect pytorch: " + st.message());
+  }
+  // PyTorch's dialect, or the job's rendering of the format.
+  auto render = [&](std::ostream &os) {
+    if (!o.pytorchCsv)
+      return renderScheduleJob(*r, o.format, os);
+    CsvOptions csv;
+    csv.pytorchStrict = true;
+    exportCsv(r->schedule, os, csv);
+  };
   if (watchdog)
     watchdog->enter("writing the output");
   if (o.output.empty()) {
-    renderScheduleJob(*r, o.format, std::cout);
+    render(std::cout);
     std::cout << std::flush;
     if (!std::cout)
       fail("cannot write to standard output");
     return 0;
   }
   std::ofstream f(o.output, std::ios::binary);
-  renderScheduleJob(*r, o.format, f);
+  render(f);
   f.close();
   if (!f)
     fail("cannot write '" + o.output + "'");

@@ -292,6 +292,54 @@ TEST(ExportTest, CsvComms) {
   EXPECT_EQ(exportCsv(s, computeOnly), "0F0,0B0\n1F0,1B0\n");
 }
 
+TEST(ExportTest, CsvPytorchDialect) {
+  // PyTorch's compute_comms row (its _PipelineScheduleRuntime needs every
+  // piece): the rank's stages unsharded first, a wait for each forward send
+  // after the local backward, REDUCE_GRAD and its wait after the stage's
+  // last backward, then RESHARD and the waits of the gradient sends.
+  Schedule s = handGPipe(2, 1);
+  insertCommByTime(s);
+  CsvOptions pt;
+  pt.pytorchStrict = true;
+  EXPECT_EQ(exportCsv(s, pt),
+            "0UNSHARD,0F0,0SEND_F0,0RECV_B0,0B0,0WAIT_SEND_F0,0REDUCE_GRAD,"
+            "0WAIT_REDUCE_GRAD,0RESHARD\n"
+            "1UNSHARD,1RECV_F0,1F0,1B0,1REDUCE_GRAD,1WAIT_REDUCE_GRAD,"
+            "1SEND_B0,1RESHARD,1WAIT_SEND_B0\n");
+  // Without messages: PyTorch's compute_only form, the compute cells.
+  pt.withComm = false;
+  EXPECT_EQ(exportCsv(s, pt), "0F0,0B0\n1F0,1B0\n");
+  // Split backward: REDUCE_GRAD follows the last W, not the last I.
+  Schedule zb = handZB(2, 2, 1);
+  ASSERT_TRUE(insertComm(zb).isOk());
+  pt.withComm = true;
+  std::string c = exportCsv(zb, pt);
+  EXPECT_NE(c.find("0W1,0REDUCE_GRAD,0WAIT_REDUCE_GRAD,0RESHARD"),
+            std::string::npos)
+      << c;
+  EXPECT_EQ(c.find("GRADREDUCE"), std::string::npos) << c;
+  // PyTorch's form imports as the same schedule (its extra cells skipped).
+  CsvImportOptions io;
+  int64_t fsdp = 0, waits = 0;
+  io.ignoredFsdpActions = &fsdp;
+  io.ignoredWaitActions = &waits;
+  auto back = importCsv(c, io);
+  ASSERT_TRUE(back.isOk()) << back.message();
+  EXPECT_EQ(exportCsv(*back), exportCsv(zb));
+  EXPECT_EQ(fsdp, 2 * 4); // UNSHARD, RESHARD, REDUCE_GRAD and its wait
+  EXPECT_EQ(waits, 2 * 2); // one per send
+  // Two copies: refused, with the reason; no rows in PyTorch's dialect.
+  Schedule dual = gen(ScheduleKind::DualPipe, 4, 16);
+  ASSERT_TRUE(insertComm(dual).isOk());
+  Status st = pytorchCsvSupported(dual);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("maps each stage index to one rank"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(exportCsv(dual, pt), "");
+  EXPECT_TRUE(pytorchCsvSupported(gen(ScheduleKind::DualPipeV, 4, 8)).isOk());
+}
+
 TEST(ExportTest, CsvOverlapCell) {
   std::string c = exportCsv(handVOverlap());
   EXPECT_NE(c.find(",(3F1;3B0)OVERLAP_F_B,"), std::string::npos) << c;

@@ -55,16 +55,39 @@ struct CsvOptions {
   /// Write SEND_F / RECV_F / SEND_B / RECV_B cells (when the schedule has
   /// them); false writes the compute actions only.
   bool withComm = true;
-  /// Drop GRADREDUCE_r<peer> cells, a PipeForge extension PyTorch does not
-  /// read.
+  /// PyTorch's own dialect (torch.distributed.pipelining, checked against
+  /// PyTorch 2.15's _PipelineScheduleRuntime: docs/schedule-library.md):
+  /// exactly what its `compute_comms` loader and runtime accept and need,
+  /// nothing of PipeForge's. Where the schedule has its messages (and
+  /// withComm), each row is a `compute_comms` row: `<s>UNSHARD` for each of
+  /// the rank's stages before its first compute, `<s>REDUCE_GRAD` and
+  /// `<s>WAIT_REDUCE_GRAD` after the stage's last W or B (PyTorch scales the
+  /// gradients by 1/M there and nowhere else), `<s>WAIT_SEND_F<mb>` after
+  /// the local backward of the forward sent (PyTorch's _add_wait_send),
+  /// then `<s>RESHARD` per stage and the waits of the sends still pending
+  /// (every SEND_B) at the row's end. Otherwise it is a `compute_only` row
+  /// (compute cells; PyTorch's loader adds the rest). A two-copy schedule
+  /// (DualPipe, Chimera) has no PyTorch form: check pytorchCsvSupported()
+  /// first; exportCsv writes no rows for it in this mode.
   bool pytorchStrict = false;
 };
+
+/// Whether PyTorch's runtime can hold `s` (CsvOptions::pytorchStrict): ok
+/// for one copy of the stages; an error naming the schedule for two copies
+/// (PyTorch maps each stage index to one rank and runs every microbatch
+/// through stages 0..n-1, so a second copy of a stage on another rank, fed
+/// from the other end, and the reduction of the two copies' gradients
+/// cannot be written).
+Status pytorchCsvSupported(const Schedule &s);
 
 /// One row per rank, one cell per action: <stage><kind><mb> with kinds F,
 /// I (our B), W, B (our BW), SEND_F, RECV_F, SEND_B, RECV_B (the stage of
 /// a RECV is the receiving stage, as in PyTorch), overlapped pairs as
 /// "(<F cell>;<B or I cell>)OVERLAP_F_B". Stages are global: copy c stage s
 /// is written as c * numStages + s. Weight-gradient send/recv are omitted.
+/// PipeForge's dialect (the default) adds GRADREDUCE_r<peer> for the
+/// gradient reduction of DualPipe's two copies; pytorchStrict writes
+/// PyTorch's instead (see CsvOptions).
 std::string exportCsv(const Schedule &s, const CsvOptions &opts = {});
 /// The same, written to `os` as it is formed.
 void exportCsv(const Schedule &s, std::ostream &os,
