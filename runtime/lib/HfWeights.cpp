@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <cstring>
 #include <numeric>
@@ -404,6 +405,20 @@ Status HfWeightSource::fill(const std::string &name,
   int64_t inner = shape.empty() ? 1 : rows / shape[0];
   int64_t lo = row0 * inner, hi = row1 * inner; // view rows wanted
   std::vector<float> run;
+  // Every value read must be finite: a NaN or an infinity in a checkpoint
+  // would train to NaN from the first step; the error names the file, the
+  // tensor and the element (in the stored tensor's order).
+  auto finite = [&](const HfPiece &p, const std::string &file,
+                    const float *v, int64_t n, auto elementOf) -> Status {
+    for (int64_t k = 0; k < n; ++k)
+      if (!std::isfinite(v[k]))
+        return Status::error(
+            "'" + file + "': tensor '" + p.tensor + "' holds " +
+            (std::isnan(v[k]) ? "NaN" : "an infinity") + " at element " +
+            std::to_string(elementOf(k)) +
+            ": --init-from needs finite weights");
+    return Status::ok();
+  };
   for (const HfPiece &p : it->second) {
     auto f = model->find(p.tensor);
     int64_t a = std::max(lo, p.pfRow), b = std::min(hi, p.pfRow + p.rows);
@@ -414,11 +429,16 @@ Status HfWeightSource::fill(const std::string &name,
       return Status::error("'" + f.file->path() + "': tensor '" + p.tensor +
                            "' does not fit parameter '" + name + "'");
     if (!p.transposed) {
-      for (int64_t r = a; r < b; ++r)
-        if (Status s = f.file->read(*f.info, hfRowOf(p, r - p.pfRow) * cols,
-                                    cols, out + (r - lo) * cols);
+      for (int64_t r = a; r < b; ++r) {
+        int64_t first = hfRowOf(p, r - p.pfRow) * cols;
+        float *row = out + (r - lo) * cols;
+        if (Status s = f.file->read(*f.info, first, cols, row); !s)
+          return s;
+        if (Status s = finite(p, f.file->path(), row, cols,
+                              [&](int64_t k) { return first + k; });
             !s)
           return s;
+      }
       continue;
     }
     // Stored [cols, hfRows]: each stored row holds one element of every
@@ -427,6 +447,10 @@ Status HfWeightSource::fill(const std::string &name,
     run.resize(size_t(n));
     for (int64_t c = 0; c < cols; ++c) {
       if (Status s = f.file->read(*f.info, c * hfRows + h0, n, run.data()); !s)
+        return s;
+      if (Status s = finite(p, f.file->path(), run.data(), n,
+                            [&](int64_t k) { return c * hfRows + h0 + k; });
+          !s)
         return s;
       for (int64_t r = 0; r < n; ++r)
         out[(a - lo + r) * cols + c] = run[size_t(r)];

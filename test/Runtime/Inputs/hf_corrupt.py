@@ -65,6 +65,16 @@ def main():
         header[b]["data_offsets"] = [header[b]["data_offsets"][0] - 4,
                                      header[b]["data_offsets"][1] - 4]
         print(a, b)
+    elif mode == "nan":
+        # One float32 NaN in the middle of a 2-D tensor (its element index
+        # printed): a file that parses but holds a weight no run can use.
+        t = next(k for k in names if len(header[k]["shape"]) == 2 and
+                 header[k]["dtype"] == "F32")
+        lo, hi = header[t]["data_offsets"]
+        k = (hi - lo) // 8
+        at = lo + 4 * k
+        data = data[:at] + struct.pack("<f", float("nan")) + data[at + 4:]
+        print(t, k)
     elif mode == "dtype":
         header[last]["dtype"] = "I64"
     elif mode == "shard":
