@@ -72,6 +72,7 @@ constexpr KindName kKindNames[] = {
     {ScheduleKind::ZBH2, "zb-h2"},          {ScheduleKind::ZBV, "zbv"},
     {ScheduleKind::DualPipe, "dualpipe"},   {ScheduleKind::DualPipeV, "dualpipev"},
     {ScheduleKind::Chimera, "chimera"},
+    {ScheduleKind::VHalf, "v-half"},        {ScheduleKind::VMin, "v-min"},
     {ScheduleKind::Auto, "auto"},
 };
 } // namespace

@@ -63,6 +63,10 @@ Schedule genDualPipeV(const GenOptions &opts);
 // GenChimera.cpp
 Schedule genChimera(const GenOptions &opts);
 
+// GenControllable.cpp
+Schedule genVHalf(const GenOptions &opts);
+Schedule genVMin(const GenOptions &opts);
+
 } // namespace pipeforge::sched::detail
 
 #endif

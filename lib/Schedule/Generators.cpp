@@ -2,8 +2,9 @@
 //
 // Checks a generator request against the rules of its schedule kind and
 // dispatches to the generator families (GenPipeline.cpp, GenZeroBubble.cpp,
-// GenDualPipe.cpp, GenChimera.cpp). Every broken rule is reported as a Status error naming
-// the rule; nothing asserts on user input.
+// GenDualPipe.cpp, GenChimera.cpp, GenControllable.cpp). Every broken rule
+// is reported as a Status error naming the rule; nothing asserts on user
+// input.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,6 +19,27 @@ namespace pipeforge::sched {
 namespace {
 
 std::string name(ScheduleKind kind) { return scheduleKindName(kind); }
+
+/// V-Half and V-Min squeeze their warm-up and cool-down pass by pass (about
+/// p^2 passes, each trying up to ~p slots and replaying its rank's ~6m
+/// slots per try: ~p^3 m steps; 2^32 is some 20 s).
+constexpr int64_t kMaxControllableRanks = 256;
+constexpr int64_t kMaxControllableWork = int64_t(1) << 32;
+
+/// V-Half and V-Min take any m >= 1: with fewer microbatches than the
+/// building blocks' steady state needs (m <= p or so), the repeated blocks
+/// are cut short and the squeeze leaves a larger bubble, never a deadlock
+/// (test/Schedule/controllable.test verifies m = 1 .. 3p+1).
+Status validateControllable(ScheduleKind kind, int64_t p, int64_t m) {
+  const std::string k = name(kind);
+  if (p > kMaxControllableRanks || p * p * p * m > kMaxControllableWork)
+    return Status::error(
+        k + " supports at most " + std::to_string(kMaxControllableRanks) +
+        " ranks and ranks^3 x microbatches <= 2^32 (its squeeze replays a "
+        "rank for every slot it tries), got " + std::to_string(p) +
+        " ranks x " + std::to_string(m) + " microbatches");
+  return Status::ok();
+}
 
 Status validate(ScheduleKind kind, const GenOptions &opts) {
   const int64_t p = opts.ranks;
@@ -118,6 +140,12 @@ Status validate(ScheduleKind kind, const GenOptions &opts) {
           std::to_string(p) + " ranks");
     stagesTimesMb = p * m; // two copies of p stages, m/2 microbatches each
     break;
+  case ScheduleKind::VHalf:
+  case ScheduleKind::VMin:
+    if (Status st = validateControllable(kind, p, m); !st)
+      return st;
+    stagesTimesMb = 2 * p * m;
+    break;
   case ScheduleKind::Auto:
     break;
   }
@@ -167,6 +195,8 @@ int32_t minMicrobatches(ScheduleKind kind, int32_t ranks,
   case ScheduleKind::OneFOneB:
   case ScheduleKind::ZBH1:
   case ScheduleKind::ZBV:
+  case ScheduleKind::VHalf:
+  case ScheduleKind::VMin:
   case ScheduleKind::Auto:
     return 1;
   }
@@ -195,6 +225,10 @@ Expected<Schedule> generate(ScheduleKind kind, const GenOptions &opts) {
     return detail::genDualPipeV(opts);
   case ScheduleKind::Chimera:
     return detail::genChimera(opts);
+  case ScheduleKind::VHalf:
+    return detail::genVHalf(opts);
+  case ScheduleKind::VMin:
+    return detail::genVMin(opts);
   case ScheduleKind::Auto:
     break;
   }
@@ -258,6 +292,8 @@ Expected<StageLayout> stageLayoutFor(const std::string &kind, int32_t ranks,
     return StageLayout{"interleaved", chunksPerRank * ranks, ranks};
   case ScheduleKind::ZBV:
   case ScheduleKind::DualPipeV:
+  case ScheduleKind::VHalf:
+  case ScheduleKind::VMin:
     return StageLayout{"v", 2 * ranks, ranks};
   case ScheduleKind::DualPipe:
   case ScheduleKind::Chimera:

@@ -136,12 +136,13 @@ Expected<Schedule> obtainSchedule(const ScheduleJob &j,
   if (j.schedule.empty())
     return Status::error("--schedule is required (one of: gpipe 1f1b "
                          "interleaved zb-h1 zb-h2 zbv dualpipe dualpipev "
-                         "chimera auto)");
+                         "chimera v-half v-min auto)");
   auto kind = parseScheduleKind(j.schedule);
   if (!kind)
     return Status::error("unknown schedule '" + j.schedule +
                          "'; expected one of: gpipe 1f1b interleaved zb-h1 "
-                         "zb-h2 zbv dualpipe dualpipev chimera auto");
+                         "zb-h2 zbv dualpipe dualpipev chimera v-half v-min "
+                         "auto");
   if (j.ranks < 1)
     return Status::error("--ranks is required (>= 1)");
   if (*kind != ScheduleKind::Auto) {

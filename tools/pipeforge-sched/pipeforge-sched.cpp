@@ -37,7 +37,7 @@ const char *kUsage = R"(usage: pipeforge-sched [options]: generate, verify, simu
 
 Schedule:
   --schedule NAME       gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev
-                        chimera auto (heuristic + ILP under --mem-limit)
+                        chimera v-half v-min auto (heuristic + ILP, --mem-limit)
   --ranks N             pipeline ranks
   --microbatches M      microbatches (DualPipe, Chimera: the total over both
                         directions); default: the smallest the kind accepts

@@ -59,7 +59,8 @@ struct CompileOptions {
 
   // --- pipeline ---
   /// A schedule kind (gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe
-  /// dualpipev chimera auto) or "none", the single-process reference.
+  /// dualpipev chimera v-half v-min auto) or "none", the single-process
+  /// reference.
   std::string schedule = "1f1b";
   /// Pipeline ranks; 0: 2 (none: 1).
   int ranks = 0;
@@ -114,7 +115,8 @@ void forEachCompileOption(CompileOptions &o, Visitor &&visit) {
   using P = OptionPhase;
   visit(OptionInfo{"schedule", "kind",
                    "gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev "
-                   "chimera auto, or none (single-process reference)",
+                   "chimera v-half v-min auto, or none (single-process "
+                   "reference)",
                    P::Pipeline},
         o.schedule);
   visit(OptionInfo{"ranks", "n", "Pipeline ranks (default 2; none: 1)",

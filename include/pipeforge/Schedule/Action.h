@@ -207,11 +207,13 @@ enum class ScheduleKind : uint8_t {
   DualPipe,
   DualPipeV,
   Chimera,
+  VHalf,
+  VMin,
   Auto
 };
 
 /// The name used by `--schedule` / `kind=`: gpipe 1f1b interleaved zb-h1 zb-h2
-/// zbv dualpipe dualpipev chimera auto.
+/// zbv dualpipe dualpipev chimera v-half v-min auto.
 const char *scheduleKindName(ScheduleKind k);
 std::optional<ScheduleKind> parseScheduleKind(const std::string &name);
 /// All names, space separated, for help texts and error messages.

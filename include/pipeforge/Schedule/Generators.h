@@ -1,7 +1,7 @@
 //===- Generators.h - Handcrafted pipeline schedules ------------*- C++ -*-===//
 //
 // GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-H2, ZB-V, DualPipe, DualPipeV,
-// Chimera.
+// Chimera, V-Half and V-Min.
 // The result holds compute actions only (Compute and Overlap); run
 // insertComm() to add the messages. Invalid requests return an error that
 // says which rule was broken; nothing asserts on user input.

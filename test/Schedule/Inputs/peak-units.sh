@@ -3,7 +3,7 @@
 set -euo pipefail
 tools=$1
 n=0
-for kind in gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev chimera auto; do
+for kind in gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe dualpipev chimera v-half v-min auto; do
   args=(--schedule "$kind" --ranks 4 --microbatches 8)
   [ "$kind" = auto ] && args+=(--mem-limit 4 --search-limit 0)
   text=$("$tools/pipeforge-sched" "${args[@]}" | sed -n 's/.*peak_activation \([0-9.]*\) M_B.*/\1/p' |

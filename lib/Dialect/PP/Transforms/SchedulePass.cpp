@@ -210,7 +210,7 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
       module.emitError() << "unknown schedule kind '" << kind
                          << "'; expected one of: "
                          << "gpipe 1f1b interleaved zb-h1 zb-h2 zbv dualpipe "
-                            "dualpipev chimera auto none";
+                            "dualpipev chimera v-half v-min auto none";
       return signalPassFailure();
     }
     bool isAuto = k && *k == sched::ScheduleKind::Auto;

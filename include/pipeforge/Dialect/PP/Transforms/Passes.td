@@ -115,8 +115,8 @@ def PPSchedule : Pass<"pp-schedule", "::mlir::ModuleOp"> {
   let description = [{
     For every `pp.pipeline` in the module, appends a `pp.schedule` with one
     ordered compute program per rank, produced by the named generator. The
-    pipeline's placement must suit the kind (`zbv` and `dualpipev` need
-    `v`, `dualpipe` and `chimera` need `dual`, `interleaved` needs `interleaved`, the
+    pipeline's placement must suit the kind (`zbv`, `dualpipev`, `v-half`
+    and `v-min` need `v`, `dualpipe` and `chimera` need `dual`, `interleaved` needs `interleaved`, the
     others `linear`). A module without a pipeline gets one schedule built
     from `ranks` (and `chunks` for interleaved) alone, which is handy for
     studying schedules:
@@ -151,7 +151,7 @@ def PPSchedule : Pass<"pp-schedule", "::mlir::ModuleOp"> {
   let options = !listconcat(PP_CostOptions, [
     Option<"kind", "kind", "std::string", /*default=*/"\"1f1b\"",
            "gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | zbv | dualpipe | "
-           "dualpipev | chimera | auto (the automatic scheduler, under "
+           "dualpipev | chimera | v-half | v-min | auto (the automatic scheduler, under "
            "mem-limit) | "
            "none (one rank, the single-process reference)">,
     Option<"microbatches", "microbatches", "int", /*default=*/"0",
