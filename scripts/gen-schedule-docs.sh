@@ -21,6 +21,8 @@ pages=(
 "dualpipe|--ranks 4 --microbatches 12 --tfb 2.5|DualPipe|DeepSeek-V3's bidirectional schedule: two model copies, microbatches enter from both ends; overlapped F&B pairs (here costing 2.5 instead of 3) hide communication. Bubble (N/2-1)(F&B+B-3W), peak N+1 stage units, 2x parameters. The two copies' gradients are summed (GRADREDUCE)."
 "dualpipev|--ranks 4 --microbatches 10 --tfb 2.5|DualPipeV|DualPipe cut in half: one copy of a 2N-stage model placed as a V, the same eight steps, no parameter duplication. The bottom of the V hands off without a message."
 "chimera|--ranks 4 --microbatches 8|Chimera|Li and Hoefler's bidirectional pipelines (SC'21), DualPipe's predecessor: two model copies, a down pipeline (stage s on rank s) and an up one (stage s on rank D-1-s), each with half the microbatches, full backward BW (no B/W split, no overlapped pairs); the copies' gradients are summed (GRADREDUCE). A unit of D microbatches is the paper's figure: forwards enter every other cell, each rank idles D/2-1 F+BW slots against 1F1B's D-1 when T_F = T_BW. N a multiple of D: units directly concatenated (here two), the next unit's forwards filling the previous one's idle cells; with T_BW = 2 T_F every unit boundary leaves bubbles (the paper's forward doubling and backward halving, which avoid them, are not implemented). Compared with DualPipe in [chimera-vs-dualpipe.md](chimera-vs-dualpipe.md)."
+"v-half|--ranks 4 --microbatches 8|V-Half|Pipeline Parallelism with Controllable Memory (Qi et al., NeurIPS 2024): ZB-V's V placement, built from a building block (one microbatch's F and B on every rank at fixed offsets in a period of 6 slots) repeated per microbatch, each W in the first free slot after its B, warm-up and cool-down squeezed without raising the peak (the authors' greedy reordering, same per-rank orders). Half of 1F1B's activation memory (p/2 + 1 M_B: 3 M_B here, 6 chunk units, against 1F1B's 4 M_B) for a bubble between ZB-V's and 1F1B's. Numbers beside ZB-V and 1F1B in [controllable-memory.md](controllable-memory.md)."
+"v-min|--ranks 4 --microbatches 8|V-Min|The same construction with a tighter building block: about a third of 1F1B's activation memory (2 M_B here, 4 chunk units) for a larger bubble, which grows when T_B > T_F (the order is built for equal costs). See [controllable-memory.md](controllable-memory.md)."
 )
 
 {
@@ -39,6 +41,9 @@ pages=(
   echo
   echo "[Chimera vs DualPipe](chimera-vs-dualpipe.md): the two bidirectional"
   echo "schedules side by side on 8 ranks, simulated."
+  echo
+  echo "[Controllable memory](controllable-memory.md): V-Half and V-Min beside"
+  echo "ZB-V and 1F1B, peak memory and bubble under four cost settings."
 } > "$out/README.md"
 
 for p in "${pages[@]}"; do
@@ -150,3 +155,40 @@ settings=(
   echo "pipeforge-sched --schedule chimera --ranks 8 --microbatches 16 --tf 1 --tb 0.5 --tw 0.5"
   echo '```'
 } > "$out/chimera-vs-dualpipe.md"
+
+# V-Half and V-Min beside ZB-V and 1F1B (scripts/controllable-table.sh).
+{
+  echo "# Controllable memory: V-Half and V-Min"
+  echo
+  echo "Qi et al., *Pipeline Parallelism with Controllable Memory* (NeurIPS"
+  echo "2024), build V-shaped schedules from a *building block*: the passes of"
+  echo "one microbatch on every rank at fixed offsets, repeated every 6 slots"
+  echo "(one slot per F, B or W of a chunk). A chunk's activations live from"
+  echo "its F to its W, so the block's lifespans fix the peak memory: each rank"
+  echo "starts two chunk activations per period, and the peak is about the"
+  echo "summed lifespans over 6. \`--schedule v-half\` and \`v-min\` (and"
+  echo "\`pp-schedule kind=v-half\`, \`pipeforge-compile --schedule v-min\`) use the"
+  echo "authors' blocks (rank i of p):"
+  echo
+  echo "| | F chunk 0 | F chunk 1 | B chunk 1 | B chunk 0 |"
+  echo "|---|---|---|---|---|"
+  echo "| V-Min, g = 2 if 3 divides p else 0 | i | 2p-1-i | 2p+g+i | 4p+g-1-i |"
+  echo "| V-Half, g = 3 if p is even else 0 | 2i | 3p-2-i | 3p+g+2i-1 | 6p+g-2-i |"
+  echo
+  echo "then put each W in the first free slot after its B and squeeze the"
+  echo "warm-up and the cool-down greedily, each pass to its earliest free slot"
+  echo "that keeps the rank's peak (\`lib/Schedule/GenControllable.cpp\`; the"
+  echo "per-rank orders equal those of the authors' \`zbv_greedy.py\`). Any"
+  echo "m >= 1 is accepted; every order is verified deadlock-free."
+  echo
+  echo "Peak memory is the largest per-rank peak, in M_B (one 1F1B stage's"
+  echo "activations of one microbatch) and in chunk units (a V chunk, M_B / 2)."
+  echo "Costs are a rank's share of the model (\`--tf --tb --tw\`; a V chunk"
+  echo "takes half). The orders are built for equal costs, as the authors"
+  echo "build them, so when T_B > T_F V-Min's bubble grows. Produced by"
+  echo "\`scripts/controllable-table.sh\` (this page by"
+  echo "\`scripts/gen-schedule-docs.sh\`; \`test/Schedule/controllable.test\`"
+  echo "checks it)."
+  echo
+  bash "$here/scripts/controllable-table.sh" "$sched"
+} > "$out/controllable-memory.md"
