@@ -3,8 +3,9 @@
 
 For every point of a grid (ranks p, microbatches m, costs F:B:W and tcomm)
 and every single-copy handcrafted schedule (gpipe, 1f1b, interleaved, zb-h1,
-zb-h2, zbv, dualpipev) that the point admits, the schedule's makespan and
-peak activation (max over ranks) come from `pipeforge-sched`; then
+zb-h2, zbv, dualpipev, v-half, v-min) that the point admits, the
+schedule's makespan and peak activation (max over ranks) come from
+`pipeforge-sched`; then
 `pipeforge-sched --schedule auto` runs with that peak as its memory limit
 and otherwise its default flags: every placement (`--placement any`), costs
 per rank's share of the model (`--cost-unit rank`, so every placement runs
@@ -29,7 +30,8 @@ import json
 import subprocess
 import sys
 
-KINDS = ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipev"]
+KINDS = ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipev",
+         "v-half", "v-min"]
 
 
 def sched(binary, args):

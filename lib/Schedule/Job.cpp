@@ -326,9 +326,11 @@ Expected<ScheduleJobResult> runAnyPlacement(const ScheduleJob &j) {
     c.timeLimit = v ? deadline.left() : deadline.left() / 2;
     consider(c, v ? "auto on the V placement" : "auto on the linear placement");
   }
-  std::vector<const char *> kinds = {"1f1b", "gpipe",       "zb-h1",
-                                     "zb-h2", "interleaved", "zbv",
-                                     "dualpipev"};
+  // V-Half and V-Min (controllable memory) last: under a limit the others
+  // miss they are what fits.
+  std::vector<const char *> kinds = {
+      "1f1b", "gpipe",     "zb-h1",  "zb-h2", "interleaved",
+      "zbv",  "dualpipev", "v-half", "v-min"};
   if (j.copies >= 2)
     kinds.push_back("dualpipe");
   // Past the ceiling, the handcrafted orders not yet tried are left out
@@ -342,7 +344,8 @@ Expected<ScheduleJobResult> runAnyPlacement(const ScheduleJob &j) {
     }
     ScheduleJob c = j;
     c.schedule = kind;
-    c.vPlacement = std::string(kind) == "zbv" || std::string(kind) == "dualpipev";
+    auto layout = stageLayoutFor(kind, j.ranks, j.chunks);
+    c.vPlacement = layout && layout->placement == "v";
     consider(c, std::string("the ") + kind + " order");
   }
   if (!best)
