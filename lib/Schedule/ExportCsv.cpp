@@ -64,6 +64,53 @@ Status pytorchCsvSupported(const Schedule &s) {
 }
 
 namespace {
+/// The stage a message cell names: the sender's for SEND_*, the stage the
+/// data comes from for RECV_* (PyTorch's convention).
+int32_t messageCellStage(int32_t numStages, const Action &a) {
+  bool act = a.payload == Payload::Activation;
+  bool send = a.kind == ActionKind::Send;
+  return a.work.copy * numStages + a.work.stage +
+         (send ? 0 : (act ? 1 : -1));
+}
+
+/// Writes the cell of a compute, an overlapped pair or (withComm) a
+/// message after `sep()`, as both dialects spell them; nothing for a
+/// W-gradient message or a GRADREDUCE. Returns whether it wrote one.
+template <typename Sep>
+bool actionCell(int32_t numStages, const Action &a, bool withComm,
+                std::string &out, Sep &&sep) {
+  auto g = [&](const Work &w) { return w.copy * numStages + w.stage; };
+  switch (a.kind) {
+  case ActionKind::Compute:
+    sep();
+    cell(out, g(a.work), csvKind(a.work.kind), a.work.mb);
+    return true;
+  case ActionKind::Overlap:
+    sep();
+    out += '(';
+    cell(out, g(a.work), csvKind(a.work.kind), a.work.mb);
+    out += ';';
+    cell(out, g(a.work2), csvKind(a.work2.kind), a.work2.mb);
+    out += ")OVERLAP_F_B";
+    return true;
+  case ActionKind::Send:
+  case ActionKind::Recv: {
+    if (!withComm || a.payload == Payload::WeightGrad)
+      return false;
+    bool act = a.payload == Payload::Activation;
+    const char *k = a.kind == ActionKind::Send
+                        ? (act ? "SEND_F" : "SEND_B")
+                        : (act ? "RECV_F" : "RECV_B");
+    sep();
+    cell(out, messageCellStage(numStages, a), k, a.work.mb);
+    return true;
+  }
+  case ActionKind::GradReduce:
+    return false;
+  }
+  return false;
+}
+
 /// PyTorch's `compute_comms` row for a rank's program (CsvOptions::
 /// pytorchStrict): the rules of PyTorch 2.15's own lowering
 /// (_add_unshard_reshard with every stage of the rank resident,
@@ -125,42 +172,19 @@ void pytorchCommsRow(const Schedule &s, const std::vector<Action> &prog,
     }
   };
   for (const Action &a : prog) {
-    switch (a.kind) {
-    case ActionKind::Compute:
-      sep();
-      cell(out, g(a.work), csvKind(a.work.kind), a.work.mb);
+    // GRADREDUCE (two copies) is refused by pytorchCsvSupported.
+    if (!actionCell(ns, a, /*withComm=*/true, out, sep))
+      continue;
+    if (a.kind == ActionKind::Compute || a.kind == ActionKind::Overlap) {
       afterWork(a.work);
-      break;
-    case ActionKind::Overlap:
-      sep();
-      out += '(';
-      cell(out, g(a.work), csvKind(a.work.kind), a.work.mb);
-      out += ';';
-      cell(out, g(a.work2), csvKind(a.work2.kind), a.work2.mb);
-      out += ")OVERLAP_F_B";
-      afterWork(a.work);
-      afterWork(a.work2);
-      break;
-    case ActionKind::Send:
-    case ActionKind::Recv: {
-      if (a.payload == Payload::WeightGrad)
-        break;
+      if (a.kind == ActionKind::Overlap)
+        afterWork(a.work2);
+    } else if (a.kind == ActionKind::Send) {
       bool act = a.payload == Payload::Activation;
-      bool send = a.kind == ActionKind::Send;
-      int32_t st = g(a.work) + (send ? 0 : (act ? 1 : -1));
-      const char *k =
-          send ? (act ? "SEND_F" : "SEND_B") : (act ? "RECV_F" : "RECV_B");
-      sep();
-      cell(out, st, k, a.work.mb);
-      if (send) {
-        if (act)
-          pendingForward[{st, a.work.mb}] = pending.size();
-        pending.push_back({st, a.work.mb, act, false});
-      }
-      break;
-    }
-    case ActionKind::GradReduce:
-      break; // two copies: refused by pytorchCsvSupported
+      int32_t st = messageCellStage(ns, a);
+      if (act)
+        pendingForward[{st, a.work.mb}] = pending.size();
+      pending.push_back({st, a.work.mb, act, false});
     }
   }
   for (int32_t st : stages)
@@ -175,7 +199,6 @@ void pytorchCommsRow(const Schedule &s, const std::vector<Action> &prog,
 
 void exportCsv(const Schedule &s, std::ostream &os, const CsvOptions &opts) {
   int32_t ns = s.placement.numStages;
-  auto g = [&](const Work &w) { return w.copy * ns + w.stage; };
   // Rows are written in pieces of about 1 MiB, as they are formed.
   std::string out;
   out.reserve(1u << 20 | 4096);
@@ -203,38 +226,11 @@ void exportCsv(const Schedule &s, std::ostream &os, const CsvOptions &opts) {
       first = false;
     };
     for (const Action &a : prog) {
-      switch (a.kind) {
-      case ActionKind::Compute:
+      actionCell(ns, a, opts.withComm, out, sep);
+      if (a.kind == ActionKind::GradReduce && opts.withComm &&
+          !opts.pytorchStrict) {
         sep();
-        cell(out, g(a.work), csvKind(a.work.kind), a.work.mb);
-        break;
-      case ActionKind::Overlap:
-        sep();
-        out += '(';
-        cell(out, g(a.work), csvKind(a.work.kind), a.work.mb);
-        out += ';';
-        cell(out, g(a.work2), csvKind(a.work2.kind), a.work2.mb);
-        out += ")OVERLAP_F_B";
-        break;
-      case ActionKind::Send:
-      case ActionKind::Recv: {
-        if (!opts.withComm || a.payload == Payload::WeightGrad)
-          break;
-        bool act = a.payload == Payload::Activation;
-        bool send = a.kind == ActionKind::Send;
-        int32_t st = g(a.work) + (send ? 0 : (act ? 1 : -1));
-        const char *k =
-            send ? (act ? "SEND_F" : "SEND_B") : (act ? "RECV_F" : "RECV_B");
-        sep();
-        cell(out, st, k, a.work.mb);
-        break;
-      }
-      case ActionKind::GradReduce:
-        if (opts.withComm && !opts.pytorchStrict) {
-          sep();
-          out += "GRADREDUCE_r" + std::to_string(a.peer);
-        }
-        break;
+        out += "GRADREDUCE_r" + std::to_string(a.peer);
       }
       spill();
     }
