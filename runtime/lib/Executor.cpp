@@ -329,6 +329,11 @@ Status Executor::Impl::gradReduce(const Action &a) {
     be.copyFromHost(params[i].grad->p, host.data() + off, k * 4);
     off += k;
   }
+  // ZeRO-2 over the pair: the gradients of what the other side updates are
+  // final and the peer holds the same sum.
+  for (auto &[name, i] : order)
+    if (!sideUpdates(i))
+      releaseGrad(i);
   return Status::ok();
 }
 
@@ -345,6 +350,8 @@ Expected<StepStats> Executor::Impl::step() {
   }
   double t0 = nowS();
   stepStartTransfers = be.transfers();
+  if (Status s = restoreGrads(); !s)
+    return s;
   for (auto &[i, ps] : params) {
     be.fillZero(ps.grad->p, ps.grad->bytes);
     if (!be.hostVisible() && !optOnDevice())
@@ -491,7 +498,7 @@ Expected<std::string> Executor::memoryReport() {
   int64_t paramBytes = 0, gradBytes = 0;
   for (auto &[i, ps] : impl->params) {
     paramBytes += ps.value->bytes;
-    gradBytes += ps.grad->bytes;
+    gradBytes += ps.grad ? ps.grad->bytes : 0; // ZeRO-2: the share only
   }
   std::string mine = std::to_string(impl->stashPeak) + " " +
                      std::to_string(paramBytes) + " " +
@@ -512,7 +519,9 @@ Expected<std::string> Executor::memoryReport() {
                      " " +
                      std::to_string(impl->ledger.peak[size_t(MemClass::Workspace)].load()) +
                      " " +
-                     std::to_string(impl->ledger.peak[size_t(MemClass::Data)].load());
+                     std::to_string(impl->ledger.peak[size_t(MemClass::Data)].load()) +
+                     " " + std::to_string(impl->opts.zeroStage) + " " +
+                     std::to_string(impl->ledger.peak[size_t(MemClass::Gradients)].load());
   for (auto &[cs, bytes] : impl->mbFStash) {
     auto w = impl->mbWStash.find(cs);
     mine += " " + std::to_string(cs.first) + ":" + std::to_string(cs.second) +
@@ -527,9 +536,10 @@ Expected<std::string> Executor::memoryReport() {
     std::istringstream in((*all)[r]);
     long long peak = 0, pb = 0, gb = 0, ob = 0, owned = -1, held = 0;
     long long device = -1, toDev = 0, toHost = 0, optDev = 0, steps = 0;
-    long long total = 0, msgs = 0, work = 0, dataB = 0;
+    long long total = 0, msgs = 0, work = 0, dataB = 0, zero = 0, gpeak = 0;
     in >> peak >> pb >> gb >> ob >> owned >> held >> device >> toDev >>
-        toHost >> optDev >> steps >> total >> msgs >> work >> dataB;
+        toHost >> optDev >> steps >> total >> msgs >> work >> dataB >> zero >>
+        gpeak;
     std::string item, stages;
     long long unit = 0;  // F's stash of the rank's largest stage: M_B
     long long wmax = 0;  // its largest W-stash
@@ -555,8 +565,11 @@ Expected<std::string> Executor::memoryReport() {
                     double(peak) / double(unit));
     out += "rank " + std::to_string(r) + ": parameters " + std::to_string(pb) +
            " bytes, gradients " + std::to_string(gb) +
-           " bytes, optimizer state " + std::to_string(ob) + " bytes" +
-           (owned >= 0 ? " (ZeRO-1: " + std::to_string(owned) + " of " +
+           // ZeRO-2: the share held between steps, and the step's peak
+           (zero >= 2 ? " bytes (peak " + std::to_string(gpeak) + ")" : " bytes") +
+           ", optimizer state " + std::to_string(ob) + " bytes" +
+           (owned >= 0 ? " (ZeRO-" + std::to_string(std::max(zero, 1LL)) +
+                             ": " + std::to_string(owned) + " of " +
                              std::to_string(held) + " tensors)"
                        : "") +
            "\n";
@@ -614,7 +627,9 @@ float *Executor::paramData(int32_t i) {
 }
 float *Executor::gradData(int32_t i) {
   auto it = impl->params.find(i);
-  return it == impl->params.end() ? nullptr : impl->hostGrad(it->second);
+  return it == impl->params.end() || !it->second.grad
+             ? nullptr
+             : impl->hostGrad(it->second);
 }
 float *Executor::paramDevice(int32_t i) {
   auto it = impl->params.find(i);
@@ -622,7 +637,9 @@ float *Executor::paramDevice(int32_t i) {
 }
 float *Executor::gradDevice(int32_t i) {
   auto it = impl->params.find(i);
-  return it == impl->params.end() ? nullptr : it->second.grad->f();
+  return it == impl->params.end() || !it->second.grad
+             ? nullptr
+             : it->second.grad->f();
 }
 Status Executor::pullValues() {
   if (!impl->optOnDevice())

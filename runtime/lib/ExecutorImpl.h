@@ -260,6 +260,20 @@ struct Executor::Impl {
   }
   void assignStateOwners();
   Status assignPairOwners();
+  /// ZeRO-2 (zeroStage 2): the gradient buffer of a parameter whose update
+  /// another rank owns is freed once its gradient has left for that rank
+  /// (GradOverlap's buckets, reduceGradsToOwners, DualPipe's GRADREDUCE for
+  /// what the other side updates), and made again, zeroed, when the next
+  /// step starts. The owners' buffers never move (the optimizer holds
+  /// their addresses).
+  void releaseGrad(int32_t i) {
+    if (opts.zeroStage < 2 || ownsState(i))
+      return;
+    ParamState &ps = params.at(i);
+    ps.grad.reset();
+    std::vector<float>().swap(ps.hostGrad);
+  }
+  Status restoreGrads();
   /// After the update: the values of the parameters the other side updated,
   /// from the peer (pairwise sum with -0.0: x + -0.0 == x for every x).
   Status exchangePairValues();

@@ -198,10 +198,10 @@ Status Executor::Impl::init() {
     }
     params[int32_t(i)] = ps;
   }
-  if (opts.zeroStage != 0 && opts.zeroStage != 1)
-    return Status::error("ZeRO stage must be 0 or 1 (got " +
+  if (opts.zeroStage < 0 || opts.zeroStage > 2)
+    return Status::error("ZeRO stage must be 0, 1 or 2 (got " +
                          std::to_string(opts.zeroStage) + ")");
-  if (opts.zeroStage == 1) {
+  if (opts.zeroStage >= 1) {
     if (prog.schedule.placement.numCopies > 1)
       if (Status s = assignPairOwners(); !s)
         return s;
@@ -406,6 +406,22 @@ Status Executor::Impl::assignPairOwners() {
     int best = load[0] <= load[1] ? 0 : 1;
     pairOwner[i] = best == side ? PairOwner::Mine : PairOwner::Theirs;
     load[best] -= neg;
+  }
+  return Status::ok();
+}
+
+Status Executor::Impl::restoreGrads() {
+  for (auto &[i, ps] : params) {
+    if (ps.grad)
+      continue;
+    int64_t n = localElems(i);
+    ps.grad = newBuf(n * 4, MemClass::Gradients);
+    if (!ps.grad->p)
+      return Status::error("out of memory for the gradient of '" +
+                           prog.params[size_t(i)].name + "' (" +
+                           std::to_string(n * 4) + " bytes)");
+    if (!be.hostVisible())
+      ps.hostGrad.assign(size_t(n), 0.0f);
   }
   return Status::ok();
 }

@@ -21,7 +21,8 @@
 //
 // ZeRO-1: a bucket is an all-to-all to the parameters' owners instead
 // (each owner sums its parameters' gradients in member order: the bits of
-// reduceGradsToOwners).
+// reduceGradsToOwners). ZeRO-2: once packed, the gradients of parameters
+// another replica owns are released (until the next step).
 //
 // Not overlapped (reduced after the step as before): tied parameters
 // (their two copies are summed first) and sequence-parallel partial
@@ -157,6 +158,7 @@ Status Executor::Impl::postBucket() {
       size_t at = v.size();
       v.resize(at + size_t(localElems(i)));
       be.copyToHost(v.data() + at, params.at(i).grad->p, localElems(i) * 4);
+      releaseGrad(i); // ZeRO-2: the owner's alone from here
     }
     b.owned = std::make_unique<std::vector<std::vector<float>>>();
     auto h = tr.allToAllStart(send, *b.owned, Group::DataParallel);
@@ -228,7 +230,7 @@ Status Executor::Impl::finishGradOverlap() {
       b.done = nowS();
     int64_t bytes = 0;
     for (int32_t i : b.params)
-      bytes += params.at(i).grad->bytes;
+      bytes += localElems(i) * 4; // ZeRO-2 may have released the buffer
     if (b.toOwners) {
       std::set<int32_t> in(b.params.begin(), b.params.end());
       if (Status s = sumOwnedGrads(

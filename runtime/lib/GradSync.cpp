@@ -9,6 +9,8 @@
 // bubble, and the optimizer step (sync, or post-validation). ZeRO-1: the
 // data-parallel sum goes to the rank that owns each parameter's optimizer
 // state, which alone updates it; the updated values are then gathered.
+// ZeRO-2: the other replicas then release that gradient's buffer until the
+// next step.
 //
 //===----------------------------------------------------------------------===//
 
@@ -63,7 +65,8 @@ Status Executor::Impl::averageGrads(
   }
   float inv = 1.0f / float(size);
   for (auto &[i, ps] : params)
-    be.scale(ps.grad->f(), inv, ps.grad->bytes / 4);
+    if (ps.grad) // ZeRO-2: a released gradient is another rank's
+      be.scale(ps.grad->f(), inv, ps.grad->bytes / 4);
   return Status::ok();
 }
 
@@ -84,6 +87,7 @@ Status Executor::Impl::reduceGradsToOwners() {
     size_t at = v.size();
     v.resize(at + size_t(localElems(i)));
     be.copyToHost(v.data() + at, ps.grad->p, ps.grad->bytes);
+    releaseGrad(i);
   }
   if (Status s = tr.allToAll(send, recv, Group::DataParallel); !s)
     return s;
@@ -319,9 +323,11 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
   // EP group; every grad is divided by E: each EP rank seeded its loss with
   // 1 / microbatches of its own. An expert's gradient lives on one rank.
   if (E > 1)
-    if (Status s = averageGrads(
-            Group::Expert, E,
-            [&](int32_t i) { return !expertParams.count(i); });
+    if (Status s = averageGrads(Group::Expert, E,
+                                [&](int32_t i) {
+                                  return !expertParams.count(i) &&
+                                         params.at(i).grad;
+                                });
         !s)
       return s;
   // Gradient norm (copy-0 params only), loss, busy time. `allSq` covers the

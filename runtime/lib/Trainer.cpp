@@ -246,7 +246,7 @@ Status Trainer::Impl::initOptimizer() {
       return Status::error("a learning-rate schedule and weight decay need "
                            "--optimizer adamw");
     if (o.executor.zeroStage != 0)
-      return Status::error("--zero 1 shards optimizer state; SGD has none "
+      return Status::error("--zero shards optimizer state; SGD has none "
                            "(use --optimizer adamw)");
     opt = createSgd(float(o.lr));
     return Status::ok();
@@ -333,6 +333,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Program &prog,
                   decays ? (long long)ls.decaySteps : 0LL,
                   decays ? ls.minLr : 0.0, o.weightDecay,
                   o.decayAll ? " all" : "",
+                  // ZeRO-1 and 2 save the same shards: either resumes
+                  // the other's checkpoint.
                   o.executor.zeroStage ? " zero1" : "",
                   tr.rankLayoutDataFastest() ? " dp-fastest" : "");
     impl->progFp = fnv1a64(recipe, std::strlen(recipe));

@@ -82,7 +82,7 @@ const Flag kFlags[] = {
     {"--lr", "X", Place::Next, &O::lr, 0, 1e6},
     {"--optimizer", "adamw|sgd", Place::Line, &O::optimizer, 0, 0, true},
     {"--max-grad-norm", "X", Place::Next, &O::maxGradNorm, 0, 1e30},
-    {"--zero", "0|1", Place::Next, &O::zero, 0, 1},
+    {"--zero", "0|1|2", Place::Next, &O::zero, 0, 2},
     {"--weight-decay", "X", Place::Line, &O::weightDecay, 0, 1e6},
     {"--decay-all", nullptr, Place::Inside, &O::decayAll},
     {"--lr-schedule", "constant|linear|cosine", Place::Line, setLrSchedule},
@@ -207,7 +207,8 @@ std::optional<std::string> checkCombinations(RunOptions &o) {
            " (--warmup-steps, --decay-steps, --min-lr)";
   if (o.zero != 0 && o.optimizer != "adamw")
     return std::string(
-        "--zero 1 shards optimizer state: it needs --optimizer adamw");
+        "--zero " + std::to_string(o.zero) +
+        " shards optimizer state: it needs --optimizer adamw");
   if (o.optimizerSync == "post-validation" && o.optimizer != "adamw")
     return std::string(
         "--optimizer-sync post-validation needs --optimizer adamw");

@@ -188,6 +188,10 @@ struct ExecutorOptions {
   /// optimizer state and the update of each parameter live on one rank of
   /// its data-parallel group (whole tensors, balanced by size); gradients
   /// are reduced to that rank and the updated values gathered from it.
+  /// 2: ZeRO stage 2, also the gradients: a gradient's buffer is freed on
+  /// the ranks that do not update it once it has left for its owner (the
+  /// overlapped reduction's ready point, the reduction after the step, or
+  /// DualPipe's GRADREDUCE), and made again at the next step's start.
   /// 0: every data-parallel replica holds all of it.
   int zeroStage = 0;
   /// Overlap the data-parallel gradient reduction with the backward pass
