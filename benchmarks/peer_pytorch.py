@@ -32,8 +32,9 @@ of the machine) and its children's CPU time (getrusage RUSAGE_CHILDREN);
 the difference over the launch's wall time is the CPU other processes
 took, in cores. A pair where either launch saw more than --max-other
 cores is redone (after waiting up to --quiet-wait seconds for a quiet
-machine), at most --retries times; the least disturbed try is kept and
-the table shows its disturbance. The table gives the median and min-max
+machine), at most --retries times per pair and --max-redos times per
+model; the least disturbed try is kept and the table shows its
+disturbance (the largest over the kept pairs) and the redos. The table gives the median and min-max
 over the kept launches of each side, and the median and min-max of the
 per-pair ratios PipeForge / PyTorch, plus the first and last loss of each
 side (rank 0's printed step loss; PyTorch: the mean of the microbatch
@@ -71,7 +72,7 @@ $PIPEFORGE_TORCH_PYTHON, else $PIPEFORGE_TORCH_VENV/bin/python.
       [--size small|medium] [--ranks 2]
       [--schedules none,gpipe,1f1b,interleaved,zbv,dualpipev]
       [--steps N] [--warmup K] [--repeat R] [--max-other C] [--retries N]
-      [--python PY] [--build build] [--markdown] [--keep DIR]
+      [--max-redos N] [--quiet-wait S] [--python PY] [--build build] [--markdown] [--keep DIR]
 """
 import argparse
 import json
@@ -269,9 +270,13 @@ def worker(a):
         compute.append(clock.t)
         optim.append(t2 - t1)
         losses.append(step_loss)
-    print("RESULT " + json.dumps({"rank": rank, "last": holds_last, "losses": losses,
-                                  "times": times, "compute": compute,
-                                  "optim": optim}), flush=True)
+    # One write(2) of the whole line: the ranks share torchrun's stdout, and
+    # print() under PYTHONUNBUFFERED writes the line and its newline apart.
+    sys.stdout.flush()
+    os.write(1, ("RESULT " + json.dumps({"rank": rank, "last": holds_last,
+                                         "losses": losses, "times": times,
+                                         "compute": compute, "optim": optim})
+                 + "\n").encode())
     if sched != "none":
         dist.destroy_process_group()
 
@@ -488,8 +493,8 @@ def torch_launch(py, plan_path, ranks, env):
                f"--nproc-per-node={ranks}", me, "--worker", plan_path]
     else:
         cmd = [py, me, "--worker", plan_path]
-    res = [json.loads(l[7:]) for l in run(cmd, env).splitlines()
-           if l.startswith("RESULT ")]
+    out = run(cmd, env).replace("RESULT ", "\nRESULT ")
+    res = [json.loads(l[7:]) for l in out.splitlines() if l.startswith("RESULT ")]
     if len(res) != ranks:
         raise RuntimeError(f"{len(res)} of {ranks} PyTorch ranks printed a RESULT line")
     return res
@@ -628,13 +633,18 @@ def bench_model(a, family, py, bin_dir, env, runs):
             split.append((T, nr, c, op, nr * T - c - op))
         return last["losses"], [tok_step / t for t in last["times"][warmup:]], split
 
+    redos = [0]
     for r in range(repeat):
         for sc in scheds:
             nr = 1 if sc == "none" else a.ranks
             order = ["pf", "pt"] if r % 2 == 0 else ["pt", "pf"]
             best = None
             for attempt in range(a.retries + 1):
+                if attempt and redos[0] >= a.max_redos:
+                    log(f"   not redone: --max-redos {a.max_redos} reached")
+                    break
                 if attempt:
+                    redos[0] += 1
                     res[sc]["redone"] += 1
                     q = wait_quiet(a.quiet_wait, a.max_other)
                     log(f"   redo (quiet check: other processes {q:.2f} cores)")
@@ -763,8 +773,11 @@ def main():
                          "this many cores during a launch (default 0.10)")
     ap.add_argument("--retries", type=int, default=2,
                     help="redos per pair at most (default 2)")
-    ap.add_argument("--quiet-wait", type=float, default=30.0,
-                    help="seconds to wait for a quiet machine before a redo")
+    ap.add_argument("--max-redos", type=int, default=12,
+                    help="redone pairs per model at most (default 12)")
+    ap.add_argument("--quiet-wait", type=float, default=20.0,
+                    help="seconds to wait for a quiet machine before a redo "
+                         "(default 20)")
     ap.add_argument("--python", help="the interpreter that has torch")
     ap.add_argument("--build", default="build")
     ap.add_argument("--markdown", action="store_true")
