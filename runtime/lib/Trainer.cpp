@@ -167,6 +167,9 @@ struct Trainer::Impl {
   TrainerOptions o;
   uint64_t dataFp = 0;
   uint64_t progFp = 0;
+  /// The fingerprint of checkpoints written before the ZeRO level left it
+  /// (" zero1" in the recipe): still resumed.
+  uint64_t legacyZeroFp = 0;
   std::unique_ptr<DataSource> ds;
   std::unique_ptr<TokenSource> tokens;
   std::unique_ptr<StepOptimizer> opt;
@@ -177,6 +180,15 @@ struct Trainer::Impl {
   Impl(const Program &p, Transport &t, const TrainerOptions &o)
       : prog(p), tr(t), o(o) {}
   Status initData();
+  /// `ck`'s AdamW state made this rank's: the moments of each tensor the
+  /// optimizer holds, by name, from this rank's file or another rank's of
+  /// the same checkpoint (`dirOf(r)`: rank r's step folder). A name not
+  /// saved under itself is looked up by its base name (DualPipe's copies:
+  /// with the pair sharded only the updating side saved it, under its own
+  /// copy's name; unsharded, both sides saved the same moments). Without a
+  /// difference in the tensors held, nothing is read.
+  Status reshardOptimizerState(RankCheckpoint &ck, uint32_t worldSize,
+                               const std::function<std::string(int)> &dirOf);
   /// --doc-mask and --eos: consistent, and the data has documents.
   Status checkDocuments();
   Status initOptimizer();
@@ -324,20 +336,24 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Program &prog,
     // resume).
     const LrSchedule &ls = o.lrSchedule;
     const bool decays = ls.kind != LrSchedule::Kind::Constant;
-    char recipe[256];
-    std::snprintf(recipe, sizeof recipe,
-                  "%016llx lr %.17g %s warmup %lld decay %lld min %.17g "
-                  "wd %.17g%s%s%s",
-                  (unsigned long long)programChecksum(serializeProgram(prog)),
-                  o.lr, toString(ls.kind), (long long)ls.warmupSteps,
-                  decays ? (long long)ls.decaySteps : 0LL,
-                  decays ? ls.minLr : 0.0, o.weightDecay,
-                  o.decayAll ? " all" : "",
-                  // ZeRO-1 and 2 save the same shards: either resumes
-                  // the other's checkpoint.
-                  o.executor.zeroStage ? " zero1" : "",
-                  tr.rankLayoutDataFastest() ? " dp-fastest" : "");
-    impl->progFp = fnv1a64(recipe, std::strlen(recipe));
+    // The ZeRO level is not part of it: a checkpoint written with any
+    // level resumes with any other (Trainer::resume reshards the AdamW
+    // state by name).
+    auto fingerprint = [&](const char *zero) {
+      char recipe[256];
+      std::snprintf(
+          recipe, sizeof recipe,
+          "%016llx lr %.17g %s warmup %lld decay %lld min %.17g "
+          "wd %.17g%s%s%s",
+          (unsigned long long)programChecksum(serializeProgram(prog)), o.lr,
+          toString(ls.kind), (long long)ls.warmupSteps,
+          decays ? (long long)ls.decaySteps : 0LL, decays ? ls.minLr : 0.0,
+          o.weightDecay, o.decayAll ? " all" : "", zero,
+          tr.rankLayoutDataFastest() ? " dp-fastest" : "");
+      return fnv1a64(recipe, std::strlen(recipe));
+    };
+    impl->progFp = fingerprint("");
+    impl->legacyZeroFp = fingerprint(" zero1");
   }
   for (int32_t i : impl->ex->localParams())
     impl->refs.push_back({prog.params[size_t(i)].name, impl->ex->paramShape(i),
@@ -347,6 +363,77 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(const Program &prog,
   for (const ParamRef &r : impl->ex->stateRefs())
     impl->refs.push_back(r);
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
+}
+
+Status Trainer::Impl::reshardOptimizerState(
+    RankCheckpoint &ck, uint32_t worldSize,
+    const std::function<std::string(int)> &dirOf) {
+  if (!ck.hasOptimizer)
+    return Status::ok(); // resume() reports it
+  auto held = adam->get().exportState();
+  if (!held)
+    return held.status();
+  if (held->names == ck.optimizer.names)
+    return Status::ok();
+  // name -> (m, v), and base name -> name, over the files in rank order
+  // from this rank's.
+  using Moments = std::pair<const std::vector<float> *,
+                            const std::vector<float> *>;
+  std::map<std::string, Moments> byName;
+  std::map<std::string, std::string> byBase;
+  std::vector<RankCheckpoint> others;
+  auto index = [&](const RankCheckpoint &c) {
+    for (size_t i = 0; i < c.optimizer.names.size(); ++i) {
+      const std::string &n = c.optimizer.names[i];
+      byName.emplace(n, Moments{&c.optimizer.m[i], &c.optimizer.v[i]});
+      byBase.emplace(baseParamName(n), n);
+    }
+  };
+  auto find = [&](const std::string &name) -> const Moments * {
+    auto it = byName.find(name);
+    if (it == byName.end()) {
+      auto b = byBase.find(baseParamName(name));
+      if (b != byBase.end())
+        it = byName.find(b->second);
+    }
+    return it == byName.end() ? nullptr : &it->second;
+  };
+  index(ck);
+  bool all = true;
+  for (const std::string &n : held->names)
+    all = all && find(n);
+  if (!all) {
+    others.reserve(worldSize);
+    for (uint32_t r = 0; r < worldSize; ++r) {
+      if (r == ck.rank)
+        continue;
+      auto c = loadRankCheckpoint(dirOf(int(r)), r);
+      if (!c)
+        return Status::error(
+            "the AdamW state was saved with another ZeRO level; re-sharding "
+            "it needs every rank's file: " +
+            c.message());
+      if (!c->hasOptimizer || c->optimizer.step != ck.optimizer.step)
+        return Status::error("rank " + std::to_string(r) +
+                             "'s file has another AdamW step count");
+      others.push_back(c.take());
+    }
+    for (const RankCheckpoint &c : others)
+      index(c);
+  }
+  AdamWState<float> st;
+  st.step = ck.optimizer.step;
+  st.lr = ck.optimizer.lr;
+  for (const std::string &n : held->names) {
+    const Moments *mv = find(n);
+    if (!mv)
+      return Status::error("no rank saved the AdamW state of '" + n + "'");
+    st.names.push_back(n);
+    st.m.push_back(*mv->first);
+    st.v.push_back(*mv->second);
+  }
+  ck.optimizer = std::move(st);
+  return Status::ok();
 }
 
 Expected<int64_t> Trainer::resume() {
@@ -381,7 +468,8 @@ Expected<int64_t> Trainer::resume() {
   if (ck->numRanks != wsize)
     return bad("was written by " + std::to_string(ck->numRanks) +
                " ranks; this run has " + std::to_string(wsize));
-  if (ck->programFingerprint != m.progFp)
+  if (ck->programFingerprint != m.progFp &&
+      ck->programFingerprint != m.legacyZeroFp)
     return bad("was written for a different program or training recipe "
                "(fingerprint " +
                std::to_string(ck->programFingerprint) + ", this run " +
@@ -389,7 +477,7 @@ Expected<int64_t> Trainer::resume() {
                "): same model, schedule, ranks and microbatches, and the "
                "same --lr, --lr-schedule, --warmup-steps, --decay-steps "
                "(default: --steps), --min-lr, --weight-decay, "
-               "--decay-all, --zero and --rank-layout needed");
+               "--decay-all and --rank-layout needed");
   if (ck->data.fingerprint != m.dataFp)
     return bad("was written with different training data");
   if (ck->data.nextStep != ck->step)
@@ -398,18 +486,26 @@ Expected<int64_t> Trainer::resume() {
   if (ck->hasOptimizer != (m.adam != nullptr))
     return bad(std::string(ck->hasOptimizer ? "has" : "has no") +
                " AdamW state but this run uses --optimizer " + m.o.optimizer);
+  // The files by world rank, as each rank's folder names them.
+  auto fileOf = [&](int r) {
+    return checkpointSubdir(checkpointDirOf(root, r), k) + "/" +
+           rankCheckpointFileName(uint32_t(r));
+  };
+  // Written with another ZeRO level (or another side of DualPipe's pair
+  // updating a tensor): this rank's AdamW state from the files that hold it.
+  if (m.adam)
+    if (Status s = m.reshardOptimizerState(*ck, wsize, [&](int r) {
+          return checkpointSubdir(checkpointDirOf(root, r), k);
+        });
+        !s)
+      return bad(s.message());
   if (Status s =
           restoreCheckpoint(*ck, m.refs, m.adam ? &m.adam->get() : nullptr);
       !s)
     return bad(s.message());
   // What no single file can show (collective): the biases can still move,
   // and every replicated tensor (the biases everywhere, a parameter on its
-  // replicas) is the same on every rank that holds it. The files by world
-  // rank, as each rank's folder names them.
-  auto fileOf = [&](int r) {
-    return checkpointSubdir(checkpointDirOf(root, r), k) + "/" +
-           rankCheckpointFileName(uint32_t(r));
-  };
+  // replicas) is the same on every rank that holds it.
   if (Status s = m.ex->checkRestoredState(fileOf); !s)
     return Status::error("--resume: " + s.message());
   // The restored values to the device optimizer's copy (and its moments,
