@@ -98,7 +98,8 @@ std::string plan::formatCompare(const Comparison &cmp, const ModelCosts &model,
       b.recompute != Recompute::None
           ? fmt(", recompute %s", recomputeName(b.recompute)).c_str()
           : "",
-      b.zero ? ", ZeRO-1" : "", b.microbatchSize, layoutName(b.layout),
+      b.zero ? (", ZeRO-" + std::to_string(b.zero)).c_str() : "",
+      b.microbatchSize, layoutName(b.layout),
       cmp.why.c_str(),
       (long long)cmp.tokensPerStep);
   out += fmt("  %-10s %10s %8s %10s %10s %8s %5s %11s %12s\n", "schedule",
@@ -138,12 +139,17 @@ std::string plan::formatCompare(const Comparison &cmp, const ModelCosts &model,
       continue;
     const Candidate &c = r.setup;
     const double share = c.secondCopyParams / cmp.modelParams;
+    const std::string zeroText =
+        c.zero == 3 ? "their gradients and optimizer state, all three ZeRO-3 "
+                      "sharded"
+        : c.zero    ? "their gradients and ZeRO-" + std::to_string(c.zero) +
+                       " optimizer state"
+                    : std::string("their gradients and optimizer state");
     out += fmt("  dualpipe's second parameter copy: %.2f GiB per GPU (%s "
-               "parameters of one stage, with their gradients and "
-               "%soptimizer state), %.1f%% of the %.3g usable GiB; %.3g%% of "
-               "the model's %s parameters\n",
+               "parameters of one stage, with %s), %.1f%% of the %.3g usable "
+               "GiB; %.3g%% of the model's %s parameters\n",
                gib(c.secondCopyBytes), paramsText(c.secondCopyParams).c_str(),
-               c.zero ? "ZeRO-1 " : "", 100 * c.secondCopyBytes /
+               zeroText.c_str(), 100 * c.secondCopyBytes /
                cluster.usableBytes(),
                gib(cluster.usableBytes()), 100 * share,
                paramsText(cmp.modelParams).c_str());
@@ -154,6 +160,22 @@ std::string plan::formatCompare(const Comparison &cmp, const ModelCosts &model,
                  "= %.3g%% for a dense model\n",
                  c.pp * c.tp * c.ep, 100 * cmp.expertParams / cmp.modelParams,
                  100 * share, 100.0 / (c.pp * c.tp));
+    if (c.zero == 3) {
+      // The copy's state over the pair and the replicas (MemoryModel).
+      const int dE = c.dp / c.ep;
+      const int nDense = opts.zeroDenseOverAll || c.ep == 1 ? c.dp : dE;
+      out += fmt("    ZeRO-3 shards the copy over the pair and the "
+                 "data-parallel group: the dense parameters over 2 x %d "
+                 "ranks",
+                 nDense);
+      if (c.ep > 1)
+        out += fmt(", the expert shards over 2 x %d (their replicas, d / e)",
+                   dE);
+      out += fmt(": %.3g bytes per parameter of the stage, against %.3g "
+                 "unsharded\n",
+                 c.secondCopyBytes / c.secondCopyParams,
+                 opts.stateBytesPerParam);
+    }
   }
   return out;
 }

@@ -178,10 +178,10 @@ Expected<PlanOptions> plan::optionsFromFlags(const PlanFlags &f) {
   }
   if (!f.zero.empty()) {
     auto zs = parseIntList(f.zero, /*min=*/0);
-    if (!zs || std::any_of(zs->begin(), zs->end(), [](int z) { return z > 1; }))
-      return Status::error(
-          "--zero: expected 0 and/or 1 separated by commas, got '" + f.zero +
-          "'");
+    if (!zs || std::any_of(zs->begin(), zs->end(), [](int z) { return z > 3; }))
+      return Status::error("--zero: expected ZeRO stages 0, 1, 2, 3 "
+                           "separated by commas, got '" +
+                           f.zero + "'");
     opts.zeroStages = *zs;
   }
   for (const std::string &w : words(f.layouts)) {

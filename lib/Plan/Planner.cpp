@@ -230,7 +230,12 @@ struct LayerRun {
   double memB = 0;            ///< kept from F until B (M_B)
   double memBFull = 0;        ///< what F produces for B (without recompute)
   double memW = 0;            ///< kept from B until W (M_W)
-  double total() const { return f + b + w + tpF + tpB + epF + epB + rc; }
+  /// ZeRO-3: the layer's all-gather (F) and all-gather + reduce-scatter
+  /// (B) beyond the compute they overlap (exposed), and all of it.
+  double zF = 0, zB = 0, zTraffic = 0;
+  double total() const {
+    return f + b + w + tpF + tpB + epF + epB + rc + zF + zB;
+  }
 };
 
 /// Time of the roofline: compute at peak x efficiency, or moving `bytes`
@@ -492,7 +497,41 @@ struct Setup {
   int pp, b, t, e;
   Degrees g;
   Links links;
+  /// ZeRO-3 (FSDP): the parameters are gathered per layer and microbatch
+  /// (docs/planner.md, "ZeRO-2 and ZeRO-3").
+  bool zero3 = false;
 };
+
+/// Two model copies per rank (DualPipe, Chimera): ZeRO shards over the
+/// pair of ranks that hold the same stages too.
+bool twoCopies(ScheduleKind kind) {
+  return kind == ScheduleKind::DualPipe || kind == ScheduleKind::Chimera;
+}
+
+/// ZeRO-3's shard groups of a setup: the dense parameters over `nDense`
+/// ranks (the d / e replicas, or all d with --zero-shard all), the expert
+/// shards over `nExpert` (d / e), each times 2 over DualPipe's pair; and
+/// the bandwidths of their collectives (the slower of the data-parallel
+/// and the pipeline link across the pair).
+struct ZeroGroups {
+  int nDense = 1, nExpert = 1;
+  double bwDense = 0, bwExpert = 0;
+};
+
+ZeroGroups zeroGroups(const Setup &su) {
+  ZeroGroups z;
+  const int copies = twoCopies(su.kind) ? 2 : 1;
+  const bool all = su.opts.zeroDenseOverAll || su.e == 1;
+  z.nDense = (all ? su.g.d : su.g.dE) * copies;
+  z.nExpert = su.g.dE * copies;
+  z.bwDense = all ? su.links.dpBw : su.links.expertDpBw;
+  z.bwExpert = su.links.expertDpBw;
+  if (copies > 1) {
+    z.bwDense = std::min(z.bwDense, su.links.ppBw);
+    z.bwExpert = std::min(z.bwExpert, su.links.ppBw);
+  }
+  return z;
+}
 
 /// The candidate's setup and placement, before any time or memory.
 Candidate describeSetup(const Setup &su, Layout layout, Recompute recompute) {
@@ -561,6 +600,35 @@ std::vector<LayerRun> runsUnder(const Setup &su, Recompute rc) {
     r.epF *= keep;
     r.epB *= keep;
   }
+  if (!su.zero3)
+    return runs;
+  // ZeRO-3 as FSDP runs it, per layer (the FSDP unit) and per microbatch:
+  // an all-gather of the layer's parameter shards before F, again before
+  // B (resharded after the forward), and a reduce-scatter of its gradients
+  // after B. The next layer's collective is prefetched while this one
+  // computes, so a pass costs the slower of its compute and its
+  // collectives.
+  const ZeroGroups zg = zeroGroups(su);
+  auto ring = [](int n, double bytes, double bw) {
+    return n > 1 ? (n - 1.0) / n * bytes / bw : 0.0;
+  };
+  for (size_t l = 0; l < runs.size(); ++l) {
+    LayerRun &r = runs[l];
+    const LayerCost &lc = su.model.layers[l];
+    const double expert = std::min(lc.expertParams, lc.params);
+    const double dense = (lc.params - expert) / su.t;
+    const double experts = expert / (double(su.t) * su.e);
+    const double gather =
+        ring(zg.nDense, dense * su.opts.weightBytesPerParam, zg.bwDense) +
+        ring(zg.nExpert, experts * su.opts.weightBytesPerParam, zg.bwExpert);
+    const double scatter =
+        ring(zg.nDense, dense * su.opts.gradBytesPerParam, zg.bwDense) +
+        ring(zg.nExpert, experts * su.opts.gradBytesPerParam, zg.bwExpert);
+    r.zF = std::max(0.0, gather - (r.f + r.tpF + r.epF));
+    r.zB = std::max(0.0, gather + scatter -
+                             (r.b + r.w + r.tpB + r.epB + r.rc));
+    r.zTraffic = 2 * gather + scatter;
+  }
   return runs;
 }
 
@@ -620,12 +688,42 @@ Expected<LayerPlan> planLayers(const Setup &su, Recompute recompute,
 /// between the two ranks that hold the same stages (pipeforge-run: each
 /// tensor is updated on one side of the pair; docs/optimizer.md), so
 /// `copies` divides it once more.
+/// ZeRO-2 shards the gradients the same way, but pipeforge-run frees a
+/// gradient another rank owns only once the stage's gradients are final:
+/// with gradient accumulation (m > 1) the peak holds them all, as ZeRO-1;
+/// with one microbatch and the overlapped reduction they leave during the
+/// backward, and the peak holds the shard plus the buckets in flight.
+/// ZeRO-3 (FSDP) shards the weights too, and adds the gathered layers in
+/// flight (the layer computing and the one prefetched, their weights and
+/// unsharded gradients).
 struct MemoryModel {
   explicit MemoryModel(const Setup &su)
-      : opts(su.opts), d(su.g.d), dE(su.g.dE),
+      : opts(su.opts), d(su.g.d), dE(su.g.dE), m(su.g.m),
         optimizerPerParam(std::max(0.0, opts.stateBytesPerParam -
                                             opts.weightBytesPerParam -
-                                            opts.gradStateBytesPerParam)) {}
+                                            opts.gradStateBytesPerParam)) {
+    for (const LayerCost &lc : su.model.layers) {
+      const double expert = std::min(lc.expertParams, lc.params);
+      unit = std::max(unit, (lc.params - expert) / su.t +
+                                expert / (double(su.t) * su.e));
+    }
+  }
+
+  /// `dense` and `experts` over their shard groups (and the pair).
+  double sharded(double dense, double experts, int copies) const {
+    return (dense / (opts.zeroDenseOverAll ? d : dE) + experts / dE) /
+           std::max(1, copies);
+  }
+  /// Parameters gathered whole at once: two layers (ZeRO-2: the gradient
+  /// buckets in flight), at most what the rank holds.
+  double inflight(double dense, double experts) const {
+    return std::min(2 * unit, dense + experts);
+  }
+  /// ZeRO-2: are the gradients sharded at the peak?
+  bool gradsSharded(int zero) const {
+    return zero >= 3 ||
+           (zero == 2 && m == 1 && opts.gradOverlap != GradOverlap::Off);
+  }
 
   double optimizerBytes(double dense, double experts, int zero,
                         int copies = 1) const {
@@ -635,16 +733,41 @@ struct MemoryModel {
            (dense / (opts.zeroDenseOverAll ? d : dE) + experts / dE) /
            std::max(1, copies);
   }
-  double stateBytes(double dense, double experts, int zero,
-                    int copies = 1) const {
-    return (dense + experts) *
-               (opts.weightBytesPerParam + opts.gradStateBytesPerParam) +
+  /// Weights and gradients: sharded (`withInflight`: plus the layers in
+  /// flight) or whole.
+  double weightBytes(double dense, double experts, int zero, int copies,
+                     bool withInflight = true) const {
+    if (zero < 3)
+      return (dense + experts) * opts.weightBytesPerParam;
+    return (sharded(dense, experts, copies) +
+            (withInflight ? inflight(dense, experts) : 0)) *
+           opts.weightBytesPerParam;
+  }
+  double gradBytes(double dense, double experts, int zero, int copies,
+                   bool withInflight = true) const {
+    if (!gradsSharded(zero))
+      return (dense + experts) * opts.gradStateBytesPerParam;
+    return (sharded(dense, experts, copies) +
+            (withInflight ? inflight(dense, experts) : 0)) *
+           opts.gradStateBytesPerParam;
+  }
+  /// The model state; without `withInflight`, ZeRO-2/3's sharded state
+  /// only (what one more stage adds: DualPipe's second copy).
+  double stateBytes(double dense, double experts, int zero, int copies = 1,
+                    bool withInflight = true) const {
+    if (zero <= 1)
+      return (dense + experts) *
+                 (opts.weightBytesPerParam + opts.gradStateBytesPerParam) +
+             optimizerBytes(dense, experts, zero, copies);
+    return weightBytes(dense, experts, zero, copies, withInflight) +
+           gradBytes(dense, experts, zero, copies, withInflight) +
            optimizerBytes(dense, experts, zero, copies);
   }
 
   const PlanOptions &opts;
-  const int d, dE;
+  const int d, dE, m;
   const double optimizerPerParam;
+  double unit = 0; ///< the largest layer's parameters on one rank
 };
 
 /// The data-parallel gradient all-reduces: dense gradients over d
@@ -681,6 +804,8 @@ struct StageCosts {
   /// over d / e).
   std::vector<double> params, experts;
   double computeSum = 0, tpSum = 0, epSum = 0, rcSum = 0;
+  /// ZeRO-3's collectives per microbatch: exposed, and all of them.
+  double zeroSum = 0, zeroTraffic = 0;
   double transient = 0; ///< largest rematerialisation during one B
 };
 
@@ -696,8 +821,10 @@ StageCosts stageCosts(const Setup &su, const LayerPlan &lp) {
            experts = 0;
     for (int l = lp.first(s), end = lp.end(s); l < end; ++l) {
       const LayerRun &r = lp.runs[l];
-      f += r.f + r.tpF + r.epF;
-      bi += r.b + r.tpB + r.epB + r.rc;
+      f += r.f + r.tpF + r.epF + r.zF;
+      bi += r.b + r.tpB + r.epB + r.rc + r.zB;
+      sc.zeroSum += r.zF + r.zB;
+      sc.zeroTraffic += r.zTraffic;
       w += r.w;
       mb += r.memB;
       mbFull += r.memBFull;
@@ -864,6 +991,13 @@ void reduceGradients(const Setup &su, Candidate &c,
                      const LayerPlan &lp, const RankParams &rp) {
   const sched::Placement &pl = schedule.placement;
   const GradRing grad(su);
+  if (su.zero3) {
+    // ZeRO-3: the gradients leave per layer and microbatch as
+    // reduce-scatters inside the backward (the layers' times), over DualPipe's
+    // pair too: no all-reduce, no copy sum after the pipeline.
+    c.gradOverlap = GradOverlap::Off;
+    return;
+  }
   if (pl.numCopies > 1) {
     // Ranks r and p-1-r swap one copy's stage gradients and sum them.
     double maxStage = *std::max_element(sc.params.begin(), sc.params.end());
@@ -912,9 +1046,11 @@ Status splitStep(const Setup &su, Candidate &c, const sched::Schedule &schedule,
   c.tpCommTime = m * sc.tpSum / pp;
   c.epCommTime = m * sc.epSum / pp;
   c.recomputeTime = m * sc.rcSum / pp;
+  c.zeroExposedTime = m * sc.zeroSum / pp;
+  c.zeroCommTime = m * sc.zeroTraffic / pp;
   const double idle =
       std::max(0.0, c.pipelineTime - c.computeTime - c.tpCommTime -
-                        c.epCommTime - c.recomputeTime);
+                        c.epCommTime - c.recomputeTime - c.zeroExposedTime);
   if (sc.cost.tcomm > 0 && splitPipelineComm) {
     sched::CostModel noComm = sc.cost;
     noComm.tcomm = 0;
@@ -925,7 +1061,7 @@ Status splitStep(const Setup &su, Candidate &c, const sched::Schedule &schedule,
     c.ppCommTime = std::clamp(c.pipelineTime - sim0->makespan, 0.0, idle);
   }
   c.bubbleTime = idle - c.ppCommTime;
-  c.dpCommTime = c.dpTime + c.dualReduceTime;
+  c.dpCommTime = c.dpTime + c.dualReduceTime + c.zeroExposedTime;
   return Status::ok();
 }
 
@@ -957,6 +1093,11 @@ std::vector<Candidate> sizeMemory(const Setup &su, const Candidate &c,
         z.activationBytes = act;
         z.weightBytes = rp.params[r] * su.opts.weightBytesPerParam;
         z.gradBytes = rp.params[r] * su.opts.gradStateBytesPerParam;
+        if (zero >= 2) {
+          z.weightBytes =
+              mem.weightBytes(dense, rp.experts[r], zero, pl.numCopies);
+          z.gradBytes = mem.gradBytes(dense, rp.experts[r], zero, pl.numCopies);
+        }
         z.optimizerBytes =
             mem.optimizerBytes(dense, rp.experts[r], zero, pl.numCopies);
       }
@@ -966,8 +1107,9 @@ std::vector<Candidate> sizeMemory(const Setup &su, const Candidate &c,
     // copy-0 stage.
     if (pl.numCopies > 1)
       for (int s = 0; s < su.g.S; ++s) {
-        const double bytes = mem.stateBytes(sc.params[s] - sc.experts[s],
-                                            sc.experts[s], zero, pl.numCopies);
+        const double bytes =
+            mem.stateBytes(sc.params[s] - sc.experts[s], sc.experts[s], zero,
+                           pl.numCopies, /*withInflight=*/false);
         if (bytes > z.secondCopyBytes) {
           z.secondCopyBytes = bytes;
           z.secondCopyParams = sc.params[s];
@@ -994,17 +1136,26 @@ std::vector<Candidate> sizeMemory(const Setup &su, const Candidate &c,
 /// stages, the stage costs, the schedule and its simulation, the gradient
 /// reductions and the step's split, the memory per ZeRO stage.
 static Expected<std::vector<Candidate>>
-evaluateZeros(const ModelCosts &model, const Cluster &cluster,
-              const PlanOptions &opts, ScheduleKind kind, int pp, int b,
-              Layout layout, int t, int e, Recompute recompute,
-              const std::vector<int> &recomputeStages,
-              const std::vector<int> &zeros, const SweepHooks &hooks = {}) {
+evaluateSharing(const ModelCosts &model, const Cluster &cluster,
+                const PlanOptions &opts, ScheduleKind kind, int pp, int b,
+                Layout layout, int t, int e, Recompute recompute,
+                const std::vector<int> &recomputeStages,
+                const std::vector<int> &zeros, const SweepHooks &hooks,
+                bool zero3) {
   auto g = checkDegrees(model, cluster, opts, kind, pp, b, t, e);
   if (!g)
     return g.status();
-  const Setup su{
-      model, cluster, opts, kind, pp,
-      b,     t,       e,    *g,   placeLinks(cluster, layout, pp, t, e, *g)};
+  const Setup su{model,
+                 cluster,
+                 opts,
+                 kind,
+                 pp,
+                 b,
+                 t,
+                 e,
+                 *g,
+                 placeLinks(cluster, layout, pp, t, e, *g),
+                 zero3};
   Candidate c = describeSetup(su, layout, recompute);
   auto lp = planLayers(su, recompute, recomputeStages);
   if (!lp)
@@ -1043,14 +1194,54 @@ evaluateZeros(const ModelCosts &model, const Cluster &cluster,
   return sizeMemory(su, c, pl, *sim, sc, rp, zeros);
 }
 
+/// evaluateSharing for the stages in `zeros`: 0, 1 and 2 share their
+/// times; ZeRO-3, whose collectives change them, is evaluated apart.
+static Expected<std::vector<Candidate>>
+evaluateZeros(const ModelCosts &model, const Cluster &cluster,
+              const PlanOptions &opts, ScheduleKind kind, int pp, int b,
+              Layout layout, int t, int e, Recompute recompute,
+              const std::vector<int> &recomputeStages,
+              const std::vector<int> &zeros, const SweepHooks &hooks = {}) {
+  std::vector<int> shared;
+  bool three = false;
+  for (int z : zeros) {
+    if (z == 3)
+      three = true;
+    else
+      shared.push_back(z);
+  }
+  std::vector<Candidate> out;
+  if (!shared.empty() || !three) {
+    auto r = evaluateSharing(model, cluster, opts, kind, pp, b, layout, t, e,
+                             recompute, recomputeStages, shared, hooks,
+                             /*zero3=*/false);
+    if (!r || !three)
+      return r;
+    out = std::move(*r);
+    if (out.empty() && kind == ScheduleKind::Auto)
+      return out; // pruned
+  }
+  auto r3 = evaluateSharing(model, cluster, opts, kind, pp, b, layout, t, e,
+                            recompute, recomputeStages, {3}, hooks,
+                            /*zero3=*/true);
+  if (!r3) {
+    if (out.empty())
+      return r3;
+    return out; // the other stages stand
+  }
+  for (Candidate &c : *r3)
+    out.push_back(std::move(c));
+  return out;
+}
+
 Expected<Candidate> plan::evaluate(const ModelCosts &model,
                                    const Cluster &cluster,
                                    const PlanOptions &opts, ScheduleKind kind,
                                    int pp, int b, Layout layout,
                                    const SetupOptions &setup) {
-  if (setup.zero != 0 && setup.zero != 1)
+  if (setup.zero < 0 || setup.zero > 3)
     return Status::error("ZeRO stage " + fmtInt(setup.zero) +
-                         ": only 0 and 1 are modelled");
+                         ": only 0, 1, 2 and 3 are modelled");
   auto r = evaluateZeros(model, cluster, opts, kind, pp, b, layout, setup.tp,
                          setup.ep, setup.recompute, setup.recomputeStages,
                          {setup.zero});
@@ -1165,9 +1356,9 @@ Expected<SweepAxes> sweepAxes(const ModelCosts &model, const Cluster &cluster,
   if (a.zeroStages.empty())
     a.zeroStages = {0, 1};
   for (int z : a.zeroStages)
-    if (z != 0 && z != 1)
+    if (z < 0 || z > 3)
       return Status::error("ZeRO stage " + fmtInt(z) +
-                           ": only 0 and 1 are modelled");
+                           ": only 0, 1, 2 and 3 are modelled");
   std::vector<int> chunkCounts = opts.chunkCounts;
   if (chunkCounts.empty())
     chunkCounts = {opts.chunksPerRank};
@@ -1408,7 +1599,8 @@ void Sweep::autoRuns() {
       fitTimes.push_back(c.stepTime);
   // Each setup can come twice (ZeRO-1 and 0, the same times), so twice
   // the shown setups keep the runner-up too.
-  size_t keep = 2 * size_t(std::max(2, opts.topN));
+  size_t keep = std::max<size_t>(2, axes.zeroStages.size()) *
+                size_t(std::max(2, opts.topN));
   double threshold = std::numeric_limits<double>::infinity();
   if (fitTimes.size() >= keep) {
     std::nth_element(fitTimes.begin(), fitTimes.begin() + (keep - 1),
@@ -1623,10 +1815,10 @@ Expected<SetupSpec> plan::parseSetup(const std::string &text) {
     } else if (key == "chunks") {
       st = intValue(2, spec.chunks);
     } else if (key == "zero") {
-      if (value != "0" && value != "1")
-        return Status::error("key 'zero': expected 0 or 1, got '" + value +
-                             "'");
-      spec.zero = value == "1";
+      if (value.size() != 1 || value[0] < '0' || value[0] > '3')
+        return Status::error("key 'zero': expected 0, 1, 2 or 3, got '" +
+                             value + "'");
+      spec.zero = value[0] - '0';
     } else if (key == "recompute") {
       if (!parseRecompute(value, spec.recompute))
         return Status::error("key 'recompute': unknown policy '" + value +
@@ -1705,12 +1897,15 @@ Expected<Candidate> evaluateSpec(const ModelCosts &model,
                          " GPUs (dp = GPUs / (pp tp) = " + fmtInt(d) + ")");
   if (Status st = checkExpertDegree(model, spec.ep, d); !st)
     return st;
-  if (spec.zero == 1 && d / spec.ep == 1)
+  if (spec.zero >= 1 && d / spec.ep == 1) {
+    const std::string z = fmtInt(spec.zero);
     return Status::error(
-        d == 1 ? "zero=1 needs data parallelism (dp = 1 here)"
-               : "zero=1 needs data parallelism beyond the expert group (dp "
-                 "= ep = " +
-                     fmtInt(d) + " here: ZeRO-1 shards over dp / ep)");
+        d == 1 ? "zero=" + z + " needs data parallelism (dp = 1 here)"
+               : "zero=" + z +
+                     " needs data parallelism beyond the expert group (dp "
+                     "= ep = " +
+                     fmtInt(d) + " here: ZeRO-" + z + " shards over dp / ep)");
+  }
   PlanOptions o = opts;
   if (spec.chunks > 0)
     o.chunksPerRank = spec.chunks;

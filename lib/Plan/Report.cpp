@@ -70,6 +70,12 @@ std::string timeLines(const Candidate &c, const std::string &timeSuffix) {
            " ms (rank " + std::to_string(c.dpTailRank) + ": " +
            msText(c.dpOverlapWindow * 1e3) +
            " ms of compute after its first gradients are final)\n";
+  if (c.zero == 3)
+    out += "  ZeRO-3: per layer and microbatch an all-gather before F, "
+           "another before B and a reduce-scatter after it: " +
+           msText(c.zeroCommTime * 1e3) + " ms a step, " +
+           msText(c.zeroExposedTime * 1e3) +
+           " ms of it beyond the compute it overlaps (in DP comm)\n";
   out += "  split: compute " + msText(c.computeTime * 1e3) +
          " ms + recompute " + msText(c.recomputeTime * 1e3) + " ms + TP comm " +
          msText(c.tpCommTime * 1e3) + " ms + " +
@@ -198,6 +204,10 @@ json candidateJson(const Candidate &c) {
     j["grad_overlap"] = gradOverlapName(c.gradOverlap);
   }
   j["dual_grad_reduce_time_s"] = c.dualReduceTime;
+  if (c.zero == 3) {
+    j["zero3_comm_s"] = c.zeroCommTime;
+    j["zero3_exposed_s"] = c.zeroExposedTime;
+  }
   j["comm_time_per_edge_s"] = c.commTime;
   j["bubble_rate"] = c.bubbleRate;
   j["memory_bytes"] = c.memoryBytes;
@@ -250,12 +260,16 @@ std::string plan::launchCommands(const Candidate &c, const ModelCosts &m,
       "mpirun --hostfile HOSTS --map-by slot -np " + std::to_string(world) +
       " pipeforge-run model.pfp" +
       (c.layout == Layout::DataInNode ? " --rank-layout dp-fastest" : "") +
-      (c.zero == 1 ? " --zero 1" : "");
+      (c.zero >= 1 ? " --zero " + std::to_string(std::min(c.zero, 2)) : "");
   (void)cl;
   // The runtime numbers ranks pp-fastest or dp-fastest only.
   if (c.layout == Layout::ExpertInNode)
     run += "\n          (ep-in-node: the runtime has no rank layout that "
            "packs an expert group into a node; this runs pp-in-node)";
+  if (c.zero == 3)
+    run += "\n          (ZeRO-3: pipeforge-run shards at most the gradients "
+           "(--zero 2); the gathered weights are the planner's model, as "
+           "FSDP runs them)";
   return "  launch: " + compile + "\n          " + run + "\n";
 }
 

@@ -81,7 +81,8 @@ static cl::opt<std::string, true>
     zeroList("zero",
              cl::desc("ZeRO stages to try, comma separated: 0 (replicated "
                       "optimizer state), 1 (sharded over the data-parallel "
-                      "replicas) (default: both)"),
+                      "replicas), 2 (the gradients too), 3 (the weights "
+                      "too, gathered per layer: FSDP) (default: 0,1)"),
              cl::location(flags.zero), cl::init(""), cl::cat(cat));
 static cl::opt<std::string, true>
     chunkList("chunks",

@@ -526,6 +526,100 @@ TEST(PlannerZero, OneShardsTheOptimizerStateOverReplicas) {
   EXPECT_EQ(small->ranked.front().zero, 1);
 }
 
+TEST(PlannerZero, TwoShardsTheGradientsOnlyWithoutAccumulation) {
+  // 4 layers of 1e9 parameters on 4 data-parallel GPUs. With 2
+  // microbatches a step the gradients accumulate: the peak holds them all
+  // (pipeforge-run frees the non-owned ones after the backward), as
+  // ZeRO-1. With one microbatch they leave during the backward: the shard
+  // plus two layers in flight.
+  ModelCosts m = uniformModel(4, /*params=*/1e9);
+  Cluster cl = cluster(4, 1000);
+  auto z1 = evaluate(m, cl, options(8), ScheduleKind::OneFOneB, 1, 1,
+                     Layout::PipelineInNode, setup(1, Recompute::None, 1));
+  auto accum = evaluate(m, cl, options(8), ScheduleKind::OneFOneB, 1, 1,
+                        Layout::PipelineInNode, setup(1, Recompute::None, 2));
+  auto one = evaluate(m, cl, options(4), ScheduleKind::OneFOneB, 1, 1,
+                      Layout::PipelineInNode, setup(1, Recompute::None, 2));
+  ASSERT_TRUE(z1.isOk() && accum.isOk() && one.isOk());
+  EXPECT_EQ(accum->microbatches, 2);
+  EXPECT_DOUBLE_EQ(accum->paramBytes, z1->paramBytes);
+  EXPECT_DOUBLE_EQ(accum->stepTime, z1->stepTime);
+  EXPECT_EQ(accum->zero, 2);
+  EXPECT_EQ(one->microbatches, 1);
+  EXPECT_DOUBLE_EQ(one->gradBytes, (4e9 / 4 + 2e9) * 2);
+  EXPECT_DOUBLE_EQ(one->weightBytes, 4e9 * 2);
+  EXPECT_DOUBLE_EQ(one->optimizerBytes, 4e9 * 3);
+  EXPECT_DOUBLE_EQ(one->paramBytes, 6e9 + 8e9 + 12e9);
+  // The reduction after the pipeline keeps them all.
+  PlanOptions off = options(4);
+  off.gradOverlap = GradOverlap::Off;
+  auto series = evaluate(m, cl, off, ScheduleKind::OneFOneB, 1, 1,
+                         Layout::PipelineInNode, setup(1, Recompute::None, 2));
+  ASSERT_TRUE(series.isOk());
+  EXPECT_DOUBLE_EQ(series->gradBytes, 4e9 * 2);
+}
+
+TEST(PlannerZero, ThreeGathersEveryLayerPerMicrobatch) {
+  ModelCosts m = uniformModel(4, /*params=*/1e9);
+  Cluster cl = cluster(4, 1000);
+  auto z1 = evaluate(m, cl, options(8), ScheduleKind::OneFOneB, 1, 1,
+                     Layout::PipelineInNode, setup(1, Recompute::None, 1));
+  auto z3 = evaluate(m, cl, options(8), ScheduleKind::OneFOneB, 1, 1,
+                     Layout::PipelineInNode, setup(1, Recompute::None, 3));
+  ASSERT_TRUE(z1.isOk() && z3.isOk());
+  // Weights, gradients and optimizer state over the 4 replicas, plus two
+  // gathered layers (weights and unsharded gradients).
+  EXPECT_DOUBLE_EQ(z3->weightBytes, (1e9 + 2e9) * 2);
+  EXPECT_DOUBLE_EQ(z3->gradBytes, (1e9 + 2e9) * 2);
+  EXPECT_DOUBLE_EQ(z3->optimizerBytes, 4e9 * 3);
+  EXPECT_DOUBLE_EQ(z3->paramBytes, 6e9 + 6e9 + 12e9);
+  // Per layer and microbatch: an all-gather (3/4 x 2e9 bytes at 100 GB/s:
+  // 15 ms) in F, another in B with a reduce-scatter of 4-byte gradients
+  // (30 ms); 2 microbatches, 4 layers. 1 s of compute per pass hides them;
+  // there is no all-reduce after the pipeline.
+  EXPECT_NEAR(z3->zeroCommTime, 2 * 4 * (0.015 + 0.015 + 0.030), 1e-9);
+  EXPECT_DOUBLE_EQ(z3->zeroExposedTime, 0);
+  EXPECT_DOUBLE_EQ(z3->dpTime, 0);
+  EXPECT_DOUBLE_EQ(z3->dpReduceTime, 0);
+  EXPECT_DOUBLE_EQ(z3->pipelineTime, z1->pipelineTime);
+  EXPECT_LE(z3->stepTime, z1->stepTime);
+
+  // On a link 1000x slower the gathers outlast the compute: the excess
+  // is in the pipeline's time and in DP comm, and the parts still add up.
+  Cluster slow = cl;
+  slow.intraNodeGBps = 0.1;
+  auto s3 = evaluate(m, slow, options(8), ScheduleKind::OneFOneB, 1, 1,
+                     Layout::PipelineInNode, setup(1, Recompute::None, 3));
+  ASSERT_TRUE(s3.isOk());
+  // F: 15 s of gather against 1 s; B: 45 s against 2 s (B and W).
+  EXPECT_NEAR(s3->zeroExposedTime, 2 * 4 * ((15 - 1) + (45 - 2)), 1e-6);
+  EXPECT_NEAR(s3->dpCommTime, s3->zeroExposedTime, 1e-9);
+  EXPECT_NEAR(s3->computeTime + s3->recomputeTime + s3->tpCommTime +
+                  s3->epCommTime + s3->bubbleTime + s3->ppCommTime +
+                  s3->dpCommTime,
+              s3->stepTime, 1e-6);
+
+  // The sweep offers ZeRO-2 and 3 only when asked for.
+  PlanOptions o = options(8, {ScheduleKind::OneFOneB});
+  auto plain = plan::plan(m, cl, o);
+  ASSERT_TRUE(plain.isOk()) << plain.message();
+  for (const Candidate &c : plain->ranked)
+    EXPECT_LE(c.zero, 1);
+  o.zeroStages = {0, 1, 2, 3};
+  auto all = plan::plan(m, cl, o);
+  ASSERT_TRUE(all.isOk()) << all.message();
+  std::set<int> zeros;
+  for (const Candidate &c : all->ranked)
+    zeros.insert(c.zero);
+  EXPECT_EQ(zeros, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_EQ(all->ranked.front().zero, 3); // no all-reduce tail
+  o.zeroStages = {4};
+  auto bad = plan::plan(m, cl, o);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.message().find("only 0, 1, 2 and 3 are modelled"),
+            std::string::npos);
+}
+
 namespace {
 /// `blockModel` with a mixture of experts in every block: of each layer's
 /// 1e6 parameters 0.8e6 are 8 routed experts, and one all-to-all moves 1 GB
@@ -770,7 +864,8 @@ TEST(PlannerExplain, ParsesSetups) {
       {"schedule=1f1b pp=-1", "key 'pp': expected a positive integer"},
       {"schedule=1f1b pp=99999999999", "key 'pp': expected a positive integer"},
       {"schedule=nope pp=4", "key 'schedule': unknown schedule 'nope'"},
-      {"schedule=1f1b pp=4 zero=2", "key 'zero': expected 0 or 1"},
+      {"schedule=1f1b pp=4 zero=4", "key 'zero': expected 0, 1, 2 or 3"},
+      {"schedule=1f1b pp=4 zero=12", "key 'zero': expected 0, 1, 2 or 3"},
       {"schedule=1f1b pp=4 recompute=all", "key 'recompute': unknown policy"},
       {"schedule=1f1b pp=4 layout=x", "key 'layout': expected pp-in-node"},
       {"schedule=1f1b pp=4 chunks=1", "key 'chunks': expected an integer >= 2"},

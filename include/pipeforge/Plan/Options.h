@@ -56,8 +56,8 @@ struct PlanFlags {
 };
 
 /// The options the flags ask for, with the heuristic automatic scheduler.
-/// Errors name the flag, e.g. "--zero: expected 0 and/or 1 separated by
-/// commas, got '2'".
+/// Errors name the flag, e.g. "--zero: expected ZeRO stages 0, 1, 2, 3
+/// separated by commas, got '4'".
 Expected<PlanOptions> optionsFromFlags(const PlanFlags &flags);
 
 /// --routing-groups "G,g" applied to every moe layer of `model` ("" leaves

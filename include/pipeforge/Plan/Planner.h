@@ -10,7 +10,7 @@
 //   expert-parallel degree e (mixture-of-experts models: a divisor of d
 //   and of every moe layer's experts),
 //   activation recomputation (none, selective, full),
-//   optimizer sharding (ZeRO stage 0 or 1),
+//   optimizer sharding (ZeRO stage 0 or 1; 2 and 3 when asked for),
 //   pipeline degree p (a divisor of GPUs / t, at most the layers),
 //   data-parallel degree d = GPUs / (p t),
 //   microbatch size b and count m = global batch / (d b),
@@ -236,7 +236,10 @@ Status setRoutingGroups(ModelCosts &model, int groups, int groupsPerToken);
 struct SetupOptions {
   int tp = 1;                            ///< tensor-parallel degree t
   Recompute recompute = Recompute::None; ///< activation recomputation
-  int zero = 0; ///< 1: the optimizer state is sharded over the d replicas
+  /// 1: the optimizer state is sharded over the d replicas; 2: the
+  /// gradients too (lower at the peak only with one microbatch); 3: the
+  /// weights too, gathered per layer and microbatch (FSDP).
+  int zero = 0;
   /// Expert-parallel degree e: the experts of every moe layer are split
   /// over e of the d data-parallel ranks (which stay data-parallel for the
   /// rest of the model).
@@ -304,8 +307,8 @@ struct PlanOptions {
   std::vector<Layout> layouts;
   /// Recomputation policies to try; empty means all three.
   std::vector<Recompute> recomputePolicies;
-  /// ZeRO stages to try (0, 1); empty means both (1 only with d > 1, where
-  /// it differs from 0).
+  /// ZeRO stages to try (0 to 3); empty means 0 and 1 (1, 2 and 3 only
+  /// with d / e > 1, where they differ from 0).
   std::vector<int> zeroStages;
   AutoScheduleFn autoScheduler; ///< optional
   /// Called as the sweep goes: `phase` is "setup groups" (done and total
@@ -339,7 +342,7 @@ struct Candidate {
   Recompute recompute = Recompute::None;
   /// The stages `recompute` applies to (sorted); empty: every stage.
   std::vector<int> recomputeStages;
-  int zero = 0;           ///< ZeRO stage (0 or 1)
+  int zero = 0;           ///< ZeRO stage (0 to 3)
   int microbatchSize = 1; ///< b
   int microbatches = 1;   ///< m per pipeline (DualPipe: the total C)
   int stages = 1;         ///< stages per model copy
@@ -393,7 +396,12 @@ struct Candidate {
   double epCommTime = 0;
   double bubbleTime = 0; ///< idle, without the pipeline communication
   double ppCommTime = 0; ///< exposed stage-to-stage transfers
-  double dpCommTime = 0; ///< dpTime + dualReduceTime
+  /// dpTime + dualReduceTime + zeroExposedTime
+  double dpCommTime = 0;
+  /// ZeRO-3: the per-layer all-gathers (F and B) and reduce-scatters (B)
+  /// of a step, averaged over the pipeline ranks: all of them, and what
+  /// the layers' compute does not hide (part of the pipeline's time).
+  double zeroCommTime = 0, zeroExposedTime = 0;
   /// The model state split (on the fullest rank; they add up to
   /// paramBytes).
   double weightBytes = 0, gradBytes = 0, optimizerBytes = 0;
@@ -446,7 +454,7 @@ Expected<PlanResult> plan(const ModelCosts &model, const Cluster &cluster,
 ///   check, d is GPUs / (p t)), ep=E (1: experts per group of E of the d
 ///   ranks), b=B (1), recompute=none|selective|full, recompute-stages=S+S
 ///   (every stage),
-///   (none), zero=0|1 (0), chunks=V (PlanOptions::chunksPerRank),
+///   (none), zero=0|1|2|3 (0), chunks=V (PlanOptions::chunksPerRank),
 ///   layout=pp-in-node|dp-in-node|ep-in-node (optional: the faster of
 ///   the runtime's two).
 struct SetupSpec {
