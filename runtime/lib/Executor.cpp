@@ -110,6 +110,8 @@ void Executor::Impl::noteStash() {
     live += bytesOf(v);
   for (auto &[k, v] : wstash)
     live += bytesOf(v);
+  for (auto &[k, o] : offloaded) // still being copied to the host
+    live += bytesOf(o.leaving);
   stashPeak = std::max(stashPeak, live);
   // The trace's activation level: a counter event at each change.
   if (opts.trace && live != tracedStash) {
@@ -122,8 +124,12 @@ void Executor::Impl::noteStash() {
 Status Executor::Impl::finishF(const Work &w, std::vector<BufP> &st_out,
                                BufP act) {
   mbFStash[{w.copy, w.stage}] = bytesOf(st_out);
-  stash[{w.copy, w.stage, w.mb}] = std::move(st_out);
+  Key key{w.copy, w.stage, w.mb};
+  stash[key] = std::move(st_out);
   noteStash();
+  if (offloadKeys.count(key)) // activation offload: to host until B
+    if (Status s = startOffload(key); !s)
+      return s;
   if (w.stage + 1 < numStages) {
     if (!act)
       return stageError(w.copy, w.stage, "F returned no activation");
@@ -149,6 +155,8 @@ Status Executor::Impl::doB(const Work &w, bool fused) {
   if (!g)
     return g.status();
   BufP gin = *g;
+  if (Status s = ensureResident(key); !s) // activation offload
+    return s;
   BufP act, gout;
   std::vector<BufP> ws;
   bool useFusedFn = fused && !st.backward.empty();
@@ -357,6 +365,8 @@ Expected<StepStats> Executor::Impl::step() {
     if (!be.hostVisible() && !optOnDevice())
       be.copyFromHost(ps.value->p, ps.hostValue.data(), ps.value->bytes);
   }
+  if (!offloaded.empty()) // left by a failed step
+    pollOffloads(/*all=*/true);
   stash.clear();
   wstash.clear();
   noteStash(); // the trace's level back to 0
@@ -382,6 +392,12 @@ Expected<StepStats> Executor::Impl::step() {
           return Status::errorAt(prank, long(nextPost), s.message());
     const Action &a = acts[i];
     curAction = i;
+    // Activation offload: the stashes of the next compute action's B come
+    // back under this one.
+    if (auto r = reloadBefore.find(i); r != reloadBefore.end())
+      for (const Key &k : r->second)
+        if (Status s = reload(k); !s)
+          return Status::errorAt(prank, long(i), s.message());
     waited = 0;
     a2aWaited = 0;
     bool fusedRun = false;
@@ -430,6 +446,8 @@ Expected<StepStats> Executor::Impl::step() {
       record(sched::toString(a), 1, a0, a1);
     }
     pollSends();
+    if (!offloaded.empty())
+      pollOffloads(/*all=*/false, /*before=*/i);
   }
   double loopEnd = nowS();
   for (PendingSend &ps : sends) {
@@ -438,6 +456,7 @@ Expected<StepStats> Executor::Impl::step() {
     record(ps.label, 1, ps.posted, nowS());
   }
   sends.clear();
+  pollOffloads(/*all=*/true);
   // A kernel's asynchronous error (device backends) fails the step here.
   if (Status s = be.takeAsyncError(); !s)
     return s;
@@ -521,7 +540,9 @@ Expected<std::string> Executor::memoryReport() {
                      " " +
                      std::to_string(impl->ledger.peak[size_t(MemClass::Data)].load()) +
                      " " + std::to_string(impl->opts.zeroStage) + " " +
-                     std::to_string(impl->ledger.peak[size_t(MemClass::Gradients)].load());
+                     std::to_string(impl->ledger.peak[size_t(MemClass::Gradients)].load()) +
+                     " " + std::to_string(impl->offloadsLastStep) + " " +
+                     std::to_string(impl->hostStashPeak);
   for (auto &[cs, bytes] : impl->mbFStash) {
     auto w = impl->mbWStash.find(cs);
     mine += " " + std::to_string(cs.first) + ":" + std::to_string(cs.second) +
@@ -537,9 +558,10 @@ Expected<std::string> Executor::memoryReport() {
     long long peak = 0, pb = 0, gb = 0, ob = 0, owned = -1, held = 0;
     long long device = -1, toDev = 0, toHost = 0, optDev = 0, steps = 0;
     long long total = 0, msgs = 0, work = 0, dataB = 0, zero = 0, gpeak = 0;
+    long long offloads = 0, hostPeak = 0;
     in >> peak >> pb >> gb >> ob >> owned >> held >> device >> toDev >>
         toHost >> optDev >> steps >> total >> msgs >> work >> dataB >> zero >>
-        gpeak;
+        gpeak >> offloads >> hostPeak;
     std::string item, stages;
     long long unit = 0;  // F's stash of the rank's largest stage: M_B
     long long wmax = 0;  // its largest W-stash
@@ -576,6 +598,11 @@ Expected<std::string> Executor::memoryReport() {
     out += "rank " + std::to_string(r) + ": peak stash " +
            std::to_string(peak) + " bytes" + ratio +
            (stages.empty() ? "" : " (one microbatch: " + stages + ")") + "\n";
+    if (offloads > 0)
+      out += "rank " + std::to_string(r) + ": activation offload: " +
+             std::to_string(offloads) +
+             " microbatch stashes per step to host memory, host peak " +
+             std::to_string(hostPeak) + " bytes\n";
     // Every backend buffer the executor allocated: the peak of their sum,
     // and the peaks of the classes the lines above do not show.
     out += "rank " + std::to_string(r) + ": buffers peak " +

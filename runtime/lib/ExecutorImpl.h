@@ -291,6 +291,38 @@ struct Executor::Impl {
 
   // Per-step state.
   std::map<Key, std::vector<BufP>> stash, wstash;
+  /// Activation offload (ExecutorOptions::offloadActivations,
+  /// ExecutorOffload.cpp): the microbatches whose F-stash leaves the device,
+  /// and per action index the keys whose reload starts before it.
+  std::set<Key> offloadKeys;
+  std::map<size_t, std::vector<Key>> reloadBefore;
+  /// A stash away from the device: per slot its host copy (null: the slot
+  /// stayed, `kept`), the device buffers still being copied out, and the
+  /// events of the copies out and back.
+  struct Offloaded {
+    std::vector<void *> host;
+    std::vector<int64_t> bytes;
+    std::vector<BufP> kept, leaving;
+    void *outEv = nullptr, *inEv = nullptr;
+    bool back = false; ///< the reload was queued (the slots are in `stash`)
+    size_t startedAt = 0; ///< the action whose F sent it out
+  };
+  std::map<Key, Offloaded> offloaded;
+  int64_t hostStash = 0, hostStashPeak = 0, offloadsThisStep = 0,
+          offloadsLastStep = 0;
+  Status planOffload();
+  Status startOffload(const Key &k);
+  Status reload(const Key &k);
+  /// Before a B (or BW) of `k`: its stash on the device, the compute
+  /// stream ordered after the copy back.
+  Status ensureResident(const Key &k);
+  /// Frees what finished copies left behind (device buffers gone out, host
+  /// buffers come back); `all`: waits for every copy (the step's end).
+  /// `before`: also waits for the copies out started before that action,
+  /// so a copy out holds its device memory for at most one more action
+  /// and the measured peak does not depend on the copy's speed.
+  void pollOffloads(bool all, size_t before = 0);
+  void releaseHost(Offloaded &o);
   /// Measured memory: the peak of the stash bytes held between actions, and
   /// one microbatch's stash bytes per (copy, stage): F's, and B's W-stash.
   int64_t stashPeak = 0;

@@ -209,6 +209,8 @@ Status Executor::Impl::init() {
   }
   planGradOverlap();
   planDirectGrads();
+  if (Status s = planOffload(); !s)
+    return s;
   // Buffer plans: per-value when the assignment is missing or lets a kernel
   // write a buffer it also reads.
   for (const Stage &st : prog.stages) {

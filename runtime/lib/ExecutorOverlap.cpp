@@ -46,6 +46,8 @@ Status Executor::Impl::doOverlap(const Action &a, bool &fusedRun) {
   const Stage &sf = stageOf(wf->copy, wf->stage);
   const Stage &sb = stageOf(wb->copy, wb->stage);
   Key kb{wb->copy, wb->stage, wb->mb};
+  if (Status s = ensureResident(kb); !s) // activation offload
+    return s;
   std::vector<BufP> fStash, bWs;
   BufP fAct, fNone, bAct, bGout;
   FnRun rf, rb;

@@ -164,6 +164,7 @@ TEST(RunOptions, UsageText) {
       "         [--device K] [--local-ranks N] [--transport mpi|nccl]\n"
       "         [--async-compute] [--device-collectives]\n"
       "         [--overlap-grad-reduce on|off] [--grad-bucket-mb X]\n"
+      "         [--offload-activations off|auto|all]\n"
       "       pipeforge-run --compare-weights A B [--rtol R] [--atol A]\n"
       "  (an executable from pipeforge-compile --emit exe takes the same\n"
       "  options without PROGRAM.pfp)\n");

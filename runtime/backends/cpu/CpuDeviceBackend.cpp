@@ -12,13 +12,20 @@
 // the gradient norm as a device reduction, copies for the tokens and the
 // loss), so those paths are tested on every machine, and a run must match
 // the "cpu" backend bitwise. It counts the bytes it copies between host and
-// "device" (the memory report's transfer line).
+// "device" (the memory report's transfer line). Activation offload's
+// asynchronous copies (copyHostAsync) run on a helper thread, overlapped
+// with the kernels of the calling thread; their events are the jobs.
 //
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/rt/Backend.h"
 
+#include <condition_variable>
 #include <cstdint>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 namespace pipeforge::rt {
 namespace {
@@ -36,6 +43,15 @@ template <typename T> T *reveal(T *p) {
 
 class CpuDeviceBackend final : public Backend {
 public:
+  ~CpuDeviceBackend() override {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      stop = true;
+    }
+    work.notify_all();
+    if (helper.joinable())
+      helper.join();
+  }
   const char *name() const override { return "cpu-device"; }
   bool hostVisible() const override { return false; }
   int device() const override { return 0; }
@@ -90,9 +106,69 @@ public:
     return cpu->run(c);
   }
 
+  void *copyHostAsync(void *dst, const void *src, int64_t bytes, bool toHost,
+                      void * /*after: the kernels ran already*/) override {
+    (toHost ? moved.toHost : moved.toDevice) += bytes;
+    auto *j = new Job{reveal(dst), reveal(src), size_t(std::max<int64_t>(bytes, 0))};
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (!helper.joinable())
+        helper = std::thread([this] { copyLoop(); });
+      queue.push_back(j);
+    }
+    work.notify_one();
+    return j;
+  }
+  bool eventDone(void *ev) override {
+    if (!ev)
+      return true;
+    std::lock_guard<std::mutex> l(mu);
+    return static_cast<Job *>(ev)->done;
+  }
+  void waitEvent(void *ev) override {
+    if (!ev)
+      return;
+    std::unique_lock<std::mutex> l(mu);
+    finished.wait(l, [&] { return static_cast<Job *>(ev)->done; });
+  }
+  void releaseEvent(void *ev) override {
+    waitEvent(ev);
+    delete static_cast<Job *>(ev);
+  }
+
 private:
   std::unique_ptr<Backend> cpu = createCpuBackend();
   Transfers moved;
+
+  /// copyHostAsync's jobs, copied in order by one helper thread.
+  struct Job {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    bool done = false;
+  };
+  std::mutex mu;
+  std::condition_variable work, finished;
+  std::deque<Job *> queue;
+  bool stop = false;
+  std::thread helper;
+
+  void copyLoop() {
+    std::unique_lock<std::mutex> l(mu);
+    for (;;) {
+      work.wait(l, [&] { return stop || !queue.empty(); });
+      if (queue.empty())
+        return;
+      Job *j = queue.front();
+      queue.pop_front();
+      l.unlock();
+      if (j->bytes)
+        std::memcpy(j->dst, j->src, j->bytes);
+      l.lock();
+      j->done = true;
+      finished.notify_all();
+    }
+  }
 };
 
 } // namespace

@@ -123,6 +123,32 @@ public:
     if (ev)
       cudaEventDestroy(static_cast<cudaEvent_t>(ev));
   }
+  void *allocHost(int64_t bytes) override {
+    void *p = nullptr;
+    if (!note(cudaStatus(
+            cudaMallocHost(&p, size_t(std::max<int64_t>(bytes, 1))),
+            "cudaMallocHost")))
+      return nullptr;
+    return p;
+  }
+  void freeHost(void *p) override {
+    if (p)
+      note(cudaStatus(cudaFreeHost(p), "cudaFreeHost"));
+  }
+  /// Activation offload: on the communication stream, after `after`.
+  void *copyHostAsync(void *dst, const void *src, int64_t bytes, bool toHost,
+                      void *after) override {
+    waitOn(commStream, static_cast<cudaEvent_t>(after));
+    if (bytes > 0) {
+      (toHost ? moved.toHost : moved.toDevice) += bytes;
+      note(cudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes),
+                                      toHost ? cudaMemcpyDeviceToHost
+                                             : cudaMemcpyHostToDevice,
+                                      commStream),
+                      "cudaMemcpyAsync (activation offload)"));
+    }
+    return recordOn(commStream);
+  }
   void *copyOnCommStream(void *dst, const void *src, int64_t bytes, void *after,
                          void *dstReady) override {
     waitOn(commStream, static_cast<cudaEvent_t>(dstReady));

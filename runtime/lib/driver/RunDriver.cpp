@@ -231,6 +231,10 @@ TrainerOptions trainerOptions(const RunOptions &o, int worldRank) {
   eo.docMask = o.docMask;
   eo.zeroStage = int(o.zero);
   eo.overlapGradReduce = o.overlapGradReduce == "on";
+  eo.offloadActivations =
+      o.offloadActivations == "all"    ? ExecutorOptions::Offload::All
+      : o.offloadActivations == "auto" ? ExecutorOptions::Offload::Auto
+                                       : ExecutorOptions::Offload::Off;
   eo.gradBucketBytes = int64_t(o.gradBucketMb * double(1 << 20));
   // Test hook: PIPEFORGE_TEST_STALL_AT_STEP=K with PIPEFORGE_TEST_DIE_RANK=R
   // makes world rank R stop answering at step K (a lost node).

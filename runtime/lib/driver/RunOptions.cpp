@@ -123,6 +123,8 @@ const Flag kFlags[] = {
     {"--overlap-grad-reduce", "on|off", Place::Line, &O::overlapGradReduce, 0,
      0, true},
     {"--grad-bucket-mb", "X", Place::Next, &O::gradBucketMb, 0, 1 << 20},
+    {"--offload-activations", "off|auto|all", Place::Line,
+     &O::offloadActivations, 0, 0, true},
     {"-h", nullptr, Place::Hidden, &O::help},
     {"--help", nullptr, Place::Hidden, &O::help},
 };

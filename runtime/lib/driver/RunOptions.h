@@ -45,6 +45,7 @@ struct RunOptions {
   bool docMask = false;
   int64_t eos = -1; ///< --eos: none
   std::string overlapGradReduce = "on";
+  std::string offloadActivations = "off";
   double gradBucketMb = 25;
   std::string rankLayout = "pp-fastest";
   std::string checkpointDir, optimizerSync = "sync";

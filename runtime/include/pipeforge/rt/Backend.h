@@ -14,7 +14,9 @@
 #include "pipeforge/rt/AdamWMath.h"
 #include "pipeforge/rt/Program.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -175,6 +177,29 @@ public:
                                  void * /*after*/, void * /*dstReady*/) {
     copy(dst, src, bytes);
     synchronize();
+    return nullptr;
+  }
+
+  /// Activation offload (docs/runtime.md, "Activation offload"): host
+  /// memory for a stash that leaves the device, page-locked where the
+  /// backend has such memory (CUDA: cudaMallocHost), so that copies to and
+  /// from it run asynchronously. Default: malloc / free.
+  virtual void *allocHost(int64_t bytes) {
+    return std::malloc(size_t(std::max<int64_t>(bytes, 1)));
+  }
+  virtual void freeHost(void *p) { std::free(p); }
+  /// Queues a copy of `bytes` between this backend's memory and allocHost
+  /// memory (`toHost`: device -> host) off the compute stream (CUDA: the
+  /// communication stream; cpu-device: a helper thread), after the work
+  /// marked by `after`, and returns an event marking its completion
+  /// (eventDone, waitEvent, releaseEvent). Counted in transfers(). Default:
+  /// a synchronous copyToHost / copyFromHost, null.
+  virtual void *copyHostAsync(void *dst, const void *src, int64_t bytes,
+                              bool toHost, void * /*after*/) {
+    if (toHost)
+      copyToHost(dst, src, bytes);
+    else
+      copyFromHost(dst, src, bytes);
     return nullptr;
   }
 

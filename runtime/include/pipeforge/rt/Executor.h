@@ -205,6 +205,15 @@ struct ExecutorOptions {
   /// (pipeforge-run --overlap-grad-reduce=false): everything after the step.
   bool overlapGradReduce = true;
   int64_t gradBucketBytes = int64_t(25) << 20;
+  /// Activation offload (pipeforge-run --offload-activations, docs/runtime.md
+  /// "Activation offload"; device backends only): F's stash of a microbatch
+  /// leaves device memory for host memory (Backend::allocHost) right after
+  /// its F, off the compute stream, and comes back one compute action
+  /// before its B. Auto: the microbatches with at least two compute actions
+  /// between their F and B (time to hide both copies); All: those with at
+  /// least one. The copies are exact: the run is bitwise the same.
+  enum class Offload : uint8_t { Off, Auto, All };
+  Offload offloadActivations = Offload::Off;
 };
 
 struct StepStats {
