@@ -30,10 +30,10 @@ launch's number is the median tokens/s over its --steps timed steps (after
 --warmup). Around every launch the script reads /proc/stat (all CPU time
 of the machine) and its children's CPU time (getrusage RUSAGE_CHILDREN);
 the difference over the launch's wall time is the CPU other processes
-took, in cores. A pair where either launch saw more than --max-other
-cores is redone (after waiting up to --quiet-wait seconds for a quiet
-machine), at most --retries times per pair and --max-redos times per
-model; the least disturbed try is kept and the table shows its
+took, in cores. Every pair starts after up to --quiet-wait seconds of
+waiting for a quiet machine (1 s samples); a pair where either launch saw
+more than --max-other cores is redone, at most --retries times per pair
+and --max-redos times per model; the least disturbed try is kept and the table shows its
 disturbance (the largest over the kept pairs) and the redos. The table gives the median and min-max
 over the kept launches of each side, and the median and min-max of the
 per-pair ratios PipeForge / PyTorch, plus the first and last loss of each
@@ -81,6 +81,7 @@ import os
 import random
 import resource
 import shutil
+import signal
 import statistics
 import struct
 import subprocess
@@ -541,13 +542,12 @@ def print_table(hdr, rows, markdown):
     print()
 
 
-def bench_model(a, family, py, bin_dir, env, runs):
+def bench_model(a, family, py, bin_dir, env, runs, work):
     cfg = pm.model_cfg(a.size, family)
     steps, warmup, repeat = runs["steps"], runs["warmup"], runs["repeat"]
     m = a.microbatches or cfg["mbs_count"]
     cfg["mbs_count"] = m
     compile_bin = os.path.join(bin_dir, "pipeforge-compile")
-    work = os.path.join(a.keep, family) if a.keep else tempfile.mkdtemp(prefix="pf-peer-")
     os.makedirs(work, exist_ok=True)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)
 
@@ -646,8 +646,12 @@ def bench_model(a, family, py, bin_dir, env, runs):
                 if attempt:
                     redos[0] += 1
                     res[sc]["redone"] += 1
-                    q = wait_quiet(a.quiet_wait, a.max_other)
-                    log(f"   redo (quiet check: other processes {q:.2f} cores)")
+                # Every pair starts on a quiet machine where it can: a 1 s
+                # sample, repeated for up to --quiet-wait seconds.
+                q = wait_quiet(a.quiet_wait, a.max_other)
+                if attempt or q > a.max_other:
+                    log(f"   {'redo; ' if attempt else ''}quiet check: other "
+                        f"processes {q:.2f} cores")
                 tries = {}
                 try:
                     for side in order:
@@ -683,8 +687,6 @@ def bench_model(a, family, py, bin_dir, env, runs):
             d["ratio"].append(med["pf"] / med["pt"])
             d["other"].append(dist)
     elapsed = time.time() - t_start
-    if not a.keep:
-        shutil.rmtree(work)
     return dict(cfg=cfg, scheds=scheds, res=res, probe=pr, gqa=gqa, lib=lib,
                 kind=kind, fpt=fpt, tok_step=tok_step, elapsed=elapsed,
                 steps=steps, warmup=warmup, repeat=repeat, m=m)
@@ -786,6 +788,8 @@ def main():
     if a.worker:
         a.plan = a.worker
         return worker(a)
+    # A kill still removes the work folder (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if a.probe:
         return probe(a)
 
@@ -814,7 +818,12 @@ def main():
     if a.keep:
         os.makedirs(a.keep, exist_ok=True)
     for f in fams:
-        R = bench_model(a, f, py, bin_dir, env, runs)
+        work = os.path.join(a.keep, f) if a.keep else tempfile.mkdtemp(prefix="pf-peer-")
+        try:
+            R = bench_model(a, f, py, bin_dir, env, runs, work)
+        finally:
+            if not a.keep:
+                shutil.rmtree(work, ignore_errors=True)
         report(a, R)
         sys.stdout.flush()
     return 0
