@@ -127,7 +127,7 @@ Status Executor::Impl::finishF(const Work &w, std::vector<BufP> &st_out,
   Key key{w.copy, w.stage, w.mb};
   stash[key] = std::move(st_out);
   noteStash();
-  if (offloadKeys.count(key)) // activation offload: to host until B
+  if (offloadPlan.keys.count(key)) // activation offload: to host until B
     if (Status s = startOffload(key); !s)
       return s;
   if (w.stage + 1 < numStages) {
@@ -394,9 +394,10 @@ Expected<StepStats> Executor::Impl::step() {
     curAction = i;
     // Activation offload: the stashes of the next compute action's B come
     // back under this one.
-    if (auto r = reloadBefore.find(i); r != reloadBefore.end())
-      for (const Key &k : r->second)
-        if (Status s = reload(k); !s)
+    if (auto r = offloadPlan.reloadBefore.find(i);
+        r != offloadPlan.reloadBefore.end())
+      for (const sched::StashKey &k : r->second)
+        if (Status s = reload(Key(k)); !s)
           return Status::errorAt(prank, long(i), s.message());
     waited = 0;
     a2aWaited = 0;
@@ -447,7 +448,7 @@ Expected<StepStats> Executor::Impl::step() {
     }
     pollSends();
     if (!offloaded.empty())
-      pollOffloads(/*all=*/false, /*before=*/i);
+      pollOffloads(/*all=*/false, i);
   }
   double loopEnd = nowS();
   for (PendingSend &ps : sends) {

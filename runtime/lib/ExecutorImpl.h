@@ -15,6 +15,7 @@
 
 #include "pipeforge/rt/Executor.h"
 #include "pipeforge/rt/MoEParallel.h"
+#include "pipeforge/Schedule/Offload.h"
 
 #include <algorithm>
 #include <array>
@@ -294,8 +295,7 @@ struct Executor::Impl {
   /// Activation offload (ExecutorOptions::offloadActivations,
   /// ExecutorOffload.cpp): the microbatches whose F-stash leaves the device,
   /// and per action index the keys whose reload starts before it.
-  std::set<Key> offloadKeys;
-  std::map<size_t, std::vector<Key>> reloadBefore;
+  sched::OffloadPlan offloadPlan;
   /// A stash away from the device: per slot its host copy (null: the slot
   /// stayed, `kept`), the device buffers still being copied out, and the
   /// events of the copies out and back.
@@ -305,7 +305,6 @@ struct Executor::Impl {
     std::vector<BufP> kept, leaving;
     void *outEv = nullptr, *inEv = nullptr;
     bool back = false; ///< the reload was queued (the slots are in `stash`)
-    size_t startedAt = 0; ///< the action whose F sent it out
   };
   std::map<Key, Offloaded> offloaded;
   int64_t hostStash = 0, hostStashPeak = 0, offloadsThisStep = 0,
@@ -316,12 +315,11 @@ struct Executor::Impl {
   /// Before a B (or BW) of `k`: its stash on the device, the compute
   /// stream ordered after the copy back.
   Status ensureResident(const Key &k);
-  /// Frees what finished copies left behind (device buffers gone out, host
-  /// buffers come back); `all`: waits for every copy (the step's end).
-  /// `before`: also waits for the copies out started before that action,
-  /// so a copy out holds its device memory for at most one more action
-  /// and the measured peak does not depend on the copy's speed.
-  void pollOffloads(bool all, size_t before = 0);
+  /// After action `i`: frees the device buffers of the stashes the plan
+  /// sends away there (waiting for their copies out), and the host buffers
+  /// of those whose copy back has finished. `all`: every copy (the step's
+  /// end, i ignored).
+  void pollOffloads(bool all, size_t i = 0);
   void releaseHost(Offloaded &o);
   /// Measured memory: the peak of the stash bytes held between actions, and
   /// one microbatch's stash bytes per (copy, stage): F's, and B's W-stash.

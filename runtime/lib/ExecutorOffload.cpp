@@ -10,18 +10,18 @@
 //                    (Backend::allocHost: page-locked on CUDA) off the
 //                    compute stream (CUDA's communication stream; a helper
 //                    thread on cpu-device), ordered after F's kernels; the
-//                    device buffer is freed after the next action (the
-//                    host waits for the copy there if it has not finished),
-//                    so the copy overlaps with that action and the peak is
-//                    a function of the program;
+//                    device buffer is freed after the next compute action
+//                    (the host waits for the copy there if it has not
+//                    finished), so the copy overlaps with that action and
+//                    the peak is a function of the program;
 //   before the compute action that precedes B(k): fresh device buffers,
 //                    the copies back queued, so they run under that action;
 //   at B(k):         the compute stream waits for them (no host wait on
 //                    CUDA), and B reads the stash as if it had never left.
 //
-// Which microbatches: those with at least two compute actions between their
-// F and B (Auto: time to hide the copy out and the copy back behind
-// compute), or at least one (All). The plan depends on the program only.
+// Which microbatches, and when they leave and return: sched::planOffload
+// (Schedule/Offload.h), from the program only; the simulator replays the
+// same plan.
 // The copies are exact, so losses and weights are bitwise those without
 // offload; the memory report shows the device stash peak fall and the host
 // bytes it took.
@@ -35,9 +35,8 @@
 namespace pipeforge::rt {
 
 Status Executor::Impl::planOffload() {
-  offloadKeys.clear();
-  reloadBefore.clear();
   using O = ExecutorOptions::Offload;
+  offloadPlan = {};
   if (opts.offloadActivations == O::Off)
     return Status::ok();
   if (be.hostVisible())
@@ -45,36 +44,12 @@ Status Executor::Impl::planOffload() {
         "activation offload needs a device backend (--backend cpu-device or "
         "cuda): with --backend " +
         std::string(be.name()) + " the activations are in host memory already");
-  const int minGap = opts.offloadActivations == O::Auto ? 2 : 1;
-  // Per compute action (Compute or Overlap), in program order: its action
-  // index; where each F and each B / BW of a microbatch is.
-  const std::vector<Action> &acts = prog.schedule.programs[size_t(prank)];
-  std::vector<size_t> actionOf;
-  std::map<Key, size_t> fAt, bAt;
-  auto note = [&](const Work &w) {
-    Key k{w.copy, w.stage, w.mb};
-    if (w.kind == WorkKind::F)
-      fAt[k] = actionOf.size();
-    else if (w.kind == WorkKind::B || w.kind == WorkKind::BW)
-      bAt[k] = actionOf.size();
-  };
-  for (size_t i = 0; i < acts.size(); ++i) {
-    const Action &a = acts[i];
-    if (a.kind != ActionKind::Compute && a.kind != ActionKind::Overlap)
-      continue;
-    note(a.work);
-    if (a.kind == ActionKind::Overlap)
-      note(a.work2);
-    actionOf.push_back(i);
-  }
-  for (auto &[k, f] : fAt) {
-    auto b = bAt.find(k);
-    if (b == bAt.end() || b->second < f + 1 + size_t(minGap))
-      continue;
-    offloadKeys.insert(k);
-    // The copies back run under the compute action before B.
-    reloadBefore[actionOf[b->second - 1]].push_back(k);
-  }
+  // The plan (which stashes, when they leave and come back) is the
+  // schedule library's, which the simulator replays too.
+  offloadPlan = sched::planOffload(
+      prog.schedule.programs[size_t(prank)],
+      opts.offloadActivations == O::Auto ? sched::kOffloadGapAuto
+                                         : sched::kOffloadGapAll);
   return Status::ok();
 }
 
@@ -111,9 +86,7 @@ Status Executor::Impl::startOffload(const Key &k) {
   stash.erase(it);
   hostStashPeak = std::max(hostStashPeak, hostStash);
   ++offloadsThisStep;
-  o.startedAt = curAction;
   offloaded[k] = std::move(o);
-  pollOffloads(false);
   return Status::ok();
 }
 
@@ -182,19 +155,30 @@ void Executor::Impl::releaseHost(Offloaded &o) {
     }
 }
 
-void Executor::Impl::pollOffloads(bool all, size_t before) {
+void Executor::Impl::pollOffloads(bool all, size_t i) {
+  // Device memory goes where the plan says (the end of the compute action
+  // after F), not as soon as the copy is done: the peak then depends on
+  // the program only, not on how fast a copy ran, and equals the
+  // simulator's.
+  auto away = [&](Offloaded &o) {
+    if (o.leaving.empty())
+      return;
+    // The host waits (CUDA: waitEvent would only order a stream).
+    while (!be.eventDone(o.outEv))
+      std::this_thread::yield();
+    o.leaving.clear(); // the device copies are in host memory now
+    noteStash();
+  };
+  if (!all)
+    if (auto a = offloadPlan.awayAfter.find(i);
+        a != offloadPlan.awayAfter.end())
+      for (const sched::StashKey &k : a->second)
+        if (auto it = offloaded.find(Key(k)); it != offloaded.end())
+          away(it->second);
   for (auto it = offloaded.begin(); it != offloaded.end();) {
     Offloaded &o = it->second;
-    // Freed after the action that follows the one that sent it out, not
-    // as soon as the copy is done: the peak then depends on the program
-    // only, not on how fast the copy ran.
-    if (!o.leaving.empty() && (all || o.startedAt < before)) {
-      // The host waits (CUDA: waitEvent would only order a stream).
-      while (!be.eventDone(o.outEv))
-        std::this_thread::yield();
-      o.leaving.clear(); // the device copies are in host memory now
-      noteStash();
-    }
+    if (all)
+      away(o);
     if (o.back && (all || be.eventDone(o.inEv))) {
       if (all)
         be.synchronize(); // CUDA: the compute stream's wait included
