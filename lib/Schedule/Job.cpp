@@ -427,6 +427,7 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
   cost.overlapComm = j.overlapComm;
   cost.memB = double(sch.numRanks()) / sch.placement.numStages;
   cost.memW = cost.memB * j.memW;
+  cost.offloadGap = j.offloadGap;
   scaleTimes(cost, timeScale(j, sch.numRanks(), sch.placement.numStages));
 
   // Costs whose sums overflow are refused here, before message placement

@@ -123,6 +123,15 @@ void ReplayEngine::reset() {
   peak.assign(numRanks, 0);
   overStep.assign(numRanks, SIZE_MAX);
   overMem.assign(numRanks, 0);
+  offload.clear();
+  offState.clear();
+  if (opts.memCost && opts.memCost->offloadGap > 0) {
+    offload.resize(size_t(numRanks));
+    offState.resize(size_t(numRanks));
+    for (int32_t r = 0; r < numRanks; ++r)
+      offload[size_t(r)] =
+          planOffload(s.programs[size_t(r)], opts.memCost->offloadGap);
+  }
   sendKeyBase = s.hasComm ? 0 : workKeys;
   recvKeyBase = sendKeyBase + nc;
   grKeyBase = recvKeyBase + nc;
@@ -201,20 +210,56 @@ ReplayEngine::Step ReplayEngine::checkRecv(int32_t r, size_t i, const Action &a,
   return Step::Done;
 }
 
-void ReplayEngine::account(int32_t r, size_t i, const Action &a) {
-  if (!opts.memCost)
-    return;
-  mem[r] += opts.memCost->memDelta(a.work.kind, a.work.stage);
+void ReplayEngine::noteMemory(int32_t r, size_t i, double delta) {
+  mem[r] += delta;
   peak[r] = std::max(peak[r], mem[r]);
-  if (opts.memLimit && overStep[r] == SIZE_MAX &&
+  if (delta > 0 && opts.memLimit && overStep[r] == SIZE_MAX &&
       mem[r] > *opts.memLimit + 1e-9) {
     overStep[r] = i;
     overMem[r] = mem[r];
   }
+}
+
+void ReplayEngine::account(int32_t r, size_t i, const Action &a) {
+  if (!opts.memCost)
+    return;
+  const CostModel &c = *opts.memCost;
+  const OffloadPlan *plan = offload.empty() ? nullptr : &offload[size_t(r)];
+  auto stashOf = [&](const StashKey &k) {
+    return c.memDelta(WorkKind::F, std::get<1>(k));
+  };
+  // Activation offload: the stashes coming back under this action.
+  if (plan)
+    if (auto it = plan->reloadBefore.find(i); it != plan->reloadBefore.end())
+      for (const StashKey &k : it->second) {
+        uint8_t &st = offState[size_t(r)][k];
+        if (st == 2)
+          noteMemory(r, i, stashOf(k));
+        st = 0;
+      }
+  noteMemory(r, i, c.memDelta(a.work.kind, a.work.stage));
   if (a.kind == ActionKind::Overlap) {
-    mem[r] += opts.memCost->memDelta(a.work2.kind, a.work2.stage);
+    // The pair's second member: its growth is not a new excess step
+    // (the first member's is).
+    mem[r] += c.memDelta(a.work2.kind, a.work2.stage);
     peak[r] = std::max(peak[r], mem[r]);
   }
+  if (!plan)
+    return;
+  for (const Work *w : {&a.work, a.kind == ActionKind::Overlap ? &a.work2
+                                                              : nullptr})
+    if (w && w->kind == WorkKind::F &&
+        plan->keys.count(StashKey{w->copy, w->stage, w->mb}))
+      offState[size_t(r)][StashKey{w->copy, w->stage, w->mb}] = 1;
+  // The stashes whose copy out ran under this action leave the device.
+  if (auto it = plan->awayAfter.find(i); it != plan->awayAfter.end())
+    for (const StashKey &k : it->second) {
+      uint8_t &st = offState[size_t(r)][k];
+      if (st == 1) {
+        mem[r] -= stashOf(k);
+        st = 2;
+      }
+    }
 }
 
 std::optional<ReplayEngine::MemoryExcess> ReplayEngine::memoryExcess() const {

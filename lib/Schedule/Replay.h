@@ -35,6 +35,7 @@
 
 #include "Deps.h"
 
+#include "pipeforge/Schedule/Offload.h"
 #include "pipeforge/Schedule/Simulator.h"
 
 #include <optional>
@@ -284,6 +285,11 @@ private:
   std::vector<double> mem, peak;
   std::vector<size_t> overStep; ///< first step over memLimit, or SIZE_MAX
   std::vector<double> overMem;
+  /// Activation offload (CostModel::offloadGap): per rank, the plan and
+  /// where each offloaded stash is (0 on the device, 1 leaving, 2 away).
+  std::vector<OffloadPlan> offload;
+  std::vector<std::map<StashKey, uint8_t>> offState;
+  void noteMemory(int32_t r, size_t i, double delta);
 
   // Parking: keys are work ids (compute-only schedules: a compute waits
   // for a remote producer; none with messages; outputs when `placed`),

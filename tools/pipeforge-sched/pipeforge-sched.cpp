@@ -11,6 +11,7 @@
 
 #include "pipeforge/Schedule/Export.h"
 #include "pipeforge/Schedule/Job.h"
+#include "pipeforge/Schedule/Offload.h"
 #include "pipeforge/Support/InputFile.h"
 
 #include <atomic>
@@ -54,11 +55,12 @@ Cost model (time units are yours; memory in units of M_B):
                                the placement (auto: --placement linear or v)
   --tbw T  --tfb T             full backward BW, overlapped F&B (default: sums)
   --tcomm T                    time on every cross-rank edge (default 0)
-  --ta2a T                     one MoE all-to-all per layer and microbatch
-  --moe-layers L               MoE layers per stage (default 0)
+  --ta2a T --moe-layers L      an MoE all-to-all's time; MoE layers per stage
   --overlap-comm               communication on its own per-rank resource,
                                F&B pairs fused (docs/schedule-library.md)
   --mem-w R                    M_W / M_B (default 0.5)
+  --offload-activations O      off (default) | auto | all: memory as
+                               pipeforge-run's activation offload leaves it
   --mem-limit X                per-rank activation limit: a number of M_B,
                                "<k>p" for k x ranks M_B (e.g. 2p), or bytes
                                (12GB, 512MiB, 1e9B; suffixes B KB MB GB are
@@ -75,8 +77,7 @@ Automatic schedule (--schedule auto; docs/auto-scheduler.md):
                         of --time-limit); the output says if it cut it short
   --search-moves N      local-search work budget, moves tried (default
                         20000; 0: no local search)
-  --ilp-nodes N         CBC work budget, branch-and-bound nodes (default 20)
-  --gap G               ILP relative gap target (default 0.0001)
+  --ilp-nodes N --gap G CBC's node budget (default 20), relative gap (0.0001)
   --no-ilp              heuristic only
 
 Model shape (docs/background.md; any schedule):
@@ -256,7 +257,7 @@ Options parseArgs(int argc, char **argv) {
     static const char *const stringFlags[] = {
         "--schedule",  "--import-csv", "--format",           "-o",
         "--mem-limit", "--placement",  "--interleaved-rule", "--cost-unit",
-        "--csv-dialect"};
+        "--csv-dialect", "--offload-activations"};
     if (!number && std::find(std::begin(stringFlags), std::end(stringFlags),
                              flag) == std::end(stringFlags))
       usageError("unknown option '" + a + "'");
@@ -293,7 +294,14 @@ Options parseArgs(int argc, char **argv) {
       j.interleavedRule = value;
     else if (flag == "--cost-unit")
       costUnit = value;
-    else if (flag == "--csv-dialect") {
+    else if (flag == "--offload-activations") {
+      if (value != "off" && value != "auto" && value != "all")
+        usageError("--offload-activations expects off, auto or all, got '" +
+                   value + "'");
+      j.offloadGap = value == "auto"  ? kOffloadGapAuto
+                     : value == "all" ? kOffloadGapAll
+                                      : 0;
+    } else if (flag == "--csv-dialect") {
       if (value != "pipeforge" && value != "pytorch")
         usageError("--csv-dialect expects pipeforge or pytorch, got '" +
                    value + "'");

@@ -42,6 +42,9 @@ struct ScheduleJob {
   int moeLayers = 0;
   bool overlapComm = false;
   double memW = 0.5; ///< M_W / M_B; replaced by the model shape's ratio
+  /// Activation offload's gap (CostModel::offloadGap; pipeforge-sched
+  /// --offload-activations): 0 none.
+  int offloadGap = 0;
 
   /// Memory limit text (parseMemoryLimit), empty: none.
   std::string memLimit;

@@ -25,6 +25,13 @@ struct CostModel {
   /// BW frees memB. Units are free (default: M_B = 1 per stage).
   double memB = 1, memW = 0.5;
   std::vector<double> memBStage, memWStage;
+  /// Activation offload (Schedule/Offload.h; pipeforge-run
+  /// --offload-activations): the memory accounting replays
+  /// planOffload(program, offloadGap) on every rank (an offloaded F's memB
+  /// leaves at the end of the next compute action and returns at the start
+  /// of the one before its B). 0: none. The copies take no time here (they
+  /// run beside compute).
+  int offloadGap = 0;
 
   double timeOf(WorkKind k, int stage) const;
   double memDelta(WorkKind k, int stage) const;
