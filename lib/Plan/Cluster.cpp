@@ -79,7 +79,8 @@ Expected<Cluster> plan::parseCluster(const std::string &text) {
       "gpus_per_node", "memory_gb",         "reserved_memory_gb",
       "peak_tflops", "efficiency",          "intra_node_gb_per_s",
       "inter_node_gb_per_s", "memory_bandwidth_gb_per_s",
-      "all_reduce_efficiency", "all_to_all_efficiency", "p2p_efficiency"};
+      "all_reduce_efficiency", "all_to_all_efficiency", "p2p_efficiency",
+      "host_link_gb_per_s"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!known.count(it.key()))
       return Status::error("cluster: unknown key '" + it.key() +
@@ -87,8 +88,8 @@ Expected<Cluster> plan::parseCluster(const std::string &text) {
                            "reserved_memory_gb peak_tflops efficiency "
                            "intra_node_gb_per_s inter_node_gb_per_s "
                            "memory_bandwidth_gb_per_s all_reduce_efficiency "
-                           "all_to_all_efficiency p2p_efficiency name "
-                           "description)");
+                           "all_to_all_efficiency p2p_efficiency "
+                           "host_link_gb_per_s name description)");
 
   Cluster c;
   if (auto it = j.find("name"); it != j.end()) {
@@ -147,9 +148,19 @@ Expected<Cluster> plan::parseCluster(const std::string &text) {
       return keyError(key, "expected a fraction of the link bandwidth in "
                            "(0, 1]");
   }
+  // The host link of activation offload's copies: when absent, PCIe 4.0
+  // x16's (kDefaultHostLinkGBps).
+  if (Status s =
+          getNumber(j, "host_link_gb_per_s", c.hostLinkGBps, false, true);
+      !s)
+    return s;
   if (c.name.empty())
     c.name = "unnamed";
   return c;
+}
+
+double Cluster::hostLinkBytesPerSecond() const {
+  return (hostLinkGBps > 0 ? hostLinkGBps : kDefaultHostLinkGBps) * 1e9;
 }
 
 Expected<Cluster> plan::readClusterFile(const std::string &path) {

@@ -78,6 +78,7 @@ Expected<PlanOptions> plan::optionsFromFlags(const PlanFlags &f) {
         std::make_pair("--ep", &f.ep),
         std::make_pair("--recompute", &f.recompute),
         std::make_pair("--zero", &f.zero),
+        std::make_pair("--offload", &f.offload),
         std::make_pair("--chunks", &f.chunks),
         std::make_pair("--layouts", &f.layouts),
         std::make_pair("--routing-groups", &f.routingGroups)})
@@ -183,6 +184,15 @@ Expected<PlanOptions> plan::optionsFromFlags(const PlanFlags &f) {
                            "separated by commas, got '" +
                            f.zero + "'");
     opts.zeroStages = *zs;
+  }
+  for (const std::string &w : words(f.offload)) {
+    if (w != "off" && w != "auto")
+      return Status::error("--offload: unknown value '" + w +
+                           "' (known: off auto)");
+    const bool on = w == "auto";
+    if (std::find(opts.offloadModes.begin(), opts.offloadModes.end(), on) ==
+        opts.offloadModes.end())
+      opts.offloadModes.push_back(on);
   }
   for (const std::string &w : words(f.layouts)) {
     Layout l;

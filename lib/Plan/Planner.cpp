@@ -15,6 +15,7 @@
 #include "pipeforge/Partition/Partition.h"
 #include "pipeforge/Schedule/AutoScheduler.h"
 #include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/Offload.h"
 
 #include <algorithm>
 #include <cmath>
@@ -147,6 +148,8 @@ std::string setupSuffix(const Candidate &c) {
     out += (i ? "+" : " recompute-stages=") + fmtInt(c.recomputeStages[i]);
   if (c.zero)
     out += " zero=" + fmtInt(c.zero);
+  if (c.offload)
+    out += " offload=auto";
   return out;
 }
 } // namespace
@@ -343,6 +346,10 @@ struct SweepHooks {
   /// bubble (a second simulation, without T_comm). The sweep ranks without
   /// it and splits the setups it shows.
   bool splitPipelineComm = true;
+  /// Activation offload: evaluate without it (`offloadOff`), with it
+  /// (`offloadOn`); with both, with it only the setups over memory
+  /// without.
+  bool offloadOff = true, offloadOn = false;
 };
 
 /// The degrees that follow from a setup, checked against the model, the
@@ -1031,7 +1038,8 @@ void reduceGradients(const Setup &su, Candidate &c,
 Status splitStep(const Setup &su, Candidate &c, const sched::Schedule &schedule,
                  const StageCosts &sc, bool splitPipelineComm) {
   const int pp = su.pp, m = su.g.m;
-  c.stepTime = c.pipelineTime + c.dualReduceTime + c.dpTime;
+  c.stepTime =
+      c.pipelineTime + c.dualReduceTime + c.dpTime + c.offloadCopyTime;
   if (c.stepTime > 0) {
     c.tokensPerSecond =
         double(su.opts.globalBatch) * double(su.model.seqLen) / c.stepTime;
@@ -1063,6 +1071,82 @@ Status splitStep(const Setup &su, Candidate &c, const sched::Schedule &schedule,
   c.bubbleTime = idle - c.ppCommTime;
   c.dpCommTime = c.dpTime + c.dualReduceTime + c.zeroExposedTime;
   return Status::ok();
+}
+
+/// What activation offload (`--offload-activations auto`) does to a setup:
+/// the schedule replayed with the runtime's plan (sched::planOffload at
+/// sched::kOffloadGapAuto, which the simulator's accounting applies), the
+/// host memory the plan holds at once, and the copies' exposed time.
+struct OffloadEffect {
+  sched::SimResult sim; ///< the replay with the plan: peaks per rank
+  double hostBytes = 0; ///< the most stash bytes in host memory, any rank
+  /// On the rank whose copies are the most exposed: its offloaded stashes,
+  /// their copies in full, and what the compute under them leaves exposed.
+  int stashes = 0;
+  double copyTotal = 0, copyExposed = 0;
+};
+
+/// Each offloaded stash crosses the host link twice (out under the compute
+/// action after its F, back under the one before its B, as the plan
+/// places them); a copy is exposed by what it exceeds that action's time
+/// (max(0, copy - action)), summed over the rank's stashes; the step is
+/// charged the most exposed rank's sum. Copies are assumed not to queue
+/// behind each other on the link.
+Expected<OffloadEffect> offloadEffect(const Setup &su,
+                                      const sched::Schedule &schedule,
+                                      const sched::SimResult &sim,
+                                      const sched::CostModel &cost) {
+  OffloadEffect out;
+  sched::CostModel withOffload = cost;
+  withOffload.offloadGap = sched::kOffloadGapAuto;
+  sched::SimOptions so;
+  so.intervals = sched::SimIntervals::None;
+  auto replay = sched::simulate(schedule, withOffload, so);
+  if (!replay)
+    return Status::error(std::string(su.g.name) +
+                         ": simulation with activation offload failed: " +
+                         replay.message());
+  out.sim = replay.take();
+  const double bw = su.cluster.hostLinkBytesPerSecond();
+  // The compute actions' times, from the replay without offload (the same
+  // times: the simulator's copies are free).
+  std::vector<std::vector<double>> dur(schedule.programs.size());
+  for (size_t r = 0; r < schedule.programs.size(); ++r)
+    dur[r].assign(schedule.programs[r].size(), 0);
+  for (const sched::Interval &iv : sim.intervals)
+    dur[size_t(iv.rank)][iv.actionIndex] = iv.end - iv.start;
+  for (size_t r = 0; r < schedule.programs.size(); ++r) {
+    const sched::OffloadPlan plan =
+        sched::planOffload(schedule.programs[r], sched::kOffloadGapAuto);
+    auto bytesOf = [&](const sched::StashKey &k) {
+      return cost.memDelta(sched::WorkKind::F, std::get<1>(k));
+    };
+    double host = 0, hostPeak = 0, total = 0, exposed = 0;
+    for (size_t i = 0; i < schedule.programs[r].size(); ++i) {
+      if (auto it = plan.reloadBefore.find(i); it != plan.reloadBefore.end())
+        for (const sched::StashKey &k : it->second) {
+          const double copy = bytesOf(k) / bw;
+          total += copy;
+          exposed += std::max(0.0, copy - dur[r][i]);
+          host -= bytesOf(k);
+        }
+      if (auto it = plan.awayAfter.find(i); it != plan.awayAfter.end())
+        for (const sched::StashKey &k : it->second) {
+          const double copy = bytesOf(k) / bw;
+          total += copy;
+          exposed += std::max(0.0, copy - dur[r][i]);
+          host += bytesOf(k);
+          hostPeak = std::max(hostPeak, host);
+        }
+    }
+    out.hostBytes = std::max(out.hostBytes, hostPeak);
+    if (r == 0 || exposed > out.copyExposed) {
+      out.stashes = int(plan.keys.size());
+      out.copyTotal = total;
+      out.copyExposed = exposed;
+    }
+  }
+  return out;
 }
 
 /// Memory per rank, per ZeRO stage: model state of every stage it holds +
@@ -1189,9 +1273,43 @@ evaluateSharing(const ModelCosts &model, const Cluster &cluster,
 
   const RankParams rp = rankParams(su, pl, sc);
   reduceGradients(su, c, schedule, *sim, sc, *lp, rp);
+  Candidate on = c;
   if (Status st = splitStep(su, c, schedule, sc, hooks.splitPipelineComm); !st)
     return st;
-  return sizeMemory(su, c, pl, *sim, sc, rp, zeros);
+  std::vector<Candidate> out = sizeMemory(su, c, pl, *sim, sc, rp, zeros);
+  if (!hooks.offloadOn)
+    return out;
+  // Activation offload: with both, tried only where the setup is over
+  // memory without it.
+  const std::vector<Candidate> without = out;
+  if (hooks.offloadOff &&
+      std::all_of(out.begin(), out.end(),
+                  [](const Candidate &z) { return z.fits; }))
+    return out;
+  auto eff = offloadEffect(su, schedule, *sim, sc.cost);
+  if (!eff)
+    return eff.status();
+  // Nothing offloaded (no stash waits long enough, e.g. one stage): the
+  // setup without offload, as the runtime would run it.
+  if (eff->hostBytes <= 0)
+    return out;
+  on.offload = true;
+  on.offloadHostBytes = eff->hostBytes;
+  on.offloadStashes = eff->stashes;
+  on.offloadCopyTotal = eff->copyTotal;
+  on.offloadCopyTime = eff->copyExposed;
+  if (Status st = splitStep(su, on, schedule, sc, hooks.splitPipelineComm);
+      !st)
+    return st;
+  std::vector<Candidate> with = sizeMemory(su, on, pl, eff->sim, sc, rp, zeros);
+  if (!hooks.offloadOff)
+    out.clear();
+  for (size_t i = 0; i < with.size(); ++i) {
+    with[i].activationBytesNoOffload = without[i].activationBytes;
+    if (!hooks.offloadOff || !without[i].fits)
+      out.push_back(std::move(with[i]));
+  }
+  return out;
 }
 
 /// evaluateSharing for the stages in `zeros`: 0, 1 and 2 share their
@@ -1242,9 +1360,12 @@ Expected<Candidate> plan::evaluate(const ModelCosts &model,
   if (setup.zero < 0 || setup.zero > 3)
     return Status::error("ZeRO stage " + fmtInt(setup.zero) +
                          ": only 0, 1, 2 and 3 are modelled");
+  SweepHooks hooks;
+  hooks.offloadOff = !setup.offload;
+  hooks.offloadOn = setup.offload;
   auto r = evaluateZeros(model, cluster, opts, kind, pp, b, layout, setup.tp,
                          setup.ep, setup.recompute, setup.recomputeStages,
-                         {setup.zero});
+                         {setup.zero}, hooks);
   if (!r)
     return r.status();
   return std::move(r->front());
@@ -1260,7 +1381,7 @@ auto rankKey(const Candidate &c) {
       static_cast<int>(c.layout), static_cast<int>(c.recompute),
       // Recomputing fewer stages is simpler (empty: every stage).
       c.recomputeStages.empty() ? c.stages : int(c.recomputeStages.size()),
-      c.zero);
+      int(c.offload), c.zero);
 }
 
 template <typename T> void sortUnique(std::vector<T> &v) {
@@ -1394,6 +1515,12 @@ public:
         skipped(skipped), r(r) {
     hooks.schedules = &schedules;
     hooks.splitPipelineComm = false;
+    const auto &modes = opts.offloadModes;
+    hooks.offloadOff =
+        modes.empty() || std::find(modes.begin(), modes.end(), false) !=
+                             modes.end();
+    hooks.offloadOn = std::find(modes.begin(), modes.end(), true) !=
+                      modes.end();
   }
 
   /// Every generator's setup; the automatic scheduler's are queued.
@@ -1444,7 +1571,7 @@ void Sweep::add(Expected<std::vector<Candidate>> c) {
   }
   for (Candidate &cand : *c) {
     ++r.evaluated;
-    if (cand.recompute == Recompute::None && !cand.fits &&
+    if (cand.recompute == Recompute::None && !cand.fits && !cand.offload &&
         !cand.stagesOverMemory.empty() &&
         int(cand.stagesOverMemory.size()) < cand.stages)
       overStages[{cand.tp, cand.pp, cand.ep, cand.microbatchSize,
@@ -1661,9 +1788,12 @@ void splitShown(PlanResult &r, const ModelCosts &model, const Cluster &cluster,
     Candidate &c = r.ranked[i];
     shown.chunksPerRank =
         c.kind == ScheduleKind::Interleaved ? c.chunks : opts.chunksPerRank;
+    SweepHooks hooks;
+    hooks.offloadOff = !c.offload;
+    hooks.offloadOn = c.offload;
     auto full = evaluateZeros(model, cluster, shown, c.kind, c.pp,
                               c.microbatchSize, c.layout, c.tp, c.ep,
-                              c.recompute, c.recomputeStages, {c.zero});
+                              c.recompute, c.recomputeStages, {c.zero}, hooks);
     if (full && full->size() == 1 && full->front().chunks == c.chunks &&
         std::llround(full->front().stepTime * 1e9) ==
             std::llround(c.stepTime * 1e9))
@@ -1760,7 +1890,8 @@ bool parseInt(const std::string &text, int min, int &out) {
 
 Expected<SetupSpec> plan::parseSetup(const std::string &text) {
   static const char *known =
-      "schedule pp tp ep dp b recompute recompute-stages zero chunks layout";
+      "schedule pp tp ep dp b recompute recompute-stages zero chunks layout "
+      "offload";
   SetupSpec spec;
   std::set<std::string> seen;
   std::vector<std::string> words;
@@ -1846,6 +1977,11 @@ Expected<SetupSpec> plan::parseSetup(const std::string &text) {
                              "or ep-in-node, got '" +
                              value + "'");
       spec.hasLayout = true;
+    } else if (key == "offload") {
+      if (value != "off" && value != "auto")
+        return Status::error("key 'offload': expected off or auto, got '" +
+                             value + "'");
+      spec.offload = value == "auto";
     } else {
       return Status::error("unknown key '" + key + "' (known: " + known + ")");
     }
@@ -1915,6 +2051,7 @@ Expected<Candidate> evaluateSpec(const ModelCosts &model,
   setup.recomputeStages = spec.recomputeStages;
   setup.recompute = spec.recompute;
   setup.zero = spec.zero;
+  setup.offload = spec.offload;
 
   std::vector<Layout> layouts;
   if (spec.hasLayout)
@@ -2075,6 +2212,14 @@ notSearched(const Candidate &c, const ModelCosts &model, const Cluster &cluster,
                                         : " is not in --layouts"));
   if (!opts.zeroStages.empty() && !has(opts.zeroStages, c.zero))
     why.push_back("zero=" + fmtInt(c.zero) + " is not in --zero");
+  {
+    const std::vector<bool> modes =
+        opts.offloadModes.empty() ? std::vector<bool>{false}
+                                  : opts.offloadModes;
+    if (!has(modes, c.offload))
+      why.push_back(std::string("offload=") + (c.offload ? "auto" : "off") +
+                    " is not in --offload");
+  }
   const std::vector<int> sweptChunks =
       opts.chunkCounts.empty() ? std::vector<int>{opts.chunksPerRank}
                                : opts.chunkCounts;
@@ -2108,7 +2253,7 @@ void placeAmongRanked(Explanation &e, const PlanResult &r) {
         x.recompute == c.recompute && x.zero == c.zero &&
         x.microbatchSize == c.microbatchSize && x.layout == c.layout &&
         x.stages == c.stages && x.chunks == c.chunks &&
-        x.recomputeStages == c.recomputeStages) {
+        x.recomputeStages == c.recomputeStages && x.offload == c.offload) {
       e.rank = int(i) + 1;
       break;
     }

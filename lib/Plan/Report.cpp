@@ -82,7 +82,21 @@ std::string timeLines(const Candidate &c, const std::string &timeSuffix) {
          (c.ep > 1 ? "EP comm " + msText(c.epCommTime * 1e3) + " ms + " : "") +
          "bubble " + msText(c.bubbleTime * 1e3) + " ms + PP comm " +
          msText(c.ppCommTime * 1e3) + " ms + DP comm " +
-         msText(c.dpCommTime * 1e3) + " ms\n";
+         msText(c.dpCommTime * 1e3) + " ms" +
+         (c.offload ? " + offload copies " + msText(c.offloadCopyTime * 1e3) +
+                          " ms"
+                    : "") +
+         "\n";
+  if (c.offload)
+    out += fmt("  activation offload (--offload-activations auto): peak "
+               "activations %.3g GiB instead of %.3g GiB, at most %.3g GiB "
+               "of stashes in host memory per GPU; %d stashes leave and "
+               "return on the most exposed rank: copies %s ms, %s ms of "
+               "them beyond the compute they run under\n",
+               gib(c.activationBytes), gib(c.activationBytesNoOffload),
+               gib(c.offloadHostBytes), c.offloadStashes,
+               msText(c.offloadCopyTotal * 1e3).c_str(),
+               msText(c.offloadCopyTime * 1e3).c_str());
   return out;
 }
 
@@ -94,7 +108,8 @@ std::vector<std::pair<const char *, double>> splitParts(const Candidate &c) {
           {"expert all-to-alls", c.epCommTime},
           {"the bubble", c.bubbleTime},
           {"pipeline communication", c.ppCommTime},
-          {"data-parallel communication", c.dpCommTime}};
+          {"data-parallel communication", c.dpCommTime},
+          {"exposed offload copies", c.offloadCopyTime}};
 }
 
 /// "the bubble -3.2 ms, data-parallel communication +0.4 ms": where `best`
@@ -152,6 +167,8 @@ std::string extrasText(const Candidate &c) {
            splitText(c.recomputeStages);
   if (c.zero)
     out += fmt(", ZeRO-%d", c.zero);
+  if (c.offload)
+    out += ", activation offload";
   return out;
 }
 
@@ -221,6 +238,17 @@ json candidateJson(const Candidate &c) {
       {"tp_comm", c.tpCommTime},  {"ep_comm", c.epCommTime},
       {"bubble", c.bubbleTime},   {"pp_comm", c.ppCommTime},
       {"dp_comm", c.dpCommTime}};
+  // Activation offload: only on the setups that use it (so that plans
+  // without it read as before).
+  if (c.offload) {
+    j["offload"] = "auto";
+    j["offload_host_bytes"] = c.offloadHostBytes;
+    j["offload_stashes"] = c.offloadStashes;
+    j["offload_copy_total_s"] = c.offloadCopyTotal;
+    j["offload_copy_exposed_s"] = c.offloadCopyTime;
+    j["activation_bytes_without_offload"] = c.activationBytesNoOffload;
+    j["time_split_s"]["offload_copies"] = c.offloadCopyTime;
+  }
   j["memory_split_bytes"] = {{"params", c.weightBytes},
                              {"grads", c.gradBytes},
                              {"optimizer", c.optimizerBytes},
@@ -260,7 +288,8 @@ std::string plan::launchCommands(const Candidate &c, const ModelCosts &m,
       "mpirun --hostfile HOSTS --map-by slot -np " + std::to_string(world) +
       " pipeforge-run model.pfp" +
       (c.layout == Layout::DataInNode ? " --rank-layout dp-fastest" : "") +
-      (c.zero >= 1 ? " --zero " + std::to_string(std::min(c.zero, 2)) : "");
+      (c.zero >= 1 ? " --zero " + std::to_string(std::min(c.zero, 2)) : "") +
+      (c.offload ? " --offload-activations auto" : "");
   (void)cl;
   // The runtime numbers ranks pp-fastest or dp-fastest only.
   if (c.layout == Layout::ExpertInNode)
@@ -328,14 +357,17 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
       split = split.substr(0, 11) + "...";
     out += fmt(
         "%3zu  %-11s %3d %4d %3d%s %-4s %4d %3d %5d %2d  %-10s %-14s "
-        "%10s %10s %9s %6.2f%% %8.2f %9s %5.1f%%\n",
+        "%10s %10s %9s %6.2f%% %8.2f %9s %5.1f%%%s\n",
         i + 1, c.schedule.c_str(), c.pp, c.dp, c.tp,
         epCol(std::to_string(c.ep)).c_str(), recomputeShort(c).c_str(), c.zero,
         c.microbatchSize, c.microbatches, c.chunks, layoutName(c.layout),
         split.c_str(), msText(c.stepTime * 1e3).c_str(),
         msText(c.pipelineTime * 1e3).c_str(),
         msText((c.dpTime + c.dualReduceTime) * 1e3).c_str(), c.bubbleRate * 100,
-        gib(c.memoryBytes), tokensText(c.tokensPerSecond).c_str(), c.mfu * 100);
+        gib(c.memoryBytes), tokensText(c.tokensPerSecond).c_str(), c.mfu * 100,
+        // Activation offload: marked after the row (no column, so that
+        // plans without it read as before).
+        c.offload ? "  offload" : "");
   }
   // The same setups' step time and memory split.
   if (n > 0) {
@@ -374,6 +406,19 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
           "(params %.3g + grads %.3g + optimizer %.3g GiB)\n",
           gib(best.paramBytes), gib(best.activationBytes),
           gib(best.weightBytes), gib(best.gradBytes), gib(best.optimizerBytes));
+  // Only where offload is what makes it fit (with --offload auto alone
+  // every setup carries it).
+  if (best.offload && best.memoryBytes - best.activationBytes +
+                              best.activationBytesNoOffload >
+                          cl.usableBytes())
+    out += fmt("  fits with activation offload: %.3g GiB to host, +%s ms "
+               "exposed copies (without offload %.3g GiB per GPU, over the "
+               "%.3g usable)\n",
+               gib(best.offloadHostBytes),
+               msText(best.offloadCopyTime * 1e3).c_str(),
+               gib(best.memoryBytes - best.activationBytes +
+                   best.activationBytesNoOffload),
+               gib(cl.usableBytes()));
   out += launchCommands(best, model, cl, opts);
   // The runner-up (PlanResult::runnerUp): the next setup that differs in
   // more than the ZeRO stage (which changes only memory, so it is usually

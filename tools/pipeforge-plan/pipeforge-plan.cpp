@@ -84,6 +84,12 @@ static cl::opt<std::string, true>
                       "replicas), 2 (the gradients too), 3 (the weights "
                       "too, gathered per layer: FSDP) (default: 0,1)"),
              cl::location(flags.zero), cl::init(""), cl::cat(cat));
+static cl::opt<std::string, true> offloadList(
+    "offload",
+    cl::desc("Activation offload to try, comma separated: off, auto "
+             "(pipeforge-run --offload-activations auto; with both, tried "
+             "for setups over memory without it) (default: off)"),
+    cl::location(flags.offload), cl::init(""), cl::cat(cat));
 static cl::opt<std::string, true>
     chunkList("chunks",
               cl::desc("Chunks per rank (virtual stages) to try for "
@@ -122,7 +128,7 @@ static cl::opt<std::string> explainSetup(
     cl::desc("Also evaluate this setup and show its rank, e.g. "
              "\"schedule=interleaved pp=8 tp=8 b=1 recompute=full zero=1 "
              "chunks=2\" (keys: schedule pp tp ep dp b recompute zero chunks "
-             "layout)"),
+             "layout offload)"),
     cl::value_desc("setup"), cl::init(""), cl::cat(cat));
 static cl::opt<double> fitThroughput(
     "fit-throughput",

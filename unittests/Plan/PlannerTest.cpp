@@ -1204,3 +1204,80 @@ TEST(PlannerGradOverlap, SlowLinksExposeWhatTheBackwardCannotHide) {
   EXPECT_EQ(parsed, GradOverlap::Stage);
   EXPECT_FALSE(parseGradOverlap("bucket", parsed));
 }
+
+TEST(Planner, ActivationOffloadLowersThePeakAndChargesExposedCopies) {
+  // 1F1B on 8 ranks, 16 microbatches, 1 GB of stash per stage: rank 0
+  // holds 8 M_B without offload, 3 with the runtime's plan
+  // (--offload-activations auto, as pipeforge-sched replays it).
+  ModelCosts m = uniformModel(8, /*params=*/1e6, /*stash=*/1e9);
+  Cluster cl = cluster(8, 1000);
+  SetupOptions off, on;
+  on.offload = true;
+  auto a = evaluate(m, cl, options(16), ScheduleKind::OneFOneB, 8, 1,
+                    Layout::PipelineInNode, off);
+  auto b = evaluate(m, cl, options(16), ScheduleKind::OneFOneB, 8, 1,
+                    Layout::PipelineInNode, on);
+  ASSERT_TRUE(a.isOk()) << a.message();
+  ASSERT_TRUE(b.isOk()) << b.message();
+  EXPECT_FALSE(a->offload);
+  EXPECT_TRUE(b->offload);
+  EXPECT_DOUBLE_EQ(a->activationBytes, 8e9);
+  EXPECT_DOUBLE_EQ(b->activationBytes, 3e9);
+  EXPECT_DOUBLE_EQ(b->activationBytesNoOffload, 8e9);
+  EXPECT_GT(b->offloadHostBytes, 0);
+  EXPECT_GT(b->offloadStashes, 0);
+  // The default host link (25 GB/s) moves 1 GB in 0.04 s, under the 1 s
+  // (and longer) compute actions: no exposed copies, the same step.
+  EXPECT_DOUBLE_EQ(b->offloadCopyTime, 0);
+  EXPECT_DOUBLE_EQ(b->offloadCopyTotal, b->offloadStashes * 2 * 0.04);
+  EXPECT_DOUBLE_EQ(b->stepTime, a->stepTime);
+
+  // At 0.1 GB/s a copy takes 10 s: most of it is exposed, and charged.
+  cl.hostLinkGBps = 0.1;
+  auto slow = evaluate(m, cl, options(16), ScheduleKind::OneFOneB, 8, 1,
+                       Layout::PipelineInNode, on);
+  ASSERT_TRUE(slow.isOk()) << slow.message();
+  EXPECT_GT(slow->offloadCopyTime, 0);
+  EXPECT_LT(slow->offloadCopyTime, slow->offloadCopyTotal);
+  EXPECT_DOUBLE_EQ(slow->stepTime, slow->pipelineTime + slow->offloadCopyTime);
+  EXPECT_DOUBLE_EQ(slow->activationBytes, 3e9);
+}
+
+TEST(Planner, SweepTriesOffloadOnlyWhereItIsNeeded) {
+  // 5 GiB GPUs: 8 GB of activations on rank 0 are over memory, 3 GB fit.
+  ModelCosts m = uniformModel(8, /*params=*/1e6, /*stash=*/1e9);
+  PlanOptions o = options(16, {ScheduleKind::OneFOneB});
+  o.pipelineDegrees = {8};
+  auto without = plan::plan(m, cluster(8, 5), o);
+  EXPECT_FALSE(without.isOk());
+  o.offloadModes = {false, true};
+  auto with = plan::plan(m, cluster(8, 5), o);
+  ASSERT_TRUE(with.isOk()) << with.message();
+  ASSERT_FALSE(with->ranked.empty());
+  EXPECT_TRUE(with->ranked.front().offload);
+  EXPECT_NE(launchCommands(with->ranked.front(), m, cluster(8, 5), o)
+                .find("--offload-activations auto"),
+            std::string::npos);
+  // With room for 8 GB the setup fits without offload, which is not tried.
+  auto roomy = plan::plan(m, cluster(8, 1000), o);
+  ASSERT_TRUE(roomy.isOk()) << roomy.message();
+  for (const Candidate &c : roomy->ranked)
+    EXPECT_FALSE(c.offload);
+}
+
+TEST(Planner, OffloadFlagIsChecked) {
+  PlanFlags f;
+  f.globalBatch = 8;
+  f.offload = "maybe";
+  auto o = optionsFromFlags(f);
+  ASSERT_FALSE(o.isOk());
+  EXPECT_EQ(o.message(), "--offload: unknown value 'maybe' (known: off auto)");
+  f.offload = "off,auto";
+  auto ok = optionsFromFlags(f);
+  ASSERT_TRUE(ok.isOk()) << ok.message();
+  EXPECT_EQ(ok->offloadModes, (std::vector<bool>{false, true}));
+  auto spec = parseSetup("schedule=1f1b pp=2 offload=auto");
+  ASSERT_TRUE(spec.isOk()) << spec.message();
+  EXPECT_TRUE(spec->offload);
+  EXPECT_FALSE(parseSetup("schedule=1f1b pp=2 offload=yes").isOk());
+}

@@ -33,6 +33,8 @@ struct PlanFlags {
   int64_t globalBatch = 0;
   std::string microbatchSizes = "1,2,4,8";
   std::string schedules, pp, tp, ep, recompute, zero;
+  /// --offload: off, auto (comma separated; "" = off).
+  std::string offload;
   std::string chunks = "2,4,8";
   /// --chunks was given (not its default): refused when --schedules lists
   /// no interleaved, the one schedule that reads it.

@@ -121,6 +121,10 @@ struct ModelCosts {
   double tiedParams = 0;
 };
 
+/// The host link of a cluster file without host_link_gb_per_s: 25 GB/s,
+/// PCIe 4.0 x16 as a copy engine achieves it (32 GB/s raw, about 80%).
+constexpr double kDefaultHostLinkGBps = 25;
+
 /// A cluster description (docs/planner.md: the JSON schema).
 struct Cluster {
   std::string name;
@@ -141,6 +145,10 @@ struct Cluster {
   /// rings), the expert all-to-alls, and pipeline sends (and DualPipe's
   /// gradient swap).
   double allReduceEfficiency = 1, allToAllEfficiency = 1, p2pEfficiency = 1;
+  /// Host-to-device bandwidth per GPU, one direction, 1e9 bytes/s (cluster
+  /// key host_link_gb_per_s): what activation offload's copies use; 0:
+  /// kDefaultHostLinkGBps.
+  double hostLinkGBps = 0;
 
   int numNodes() const {
     return gpusPerNode > 0 ? (gpus + gpusPerNode - 1) / gpusPerNode : 0;
@@ -156,6 +164,8 @@ struct Cluster {
                                     : defaultMemoryBandwidthGBps()) *
            1e9;
   }
+  /// The host link activation offload copies over (bytes/s).
+  double hostLinkBytesPerSecond() const;
   double usableBytes() const {
     return (memoryGiB - reservedGiB) * 1024.0 * 1024.0 * 1024.0;
   }
@@ -248,6 +258,8 @@ struct SetupOptions {
   /// every stage. With some stages only, the layers are cut as without
   /// recomputation.
   std::vector<int> recomputeStages;
+  /// Activation offload as `pipeforge-run --offload-activations auto`.
+  bool offload = false;
 };
 
 /// Why tensor-parallel degree `t` cannot run `model` on `cluster` (ok when
@@ -316,6 +328,11 @@ struct PlanOptions {
   /// scheduler's runs), `evaluated` the setups so far. Optional.
   std::function<void(const char *phase, int done, int total, int evaluated)>
       progress;
+  /// Activation offload (pipeforge-run --offload-activations) to try:
+  /// false = off, true = auto (sched::kOffloadGapAuto). Empty: off only.
+  /// With both, a setup is tried with offload only when it is over memory
+  /// without (offload never makes a step faster).
+  std::vector<bool> offloadModes;
   /// The model file as the user named it, for the launch commands the
   /// report prints ("MODEL" when empty).
   std::string modelPath;
@@ -368,7 +385,8 @@ struct Candidate {
   double dpOverlapWindow = 0;
   GradOverlap gradOverlap = GradOverlap::Off;
   double dualReduceTime = 0;  ///< DualPipe: summing the two copies' grads
-  double stepTime = 0;        ///< pipelineTime + dualReduceTime + dpTime
+  /// pipelineTime + dualReduceTime + dpTime + offloadCopyTime
+  double stepTime = 0;
   double bubbleRate = 0;      ///< of the pipeline (simulator's bubble_rate)
   double commTime = 0;        ///< T_comm on a cross-stage edge
   double paramBytes = 0;      ///< model state bytes on the fullest rank
@@ -412,6 +430,22 @@ struct Candidate {
   /// Nodes an expert group spans (1: inside one node) and the most nodes a
   /// token's experts can be on under group-limited routing (0: no limit).
   int epNodes = 1, epNodeLimit = 0;
+
+  /// Activation offload (`--offload-activations auto`; docs/planner.md,
+  /// "Activation offload"): activationBytes is then the simulator's peak
+  /// with the offload plan replayed.
+  bool offload = false;
+  /// The most bytes of F-stashes in host memory at once, on the rank that
+  /// holds the most.
+  double offloadHostBytes = 0;
+  /// The peak activation of the fullest rank without offload (for the
+  /// report's comparison).
+  double activationBytesNoOffload = 0;
+  /// Offloaded stashes, and their copies (two each) in full, on the rank
+  /// whose copies are the most exposed; offloadCopyTime: what of them the
+  /// compute actions they run under do not hide (part of stepTime).
+  int offloadStashes = 0;
+  double offloadCopyTotal = 0, offloadCopyTime = 0;
 };
 
 struct PlanResult {
@@ -456,7 +490,7 @@ Expected<PlanResult> plan(const ModelCosts &model, const Cluster &cluster,
 ///   (every stage),
 ///   (none), zero=0|1|2|3 (0), chunks=V (PlanOptions::chunksPerRank),
 ///   layout=pp-in-node|dp-in-node|ep-in-node (optional: the faster of
-///   the runtime's two).
+///   the runtime's two), offload=off|auto (off).
 struct SetupSpec {
   sched::ScheduleKind kind = sched::ScheduleKind::OneFOneB;
   int pp = 0, tp = 1, ep = 1;
@@ -469,6 +503,7 @@ struct SetupSpec {
   int chunks = 0; ///< 0: not given (the sweep's)
   bool hasLayout = false;
   Layout layout = Layout::PipelineInNode;
+  bool offload = false; ///< offload=auto
 };
 
 /// Parses a setup string; errors name the word or the key, e.g.
