@@ -581,6 +581,7 @@ def bench_model(a, family, py, bin_dir, env, runs, work):
         got = json.loads([l for l in out.splitlines() if l.startswith("PROBE ")][0][6:])
         log(f"{family}: sgemm probe: PyTorch {got['pt_rate']:.0f}, PipeForge "
             f"{got.get('pf_rate', float('nan')):.0f} GFLOP/s; other CPU {mt.other:.2f} cores")
+        got["other"] = mt.other
         if pr is None:
             pr = got
         else:
@@ -589,6 +590,7 @@ def bench_model(a, family, py, bin_dir, env, runs, work):
                     pr[k], pr[k[:3] + "shapes"] = got[k], got[k[:3] + "shapes"]
         if mt.other <= a.max_other:
             break
+    pr["other"] = mt.other  # the last try's (a quiet one unless none was)
     gqa = pr.get("gqa", "enable_gqa")
 
     scheds = a.schedules.split(",")
@@ -708,6 +710,7 @@ def report(a, R):
           f"{pt_rate:.0f} GFLOP/s, PipeForge ({libname}, "
           f"{'dnnl_sgemm' if R['kind'] == 'dnnl' else 'cblas_sgemm'}) "
           + (f"{pf_rate:.0f} GFLOP/s" if pf_rate else "n/a")
+          + f" (probe: other CPU {pr.get('other', 0):.2f} cores)"
           + f"; model {R['fpt'] / 1e6:.1f} MFLOP per token")
     print()
     hdr = ["schedule", "PipeForge tok/s", "PyTorch tok/s", "ratio",
