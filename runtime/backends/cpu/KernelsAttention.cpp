@@ -47,17 +47,41 @@ bool isValid(const AttentionShape &s) {
 /// x [batch*seq, nHeads*d] in place: its trailing R = rotatedDim() entries
 /// (the whole head unless ropeDim is set), pairs (j, j + R/2) of them. Token
 /// i of sequence b turns by its position in its document, i - rowStart.
+/// The cos / sin table of (seq, R, theta): the same numbers on every call,
+/// so each thread keeps its last one (a layer's q and k, its F and B, and
+/// every layer of the stage share it) instead of recomputing seq x R / 2
+/// angles with pow, cos and sin four times per layer and microbatch.
+template <typename T> struct RotaryTable {
+  Index seq = -1, rotated = -1;
+  double theta = 0;
+  std::vector<T> cosT, sinT;
+};
+template <typename T>
+static const RotaryTable<T> &rotaryTable(Index seq, Index R, double theta) {
+  thread_local RotaryTable<T> t;
+  if (t.seq == seq && t.rotated == R && t.theta == theta)
+    return t;
+  const Index half = R / 2;
+  t.cosT.assign(size_t(seq * half), T(0));
+  t.sinT.assign(size_t(seq * half), T(0));
+  for (Index i = 0; i < seq; ++i)
+    for (Index j = 0; j < half; ++j) {
+      T a = math::rotaryAngle<T>(i, j, R, T(theta));
+      t.cosT[size_t(i * half + j)] = math::pfCos(a);
+      t.sinT[size_t(i * half + j)] = math::pfSin(a);
+    }
+  t.seq = seq;
+  t.rotated = R;
+  t.theta = theta;
+  return t;
+}
+
 template <typename T>
 static void applyRotary(const AttentionShape &s, Index nHeads, T *x,
                         bool transpose) {
   const Index D = s.headDim, R = s.rotatedDim(), half = R / 2;
-  std::vector<T> cosT(s.seq * half), sinT(s.seq * half);
-  for (Index i = 0; i < s.seq; ++i)
-    for (Index j = 0; j < half; ++j) {
-      T a = math::rotaryAngle<T>(i, j, R, T(s.ropeTheta));
-      cosT[i * half + j] = math::pfCos(a);
-      sinT[i * half + j] = math::pfSin(a);
-    }
+  const RotaryTable<T> &table = rotaryTable<T>(s.seq, R, double(s.ropeTheta));
+  const std::vector<T> &cosT = table.cosT, &sinT = table.sinT;
   for (Index b = 0; b < s.batch; ++b)
     for (Index i = 0; i < s.seq; ++i) {
       T *row = x + (b * s.seq + i) * nHeads * D;
