@@ -126,11 +126,14 @@ template <typename T> PF_HOST_DEVICE inline T geluGrad(T x) {
 //---------------------------------------------------------------===//
 
 template <typename T> PF_HOST_DEVICE inline T sigmoid(T x) {
-  // Stable on both tails.
-  if (x >= T(0))
-    return T(1) / (T(1) + pfExp(-x));
-  T e = pfExp(x);
-  return e / (T(1) + e);
+  // Stable on both tails: e = exp(-|x|) <= 1. Both sides computed and one
+  // selected (no branch), with pfExpFast (plain arithmetic in float), so
+  // GCC vectorises the SiLU loops around it; a CUDA kernel computes the
+  // same expression. (With libm's expf, SwiGLU's sigmoid was ~14% of a
+  // Llama training step on the CPU.)
+  T e = pfExpFast(x >= T(0) ? -x : x);
+  T d = T(1) + e;
+  return x >= T(0) ? T(1) / d : e / d;
 }
 
 template <typename T> PF_HOST_DEVICE inline T silu(T x) {

@@ -6,7 +6,7 @@
 
 #include <type_traits>
 
-// The float GELU loops are also built for AVX2 (8 lanes instead of SSE's 4)
+// The float GELU and SiLU loops are also built for AVX2 (8 lanes instead of SSE's 4)
 // and picked at load time by the CPU. The same bits either way: the
 // arithmetic is elementwise, correctly rounded, never reassociated, and
 // AVX2 alone has no FMA to contract into.
@@ -30,17 +30,28 @@ PF_VECTOR_CLONES void geluGradLoop(Index n, const float *x, const float *dy,
   for (Index i = 0; i < n; ++i)
     dx[i] = dy[i] * math::geluGrad(x[i]);
 }
+PF_VECTOR_CLONES void siluLoop(Index n, const float *x, float *y) {
+  for (Index i = 0; i < n; ++i)
+    y[i] = math::silu(x[i]);
+}
+PF_VECTOR_CLONES void siluGradLoop(Index n, const float *x, const float *dy,
+                                   float *dx) {
+  for (Index i = 0; i < n; ++i)
+    dx[i] = dy[i] * math::siluGrad(x[i]);
+}
 } // namespace detail
 
 template <typename T>
 void activationF(Activation act, Index n, const T *x, T *y,
                  ActivationSaved<T> &saved) {
-  if constexpr (std::is_same_v<T, float>)
-    if (act == Activation::Gelu) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (act == Activation::Gelu)
       detail::geluLoop(n, x, y);
-      saved.x = x;
-      return;
-    }
+    else
+      detail::siluLoop(n, x, y);
+    saved.x = x;
+    return;
+  }
   if (act == Activation::Gelu)
     for (Index i = 0; i < n; ++i)
       y[i] = math::gelu(x[i]);
@@ -55,8 +66,8 @@ void activationB(Activation act, Index n, const ActivationSaved<T> &saved,
                  const T *dy, T *dx) {
   const T *x = saved.x;
   if constexpr (std::is_same_v<T, float>)
-    if (act == Activation::Gelu)
-      return detail::geluGradLoop(n, x, dy, dx);
+    return act == Activation::Gelu ? detail::geluGradLoop(n, x, dy, dx)
+                                   : detail::siluGradLoop(n, x, dy, dx);
   if (act == Activation::Gelu)
     for (Index i = 0; i < n; ++i)
       dx[i] = dy[i] * math::geluGrad(x[i]);
