@@ -161,6 +161,14 @@ std::string toString(const Action &a) {
            toString(a.work) + " <-r" + std::to_string(a.peer);
   case ActionKind::GradReduce:
     return "GRADREDUCE <->r" + std::to_string(a.peer);
+  case ActionKind::Unshard:
+  case ActionKind::Reshard: {
+    std::string s = a.kind == ActionKind::Unshard ? "UNSHARD " : "RESHARD ";
+    s += std::to_string(a.work.stage);
+    if (a.work.copy != 0)
+      s += "@" + std::to_string(a.work.copy);
+    return s;
+  }
   }
   return "?";
 }

@@ -73,6 +73,14 @@ void writeAction(JsonWriter &w, const Schedule &s, const Action &a,
     w.plainString("GRADREDUCE");
     w.field("peer", a.peer);
     break;
+  case ActionKind::Unshard:
+  case ActionKind::Reshard:
+    w.key("op");
+    w.plainString(a.kind == ActionKind::Unshard ? "UNSHARD" : "RESHARD");
+    w.field("stage", a.work.stage);
+    if (copies)
+      w.field("copy", int32_t(a.work.copy));
+    break;
   }
   w.endObject();
 }
@@ -264,6 +272,15 @@ Action parseAction(const Json &j, const std::string &where, Schedule &s) {
   }
   if (op == "GRADREDUCE")
     return Action::gradReduce(intField(j, "peer", where));
+  if (op == "UNSHARD" || op == "RESHARD") {
+    int64_t stage = intField(j, "stage", where);
+    int64_t copy = j.contains("copy") ? intField(j, "copy", where) : 0;
+    if (!Work::fits(stage, copy))
+      throw ParseError{where + ": stage " + std::to_string(stage) +
+                       " or copy " + std::to_string(copy) + " out of range"};
+    return op == "UNSHARD" ? Action::unshard(int32_t(stage), int32_t(copy))
+                           : Action::reshard(int32_t(stage), int32_t(copy));
+  }
   if (parseWorkKind(op))
     return Action::compute(parseWork(j, where, "op"));
   throw ParseError{where + ": unknown op \"" + op + "\""};

@@ -381,6 +381,11 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
       c.gradReduce(r, i, sl);
       break;
     }
+    case ActionKind::Unshard:
+    case ActionKind::Reshard:
+      // ZeRO-3's gathers wait on no other rank: the owners serve the values
+      // they hold all step (Verify.cpp checks where they stand).
+      break;
     }
     arrived[r] = 0;
     ++pc[r];

@@ -7,6 +7,11 @@
 //   W  = weight-gradient backward     BW = full backward (B then W, fused)
 //   FB = an overlapped pair: F of one microbatch with B or BW of another
 //
+// ZeRO-3 adds two actions per stage a rank computes: UNSHARD gathers the
+// stage's parameters the rank does not own (their owners serve them) before
+// its first F/B/W work of the step, RESHARD releases them after its last
+// (ParamGathers.h inserts them, Verify.h checks them).
+//
 // A schedule is one ordered action list per rank. Stages are numbered per
 // model copy: stage 0 takes the input, stage numStages-1 computes the loss.
 // DualPipe and Chimera have two copies (copy 0 enters at rank 0, copy 1 at
@@ -87,7 +92,11 @@ enum class ActionKind : uint8_t {
   Overlap,   ///< FB pair: `work` is the F member, `work2` the B or BW member
   Send,      ///< send `payload` of (`work.stage`, `work.mb`, `work.copy`)
   Recv,      ///< receive it
-  GradReduce ///< DualPipe: sum this rank's two copies' weight grads with `peer`
+  GradReduce, ///< DualPipe: sum this rank's two copies' weight grads with `peer`
+  Unshard,    ///< ZeRO-3: gather stage (`work.stage`, `work.copy`)'s
+              ///< parameters that other ranks own (posted here, complete
+              ///< before the stage's next compute)
+  Reshard     ///< ZeRO-3: release them (after the stage's last compute)
 };
 
 /// One step of the compiled component order of a fused Overlap pair
@@ -156,6 +165,23 @@ struct Action {
     a.peer = peer;
     a.payload = Payload::WeightGrad;
     return a;
+  }
+
+  /// ZeRO-3's gather (UNSHARD) and release (RESHARD) of the parameters of
+  /// stage (`stage`, `copy`); `work` holds the stage (kind F, mb 0).
+  static Action unshard(int32_t stage, int32_t copy = 0) {
+    Action a;
+    a.kind = ActionKind::Unshard;
+    a.work = Work(WorkKind::F, stage, 0, copy);
+    return a;
+  }
+  static Action reshard(int32_t stage, int32_t copy = 0) {
+    Action a = unshard(stage, copy);
+    a.kind = ActionKind::Reshard;
+    return a;
+  }
+  bool isParamGather() const {
+    return kind == ActionKind::Unshard || kind == ActionKind::Reshard;
   }
 
   bool isComm() const {
@@ -254,7 +280,7 @@ const char *payloadName(Payload p);   ///< "act" "grad" "wgrad"
 
 /// Compact text: "F3.0" (kind, stage, mb), "F3.0@1" for copy 1,
 /// "F3.0+BW5.1" for an overlapped pair, "SEND act F3.0 ->r2",
-/// "RECV grad B4.0 <-r3", "GRADREDUCE <->r1".
+/// "RECV grad B4.0 <-r3", "GRADREDUCE <->r1", "UNSHARD 3", "RESHARD 3@1".
 std::string toString(const Work &w);
 std::string toString(const Action &a);
 
