@@ -362,9 +362,13 @@ Expected<StepStats> Executor::Impl::step() {
     return s;
   for (auto &[i, ps] : params) {
     be.fillZero(ps.grad->p, ps.grad->bytes);
-    if (!be.hostVisible() && !optOnDevice())
+    if (!be.hostVisible() && !optOnDevice() && ps.value) // ZeRO-3: held
       be.copyFromHost(ps.value->p, ps.hostValue.data(), ps.value->bytes);
   }
+  // ZeRO-3: the owners serve this step's values.
+  if (opts.zeroStage == 3)
+    if (Status s = serveParams(); !s)
+      return s;
   if (!offloaded.empty()) // left by a failed step
     pollOffloads(/*all=*/true);
   stash.clear();
@@ -406,10 +410,22 @@ Expected<StepStats> Executor::Impl::step() {
     Status s = Status::ok();
     switch (a.kind) {
     case ActionKind::Compute:
-      s = compute(a.work);
+      s = awaitParams(a);
+      if (s)
+        s = compute(a.work);
       break;
     case ActionKind::Overlap:
-      s = doOverlap(a, fusedRun);
+      s = awaitParams(a);
+      if (s)
+        s = doOverlap(a, fusedRun);
+      break;
+    case ActionKind::Unshard:
+      if (opts.zeroStage == 3) // else every parameter is resident
+        s = unshard(a);
+      break;
+    case ActionKind::Reshard:
+      if (opts.zeroStage == 3)
+        s = reshard(a);
       break;
     case ActionKind::Send:
       s = send(a);
@@ -451,6 +467,8 @@ Expected<StepStats> Executor::Impl::step() {
       pollOffloads(/*all=*/false, i);
   }
   double loopEnd = nowS();
+  if (Status s = finishServing(); !s)
+    return s;
   for (PendingSend &ps : sends) {
     if (Status s = tr.wait(ps.req); !s)
       return s;
@@ -517,7 +535,7 @@ Expected<std::string> Executor::memoryReport() {
   // rank order.
   int64_t paramBytes = 0, gradBytes = 0;
   for (auto &[i, ps] : impl->params) {
-    paramBytes += ps.value->bytes;
+    paramBytes += ps.value ? ps.value->bytes : 0; // ZeRO-3: owned only
     gradBytes += ps.grad ? ps.grad->bytes : 0; // ZeRO-2: the share only
   }
   std::string mine = std::to_string(impl->stashPeak) + " " +
@@ -543,7 +561,8 @@ Expected<std::string> Executor::memoryReport() {
                      " " + std::to_string(impl->opts.zeroStage) + " " +
                      std::to_string(impl->ledger.peak[size_t(MemClass::Gradients)].load()) +
                      " " + std::to_string(impl->offloadsLastStep) + " " +
-                     std::to_string(impl->hostStashPeak);
+                     std::to_string(impl->hostStashPeak) + " " +
+                     std::to_string(impl->paramStepPeak);
   for (auto &[cs, bytes] : impl->mbFStash) {
     auto w = impl->mbWStash.find(cs);
     mine += " " + std::to_string(cs.first) + ":" + std::to_string(cs.second) +
@@ -559,10 +578,10 @@ Expected<std::string> Executor::memoryReport() {
     long long peak = 0, pb = 0, gb = 0, ob = 0, owned = -1, held = 0;
     long long device = -1, toDev = 0, toHost = 0, optDev = 0, steps = 0;
     long long total = 0, msgs = 0, work = 0, dataB = 0, zero = 0, gpeak = 0;
-    long long offloads = 0, hostPeak = 0;
+    long long offloads = 0, hostPeak = 0, ppeak = 0;
     in >> peak >> pb >> gb >> ob >> owned >> held >> device >> toDev >>
         toHost >> optDev >> steps >> total >> msgs >> work >> dataB >> zero >>
-        gpeak >> offloads >> hostPeak;
+        gpeak >> offloads >> hostPeak >> ppeak;
     std::string item, stages;
     long long unit = 0;  // F's stash of the rank's largest stage: M_B
     long long wmax = 0;  // its largest W-stash
@@ -587,7 +606,9 @@ Expected<std::string> Executor::memoryReport() {
       std::snprintf(ratio, sizeof ratio, " = %.2f M_B",
                     double(peak) / double(unit));
     out += "rank " + std::to_string(r) + ": parameters " + std::to_string(pb) +
-           " bytes, gradients " + std::to_string(gb) +
+           // ZeRO-3: the tensors held between steps, and the step's peak
+           (zero >= 3 ? " bytes (peak " + std::to_string(ppeak) + ")" : " bytes") +
+           ", gradients " + std::to_string(gb) +
            // ZeRO-2: the share held between steps, and the step's peak
            (zero >= 2 ? " bytes (peak " + std::to_string(gpeak) + ")" : " bytes") +
            ", optimizer state " + std::to_string(ob) + " bytes" +
@@ -651,7 +672,10 @@ int64_t Executor::paramElems(int32_t i) const {
 }
 float *Executor::paramData(int32_t i) {
   auto it = impl->params.find(i);
-  return it == impl->params.end() ? nullptr : impl->hostValue(it->second);
+  if (it == impl->params.end() ||
+      (!it->second.value && it->second.hostValue.empty()))
+    return nullptr; // ZeRO-3: not gathered
+  return impl->hostValue(it->second);
 }
 float *Executor::gradData(int32_t i) {
   auto it = impl->params.find(i);
@@ -661,7 +685,9 @@ float *Executor::gradData(int32_t i) {
 }
 float *Executor::paramDevice(int32_t i) {
   auto it = impl->params.find(i);
-  return it == impl->params.end() ? nullptr : it->second.value->f();
+  return it == impl->params.end() || !it->second.value
+             ? nullptr
+             : it->second.value->f();
 }
 float *Executor::gradDevice(int32_t i) {
   auto it = impl->params.find(i);
@@ -673,16 +699,20 @@ Status Executor::pullValues() {
   if (!impl->optOnDevice())
     return Status::ok();
   for (auto &[i, ps] : impl->params)
-    impl->be.copyToHost(ps.hostValue.data(), ps.value->p, ps.value->bytes);
+    if (ps.value)
+      impl->be.copyToHost(ps.hostValue.data(), ps.value->p, ps.value->bytes);
   return impl->be.takeAsyncError();
 }
 Status Executor::pushValues() {
   if (!impl->optOnDevice())
     return Status::ok();
   for (auto &[i, ps] : impl->params)
-    impl->be.copyFromHost(ps.value->p, ps.hostValue.data(), ps.value->bytes);
+    if (ps.value)
+      impl->be.copyFromHost(ps.value->p, ps.hostValue.data(), ps.value->bytes);
   return impl->be.takeAsyncError();
 }
+Status Executor::gatherParams() { return impl->gatherAllParams(); }
+void Executor::releaseParams() { impl->releaseAllParams(); }
 Status Executor::backendError() { return impl->be.takeAsyncError(); }
 
 } // namespace pipeforge::rt

@@ -117,6 +117,9 @@ Status Executor::Impl::fnBegin(FnRun &r) {
       if (it == params.end())
         return err("parameter #" + std::to_string(a.index) +
                    " is not on this rank");
+      if (!it->second.value)
+        return err("parameter '" + prog.params[size_t(a.index)].name +
+                   "' is not gathered (ZeRO-3: no UNSHARD before its use)");
       ptr[size_t(a.value)] = it->second.value->p;
       break;
     }

@@ -275,6 +275,41 @@ struct Executor::Impl {
     std::vector<float>().swap(ps.hostGrad);
   }
   Status restoreGrads();
+  /// ZeRO-3 (zeroStage 3, ExecutorParams.cpp; docs/optimizer.md "ZeRO-3"):
+  /// each tensor's values live only on the rank that updates it (its
+  /// owner: ownsState); the other holders' buffers exist from the stage's
+  /// UNSHARD to its RESHARD. Owners serve their values, fixed during the
+  /// step, at its start (no rank waits on another's place in its schedule);
+  /// UNSHARD posts the receipt, the stage's next compute waits for it.
+  /// Tied and expert-parallel tensors stay resident (ZeRO-1's exchange).
+  std::set<int32_t> zero3Params;           ///< local tensors ZeRO-3 shards
+  std::map<int32_t, int> paramOwnerWorld;  ///< not owned: the owner's world rank
+  std::map<int32_t, std::vector<int>> paramHolders; ///< owned: who gathers it
+  std::map<int32_t, int64_t> paramTag;     ///< its messages' tag
+  struct ParamFetch {
+    RequestId req = 0;
+    int32_t param = -1;
+  };
+  std::map<std::pair<int, int>, std::vector<ParamFetch>> fetching;
+  std::vector<RequestId> serving;
+  std::map<int32_t, std::vector<float>> serveStaging; ///< device optimizer
+  /// The most parameter bytes held during a step (the memory report).
+  int64_t paramStepPeak = 0;
+  bool zero3Sharded(int32_t i) const { return zero3Params.count(i) > 0; }
+  Status planParamService();
+  Status serveParams();
+  /// `inStep`: a step's UNSHARD (its bytes count in paramStepPeak).
+  Status unshard(const Action &a, bool inStep = true);
+  Status awaitParams(int copy, int stage);
+  Status awaitParams(const Action &a);
+  Status reshard(const Action &a);
+  Status finishServing();
+  void releaseValue(int32_t i);
+  Status allocValue(int32_t i);
+  /// Out of the step (checkpoints, weight dumps, a resume; collective):
+  /// every holder gathers every sharded tensor, and drops them again.
+  Status gatherAllParams();
+  void releaseAllParams();
   /// After the update: the values of the parameters the other side updated,
   /// from the peer (pairwise sum with -0.0: x + -0.0 == x for every x).
   Status exchangePairValues();

@@ -198,8 +198,8 @@ Status Executor::Impl::init() {
     }
     params[int32_t(i)] = ps;
   }
-  if (opts.zeroStage < 0 || opts.zeroStage > 2)
-    return Status::error("ZeRO stage must be 0, 1 or 2 (got " +
+  if (opts.zeroStage < 0 || opts.zeroStage > 3)
+    return Status::error("ZeRO stage must be 0, 1, 2 or 3 (got " +
                          std::to_string(opts.zeroStage) + ")");
   if (opts.zeroStage >= 1) {
     if (prog.schedule.placement.numCopies > 1)
@@ -243,6 +243,10 @@ Status Executor::Impl::init() {
   }
   if (Status s = initMoEBiases(); !s)
     return s;
+  // ZeRO-3: who serves what; the other holders drop their copies.
+  if (opts.zeroStage == 3)
+    if (Status s = planParamService(); !s)
+      return s;
   seed = newBuf(4, MemClass::Data);
   float sv = 1.0f / float(totalMb);
   be.copyFromHost(seed->p, &sv, 4);

@@ -134,7 +134,7 @@ Status Executor::Impl::gatherOwnedParams() {
   int D = tr.dpSize();
   std::vector<float> owned;
   for (auto &[i, ps] : params)
-    if (ownsState(i)) {
+    if (ownsState(i) && !zero3Sharded(i)) { // ZeRO-3: served per step
       size_t at = owned.size();
       owned.resize(at + size_t(localElems(i)));
       loadValues(ps, owned.data() + at, localElems(i));
@@ -144,7 +144,7 @@ Status Executor::Impl::gatherOwnedParams() {
     return s;
   std::vector<size_t> at(recv.size(), 0);
   for (auto &[i, ps] : params) {
-    if (!sideUpdates(i))
+    if (!sideUpdates(i) || zero3Sharded(i))
       continue;
     size_t k = size_t(stateOwner.at(i)), n = size_t(localElems(i));
     if (k >= recv.size() || at[k] + n > recv[k].size())
@@ -164,7 +164,7 @@ Status Executor::Impl::exchangePairValues() {
   // (x + -0.0 == x, -0.0 included), so both end with the updater's bits.
   std::vector<std::pair<std::string, int32_t>> order;
   for (auto &[i, who] : pairOwner)
-    if (who != PairOwner::Both)
+    if (who != PairOwner::Both && !zero3Sharded(i)) // ZeRO-3: served
       order.push_back({baseParamName(prog.params[size_t(i)].name), i});
   std::sort(order.begin(), order.end());
   int64_t n = 0;

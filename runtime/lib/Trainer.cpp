@@ -176,6 +176,22 @@ struct Trainer::Impl {
   AdamWAdapter *adam = nullptr;
   std::unique_ptr<Executor> ex;
   std::vector<ParamRef> refs;
+  /// ZeRO-3: every tensor gathered (collective) and `refs` pointed at the
+  /// buffers, for a checkpoint, a dump or a resume; released again.
+  Status gatherParams() {
+    if (Status s = ex->gatherParams(); !s)
+      return s;
+    std::vector<int32_t> local = ex->localParams();
+    for (size_t k = 0; k < local.size() && k < refs.size(); ++k)
+      refs[k].data = ex->paramData(local[k]);
+    return Status::ok();
+  }
+  void releaseParams() {
+    ex->releaseParams();
+    std::vector<int32_t> local = ex->localParams();
+    for (size_t k = 0; k < local.size() && k < refs.size(); ++k)
+      refs[k].data = ex->paramData(local[k]);
+  }
 
   Impl(const Program &p, Transport &t, const TrainerOptions &o)
       : prog(p), tr(t), o(o) {}
@@ -499,6 +515,9 @@ Expected<int64_t> Trainer::resume() {
         });
         !s)
       return bad(s.message());
+  // ZeRO-3: buffers for every tensor the file holds.
+  if (Status s = m.gatherParams(); !s)
+    return bad(s.message());
   if (Status s =
           restoreCheckpoint(*ck, m.refs, m.adam ? &m.adam->get() : nullptr);
       !s)
@@ -508,6 +527,7 @@ Expected<int64_t> Trainer::resume() {
   // replicas) is the same on every rank that holds it.
   if (Status s = m.ex->checkRestoredState(fileOf); !s)
     return Status::error("--resume: " + s.message());
+  m.releaseParams();
   // The restored values to the device optimizer's copy (and its moments,
   // which restoreCheckpoint copied up): any device error fails the resume.
   if (Status s = m.ex->pushValues(); !s)
@@ -551,9 +571,14 @@ Status Trainer::saveCheckpoint(int64_t k) {
   // (exportState); a device error in either must not reach the file.
   if (Status s = m.ex->pullValues(); !s)
     return s;
+  // ZeRO-3: every rank's file holds all of its tensors (any ZeRO level
+  // resumes from it).
+  if (Status s = m.gatherParams(); !s)
+    return s;
   auto c =
       captureCheckpoint(wrank, wsize, uint64_t(k), m.refs,
                         m.adam ? &m.adam->get() : nullptr, pos, {}, m.progFp);
+  m.releaseParams();
   if (!c)
     return c.status();
   if (Status s = m.ex->backendError(); !s)
@@ -637,10 +662,13 @@ Status Trainer::finish() {
   // The optimizer on a device: its values to the host.
   if (Status s = m.ex->pullValues(); !s)
     return s;
+  if (Status s = m.gatherParams(); !s) // ZeRO-3
+    return s;
   if (const char *pr = std::getenv("PIPEFORGE_TEST_PERTURB_RANK"))
     if (std::atoi(pr) == m.tr.worldRank() && !m.ex->localParams().empty())
       m.ex->paramData(m.ex->localParams()[0])[0] += 1.0f;
   auto w = m.ex->gatherWeights();
+  m.releaseParams();
   if (!w)
     return w.status();
   if (m.tr.worldRank() != 0)

@@ -82,7 +82,7 @@ const Flag kFlags[] = {
     {"--lr", "X", Place::Next, &O::lr, 0, 1e6},
     {"--optimizer", "adamw|sgd", Place::Line, &O::optimizer, 0, 0, true},
     {"--max-grad-norm", "X", Place::Next, &O::maxGradNorm, 0, 1e30},
-    {"--zero", "0|1|2", Place::Next, &O::zero, 0, 2},
+    {"--zero", "0|1|2|3", Place::Next, &O::zero, 0, 3},
     {"--weight-decay", "X", Place::Line, &O::weightDecay, 0, 1e6},
     {"--decay-all", nullptr, Place::Inside, &O::decayAll},
     {"--lr-schedule", "constant|linear|cosine", Place::Line, setLrSchedule},

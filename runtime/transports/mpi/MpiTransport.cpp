@@ -101,7 +101,8 @@ public:
       MPI_Comm_free(&ep);
     if (tp != MPI_COMM_NULL)
       MPI_Comm_free(&tp);
-    for (MPI_Comm *c : {&pipeData, &dpData, &epData, &tpData, &worldData})
+    for (MPI_Comm *c :
+         {&pipeData, &dpData, &epData, &tpData, &worldData, &paramComm})
       if (*c != MPI_COMM_NULL)
         MPI_Comm_free(c);
     int fin = 0;
@@ -146,6 +147,7 @@ public:
     MPI_Comm_dup(ep, &epData);
     MPI_Comm_dup(tp, &tpData);
     MPI_Comm_dup(MPI_COMM_WORLD, &worldData);
+    MPI_Comm_dup(MPI_COMM_WORLD, &paramComm);
     // Every rank's host, for messages that name a peer (a lost node).
     char name[MPI_MAX_PROCESSOR_NAME] = {};
     int len = 0;
@@ -305,6 +307,28 @@ public:
     reqs[next] = r;
     return next++;
   }
+  Expected<RequestId> isendWorld(int worldPeer, int64_t tag, const float *buf,
+                                 int64_t n) override {
+    if (worldPeer < 0 || worldPeer >= wsize || worldPeer == wrank)
+      return Status::error("mpi transport: no other world rank " +
+                           std::to_string(worldPeer));
+    Req r{true, worldPeer, tag, MPI_REQUEST_NULL, true};
+    MPI_Isend(buf, int(n), MPI_FLOAT, worldPeer, foldTag(tag), paramComm,
+              &r.req);
+    reqs[next] = r;
+    return next++;
+  }
+  Expected<RequestId> irecvWorld(int worldPeer, int64_t tag, float *buf,
+                                 int64_t n) override {
+    if (worldPeer < 0 || worldPeer >= wsize || worldPeer == wrank)
+      return Status::error("mpi transport: no other world rank " +
+                           std::to_string(worldPeer));
+    Req r{false, worldPeer, tag, MPI_REQUEST_NULL, true};
+    MPI_Irecv(buf, int(n), MPI_FLOAT, worldPeer, foldTag(tag), paramComm,
+              &r.req);
+    reqs[next] = r;
+    return next++;
+  }
   Status wait(RequestId id) override {
     if (isColl(id))
       return waitColl(id);
@@ -313,6 +337,13 @@ public:
       return Status::ok();
     Req r = it->second;
     auto what = [&] {
+      if (r.world)
+        return std::string(r.send ? "parameters served to"
+                                  : "parameters gathered from") +
+               " world rank " + std::to_string(r.peer) +
+               (size_t(r.peer) < hosts.size() ? " on " + hosts[size_t(r.peer)]
+                                              : "") +
+               " (tag " + std::to_string(r.tag) + ")";
       return std::string(r.send ? "send to" : "receive from") +
              " pipeline rank " + std::to_string(r.peer) + peerWhere(r.peer) +
              " (tag " + std::to_string(r.tag) + ")";
@@ -472,9 +503,10 @@ public:
 private:
   struct Req {
     bool send;
-    int peer;
+    int peer; ///< a pipeline rank, or with `world` a world rank
     int64_t tag;
     MPI_Request req = MPI_REQUEST_NULL;
+    bool world = false; ///< ZeRO-3's parameter service (paramComm)
   };
   int wrank = 0, wsize = 1, P = 1, D = 1, E = 1, T = 1, prank = 0, dpi = 0,
       epi = 0, tpi = 0, tagUb = 32767;
@@ -508,6 +540,8 @@ private:
   MPI_Comm pipeData = MPI_COMM_NULL, dpData = MPI_COMM_NULL,
            epData = MPI_COMM_NULL, tpData = MPI_COMM_NULL,
            worldData = MPI_COMM_NULL;
+  /// ZeRO-3's parameter service: world ranks, its own tags.
+  MPI_Comm paramComm = MPI_COMM_NULL;
   MPI_Comm dataComm(Group g) const {
     switch (g) {
     case Group::DataParallel:

@@ -127,6 +127,22 @@ public:
                            std::to_string(peer));
     return post(/*send=*/false, worldOf(peer), tag, nullptr, buf, n);
   }
+  // ZeRO-3's parameter service: tags below every pipeline message's (which
+  // are >= 0), so the two never match.
+  Expected<RequestId> isendWorld(int worldPeer, int64_t tag, const float *buf,
+                                 int64_t n) override {
+    if (worldPeer < 0 || worldPeer >= hub->n || worldPeer == rank)
+      return Status::error("threads transport: no other world rank " +
+                           std::to_string(worldPeer));
+    return post(/*send=*/true, worldPeer, -1 - tag, buf, nullptr, n);
+  }
+  Expected<RequestId> irecvWorld(int worldPeer, int64_t tag, float *buf,
+                                 int64_t n) override {
+    if (worldPeer < 0 || worldPeer >= hub->n || worldPeer == rank)
+      return Status::error("threads transport: no other world rank " +
+                           std::to_string(worldPeer));
+    return post(/*send=*/false, worldPeer, -1 - tag, nullptr, buf, n);
+  }
   Status wait(RequestId r) override {
     std::unique_lock<std::mutex> lk(hub->mu);
     auto deadline = Clock::now() + timeoutDuration();

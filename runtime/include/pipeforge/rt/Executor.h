@@ -292,6 +292,13 @@ public:
   /// one from the last step's work (the copies would hold garbage).
   Status pullValues();
   Status pushValues();
+  /// ZeRO-3 (ExecutorOptions::zeroStage 3): between steps a rank holds only
+  /// the tensors it updates; paramData / paramDevice are null for the
+  /// others. gatherParams (collective: every rank calls it at the same
+  /// point between steps) gathers them all, for a checkpoint, a weight dump
+  /// or a resume; releaseParams drops them again. No-ops otherwise.
+  Status gatherParams();
+  void releaseParams();
   /// Model state that is not a parameter, in host memory, for checkpoints:
   /// nn.moe's load-balancing biases ([experts] each, every one of the model
   /// on every rank, by name; docs/runtime.md "MoE load balancing").

@@ -125,6 +125,20 @@ public:
                                     int64_t n) = 0;
   virtual Expected<RequestId> irecv(int peer, int64_t tag, float *buf,
                                     int64_t n) = 0;
+  /// ZeRO-3's parameter service (docs/optimizer.md, "ZeRO-3"): non-blocking
+  /// point-to-point between any two world ranks, in a tag space of its own
+  /// (it never matches a pipeline message). Completed by wait()/test() as
+  /// isend/irecv. Default: unavailable (an error naming the transport).
+  virtual Expected<RequestId> isendWorld(int worldPeer, int64_t tag,
+                                         const float *buf, int64_t n) {
+    (void)worldPeer, (void)tag, (void)buf, (void)n;
+    return Status::error(std::string("the ") + name() +
+                         " transport has no parameter service (ZeRO-3)");
+  }
+  virtual Expected<RequestId> irecvWorld(int worldPeer, int64_t tag,
+                                         float *buf, int64_t n) {
+    return isendWorld(worldPeer, tag, buf, n);
+  }
   /// Blocks until the request completes (watchdog: an error after the
   /// timeout naming the request).
   virtual Status wait(RequestId r) = 0;
