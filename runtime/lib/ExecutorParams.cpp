@@ -30,9 +30,6 @@ using sched::Action;
 using sched::ActionKind;
 
 Status Executor::Impl::planParamService() {
-  if (E > 1 || T > 1)
-    return Status::error("ZeRO-3 (--zero 3) with expert or tensor "
-                         "parallelism is not supported yet; use --zero 2");
   bool gathers = false;
   for (const std::vector<Action> &acts : prog.schedule.programs)
     for (const Action &a : acts)
@@ -42,7 +39,9 @@ Status Executor::Impl::planParamService() {
         "ZeRO-3 (--zero 3) needs a program whose schedule gathers the "
         "parameters (UNSHARD/RESHARD): compile it with pipeforge-compile "
         "--zero 3");
-  // Tied tensors and expert slices stay resident (ZeRO-1's exchange).
+  // Tied tensors stay resident (ZeRO-1's exchange). An expert-parallel
+  // slice or a tensor-parallel shard is a tensor of its own: its holders
+  // share this rank's expert and tensor index.
   std::set<int32_t> tiedSet;
   for (auto [target, copy] : ties) {
     tiedSet.insert(target);
@@ -59,28 +58,34 @@ Status Executor::Impl::planParamService() {
   }
   for (auto &[i, ps] : params) {
     const Param &p = prog.params[size_t(i)];
-    if (tiedSet.count(i) || !p.tiedTo.empty() || expertParams.count(i))
+    if (tiedSet.count(i) || !p.tiedTo.empty())
       continue;
     auto c0 = inCopy0.find(baseParamName(p.name));
     paramTag[i] = c0 == inCopy0.end() ? i : c0->second;
     zero3Params.insert(i);
   }
   // Who owns what: every owner marks its tensors (world rank + 1, exact in
-  // float) in a table by tag, summed over the world.
-  std::vector<float> owner(prog.params.size(), 0.0f);
+  // float) in a table by (tag, expert index, tensor index), summed over the
+  // world.
+  const size_t slices = size_t(E) * size_t(T),
+               mySlice = size_t(epi) * size_t(T) + size_t(tpi);
+  auto slot = [&](int32_t i) {
+    return size_t(paramTag.at(i)) * slices + mySlice;
+  };
+  std::vector<float> owner(prog.params.size() * slices, 0.0f);
   const int me = tr.worldRank();
   for (int32_t i : zero3Params)
     if (ownsState(i))
-      owner[size_t(paramTag.at(i))] = float(me + 1);
+      owner[slot(i)] = float(me + 1);
   if (Status s = tr.allreduce(owner.data(), int64_t(owner.size()),
                               Group::World);
       !s)
     return s;
-  const RankGrid grid{tr.pipelineSize(), 1, tr.dpSize(), 1,
+  const RankGrid grid{tr.pipelineSize(), E, tr.dpSize(), T,
                       tr.rankLayoutDataFastest()};
   for (int32_t i : zero3Params) {
     const Param &p = prog.params[size_t(i)];
-    int o = int(owner[size_t(paramTag.at(i))]) - 1;
+    int o = int(owner[slot(i)]) - 1;
     if (o < 0 || o >= tr.worldSize())
       return Status::error("ZeRO-3: no rank owns parameter '" + p.name + "'");
     if (!ownsState(i)) {
@@ -97,6 +102,8 @@ Status Executor::Impl::planParamService() {
       const Param &q = prog.params[size_t(k)];
       RankCoord c;
       c.pipeline = rankOf(q.copy, q.stage);
+      c.expert = epi;
+      c.tensor = tpi;
       for (c.replica = 0; c.replica < tr.dpSize(); ++c.replica)
         if (int w = grid.worldRank(c); w != me)
           holders.insert(w);
