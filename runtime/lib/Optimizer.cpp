@@ -19,6 +19,26 @@
 
 namespace pipeforge::rt {
 
+namespace {
+/// The host AdamW loop over one tensor, also built for AVX-512 and AVX2 and
+/// picked by the CPU at load time (16 or 8 lanes instead of SSE2's 4): the
+/// same bits (elementwise; sqrt and division correctly rounded at every
+/// width; this file is compiled with -ffp-contract=off, runtime/CMakeLists.txt).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&         \
+    defined(__linux__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+void adamwHost(const AdamWCoeffsT<float> &c, long long n, float *theta,
+               float *m, float *v, const float *grad, bool undo) {
+  adamwTensor(c, n, theta, m, v, grad, undo);
+}
+template <typename T>
+void adamwHost(const AdamWCoeffsT<T> &c, long long n, T *theta, T *m, T *v,
+               const T *grad, bool undo) {
+  adamwTensor(c, n, theta, m, v, grad, undo);
+}
+} // namespace
+
 Status checkConfig(const AdamWConfig &c) {
   auto bad = [](const std::string &what) {
     return Status::error("AdamW config: " + what);
@@ -178,8 +198,8 @@ void AdamWT<T>::stepAll(double scale, double lr, bool fromSnapshot, bool undo) {
                         static_cast<float *>(p.devV.get()), grad, undo));
         continue;
       }
-    adamwTensor(c, (long long)p.size, p.data, p.m.data(), p.v.data(), grad,
-                undo);
+    adamwHost(c, (long long)p.size, p.data, p.m.data(), p.v.data(), grad,
+              undo);
   }
 }
 

@@ -85,6 +85,68 @@ TEST(NormStats, EqualTheForwardsStatistics) {
   }
 }
 
+/// The norms' statistics and input gradient run several rows at once with
+/// vector lanes (KernelsNorm.cpp); each row must keep the bits of the
+/// one-row loop over normLaneSum (written out here), for any row count
+/// and any hidden size (the 4-row and 2-row blocks, the rows left over,
+/// the tail of a row that is not a multiple of the lanes).
+TEST(NormRows, BlocksKeepTheOneRowBits) {
+  for (Index tokens : {1, 2, 3, 5, 7})
+    for (Index hidden : {1, 3, 4, 6, 9, 64, 255, 256, 257}) {
+      NormShape s{tokens, hidden, 1e-5};
+      const Index H = hidden;
+      VecF x = randomVec(size_t(tokens * H), 31, -2.f, 3.f);
+      VecF gamma = randomVec(size_t(H), 32, 0.5f, 1.5f);
+      VecF dy = randomVec(size_t(tokens * H), 33);
+      for (bool layer : {true, false}) {
+        NormSaved<float> st;
+        normStats(s, layer, x.data(), gamma.data(), st);
+        VecF dx(x.size());
+        if (layer)
+          layerNormB(s, st, dy.data(), dx.data());
+        else
+          rmsNormB(s, st, dy.data(), dx.data());
+        for (Index t = 0; t < tokens; ++t) {
+          const float *xr = x.data() + t * H, *dyr = dy.data() + t * H;
+          float m = 0, r;
+          if (layer) {
+            double mean =
+                normLaneSum(H, [&](Index i) { return double(xr[i]); }) /
+                double(H);
+            double var = normLaneSum(H, [&](Index i) {
+                           double d = xr[i] - mean;
+                           return d * d;
+                         }) /
+                         double(H);
+            m = float(mean);
+            r = 1.f / std::sqrt(float(var) + float(s.eps));
+            ASSERT_TRUE(sameBits(st.mean[size_t(t)], m)) << t << " " << H;
+          } else {
+            double ss = normLaneSum(
+                H, [&](Index i) { return double(xr[i]) * double(xr[i]); });
+            r = 1.f / std::sqrt(float(ss / double(H)) + float(s.eps));
+          }
+          ASSERT_TRUE(sameBits(st.rstd[size_t(t)], r)) << t << " " << H;
+          double sg = layer ? normLaneSum(H,
+                                          [&](Index i) {
+                                            return double(dyr[i] * gamma[i]);
+                                          })
+                            : 0.0;
+          double sgx = normLaneSum(H, [&](Index i) {
+            return double((dyr[i] * gamma[i]) * ((xr[i] - m) * r));
+          });
+          float mg = layer ? float(sg / double(H)) : 0.f;
+          float mgx = float(sgx / double(H));
+          for (Index i = 0; i < H; ++i) {
+            float g = dyr[i] * gamma[i], xhat = (xr[i] - m) * r;
+            ASSERT_TRUE(sameBits(dx[size_t(t * H + i)], r * (g - mg - xhat * mgx)))
+                << layer << " " << t << " " << H << " " << i;
+          }
+        }
+      }
+    }
+}
+
 TEST(AttentionForB, NoOutputSameProbabilities) {
   for (double rate : {0.0, 0.25}) {
     AttentionShape s;

@@ -123,6 +123,10 @@ private:
   OpTable<Fn> table; ///< by Kernel::kind
   Workspace<float> ws;
   std::vector<float> scratch;
+  /// Attention's probabilities (and rotated q, k) of the call running: one
+  /// struct reused by every attention kernel of the rank, so its buffers
+  /// (batch x heads x seq^2 floats) are not allocated and cleared per call.
+  AttentionSaved<float> attnSaved;
 
   float *tmp(int64_t n) {
     if ((int64_t)scratch.size() < n)
@@ -240,7 +244,7 @@ CpuBackend::CpuBackend() {
       return s;
     assertAttention(sh, o);
     assertElems(o.ot(0), sh.batch * sh.seq * sh.heads * sh.valueDim());
-    AttentionSaved<float> sv;
+    AttentionSaved<float> &sv = attnSaved;
     attentionF(sh, o.f(0), o.f(1), o.f(2), o.o(0), sv);
     return Status::ok();
   };
@@ -402,7 +406,7 @@ CpuBackend::CpuBackend() {
     assertElems(o.t(3), outElems);
     for (size_t i = 0; i < 3; ++i)
       assertElems(o.ot(i), numel(o.t(i)));
-    AttentionSaved<float> sv;
+    AttentionSaved<float> &sv = attnSaved;
     attentionF(sh, o.f(0), o.f(1), o.f(2), static_cast<float *>(nullptr),
                sv); // no output: P (and its dropout) only
     attentionB(sh, sv, o.f(3), o.o(0), o.o(1), o.o(2), ws);

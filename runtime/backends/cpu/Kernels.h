@@ -55,6 +55,22 @@ namespace cpu {
 
 using Index = int64_t;
 
+/// The row and elementwise loops of the float kernels are built three times,
+/// for AVX-512 (16 lanes), AVX2 (8) and the x86-64 baseline (SSE2, 4), and
+/// the loader picks one by the CPU (GCC's target_clones; elsewhere one
+/// plain build). The same bits on every path: the kernels' files are
+/// compiled with -ffp-contract=off (runtime/CMakeLists.txt: AVX-512 has FMA,
+/// which would otherwise fuse a * b + c), and a clone neither reassociates
+/// nor changes a sum's lanes (the kNormLanes / kRowLanes partial sums are
+/// the same lanes at every vector width).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&         \
+    defined(__linux__)
+#define PF_CPU_CLONES                                                          \
+  __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PF_CPU_CLONES
+#endif
+
 /// Scratch memory for kernels that need temporaries. Grows, never shrinks;
 /// reuse one per thread of execution.
 template <typename T> class Workspace {

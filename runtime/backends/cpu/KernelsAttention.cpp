@@ -77,7 +77,7 @@ static const RotaryTable<T> &rotaryTable(Index seq, Index R, double theta) {
 }
 
 template <typename T>
-static void applyRotary(const AttentionShape &s, Index nHeads, T *x,
+PF_CPU_CLONES static void applyRotary(const AttentionShape &s, Index nHeads, T *x,
                         bool transpose) {
   const Index D = s.headDim, R = s.rotatedDim(), half = R / 2;
   const RotaryTable<T> &table = rotaryTable<T>(s.seq, R, double(s.ropeTheta));
@@ -134,7 +134,7 @@ template <class Fn> static void forCausalBlocks(Index S, Fn fn) {
 }
 
 template <typename T>
-void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
+PF_CPU_CLONES void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
                 T *out, AttentionSaved<T> &saved) {
   const Index S = s.seq, D = s.headDim, DV = s.valueDim(), A = s.heads,
               KV = s.kvHeads;
@@ -154,10 +154,13 @@ void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
     saved.q = q;
     saved.k = k;
   }
-  saved.probs.assign(s.batch * A * S * S, T(0));
+  // Every element is written below (the softmax loop writes whole rows,
+  // dropRows whole blocks): no clearing, and a caller that reuses `saved`
+  // (the CPU backend does) keeps the memory.
+  saved.probs.resize(size_t(s.batch * A * S * S));
   const bool drop = s.dropout > 0.0;
   if (drop)
-    saved.dropped.assign(s.batch * A * S * S, T(0));
+    saved.dropped.resize(size_t(s.batch * A * S * S));
   else
     saved.dropped.clear();
   const T scale = T(1) / math::pfSqrt(T(D));
@@ -203,7 +206,7 @@ void attentionF(const AttentionShape &s, const T *q, const T *k, const T *v,
 }
 
 template <typename T>
-void attentionB(const AttentionShape &s, const AttentionSaved<T> &saved,
+PF_CPU_CLONES void attentionB(const AttentionShape &s, const AttentionSaved<T> &saved,
                 const T *dout, T *dq, T *dk, T *dv, Workspace<T> &ws) {
   const Index S = s.seq, D = s.headDim, DV = s.valueDim(), A = s.heads,
               KV = s.kvHeads;

@@ -6,16 +6,11 @@
 
 #include <type_traits>
 
-// The float GELU and SiLU loops are also built for AVX2 (8 lanes instead of SSE's 4)
-// and picked at load time by the CPU. The same bits either way: the
-// arithmetic is elementwise, correctly rounded, never reassociated, and
-// AVX2 alone has no FMA to contract into.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&         \
-    defined(__linux__)
-#define PF_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define PF_VECTOR_CLONES
-#endif
+// The float loops (GELU, SiLU, add, mul) have AVX-512 and AVX2 clones,
+// picked at load time by the CPU (Kernels.h, PF_CPU_CLONES): the same bits
+// on every path (elementwise, correctly rounded, never reassociated, no
+// contraction into FMA).
+#define PF_VECTOR_CLONES PF_CPU_CLONES
 
 namespace pipeforge {
 namespace rt {
@@ -93,11 +88,11 @@ void siluB(Index n, const ActivationSaved<T> &saved, const T *dy, T *dx) {
   activationB(Activation::Silu, n, saved, dy, dx);
 }
 
-template <typename T> void addF(Index n, const T *a, const T *b, T *y) {
+template <typename T> PF_CPU_CLONES void addF(Index n, const T *a, const T *b, T *y) {
   for (Index i = 0; i < n; ++i)
     y[i] = a[i] + b[i];
 }
-template <typename T> void addB(Index n, const T *dy, T *da, T *db) {
+template <typename T> PF_CPU_CLONES void addB(Index n, const T *dy, T *da, T *db) {
   for (Index i = 0; i < n; ++i) {
     T g = dy[i];
     da[i] = g;
@@ -120,14 +115,14 @@ template <typename T> void dropoutF(const DropoutShape &s, const T *x, T *y) {
 }
 
 template <typename T>
-void mulF(Index n, const T *a, const T *b, T *y, MulSaved<T> &saved) {
+PF_CPU_CLONES void mulF(Index n, const T *a, const T *b, T *y, MulSaved<T> &saved) {
   for (Index i = 0; i < n; ++i)
     y[i] = a[i] * b[i];
   saved.a = a;
   saved.b = b;
 }
 template <typename T>
-void mulB(Index n, const MulSaved<T> &saved, const T *dy, T *da, T *db) {
+PF_CPU_CLONES void mulB(Index n, const MulSaved<T> &saved, const T *dy, T *da, T *db) {
   for (Index i = 0; i < n; ++i) {
     T g = dy[i];
     T a = saved.a[i], b = saved.b[i];

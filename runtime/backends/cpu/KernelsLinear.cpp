@@ -35,7 +35,7 @@ void linearB(const LinearShape &s, const LinearSaved<T> &saved, const T *dy,
 }
 
 template <typename T>
-void linearW(const LinearShape &s, const LinearSaved<T> &saved, const T *dy,
+PF_CPU_CLONES void linearW(const LinearShape &s, const LinearSaved<T> &saved, const T *dy,
              const LinearGrads<T> &g) {
   // dW [out, in] += dy^T [out, tokens] * x [tokens, in]
   gemm(true, false, s.out, s.in, s.tokens, T(1), dy, s.out, saved.x, s.in, T(1),

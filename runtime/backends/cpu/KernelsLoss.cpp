@@ -8,7 +8,7 @@ namespace rt {
 namespace cpu {
 
 template <typename T>
-T crossEntropyF(const CrossEntropyShape &s, const T *logits,
+PF_CPU_CLONES T crossEntropyF(const CrossEntropyShape &s, const T *logits,
                 const int32_t *targets, CrossEntropySaved<T> &saved) {
   const Index V = s.vocab;
   saved.logits = logits;
@@ -26,7 +26,7 @@ T crossEntropyF(const CrossEntropyShape &s, const T *logits,
 }
 
 template <typename T>
-void crossEntropyB(const CrossEntropyShape &s,
+PF_CPU_CLONES void crossEntropyB(const CrossEntropyShape &s,
                    const CrossEntropySaved<T> &saved, T dloss, T *dlogits) {
   const Index V = s.vocab;
   if (s.tokens == 0)
