@@ -9,6 +9,7 @@
 #include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/Schedule/Job.h"
 #include "pipeforge/Schedule/MemoryLimit.h"
+#include "pipeforge/Schedule/ParamGathers.h"
 #include "pipeforge/Target/Program/Prepare.h"
 
 #include "pipeforge/Support/AttrNames.h"
@@ -112,6 +113,13 @@ Status resolveCompileOptions(CompileOptions &o) {
   if (o.microbatchSize < 1)
     return Status::error("--microbatch-size must be at least 1 (got " +
                          std::to_string(o.microbatchSize) + ")");
+  if (o.zero < 0 || o.zero > 3)
+    return Status::error("--zero must be 0, 1, 2 or 3 (got " +
+                         std::to_string(o.zero) + ")");
+  if (o.paramPrefetch < 0 || o.paramPrefetch > sched::kMaxParamPrefetch)
+    return Status::error("--param-prefetch must be in [0, " +
+                         std::to_string(sched::kMaxParamPrefetch) + "] (got " +
+                         std::to_string(o.paramPrefetch) + ")");
   if (o.seqLen < 0)
     return Status::error("--seq-len must be positive (got " +
                          std::to_string(o.seqLen) + ")");
@@ -291,6 +299,13 @@ void buildCompilePipeline(OpPassManager &pm, const CompileOptions &o) {
     sch.memLimit = o.memLimit;
   pm.addPass(pp::createPPSchedule(sch));
   pm.addPass(pp::createPPInsertComm());
+  // ZeRO-3: each stage's parameters gathered before its first compute on a
+  // rank and released after its last (the runtime executes them).
+  if (o.zero == 3) {
+    pp::PPInsertParamGathersOptions pg;
+    pg.prefetch = o.paramPrefetch;
+    pm.addPass(pp::createPPInsertParamGathers(pg));
+  }
   pp::PPVerifyScheduleOptions ver;
   ver.memLimit = o.memLimit;
   pm.addPass(pp::createPPVerifySchedule(ver));

@@ -2,7 +2,9 @@
 //
 // The checks run from the cheapest and most local to the global one, so the
 // first error is the most precise: frame, each action on its own, the
-// exactly-once rule, the dependencies visible inside one rank, the message
+// exactly-once rule, ZeRO-3's parameter gathers (each stage a rank computes
+// gathered once before its first compute and released once after its
+// last), the dependencies visible inside one rank, the message
 // pairing per channel, then a rendezvous execution of all programs on the
 // replay engine (Replay.h; the deadlock proof) and the memory limit it
 // accounts.
@@ -55,6 +57,7 @@ private:
                         [&](size_t r) { return check(int32_t(r)); });
   }
   Status checkActions();
+  Status checkParamGathers();
   Status checkOnce();
   Status checkLocalDeps();
   Status checkMessages();
@@ -81,16 +84,18 @@ private:
   /// By messageKey: where the message is received (first occurrence).
   std::vector<Loc> recvAt;
   bool anyComm = false;
+  bool anyGather = false;
   ReplayEngine engine;
 };
 
 Status Verifier::checkActions() {
   const Placement &pl = s.placement;
   std::vector<uint8_t> rankHasComm(size_t(numRanks), 0);
+  std::vector<uint8_t> rankHasGather(size_t(numRanks), 0);
   Status st = eachRank([&](int32_t r) -> Status {
     const std::vector<Action> &prog = s.programs[r];
     // Set once at the end: the ranks' flags share a cache line.
-    bool hasComm = false;
+    bool hasComm = false, hasGather = false;
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
       auto checkWork = [&](const Work &w) -> Status {
@@ -120,6 +125,16 @@ Status Verifier::checkActions() {
                        "an overlapped pair must be an F with a B or BW, not " +
                            toString(a));
         }
+        continue;
+      }
+      if (a.isParamGather()) {
+        hasGather = true;
+        if (a.work.stage < 0 || a.work.stage >= idx.numStages ||
+            a.work.copy < 0 || a.work.copy >= idx.numCopies)
+          return err(r, i,
+                     toString(a) + " is out of range (" +
+                         std::to_string(idx.numCopies) + " copies, " +
+                         std::to_string(idx.numStages) + " stages)");
         continue;
       }
       hasComm = true;
@@ -155,11 +170,101 @@ Status Verifier::checkActions() {
                        std::to_string(cs));
     }
     rankHasComm[size_t(r)] = hasComm;
+    rankHasGather[size_t(r)] = hasGather;
     return Status::ok();
   });
   anyComm = std::find(rankHasComm.begin(), rankHasComm.end(), 1) !=
             rankHasComm.end();
+  anyGather = std::find(rankHasGather.begin(), rankHasGather.end(), 1) !=
+              rankHasGather.end();
   return st;
+}
+
+namespace {
+/// "stage 3", or "stage 3 of copy 1".
+std::string stageName(int32_t stage, int32_t copy) {
+  return "stage " + std::to_string(stage) +
+         (copy ? " of copy " + std::to_string(copy) : std::string());
+}
+} // namespace
+
+// A schedule with any UNSHARD/RESHARD (ZeRO-3): on every rank, every
+// (stage, copy) the rank computes is gathered exactly once before the
+// first compute that uses it and released exactly once after the last;
+// none for a stage the rank does not compute. Runs after checkActions
+// (every compute in range and on its stage's rank).
+Status Verifier::checkParamGathers() {
+  const int32_t nStages = idx.numStages;
+  return eachRank([&](int32_t r) -> Status {
+    const std::vector<Action> &prog = s.programs[r];
+    const size_t n = size_t(idx.numCopies) * size_t(nStages);
+    auto key = [&](const Work &w) {
+      return size_t(w.copy) * size_t(nStages) + size_t(w.stage);
+    };
+    // Per (copy, stage): the rank's last compute of it (npos: none), and
+    // where it was gathered and released (npos: not yet).
+    constexpr size_t npos = size_t(-1);
+    std::vector<size_t> lastUse(n, npos), unshardAt(n, npos),
+        reshardAt(n, npos);
+    for (size_t i = 0; i < prog.size(); ++i)
+      if (prog[i].kind == ActionKind::Compute ||
+          prog[i].kind == ActionKind::Overlap)
+        for (const Work *w : membersOf(prog[i]))
+          lastUse[key(*w)] = i;
+    for (size_t i = 0; i < prog.size(); ++i) {
+      const Action &a = prog[i];
+      if (a.isParamGather()) {
+        const size_t k = key(a.work);
+        const bool un = a.kind == ActionKind::Unshard;
+        const char *what = un ? "UNSHARD" : "RESHARD";
+        if (lastUse[k] == npos)
+          return err(r, i,
+                     toString(a) + " on rank " + std::to_string(r) +
+                         ", which computes no action of " +
+                         stageName(a.work.stage, a.work.copy));
+        size_t &at = un ? unshardAt[k] : reshardAt[k];
+        if (at != npos)
+          return err(r, i,
+                     std::string(what) + " of " +
+                         stageName(a.work.stage, a.work.copy) +
+                         " duplicated: the first is action " +
+                         std::to_string(at));
+        if (!un && unshardAt[k] == npos)
+          return err(r, i,
+                     toString(a) + " releases " +
+                         stageName(a.work.stage, a.work.copy) +
+                         "'s parameters before its UNSHARD");
+        at = i;
+        continue;
+      }
+      if (a.kind != ActionKind::Compute && a.kind != ActionKind::Overlap)
+        continue;
+      for (const Work *w : membersOf(a)) {
+        const size_t k = key(*w);
+        if (unshardAt[k] == npos)
+          return err(r, i,
+                     toString(*w) + " (action " + std::to_string(i) +
+                         ") uses " + stageName(w->stage, w->copy) +
+                         "'s parameters before its UNSHARD");
+        if (reshardAt[k] != npos)
+          return err(r, i,
+                     toString(*w) + " (action " + std::to_string(i) +
+                         ") uses " + stageName(w->stage, w->copy) +
+                         "'s parameters after its RESHARD (action " +
+                         std::to_string(reshardAt[k]) + ")");
+      }
+    }
+    for (size_t k = 0; k < n; ++k)
+      if (lastUse[k] != npos && reshardAt[k] == npos) {
+        int32_t copy = int32_t(k / size_t(nStages)),
+                stage = int32_t(k % size_t(nStages));
+        return err(r, prog.size(),
+                   "no RESHARD of " + stageName(stage, copy) +
+                       " after its last compute (action " +
+                       std::to_string(lastUse[k]) + ")");
+      }
+    return Status::ok();
+  });
 }
 
 Status Verifier::checkOnce() {
@@ -168,7 +273,7 @@ Status Verifier::checkOnce() {
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
-      if (a.isComm())
+      if (a.isComm() || a.isParamGather())
         continue;
       for (const Work *w : membersOf(a)) {
         Loc &l = first[idx.id(*w)];
@@ -239,7 +344,7 @@ Status Verifier::checkLocalDeps() {
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
-      if (a.isComm())
+      if (a.isComm() || a.isParamGather())
         continue;
       for (const Work *w : membersOf(a)) {
         std::optional<Work> nominal = nominalProducer(*w, idx.numStages);
@@ -396,6 +501,9 @@ Status Verifier::run() {
     return st;
   if (Status st = checkActions(); !st)
     return st;
+  if (anyGather)
+    if (Status st = checkParamGathers(); !st)
+      return st;
   engine.assignChannels();
   if (Status st = checkOnce(); !st)
     return st;

@@ -122,3 +122,55 @@ pp.schedule "1f1b" ranks 2 stages 2 microbatches 2 placement [0, 1] {
     pp.compute BW stage 1 mb 1
   }
 }
+
+// -----
+
+// ZeRO-3: a compute before its stage's UNSHARD.
+pp.schedule "1f1b" ranks 1 stages 1 microbatches 1 placement [0] {
+  pp.rank_program 0 {
+    // expected-error @+1 {{invalid schedule: rank 0, step 0: F0.0 (action 0) uses stage 0's parameters before its UNSHARD}}
+    pp.compute F stage 0 mb 0
+    pp.unshard stage 0
+    pp.compute BW stage 0 mb 0
+    pp.reshard stage 0
+  }
+}
+
+// -----
+
+// ZeRO-3: a compute after its stage's RESHARD.
+pp.schedule "1f1b" ranks 1 stages 1 microbatches 1 placement [0] {
+  pp.rank_program 0 {
+    pp.unshard stage 0
+    pp.compute F stage 0 mb 0
+    pp.reshard stage 0
+    // expected-error @+1 {{invalid schedule: rank 0, step 3: BW0.0 (action 3) uses stage 0's parameters after its RESHARD (action 2)}}
+    pp.compute BW stage 0 mb 0
+  }
+}
+
+// -----
+
+// ZeRO-3: a stage gathered twice.
+pp.schedule "1f1b" ranks 1 stages 1 microbatches 1 placement [0] {
+  pp.rank_program 0 {
+    pp.unshard stage 0
+    pp.compute F stage 0 mb 0
+    // expected-error @+1 {{invalid schedule: rank 0, step 2: UNSHARD of stage 0 duplicated: the first is action 0}}
+    pp.unshard stage 0
+    pp.compute BW stage 0 mb 0
+    pp.reshard stage 0
+  }
+}
+
+// -----
+
+// ZeRO-3: a gathered stage never released.
+// expected-error @+1 {{invalid schedule: rank 0, step 3: no RESHARD of stage 0 after its last compute (action 2)}}
+pp.schedule "1f1b" ranks 1 stages 1 microbatches 1 placement [0] {
+  pp.rank_program 0 {
+    pp.unshard stage 0
+    pp.compute F stage 0 mb 0
+    pp.compute BW stage 0 mb 0
+  }
+}

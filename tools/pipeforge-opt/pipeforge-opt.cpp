@@ -26,11 +26,14 @@
 // their options, --help-hidden everything (LLVM's own options too).
 // test/Docs/help.test checks this list against --list-passes.
 static const char *const helpPasses[] = {
-    "pp-compile",          "nn-shard-tensor",   "pp-partition",
-    "pp-schedule",         "pp-insert-comm",    "pp-verify-schedule",
-    "pp-simulate",         "pp-split-backward", "pp-recompute",
-    "pp-split-components", "pp-fuse-overlap",   "pp-assign-buffers",
-    "pp-component-ranges", "nn-cost-report",    "canonicalize",
+    "pp-compile",          "nn-shard-tensor",
+    "pp-partition",        "pp-schedule",
+    "pp-insert-comm",      "pp-insert-param-gathers",
+    "pp-verify-schedule",  "pp-simulate",
+    "pp-split-backward",   "pp-recompute",
+    "pp-split-components", "pp-fuse-overlap",
+    "pp-assign-buffers",   "pp-component-ranges",
+    "nn-cost-report",      "canonicalize",
     "cse",                 "symbol-dce"};
 
 static std::string passSummary() {

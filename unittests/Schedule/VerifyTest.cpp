@@ -552,4 +552,108 @@ TEST(VerifyTest, AlongsideReplayRunsOnceTheStaticChecksPass) {
   }
 }
 
+// --- ZeRO-3's parameter gathers ---------------------------------------------
+
+/// GPipe on 2 ranks, 2 microbatches, each stage gathered before its first
+/// compute and released after its last: rank 0 is UNSHARD 0, F0.0, F0.1,
+/// BW0.0, BW0.1, RESHARD 0.
+Schedule gathered() {
+  Schedule s = handGPipe(2, 2);
+  for (int r = 0; r < 2; ++r) {
+    s.programs[r].insert(s.programs[r].begin(), Action::unshard(r));
+    s.programs[r].push_back(Action::reshard(r));
+  }
+  return s;
+}
+
+TEST(VerifyTest, GathersValid) {
+  Schedule s = gathered();
+  EXPECT_TRUE(verify(s).isOk()) << verify(s).message();
+  Schedule c = withComm(handGPipe(2, 2));
+  for (int r = 0; r < 2; ++r) {
+    c.programs[r].insert(c.programs[r].begin(), Action::unshard(r));
+    c.programs[r].push_back(Action::reshard(r));
+  }
+  EXPECT_TRUE(verify(c).isOk()) << verify(c).message();
+}
+
+TEST(VerifyTest, UseBeforeUnshard) {
+  Schedule s = gathered();
+  std::swap(s.programs[1][0], s.programs[1][1]); // F1.0 before UNSHARD 1
+  EXPECT_VERIFY_ERROR(s, "rank 1, step 0: F1.0 (action 0) uses stage 1's "
+                         "parameters before its UNSHARD");
+}
+
+TEST(VerifyTest, UseAfterReshard) {
+  Schedule s = gathered();
+  auto &p = s.programs[0];
+  std::swap(p[4], p[5]); // RESHARD 0 before BW0.1
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 5: BW0.1 (action 5) uses stage 0's "
+                         "parameters after its RESHARD (action 4)");
+}
+
+TEST(VerifyTest, UnshardOfStageNotComputed) {
+  Schedule s = gathered();
+  s.programs[0].insert(s.programs[0].begin() + 1, Action::unshard(1));
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 1: UNSHARD 1 on rank 0, which "
+                         "computes no action of stage 1");
+  Schedule r = gathered();
+  r.programs[1].push_back(Action::reshard(0));
+  EXPECT_VERIFY_ERROR(r, "rank 1, step 6: RESHARD 0 on rank 1, which "
+                         "computes no action of stage 0");
+  Schedule c = gathered();
+  c.programs[1].push_back(Action::reshard(1, 1));
+  EXPECT_VERIFY_ERROR(c, "RESHARD 1@1 is out of range (1 copies, 2 stages)");
+}
+
+TEST(VerifyTest, DuplicateGathers) {
+  Schedule s = gathered();
+  s.programs[0].insert(s.programs[0].begin() + 2, Action::unshard(0));
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 2: UNSHARD of stage 0 duplicated: "
+                         "the first is action 0");
+  Schedule r = gathered();
+  r.programs[0].push_back(Action::reshard(0));
+  EXPECT_VERIFY_ERROR(r, "rank 0, step 6: RESHARD of stage 0 duplicated: "
+                         "the first is action 5");
+}
+
+TEST(VerifyTest, ReshardBeforeUnshard) {
+  Schedule s = gathered();
+  s.programs[0].insert(s.programs[0].begin(), Action::reshard(0));
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 0: RESHARD 0 releases stage 0's "
+                         "parameters before its UNSHARD");
+}
+
+TEST(VerifyTest, MissingReshard) {
+  Schedule s = gathered();
+  s.programs[1].pop_back();
+  EXPECT_VERIFY_ERROR(s, "rank 1, step 5: no RESHARD of stage 1 after its "
+                         "last compute (action 4)");
+}
+
+// One rank with gathers makes them required on every rank.
+TEST(VerifyTest, GathersOnEveryRank) {
+  Schedule s = gathered();
+  s.programs[1].erase(s.programs[1].begin());
+  s.programs[1].pop_back();
+  EXPECT_VERIFY_ERROR(s, "rank 1, step 0: F1.0 (action 0) uses stage 1's "
+                         "parameters before its UNSHARD");
+}
+
+// An overlapped pair uses both members' stages.
+TEST(VerifyTest, PairUsesBothStages) {
+  Schedule s = handVOverlap();
+  s.programs[0] = {Action::unshard(0), cF(0, 0), cF(0, 1), Action::unshard(3),
+                   cF(3, 0),
+                   Action::overlap(wk(WorkKind::F, 3, 1), wk(WorkKind::BW, 3, 0)),
+                   Action::reshard(3), cBW(3, 1), cBW(0, 0), cBW(0, 1),
+                   Action::reshard(0)};
+  s.programs[1].insert(s.programs[1].begin(), {Action::unshard(1),
+                                               Action::unshard(2)});
+  s.programs[1].push_back(Action::reshard(2));
+  s.programs[1].push_back(Action::reshard(1));
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 7: BW3.1 (action 7) uses stage 3's "
+                         "parameters after its RESHARD (action 6)");
+}
+
 } // namespace

@@ -8,7 +8,8 @@
 //             model has the layers the stages need
 //   pipeline  [nn-shard-tensor] -> pp-partition -> pp-split-backward
 //             [-> pp-recompute] [-> pp-split-components] -> pp-schedule
-//             -> pp-insert-comm -> pp-verify-schedule [-> pp-fuse-overlap]
+//             -> pp-insert-comm [-> pp-insert-param-gathers]
+//             -> pp-verify-schedule [-> pp-fuse-overlap]
 //             -> pp-component-ranges -> pp-assign-buffers
 //   lower     -> rt::Program, validated as the runtime will validate it
 //
@@ -87,6 +88,13 @@ struct CompileOptions {
   /// The stages (indices of a model copy's stages) `recompute` applies to;
   /// empty: every stage.
   std::vector<int64_t> recomputeStages;
+  /// ZeRO level (0-3) the program is compiled for: 3 inserts the gathers
+  /// and releases of each stage's parameters (pp-insert-param-gathers)
+  /// after the messages; 0-2 change nothing in the program (pipeforge-run
+  /// --zero shards the optimizer state and gradients).
+  int zero = 0;
+  /// --zero 3: compute actions a stage's gather runs ahead of its first use.
+  int paramPrefetch = 1;
 
   // --- lowering ---
   /// The model's name where the IR does not record one (nn.model_name);
@@ -184,6 +192,18 @@ void forEachCompileOption(CompileOptions &o, Visitor &&visit) {
                    P::Pipeline},
         o.placement);
   visit(OptionInfo{"seed", "n", "Initialisation seed", P::Lowering}, o.seed);
+  visit(OptionInfo{"zero", "n",
+                   "ZeRO level 0-3; 3 gathers each stage's parameters before "
+                   "its first compute and releases them after its last "
+                   "(UNSHARD/RESHARD in the schedule, for pipeforge-run "
+                   "--zero 3)",
+                   P::Pipeline},
+        o.zero);
+  visit(OptionInfo{"param-prefetch", "n",
+                   "--zero 3: compute actions each gather runs ahead of its "
+                   "stage's first use (default 1)",
+                   P::Pipeline},
+        o.paramPrefetch);
   visit(OptionInfo{"fuse-overlap", "",
                    "Split the stage bodies into per-layer components "
                    "(--pp-split-components) and fuse each overlapped F&B "
@@ -237,7 +257,8 @@ private:
 /// Fills the defaults and checks the options against each other (an unknown
 /// schedule, ranks < 1, DualPipe with an odd rank count, too few
 /// microbatches, a malformed memory limit, placement other than any, linear
-/// or v, dp/ep/microbatch-size below 1). Errors name the option.
+/// or v, dp/ep/microbatch-size below 1, a ZeRO level other than 0-3, a
+/// parameter prefetch outside [0, 64]). Errors name the option.
 Status resolveCompileOptions(CompileOptions &o);
 
 /// --schedule auto --placement any (the default): chooses what to compile

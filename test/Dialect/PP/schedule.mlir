@@ -8,6 +8,11 @@
 pp.schedule "dualpipe" ranks 2 stages 2 microbatches 1 placement [0, 1, 1, 0] {
   // CHECK-NEXT: pp.rank_program 0 {
   pp.rank_program 0 {
+    // ZeRO-3's gather and release of a stage's parameters (copy 0 omitted).
+    // CHECK-NEXT: pp.unshard stage 0
+    pp.unshard stage 0
+    // CHECK-NEXT: pp.unshard stage 1 copy 1
+    pp.unshard stage 1 copy 1
     // CHECK-NEXT: pp.compute F stage 0 mb 0
     pp.compute F stage 0 mb 0
     // CHECK-NEXT: pp.send F stage 0 mb 0 to 1
@@ -24,8 +29,12 @@ pp.schedule "dualpipe" ranks 2 stages 2 microbatches 1 placement [0, 1, 1, 0] {
     pp.recv BW stage 1 mb 0 from 1
     // CHECK-NEXT: pp.compute BW stage 0 mb 0
     pp.compute BW stage 0 mb 0
+    // CHECK-NEXT: pp.reshard stage 0
+    pp.reshard stage 0
     // CHECK-NEXT: pp.compute W stage 1 mb 0 copy 1
     pp.compute W stage 1 mb 0 copy 1
+    // CHECK-NEXT: pp.reshard stage 1 copy 1
+    pp.reshard stage 1 copy 1
     // CHECK-NEXT: pp.grad_reduce with 1
     pp.grad_reduce with 1
   }

@@ -171,7 +171,7 @@ LogicalResult RankProgramOp::verify() {
   std::map<Key, Operation *> posted;
   for (Operation &op : getBody().front()) {
     if (!isa<ComputeOp, OverlapOp, SendOp, RecvOp, RecvPostOp, RecvWaitOp,
-             GradReduceOp>(op))
+             GradReduceOp, UnshardOp, ReshardOp>(op))
       return op.emitOpError("is not a schedule action");
     if (auto post = dyn_cast<RecvPostOp>(op)) {
       if (!posted.emplace(keyOf(post), &op).second)
@@ -484,6 +484,33 @@ LogicalResult GradReduceOp::verify() {
     return emitOpError("needs a schedule with two model copies");
   return success();
 }
+
+/// pp.unshard / pp.reshard: the stage and copy exist and the stage is
+/// placed on the enclosing rank (a rank gathers only what it computes).
+template <typename OpT> static LogicalResult verifyParamGather(OpT op) {
+  auto sched = op->template getParentOfType<ScheduleOp>();
+  if (!sched)
+    return op.emitOpError("must be inside a 'pp.schedule'");
+  int64_t stage = op.getStage(), copy = op.getCopy();
+  if (stage < 0 || stage >= sched.getNumStages())
+    return op.emitOpError("stage ")
+           << stage << " out of range [0, " << sched.getNumStages() << ")";
+  if (copy < 0 || copy >= sched.getNumCopies())
+    return op.emitOpError("copy ")
+           << copy << " out of range: the schedule has " << sched.getNumCopies()
+           << " model cop" << (sched.getNumCopies() == 1 ? "y" : "ies");
+  if (RankProgramOp prog = enclosingProgram(op))
+    if (sched.rankOf(copy, stage) != prog.getRank())
+      return op.emitOpError("stage ")
+             << stage << (copy ? " of copy 1" : "") << " is placed on rank "
+             << sched.rankOf(copy, stage) << ", not on rank "
+             << prog.getRank() << ": a rank gathers only the parameters of "
+             << "stages it computes";
+  return success();
+}
+
+LogicalResult UnshardOp::verify() { return verifyParamGather(*this); }
+LogicalResult ReshardOp::verify() { return verifyParamGather(*this); }
 
 #define GET_OP_CLASSES
 #include "pipeforge/Dialect/PP/IR/PPOps.cpp.inc"

@@ -117,6 +117,10 @@ sched::Schedule pp::toLibrarySchedule(ScheduleOp op) {
       } else if (auto gr = dyn_cast<GradReduceOp>(a)) {
         actions.push_back(sched::Action::gradReduce(gr.getPeer()));
         s.hasComm = true;
+      } else if (auto u = dyn_cast<UnshardOp>(a)) {
+        actions.push_back(sched::Action::unshard(u.getStage(), u.getCopy()));
+      } else if (auto rs = dyn_cast<ReshardOp>(a)) {
+        actions.push_back(sched::Action::reshard(rs.getStage(), rs.getCopy()));
       }
     }
   }
@@ -151,6 +155,12 @@ static void buildProgram(OpBuilder &b, Location loc,
       break;
     case sched::ActionKind::GradReduce:
       GradReduceOp::create(b, loc, a.peer);
+      break;
+    case sched::ActionKind::Unshard:
+      UnshardOp::create(b, loc, w.stage, w.copy);
+      break;
+    case sched::ActionKind::Reshard:
+      ReshardOp::create(b, loc, w.stage, w.copy);
       break;
     }
   }

@@ -295,4 +295,40 @@ def PP_GradReduceOp : PP_Op<"grad_reduce"> {
   let hasVerifier = 1;
 }
 
+class PP_ParamGatherOp<string mnemonic> : PP_Op<mnemonic> {
+  let arguments = (ins PP_Index:$stage, DefaultValuedAttr<PP_Index, "0">:$copy);
+  let assemblyFormat = "`stage` $stage (`copy` $copy^)? attr-dict";
+  let hasVerifier = 1;
+}
+
+def PP_UnshardOp : PP_ParamGatherOp<"unshard"> {
+  let summary = "ZeRO-3: gather the parameters of a stage this rank computes";
+  let description = [{
+    Posts the receipt of the parameters of stage `stage` (of model copy
+    `copy`) that this rank does not own; their owners serve the values they
+    hold all step, so a gather waits on no other rank's schedule position.
+    The stage's next compute on this rank waits for them. One per (stage,
+    copy) the rank computes, before the first compute that uses it
+    (`--pp-insert-param-gathers` places it `prefetch` compute actions
+    earlier); the stage must be placed on the enclosing rank.
+
+    ```mlir
+    pp.unshard stage 3
+    pp.unshard stage 0 copy 1
+    ```
+  }];
+}
+
+def PP_ReshardOp : PP_ParamGatherOp<"reshard"> {
+  let summary = "ZeRO-3: release the gathered parameters of a stage";
+  let description = [{
+    Frees the parameters a `pp.unshard` of the same stage and copy gathered;
+    right after the stage's last compute on this rank.
+
+    ```mlir
+    pp.reshard stage 3
+    ```
+  }];
+}
+
 #endif // PIPEFORGE_PP_OPS

@@ -200,6 +200,29 @@ def PPInsertComm : Pass<"pp-insert-comm", "::mlir::ModuleOp"> {
   let options = PP_CostOptions;
 }
 
+def PPInsertParamGathers : Pass<"pp-insert-param-gathers", "::mlir::ModuleOp"> {
+  let summary = "ZeRO-3: gather each stage's parameters before its first compute, release them after its last";
+  let description = [{
+    For every `pp.schedule`, inserts on every rank one `pp.unshard` per
+    (stage, copy) the rank computes, `prefetch` compute actions
+    (`pp.compute` or `pp.overlap`) before the first that uses the stage (at
+    the start of the program when there are fewer), and one `pp.reshard`
+    right after the last (sched::insertParamGathers). The other actions are
+    kept as they are (messages, split receives, fused pairs), so the pass
+    runs after `--pp-insert-comm`. The owners of a stage's parameters serve
+    them all step, so a gather waits on no other rank's schedule position:
+    the messages' deadlock-freedom is unchanged. A schedule that already
+    gathers, or a `prefetch` outside [0, 64], is an error.
+    `pipeforge-compile --zero 3 --param-prefetch N` runs it
+    (docs/compile.md).
+  }];
+  let dependentDialects = ["::pipeforge::pp::PPDialect"];
+  let options = [
+    Option<"prefetch", "prefetch", "int", /*default=*/"1",
+           "Compute actions an UNSHARD runs ahead of its stage's first use">
+  ];
+}
+
 def PPSplitComponents : Pass<"pp-split-components", "::mlir::ModuleOp"> {
   let summary = "Tag each stage body op with its layer component (attn, dispatch, mlp, combine)";
   let description = [{
