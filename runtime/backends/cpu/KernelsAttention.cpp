@@ -126,6 +126,8 @@ static void dropRows(const AttentionShape &s, Index b, Index h, const T *P,
 /// 9/16. What they skip is exact zeros (masked probabilities and their
 /// gradients), so each sum keeps its terms and order.
 constexpr Index kCausalRows = 32;
+/// Columns of the softmax's vector loops: AVX-512's 16 floats.
+constexpr Index kSoftmaxPad = 16;
 template <class Fn> static void forCausalBlocks(Index S, Fn fn) {
   for (Index i0 = 0; i0 < S; i0 += kCausalRows) {
     const Index rows = std::min(kCausalRows, S - i0);
@@ -176,15 +178,22 @@ PF_CPU_CLONES void attentionF(const AttentionShape &s, const T *q, const T *k, c
         gemm(false, true, rows, cols, D, scale, Q + i0 * ldq, ldq, K, ldk,
              T(0), P + i0 * S, S);
       });
-      // Softmax over keys [lo, i]: the query's document up to itself.
+      // Softmax over keys [lo, i]: the query's document up to itself. The
+      // exp and scale loops run on to a whole number of kSoftmaxPad columns
+      // (within the row): the vector loop then ends without a scalar tail
+      // of up to 15 exps per row. What they compute past i is discarded
+      // (cleared below); the sum and the kept values are unchanged.
       for (Index i = 0; i < S; ++i) {
         T *row = P + i * S;
         const Index lo = s.rowStart(b, i);
-        const T m = rowLaneMax(row + lo, i + 1 - lo);
-        for (Index j = lo; j <= i; ++j)
+        const Index n = i + 1 - lo;
+        const Index end =
+            std::min(S, lo + (n + kSoftmaxPad - 1) / kSoftmaxPad * kSoftmaxPad);
+        const T m = rowLaneMax(row + lo, n);
+        for (Index j = lo; j < end; ++j)
           row[j] = math::softmaxExp(row[j], m);
-        T inv = T(1) / rowLaneSum(row + lo, i + 1 - lo);
-        for (Index j = lo; j <= i; ++j)
+        T inv = T(1) / rowLaneSum(row + lo, n);
+        for (Index j = lo; j < end; ++j)
           row[j] *= inv;
         for (Index j = 0; j < lo; ++j)
           row[j] = T(0);

@@ -40,10 +40,16 @@ PF_CPU_CLONES void linearW(const LinearShape &s, const LinearSaved<T> &saved, co
   // dW [out, in] += dy^T [out, tokens] * x [tokens, in]
   gemm(true, false, s.out, s.in, s.tokens, T(1), dy, s.out, saved.x, s.in, T(1),
        g.dweight, s.in);
-  if (s.hasBias)
-    for (Index t = 0; t < s.tokens; ++t)
+  if (s.hasBias) {
+    // A local pointer: a store through g.dbias may not alias g itself (else
+    // every iteration reloads it and the loop does not vectorise).
+    T *__restrict db = g.dbias;
+    for (Index t = 0; t < s.tokens; ++t) {
+      const T *__restrict dyr = dy + t * s.out;
       for (Index o = 0; o < s.out; ++o)
-        g.dbias[o] += dy[t * s.out + o];
+        db[o] += dyr[o];
+    }
+  }
 }
 
 template <typename T>
