@@ -183,6 +183,10 @@ Status CommInserter::validateRank(int32_t r) {
     if (a.isComm())
       return Status::error(where() + ": schedule already has messages "
                                      "(strip them first)");
+    if (a.isParamGather())
+      return Status::error(where() + ": schedule already gathers its "
+                                     "parameters (insert the messages "
+                                     "first, then the gathers)");
     if (a.kind == ActionKind::Overlap && !detail::isPairShape(a))
       return Status::error(where() + ": an overlapped pair must be an F "
                                      "with a B or BW");
@@ -277,6 +281,7 @@ struct CommInserter::Asap {
   void recv(int32_t, size_t, const Action &, const detail::CommSlot &) {}
   void gradReduceArrive(int32_t, size_t, const detail::CommSlot &) {}
   void gradReduce(int32_t, size_t, const detail::CommSlot &) {}
+  void paramGather(int32_t, size_t, const Action &) {}
 };
 
 /// Step 1 on the replay engine, its inputs resolved from the placement

@@ -14,7 +14,8 @@
 // (dataflow: a rank runs until it needs something not there yet, parks on
 // that item and is woken when it appears, so the replay is linear in the
 // number of actions), and how to explain a blocked state. It also keeps the
-// per-rank activation memory (F +M_B, B -(M_B-M_W), W -M_W, BW -M_B).
+// per-rank activation memory (F +M_B, B -(M_B-M_W), W -M_W, BW -M_B; and
+// ZeRO-3's gathered parameters from UNSHARD to RESHARD, CostModel::gatherMem).
 //
 // A client supplies what happens when an action runs, through these member
 // functions (the engine calls them inline; the verifier's are empty):
@@ -28,6 +29,8 @@
 //   void gradReduceArrive(int32_t r, size_t i, const CommSlot &sl);
 //   void gradReduce(int32_t r, size_t i, const CommSlot &sl);
 //                                     // arrives at / leaves a GradReduce
+//   void paramGather(int32_t r, size_t i, const Action &a);
+//                                     // an UNSHARD or RESHARD (ZeRO-3)
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEFORGE_LIB_SCHEDULE_REPLAY_H
@@ -384,7 +387,12 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
     case ActionKind::Unshard:
     case ActionKind::Reshard:
       // ZeRO-3's gathers wait on no other rank: the owners serve the values
-      // they hold all step (Verify.cpp checks where they stand).
+      // they hold all step (Verify.cpp checks where they stand). The
+      // gathered parameters count in the rank's memory until the RESHARD.
+      c.paramGather(r, i, a);
+      if (opts.memCost)
+        if (double m = opts.memCost->gatherMem(a.work.stage); m != 0)
+          noteMemory(r, i, a.kind == ActionKind::Unshard ? m : -m);
       break;
     }
     arrived[r] = 0;

@@ -73,6 +73,18 @@ double CostModel::memDelta(WorkKind k, int stage) const {
   return 0;
 }
 
+double CostModel::gatherTime(int stage) const {
+  return gatherBytesPerTime > 0
+             ? pick(paramBytesStage, stage, paramBytes) / gatherBytesPerTime
+             : 0;
+}
+
+double CostModel::gatherMem(int stage) const {
+  return memPerParamByte > 0
+             ? pick(paramBytesStage, stage, paramBytes) * memPerParamByte
+             : 0;
+}
+
 namespace {
 std::string costNumber(double v) {
   char buf[32];
@@ -102,7 +114,11 @@ Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
         std::make_tuple("all-to-all time (tA2A)", c.tA2A, false),
         std::make_tuple("attention share", c.attnShare, false),
         std::make_tuple("M_B (memB)", c.memB, false),
-        std::make_tuple("M_W (memW)", c.memW, false)})
+        std::make_tuple("M_W (memW)", c.memW, false),
+        std::make_tuple("parameter bytes", c.paramBytes, false),
+        std::make_tuple("gather bandwidth", c.gatherBytesPerTime, false),
+        std::make_tuple("memory per parameter byte", c.memPerParamByte,
+                        false)})
     if (Status st = field(name, v, sum, -1); !st)
       return st;
   for (auto [name, vec] :
@@ -111,7 +127,8 @@ Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
         std::make_pair("W time", &c.twStage),
         std::make_pair("all-to-all time", &c.tA2AStage),
         std::make_pair("M_B", &c.memBStage),
-        std::make_pair("M_W", &c.memWStage)})
+        std::make_pair("M_W", &c.memWStage),
+        std::make_pair("parameter bytes", &c.paramBytesStage)})
     for (size_t s = 0; s < vec->size(); ++s)
       if (Status st = field(name, (*vec)[s], false, int64_t(s)); !st)
         return st;
@@ -138,7 +155,8 @@ Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
   int64_t stages = std::max<int64_t>(numStages, 1);
   for (size_t n : {c.tfStage.size(), c.tbStage.size(), c.twStage.size(),
                    c.tA2AStage.size(), c.moeLayersStage.size(),
-                   c.memBStage.size(), c.memWStage.size()})
+                   c.memBStage.size(), c.memWStage.size(),
+                   c.paramBytesStage.size()})
     stages = std::max<int64_t>(stages, int64_t(n));
   double action = 0, alloc = 0;
   int64_t layers = 0;
@@ -150,6 +168,10 @@ Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
          {WorkKind::F, WorkKind::B, WorkKind::W, WorkKind::BW})
       action = std::max(action, c.timeOf(k, st) +
                                     (k == WorkKind::W ? 0.0 : a2a));
+    // A gather waits behind the rank's earlier ones: at most its time
+    // again per action, as an action's own.
+    action = std::max(action, c.gatherTime(st));
+    alloc = std::max(alloc, c.gatherMem(st));
     alloc = std::max(alloc, std::abs(c.memDelta(WorkKind::F, st)));
     alloc = std::max(alloc, std::abs(c.memDelta(WorkKind::B, st)));
     alloc = std::max(alloc, std::abs(c.memDelta(WorkKind::W, st)));
@@ -224,6 +246,7 @@ public:
     now[r] = end;
     place(r, i, t, end, false);
   }
+  void paramGather(int32_t r, size_t i, const Action &a);
 
 private:
   static ReplayEngine::Options engineOptions(const CostModel &cost,
@@ -322,6 +345,17 @@ private:
       intervals[base[r] + kept[r]++] =
           Interval{r, static_cast<uint32_t>(i), start, end};
   }
+  // ZeRO-3's gathers: per rank, when its gather channel is free, and per
+  // (copy, stage) when its last UNSHARD finishes (gatherKey).
+  std::vector<double> gatherFree;
+  std::vector<std::vector<double>> gatherDone;
+  size_t gatherKey(const Work &w) const {
+    return size_t(w.copy) * size_t(s.placement.numStages) + size_t(w.stage);
+  }
+  /// When the parameters of `w`'s stage are there on rank r.
+  double paramsReady(int32_t r, const Work &w) const {
+    return gatherDone[r].empty() ? 0 : gatherDone[r][gatherKey(w)];
+  }
   // Communication model.
   bool commModel = false;       ///< overlapComm, or some stage has all-to-alls
   std::vector<double> commFree; ///< per rank
@@ -367,6 +401,13 @@ Status Simulation::prepare() {
         }
         continue;
       }
+      if (a.isParamGather()) {
+        if (a.work.stage < 0 || a.work.stage >= pl.numStages ||
+            a.work.copy < 0 || a.work.copy >= pl.numCopies)
+          return Status::error(
+              stepError(s, r, i, toString(a) + " is out of range"));
+        continue;
+      }
       if (a.peer < 0 || a.peer >= numRanks || a.peer == r)
         return Status::error(stepError(s, r, i,
                                        "peer rank " + std::to_string(a.peer) +
@@ -406,7 +447,7 @@ Status Simulation::prepare() {
       n = s.programs[r].size();
     else if (keep == SimIntervals::Compute)
       for (const Action &a : s.programs[r])
-        n += !a.isComm();
+        n += a.kind == ActionKind::Compute || a.kind == ActionKind::Overlap;
     base[r + 1] = base[r] + n;
   }
   // Written once each, by the replay (rank r's from base[r] on): not
@@ -422,7 +463,31 @@ Status Simulation::prepare() {
     commModel = stageHasA2A(st);
   commFree.assign(numRanks, 0);
   commIv.resize(numRanks);
+  gatherFree.assign(numRanks, 0);
+  gatherDone.assign(numRanks, {});
+  for (int32_t r = 0; r < numRanks; ++r)
+    for (const Action &a : s.programs[r])
+      if (a.isParamGather()) {
+        gatherDone[r].assign(size_t(pl.numCopies) * size_t(pl.numStages), 0);
+        break;
+      }
   return Status::ok();
+}
+
+// An UNSHARD is posted at the rank's time and runs on its gather channel
+// after the gathers posted before it; the stage's next compute waits for
+// it (compute). A RESHARD frees memory only (Replay.h).
+void Simulation::paramGather(int32_t r, size_t i, const Action &a) {
+  double t = now[r];
+  if (a.kind == ActionKind::Unshard) {
+    double start = std::max(t, gatherFree[r]);
+    double dur = cost.gatherTime(a.work.stage);
+    gatherFree[r] = start + dur;
+    stats[r].gatherBusy += dur;
+    if (!gatherDone[r].empty())
+      gatherDone[r][gatherKey(a.work)] = start + dur;
+  }
+  place(r, i, t, t, false);
 }
 
 void Simulation::compute(int32_t r, size_t i, const Action &a, const Input &in1,
@@ -442,6 +507,17 @@ void Simulation::compute(int32_t r, size_t i, const Action &a, const Input &in1,
                                        ready2 - std::max(t, sent2)));
     st.exposedP2P += fl;
     addComm(r, i, start - fl, start, CommInterval::ExposedP2P);
+  }
+  if (!gatherDone[r].empty()) {
+    // ZeRO-3: the members' stages' parameters, gathered.
+    double params = paramsReady(r, a.work);
+    if (pair)
+      params = std::max(params, paramsReady(r, a.work2));
+    if (params > start) {
+      st.exposedGather += params - start;
+      st.exposedComm += params - start;
+      start = params;
+    }
   }
   double busy = 0;
   double end = commModel ? runComponents(r, i, a, start, busy) : 0;

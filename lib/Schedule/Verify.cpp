@@ -73,6 +73,7 @@ private:
     void recv(int32_t, size_t, const Action &, const CommSlot &) {}
     void gradReduceArrive(int32_t, size_t, const CommSlot &) {}
     void gradReduce(int32_t, size_t, const CommSlot &) {}
+    void paramGather(int32_t, size_t, const Action &) {}
   };
 
   const Schedule &s;

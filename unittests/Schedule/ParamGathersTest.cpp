@@ -3,6 +3,7 @@
 #include "pipeforge/Schedule/ParamGathers.h"
 #include "pipeforge/Schedule/CommInsertion.h"
 #include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/Simulator.h"
 #include "pipeforge/Schedule/Verify.h"
 
 #include "HandSchedules.h"
@@ -140,6 +141,121 @@ TEST(ParamGathersTest, GeneratedSchedulesVerify) {
                              << st.message();
     }
   }
+}
+
+// --- the simulator ----------------------------------------------------------
+
+// Without gather costs a schedule with gathers replays exactly as without.
+TEST(ParamGathersTest, FreeGathersChangeNothing) {
+  for (Schedule s : {hand1F1B(3, 6), handVOverlap(), handZB(2, 4, 1)}) {
+    Schedule g = s;
+    ASSERT_TRUE(insertParamGathers(g, 1).isOk());
+    Expected<SimResult> a = simulate(s, CostModel()),
+                        b = simulate(g, CostModel());
+    ASSERT_TRUE(a.isOk() && b.isOk());
+    EXPECT_EQ(a->makespan, b->makespan);
+    EXPECT_EQ(a->bubbleRate, b->bubbleRate);
+    for (size_t r = 0; r < a->ranks.size(); ++r) {
+      EXPECT_EQ(a->ranks[r].busy, b->ranks[r].busy);
+      EXPECT_EQ(a->ranks[r].peakMemory, b->ranks[r].peakMemory);
+      EXPECT_EQ(b->ranks[r].exposedGather, 0);
+    }
+    // The compute intervals are the same; the gathers add instants.
+    SimOptions o;
+    o.intervals = SimIntervals::Compute;
+    Expected<SimResult> ca = simulate(s, CostModel(), o),
+                        cb = simulate(g, CostModel(), o);
+    ASSERT_EQ(ca->intervals.size(), cb->intervals.size());
+    for (size_t k = 0; k < ca->intervals.size(); ++k) {
+      EXPECT_EQ(ca->intervals[k].start, cb->intervals[k].start);
+      EXPECT_EQ(ca->intervals[k].end, cb->intervals[k].end);
+    }
+  }
+}
+
+// An UNSHARD takes the stage's gathered bytes over the gather bandwidth on
+// the rank's gather channel; the stage's next compute waits for it.
+TEST(ParamGathersTest, GatherTimeDelaysTheFirstCompute) {
+  Schedule s = hand1F1B(2, 2);
+  ASSERT_TRUE(insertParamGathers(s, 0).isOk());
+  CostModel c;
+  Expected<SimResult> base = simulate(s, c);
+  c.paramBytes = 4;
+  c.gatherBytesPerTime = 2; // 2 time units per UNSHARD
+  Expected<SimResult> r = simulate(s, c);
+  ASSERT_TRUE(base.isOk() && r.isOk()) << r.message();
+  // Rank 0 waits 2 for stage 0; rank 1's gather ends at 2, before F1.0's
+  // input arrives at 3: hidden.
+  EXPECT_EQ(r->ranks[0].exposedGather, 2);
+  EXPECT_EQ(r->ranks[1].exposedGather, 0);
+  EXPECT_EQ(r->ranks[0].gatherBusy, 2);
+  EXPECT_EQ(r->makespan, base->makespan + 2);
+  // Per-stage bytes override the uniform value: stage 1's gather (1 unit)
+  // ends as F0.0's activation arrives.
+  c.paramBytesStage = {0, 2};
+  Expected<SimResult> st = simulate(s, c);
+  EXPECT_EQ(st->ranks[0].exposedGather, 0);
+  EXPECT_EQ(st->makespan, base->makespan);
+}
+
+// Prefetch hides a later stage's gather behind compute; at prefetch 0 it
+// is exposed.
+TEST(ParamGathersTest, PrefetchHidesTheGather) {
+  CostModel c;
+  c.paramBytes = 1;
+  c.gatherBytesPerTime = 1;
+  c.tcomm = 0;
+  double exposed[2];
+  for (int prefetch : {0, 1}) {
+    Schedule s = handVOverlap();
+    ASSERT_TRUE(insertParamGathers(s, prefetch).isOk());
+    Expected<SimResult> r = simulate(s, c);
+    ASSERT_TRUE(r.isOk()) << r.message();
+    exposed[prefetch] = r->ranks[0].exposedGather + r->ranks[1].exposedGather;
+  }
+  // Prefetch 0: every first gather is exposed (1 each on the first stage
+  // of each rank, and stage 3's on rank 0 right before F3.0).
+  EXPECT_GT(exposed[0], exposed[1]);
+}
+
+// The gathered parameters count in memory from UNSHARD to RESHARD.
+TEST(ParamGathersTest, GatheredParametersCountInMemory) {
+  Schedule s = handGPipe(2, 2);
+  Schedule g = s;
+  ASSERT_TRUE(insertParamGathers(g, 0).isOk());
+  CostModel c;
+  c.paramBytes = 8;
+  c.memPerParamByte = 0.125; // 1 memory unit per stage
+  Expected<SimResult> a = simulate(s, c), b = simulate(g, c);
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  for (size_t r = 0; r < 2; ++r)
+    EXPECT_EQ(b->ranks[r].peakMemory, a->ranks[r].peakMemory + 1);
+  // Two stages gathered at once on a V rank (prefetch past the program).
+  Schedule v = handVOverlap();
+  Expected<SimResult> va = simulate(v, c);
+  ASSERT_TRUE(insertParamGathers(v, kMaxParamPrefetch).isOk());
+  Expected<SimResult> vb = simulate(v, c);
+  EXPECT_EQ(vb->ranks[0].peakMemory, va->ranks[0].peakMemory + 2);
+  // The verifier's memory limit counts them too.
+  VerifyOptions vo;
+  vo.cost = c;
+  vo.memLimit = va->ranks[0].peakMemory + 1.5;
+  Status st = verify(v, vo);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("exceeds the limit"), std::string::npos);
+}
+
+TEST(ParamGathersTest, CostsChecked) {
+  CostModel c;
+  c.gatherBytesPerTime = -1;
+  Status st = checkCosts(c, 2, 10);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("gather bandwidth"), std::string::npos);
+  c = CostModel();
+  c.paramBytesStage = {1, -2};
+  st = checkCosts(c, 2, 10);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("parameter bytes of stage 1"), std::string::npos);
 }
 
 } // namespace

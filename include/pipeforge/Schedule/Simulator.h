@@ -33,8 +33,26 @@ struct CostModel {
   /// run beside compute).
   int offloadGap = 0;
 
+  /// ZeRO-3's parameter gathers (UNSHARD / RESHARD; ParamGathers.h). Per
+  /// stage (index = stage, both copies alike; empty: the uniform value),
+  /// the bytes of the stage's parameters a rank gathers: those it does not
+  /// own. An UNSHARD posts the gather on the rank's gather channel (one
+  /// per rank, beside compute and messages; gathers run one after another
+  /// on it), which takes paramBytes / gatherBytesPerTime; the stage's next
+  /// compute on the rank waits for it to finish. gatherBytesPerTime 0:
+  /// gathers take no time. With memPerParamByte > 0 the gathered bytes
+  /// count in the rank's memory (memory units per byte) from the UNSHARD
+  /// to the RESHARD. The defaults (0) replay as without gathers.
+  double paramBytes = 0;
+  std::vector<double> paramBytesStage;
+  double gatherBytesPerTime = 0;
+  double memPerParamByte = 0;
+
   double timeOf(WorkKind k, int stage) const;
   double memDelta(WorkKind k, int stage) const;
+  /// The time of an UNSHARD of `stage`, and the memory it holds.
+  double gatherTime(int stage) const;
+  double gatherMem(int stage) const;
 
   //--- Communication model (docs/schedule-library.md, "Communication
   //--- model"). The defaults add nothing: tA2A = 0 and overlapComm = false
@@ -81,6 +99,11 @@ struct RankStats {
   double exposedP2P = 0;
   /// Compute idle inside F/B/BW/pairs waiting for all-to-alls.
   double exposedA2A = 0;
+  /// Compute idle waiting for a ZeRO-3 parameter gather (UNSHARD) to
+  /// finish (also counted in exposedComm), and the time the rank's gather
+  /// channel was busy.
+  double exposedGather = 0;
+  double gatherBusy = 0;
   /// Time the comm resource was busy (all-to-alls and, with overlapComm,
   /// P2P transfers).
   double commBusy = 0;
