@@ -61,6 +61,8 @@ done
 # overlapped gradient reduction), expert and tensor parallelism on DeepSeek.
 "$bin/pipeforge-compile" examples/gpt-tiny.json --schedule 1f1b --ranks 2 --dp 2 "${common[@]}" \
   -o "$out/programs/1f1b-dp2.pfp" >/dev/null
+"$bin/pipeforge-compile" examples/gpt-tiny.json --schedule 1f1b --ranks 2 --dp 2 --zero 3 "${common[@]}" \
+  -o "$out/programs/1f1b-dp2-z3.pfp" >/dev/null
 "$bin/pipeforge-compile" examples/deepseek-tiny.json --schedule dualpipev --ranks 2 --ep 2 --fuse-overlap \
   "${common[@]}" -o "$out/programs/ds-dualpipev-ep2.pfp" >/dev/null
 "$bin/pipeforge-compile" examples/deepseek-tiny.json --schedule 1f1b --ranks 2 --tp 2 --sequence-parallel \

@@ -241,6 +241,20 @@ if prog 1f1b-dp2 examples/gpt-tiny.json --schedule 1f1b --ranks 2 --dp 2 &&
 else
   row "1f1b dp 2" "4 ranks, threads, not overlapped" - FAIL; tail -3 "$dp-off.log"; status=1
 fi
+# ZeRO-3: each stage's parameters gathered from their owners (threads:
+# device buffers between the threads; MPI: staged through the host) give the
+# bits of the unsharded run.
+z3=$work/1f1b-dp2-z3
+if prog 1f1b-dp2-z3 examples/gpt-tiny.json --schedule 1f1b --ranks 2 --dp 2 --zero 3; then
+  trainrow "1f1b dp 2 zero 3" "4 ranks, threads" "$dp-off" "$z3-thr" 0 0 0 \
+    "$bin/pipeforge-run" "$z3.pfp" --local-ranks 4 --backend "$be" --zero 3
+  if command -v mpirun >/dev/null 2>&1; then
+    trainrow "1f1b dp 2 zero 3" "4 MPI ranks" "$dp-off" "$z3-mpi" 0 0 0 \
+      mpirun --oversubscribe -np 4 "$bin/pipeforge-run" "$z3.pfp" --backend "$be" --device 0 --zero 3
+  fi
+else
+  row "1f1b dp 2 zero 3" "compile" - FAIL; status=1
+fi
 # Expert and tensor parallelism on the tiny DeepSeek: the GPU against the
 # CPU backend running the same program (the GPU-vs-CPU tolerances above).
 for spec in "ds-dualpipev-ep2|dualpipev ep 2|--schedule dualpipev --ranks 2 --ep 2 --fuse-overlap" \

@@ -281,7 +281,7 @@ struct Executor::Impl {
   /// UNSHARD to its RESHARD. Owners serve their values, fixed during the
   /// step, at its start (no rank waits on another's place in its schedule);
   /// UNSHARD posts the receipt, the stage's next compute waits for it.
-  /// Tied and expert-parallel tensors stay resident (ZeRO-1's exchange).
+  /// Tied tensors stay resident (ZeRO-1's exchange).
   std::set<int32_t> zero3Params;           ///< local tensors ZeRO-3 shards
   std::map<int32_t, int> paramOwnerWorld;  ///< not owned: the owner's world rank
   std::map<int32_t, std::vector<int>> paramHolders; ///< owned: who gathers it

@@ -139,7 +139,7 @@ Status Executor::Impl::serveParams() {
   // Messages go straight from (and into) the backend's buffers where the
   // transport takes them; else from the host master copy (a host
   // optimizer's), or a host copy of the device one.
-  const bool direct = be.hostVisible() || tr.deviceBuffers();
+  const bool direct = be.hostVisible() || tr.worldDeviceBuffers();
   for (auto &[i, holders] : paramHolders) {
     ParamState &ps = params.at(i);
     int64_t n = localElems(i);
@@ -165,7 +165,7 @@ Status Executor::Impl::serveParams() {
 }
 
 Status Executor::Impl::unshard(const Action &a, bool inStep) {
-  const bool direct = be.hostVisible() || tr.deviceBuffers();
+  const bool direct = be.hostVisible() || tr.worldDeviceBuffers();
   auto &pending = fetching[{a.work.copy, a.work.stage}];
   for (auto &[i, o] : paramOwnerWorld) {
     const Param &p = prog.params[size_t(i)];
@@ -197,7 +197,7 @@ Status Executor::Impl::awaitParams(int copy, int stage) {
   auto it = fetching.find({copy, stage});
   if (it == fetching.end())
     return Status::ok();
-  const bool direct = be.hostVisible() || tr.deviceBuffers();
+  const bool direct = be.hostVisible() || tr.worldDeviceBuffers();
   double w0 = nowS();
   for (const ParamFetch &f : it->second) {
     if (Status s = tr.wait(f.req); !s)

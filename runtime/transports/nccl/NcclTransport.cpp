@@ -167,6 +167,17 @@ public:
                             int64_t n) override {
     return post(false, peer, tag, buf, n, compute(), false);
   }
+  // ZeRO-3's parameter service: host memory over the internal MPI transport
+  // (the executor stages it), its requests in an id space of their own.
+  bool worldDeviceBuffers() const override { return false; }
+  Expected<RequestId> isendWorld(int worldPeer, int64_t tag, const float *buf,
+                                 int64_t n) override {
+    return worldRequest(inner().isendWorld(worldPeer, tag, buf, n));
+  }
+  Expected<RequestId> irecvWorld(int worldPeer, int64_t tag, float *buf,
+                                 int64_t n) override {
+    return worldRequest(inner().irecvWorld(worldPeer, tag, buf, n));
+  }
   Status wait(RequestId id) override;
   bool test(RequestId id) override;
   void progress() override { drain(); }
@@ -256,6 +267,17 @@ private:
   std::map<std::pair<int, int64_t>, std::deque<Staged>> staged;
   std::vector<cudaEvent_t> freeEvents;
   RequestId next = 1;
+  /// The parameter service's requests: ours (from kWorldIds up) -> the
+  /// internal transport's.
+  static constexpr RequestId kWorldIds = RequestId(1) << 56;
+  std::map<RequestId, RequestId> worldReqs;
+  RequestId nextWorld = kWorldIds;
+  Expected<RequestId> worldRequest(Expected<RequestId> r) {
+    if (!r)
+      return r;
+    worldReqs[nextWorld] = *r;
+    return nextWorld++;
+  }
 
   Transport &inner() {
     mpi->setTimeout(timeout());
@@ -782,6 +804,13 @@ Status NcclTransport::finish(RequestId id) {
 }
 
 Status NcclTransport::wait(RequestId id) {
+  if (auto w = worldReqs.find(id); w != worldReqs.end()) {
+    RequestId in = w->second;
+    worldReqs.erase(w);
+    // Headers keep draining meanwhile (peers' sends to this rank complete).
+    return failed(poll("a ZeRO-3 parameter message",
+                       [&]() -> Expected<bool> { return inner().test(in); }));
+  }
   if (colls.count(id))
     return waitColl(id);
   if (devReduces.count(id))
@@ -799,6 +828,12 @@ Status NcclTransport::wait(RequestId id) {
 
 bool NcclTransport::test(RequestId id) {
   drain();
+  if (auto w = worldReqs.find(id); w != worldReqs.end()) {
+    if (!inner().test(w->second))
+      return false;
+    worldReqs.erase(w);
+    return true;
+  }
   if (auto d = devReduces.find(id); d != devReduces.end()) {
     auto e = eventDone(d->second.done);
     return e && *e && waitDevReduce(id);

@@ -139,6 +139,9 @@ public:
                                          float *buf, int64_t n) {
     return isendWorld(worldPeer, tag, buf, n);
   }
+  /// Whether isendWorld/irecvWorld take the backend's buffers as they are
+  /// (else the executor stages them through host memory).
+  virtual bool worldDeviceBuffers() const { return deviceBuffers(); }
   /// Blocks until the request completes (watchdog: an error after the
   /// timeout naming the request).
   virtual Status wait(RequestId r) = 0;
