@@ -445,9 +445,70 @@ void stripComm(Schedule &s) {
 
 Status insertComm(Schedule &s) { return insertComm(s, CostModel()); }
 
+namespace {
+/// ZeRO-3's gathers of a compute-only schedule (an imported CSV): each
+/// UNSHARD stays before the compute action it preceded, each RESHARD after
+/// the one it followed; the messages go in between (insertComm).
+Status insertCommAroundGathers(Schedule &s, const CostModel &cost) {
+  // Per rank: (compute ordinal, before?) of each gather, in program order.
+  struct Anchor {
+    size_t compute;
+    Action gather;
+  };
+  std::vector<std::vector<Anchor>> before(s.programs.size()),
+      after(s.programs.size());
+  Schedule bare = s;
+  for (size_t r = 0; r < s.programs.size(); ++r) {
+    std::vector<Action> &prog = bare.programs[r];
+    size_t computes = 0;
+    for (const Action &a : prog) {
+      if (a.kind == ActionKind::Unshard)
+        before[r].push_back({computes, a});
+      else if (a.kind == ActionKind::Reshard && computes > 0)
+        after[r].push_back({computes - 1, a});
+      else if (a.kind == ActionKind::Reshard) // before any compute
+        before[r].push_back({0, a});
+      computes += a.isCompute();
+    }
+    prog.erase(std::remove_if(prog.begin(), prog.end(),
+                              [](const Action &a) { return a.isParamGather(); }),
+               prog.end());
+  }
+  if (Status st = insertComm(bare, cost); !st)
+    return st;
+  for (size_t r = 0; r < s.programs.size(); ++r) {
+    std::vector<Action> out;
+    out.reserve(bare.programs[r].size() + before[r].size() + after[r].size());
+    size_t computes = 0, b = 0, e = 0;
+    for (const Action &a : bare.programs[r]) {
+      if (a.isCompute())
+        while (b < before[r].size() && before[r][b].compute == computes)
+          out.push_back(before[r][b++].gather);
+      out.push_back(a);
+      if (a.isCompute()) {
+        while (e < after[r].size() && after[r][e].compute == computes)
+          out.push_back(after[r][e++].gather);
+        ++computes;
+      }
+    }
+    // After the last compute (a program that gathers what it never uses:
+    // the verifier names it).
+    for (; b < before[r].size(); ++b)
+      out.push_back(before[r][b].gather);
+    bare.programs[r] = std::move(out);
+  }
+  s = std::move(bare);
+  return Status::ok();
+}
+} // namespace
+
 Status insertComm(Schedule &s, const CostModel &cost) {
   if (s.hasComm)
     return Status::error("schedule already has messages (strip them first)");
+  for (const std::vector<Action> &prog : s.programs)
+    for (const Action &a : prog)
+      if (a.isParamGather())
+        return insertCommAroundGathers(s, cost);
   if (Status st = checkShape(s); !st)
     return st;
   if (Status st = checkCosts(cost, s); !st)

@@ -5,11 +5,14 @@
 // gradient), PyTorch "B" is our BW (full backward). The translation happens
 // here and nowhere else. A RECV cell carries the receiving stage (PyTorch's
 // _get_comms), so our Recv of F(s) is "<s+1>RECV_F" and of B(s) "<s-1>RECV_B".
+// ZeRO-3's gathers are PyTorch's FSDP actions "<s>UNSHARD" and "<s>RESHARD"
+// (s the global stage, as for compute cells), written with the messages.
 //
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Schedule/Export.h"
 #include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/ParamGathers.h"
 
 #include <algorithm>
 #include <cctype>
@@ -74,8 +77,9 @@ int32_t messageCellStage(int32_t numStages, const Action &a) {
 }
 
 /// Writes the cell of a compute, an overlapped pair or (withComm) a
-/// message after `sep()`, as both dialects spell them; nothing for a
-/// W-gradient message or a GRADREDUCE. Returns whether it wrote one.
+/// message or a parameter gather (UNSHARD, RESHARD) after `sep()`, as both
+/// dialects spell them; nothing for a W-gradient message or a GRADREDUCE.
+/// Returns whether it wrote one.
 template <typename Sep>
 bool actionCell(int32_t numStages, const Action &a, bool withComm,
                 std::string &out, Sep &&sep) {
@@ -107,15 +111,26 @@ bool actionCell(int32_t numStages, const Action &a, bool withComm,
   }
   case ActionKind::GradReduce:
     return false;
+  case ActionKind::Unshard:
+  case ActionKind::Reshard: {
+    if (!withComm)
+      return false;
+    sep();
+    char tmp[16];
+    auto r = std::to_chars(tmp, tmp + sizeof tmp, g(a.work));
+    out.append(tmp, r.ptr);
+    out += a.kind == ActionKind::Unshard ? "UNSHARD" : "RESHARD";
+    return true;
+  }
   }
   return false;
 }
 
 /// PyTorch's `compute_comms` row for a rank's program (CsvOptions::
 /// pytorchStrict): the rules of PyTorch 2.15's own lowering
-/// (_add_unshard_reshard with every stage of the rank resident,
-/// _add_reduce_grad, _add_wait_send), applied to PipeForge's order of
-/// compute and messages.
+/// (_add_unshard_reshard with every stage of the rank resident, unless the
+/// schedule places its own gathers (ZeRO-3), _add_reduce_grad,
+/// _add_wait_send), applied to PipeForge's order of compute and messages.
 void pytorchCommsRow(const Schedule &s, const std::vector<Action> &prog,
                      std::string &out) {
   int32_t ns = s.placement.numStages;
@@ -143,8 +158,11 @@ void pytorchCommsRow(const Schedule &s, const std::vector<Action> &prog,
       if (a.kind == ActionKind::Overlap)
         noteStage(g(a.work2));
     }
-  for (int32_t st : stages)
-    named(st, "UNSHARD");
+  // ZeRO-3: the schedule's own UNSHARD/RESHARD, where they stand.
+  const bool ownGathers = hasParamGathers(s);
+  if (!ownGathers)
+    for (int32_t st : stages)
+      named(st, "UNSHARD");
   // Sends not yet waited for, in the order they were posted; the forward
   // ones are found by (stage, mb) when their local backward runs.
   struct Pending {
@@ -187,8 +205,9 @@ void pytorchCommsRow(const Schedule &s, const std::vector<Action> &prog,
       pending.push_back({st, a.work.mb, act, false});
     }
   }
-  for (int32_t st : stages)
-    named(st, "RESHARD");
+  if (!ownGathers)
+    for (int32_t st : stages)
+      named(st, "RESHARD");
   for (const Pending &p : pending)
     if (!p.waited) {
       sep();
@@ -259,7 +278,15 @@ const char *ptKindName(PtKind k) {
 /// bytes (a CSV of millions of cells is held whole until the placement is
 /// known).
 struct RawCell {
-  enum Kind : uint8_t { Work, Pair, Send, Recv, GradReduce } kind = Work;
+  enum Kind : uint8_t {
+    Work,
+    Pair,
+    Send,
+    Recv,
+    GradReduce,
+    Unshard,
+    Reshard
+  } kind = Work;
   PtKind ptKind = PtKind::F;
   PtKind ptKind2 = PtKind::F; ///< Pair: the backward member
   int32_t stage = 0, mb = 0;
@@ -295,14 +322,13 @@ bool parseInt(std::string_view s, size_t &pos, int32_t &out) {
 
 /// The kinds a PyTorch `compute_comms` dump may hold that have no
 /// counterpart in a PipeForge schedule, skipped on import (and counted):
-/// FSDP's parameter and gradient actions, and the waits for a posted send
+/// FSDP's gradient reduction, and the waits for a posted send
 /// (a PipeForge send completes on its own; the receive carries the
 /// dependency, so dropping the wait drops no order).
 enum class Skipped : uint8_t { None, Fsdp, Wait };
 
 Skipped skippedKind(std::string_view name) {
-  if (name == "UNSHARD" || name == "RESHARD" || name == "REDUCE_GRAD" ||
-      name == "WAIT_REDUCE_GRAD")
+  if (name == "REDUCE_GRAD" || name == "WAIT_REDUCE_GRAD")
     return Skipped::Fsdp;
   if (name == "WAIT_SEND_F" || name == "WAIT_SEND_B")
     return Skipped::Wait;
@@ -310,7 +336,7 @@ Skipped skippedKind(std::string_view name) {
 }
 
 constexpr const char *kKnownKinds =
-    "F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B; skipped: UNSHARD, RESHARD, "
+    "F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD; skipped: "
     "REDUCE_GRAD, WAIT_REDUCE_GRAD, WAIT_SEND_F, WAIT_SEND_B";
 
 /// The kind's name of a cell <stage><NAME><mb>: the letters and
@@ -382,10 +408,32 @@ Skipped skippedCell(std::string_view text) {
   return k;
 }
 
+/// ZeRO-3's <stage>UNSHARD / <stage>RESHARD (PyTorch's FSDP actions; a
+/// microbatch after them, which PyTorch never writes, is read and
+/// ignored). False when `text` is neither.
+bool parseGather(std::string_view text, size_t row, size_t col, RawCell &c) {
+  size_t pos = 0;
+  if (!parseInt(text, pos, c.stage))
+    return false;
+  std::string_view name = kindName(text, pos);
+  if (name != "UNSHARD" && name != "RESHARD")
+    return false;
+  c.kind = name == "UNSHARD" ? RawCell::Unshard : RawCell::Reshard;
+  pos += name.size();
+  int32_t mb = 0;
+  if (pos < text.size() && (!parseInt(text, pos, mb) || pos != text.size()))
+    fail(row, col, text,
+         "expected <stage>" + std::string(name) + " or <stage>" +
+             std::string(name) + "<microbatch>");
+  return true;
+}
+
 RawCell parseCell(std::string_view text, size_t row, size_t col) {
   RawCell c;
   c.row = uint32_t(row);
   c.col = uint32_t(col);
+  if (parseGather(text, row, col, c))
+    return c;
   static constexpr std::string_view kGr = "GRADREDUCE_r";
   if (text.substr(0, kGr.size()) == kGr) {
     size_t pos = kGr.size();
@@ -523,9 +571,11 @@ Expected<Schedule> importCsv(const std::string &text,
             "csv row " + std::to_string(row) + " (line " +
             std::to_string(lineNo) + ") holds no compute cell (F, I, W, B " +
             "or an overlapped pair)" +
-            (rowSkipped[row] ? ", only " + std::to_string(rowSkipped[row]) +
-                                   " skipped FSDP or wait cell(s)"
-                             : std::string()) +
+            (rowSkipped[row] + rows[row].size()
+                 ? ", only " +
+                       std::to_string(rowSkipped[row] + rows[row].size()) +
+                       " message, gather, FSDP or wait cell(s)"
+                 : std::string()) +
             ": a row is a rank, and every rank computes");
     }
     if (rows.empty())
@@ -693,6 +743,25 @@ Expected<Schedule> importCsv(const std::string &text,
           s.programs[r].push_back(Action::gradReduce(c.peer));
           s.hasComm = true;
           break;
+        case RawCell::Unshard:
+        case RawCell::Reshard: {
+          const char *name = c.kind == RawCell::Unshard ? "UNSHARD" : "RESHARD";
+          std::string text = std::to_string(c.stage) + name;
+          if (c.stage >= total)
+            fail(c.row, c.col, text,
+                 "stage " + std::to_string(c.stage) + " is out of range (" +
+                     std::to_string(total) + " stages)");
+          int32_t copy = c.stage / ns, stage = c.stage % ns;
+          if (pl.rank(copy, stage) != r)
+            fail(c.row, c.col, text,
+                 "stage " + std::to_string(c.stage) + " is placed on rank " +
+                     std::to_string(pl.rank(copy, stage)) +
+                     ": a rank gathers only the stages it computes");
+          s.programs[r].push_back(c.kind == RawCell::Unshard
+                                      ? Action::unshard(stage, copy)
+                                      : Action::reshard(stage, copy));
+          break;
+        }
         }
       }
       // Converted: the row's cells are no longer needed.

@@ -207,7 +207,7 @@ void detail::exportTextGrid(const Schedule &s, const SimResult &sim,
       const Interval &iv = *it;
       double d = iv.end - iv.start;
       if (d > 0 && (u == 0 || d < u) &&
-          !s.programs[iv.rank][iv.actionIndex].isComm())
+          s.programs[iv.rank][iv.actionIndex].isCompute())
         u = d;
       if (std::isfinite(iv.end))
         e = std::max(e, iv.end);
@@ -254,7 +254,7 @@ void detail::exportTextGrid(const Schedule &s, const SimResult &sim,
     for (auto it = b; it != e; ++it) {
       const Interval &iv = *it;
       const Action &a = prog[iv.actionIndex];
-      if (a.isComm())
+      if (!a.isCompute())
         continue;
       size_t col = std::max(
           nextFree,

@@ -71,7 +71,7 @@ std::string exportTrace(const Schedule &s, const SimResult &sim,
     const Action &a = s.programs[iv.rank][iv.actionIndex];
     if (a.kind == ActionKind::Send)
       sends[{iv.rank, a.peer}].push_back({iv.start * k, toString(a.work)});
-    if (!a.isComm())
+    if (a.isCompute())
       for (const Work *w : detail::membersOf(a)) {
         if (idx.inRange(*w)) {
           endOf[idx.id(*w)] = iv.end;
@@ -84,18 +84,24 @@ std::string exportTrace(const Schedule &s, const SimResult &sim,
     const Action &a = s.programs[iv.rank][iv.actionIndex];
     Json e;
     e["name"] = toString(a);
-    e["cat"] = a.isComm() ? "comm" : "compute";
+    e["cat"] = a.isComm()          ? "comm"
+               : a.isParamGather() ? "gather"
+                                   : "compute";
     e["ph"] = "X";
     e["ts"] = iv.start * k;
     e["dur"] = (iv.end - iv.start) * k;
     e["pid"] = iv.rank;
-    e["tid"] = a.isComm() ? kCommTid : kComputeTid;
+    e["tid"] = a.isCompute() ? kComputeTid : kCommTid;
     Json args;
     if (a.kind == ActionKind::Compute || a.kind == ActionKind::Overlap) {
       args["kind"] = a.kind == ActionKind::Overlap ? "FB"
                                                    : workKindName(a.work.kind);
       args["stage"] = a.work.stage;
       args["mb"] = a.work.mb;
+      if (s.placement.numCopies > 1)
+        args["copy"] = a.work.copy;
+    } else if (a.isParamGather()) {
+      args["stage"] = a.work.stage;
       if (s.placement.numCopies > 1)
         args["copy"] = a.work.copy;
     } else if (a.kind != ActionKind::GradReduce) {
@@ -118,7 +124,7 @@ std::string exportTrace(const Schedule &s, const SimResult &sim,
       }
       ++n;
     }
-    if (!s.hasComm && !a.isComm()) {
+    if (!s.hasComm && a.isCompute()) {
       for (const Work *w : detail::membersOf(a)) {
         std::optional<Work> nominal =
             detail::nominalProducer(*w, s.placement.numStages);

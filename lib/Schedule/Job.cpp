@@ -14,6 +14,7 @@
 #include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/Schedule/JsonWriter.h"
 #include "pipeforge/Schedule/MemoryLimit.h"
+#include "pipeforge/Schedule/ParamGathers.h"
 #include "pipeforge/Schedule/Verify.h"
 
 
@@ -440,6 +441,12 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
   if (!j.computeOnly && !sch.hasComm)
     if (Status st = insertComm(r.schedule, cost); !st)
       return Status::error("cannot insert messages: " + st.message());
+  // ZeRO-3: each stage's parameters gathered before its first compute on a
+  // rank and released after its last (ParamGathers.h).
+  if (j.zero == 3 && !hasParamGathers(r.schedule))
+    if (Status st = insertParamGathers(r.schedule, j.paramPrefetch); !st)
+      return Status::error("cannot insert parameter gathers: " +
+                           st.message());
 
   VerifyOptions vo;
   vo.cost = cost;

@@ -12,6 +12,7 @@
 #include "pipeforge/Schedule/Export.h"
 #include "pipeforge/Schedule/Job.h"
 #include "pipeforge/Schedule/Offload.h"
+#include "pipeforge/Schedule/ParamGathers.h"
 #include "pipeforge/Support/InputFile.h"
 
 #include <atomic>
@@ -47,6 +48,8 @@ Schedule:
                         divides m, else PyTorch's Interleaved1F1B order)
   --import-csv FILE     read a PyTorch schedule CSV (- : standard input)
   --compute-only        do not insert send/recv
+  --zero Z              3: UNSHARD (gather) each stage's parameters N computes
+  --param-prefetch N    before its first on a rank (default 1), RESHARD after
 
 Cost model (time units are yours; memory in units of M_B):
   --tf T  --tb T  --tw T       F, B, W times (default 1) of a rank's share
@@ -61,11 +64,10 @@ Cost model (time units are yours; memory in units of M_B):
   --mem-w R                    M_W / M_B (default 0.5)
   --offload-activations O      off (default) | auto | all: memory as
                                pipeforge-run's activation offload leaves it
-  --mem-limit X                per-rank activation limit: a number of M_B,
-                               "<k>p" for k x ranks M_B (e.g. 2p), or bytes
-                               (12GB, 512MiB, 1e9B; suffixes B KB MB GB are
-                               powers of 1000, KiB MiB GiB of 1024), which
-                               needs --hidden --heads --seq
+  --mem-limit X                per-rank activation limit: M_B, "<k>p" (k x
+                               ranks M_B) or bytes (12GB, 512MiB, 1e9B; B KB
+                               MB GB: powers of 1000, KiB MiB GiB: of 1024),
+                               which needs --hidden --heads --seq
 
 Automatic schedule (--schedule auto; docs/auto-scheduler.md):
   --placement P         any (default): search linear and V and try every
@@ -75,8 +77,7 @@ Automatic schedule (--schedule auto; docs/auto-scheduler.md):
                         DualPipe joins the comparison; default 1)
   --search-limit S      ceiling of the search in seconds (default 10, or half
                         of --time-limit); the output says if it cut it short
-  --search-moves N      local-search work budget, moves tried (default
-                        20000; 0: no local search)
+  --search-moves N      local-search moves tried (default 20000; 0: none)
   --ilp-nodes N --gap G CBC's node budget (default 20), relative gap (0.0001)
   --no-ilp              heuristic only
 
@@ -225,6 +226,9 @@ Options parseArgs(int argc, char **argv) {
       {"--seq", &j.seq, nullptr, 1, inf},
       {"--microbatch-size", &j.microbatchSize, nullptr, 1, inf},
       {"--layers", nullptr, &j.layers, 1, maxInt},
+      {"--zero", nullptr, &j.zero, 0, 3},
+      {"--param-prefetch", nullptr, &j.paramPrefetch, 0,
+       double(kMaxParamPrefetch)},
   };
   const std::pair<const char *, bool *> switches[] = {
       {"--compute-only", &j.computeOnly}, {"--overlap-comm", &j.overlapComm}};
@@ -364,8 +368,8 @@ int main(int argc, char **argv) {
   if (r->ignoredFsdpActions)
     std::cerr << "pipeforge-sched: note: " << o.importCsv << ": skipped "
               << r->ignoredFsdpActions
-              << " FSDP action(s) (UNSHARD, RESHARD, REDUCE_GRAD, "
-                 "WAIT_REDUCE_GRAD): a pipeline schedule has no equivalent\n";
+              << " FSDP action(s) (REDUCE_GRAD, WAIT_REDUCE_GRAD): a "
+                 "pipeline schedule has no equivalent\n";
   if (r->ignoredWaitActions)
     std::cerr << "pipeforge-sched: note: " << o.importCsv << ": skipped "
               << r->ignoredWaitActions

@@ -3,6 +3,7 @@
 #include "pipeforge/Schedule/Export.h"
 #include "pipeforge/Schedule/CommInsertion.h"
 #include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/ParamGathers.h"
 #include "pipeforge/Schedule/Verify.h"
 
 #include "HandSchedules.h"
@@ -318,16 +319,42 @@ TEST(ExportTest, CsvPytorchDialect) {
             std::string::npos)
       << c;
   EXPECT_EQ(c.find("GRADREDUCE"), std::string::npos) << c;
-  // PyTorch's form imports as the same schedule (its extra cells skipped).
+  // PyTorch's form imports as the same schedule (its gradient reductions
+  // and waits skipped), with its UNSHARD / RESHARD as ZeRO-3's gathers.
   CsvImportOptions io;
   int64_t fsdp = 0, waits = 0;
   io.ignoredFsdpActions = &fsdp;
   io.ignoredWaitActions = &waits;
   auto back = importCsv(c, io);
   ASSERT_TRUE(back.isOk()) << back.message();
+  EXPECT_TRUE(hasParamGathers(*back));
+  EXPECT_TRUE(verify(*back).isOk()) << verify(*back).message();
+  for (auto &prog : back->programs)
+    prog.erase(std::remove_if(prog.begin(), prog.end(),
+                              [](const Action &a) { return a.isParamGather(); }),
+               prog.end());
   EXPECT_EQ(exportCsv(*back), exportCsv(zb));
-  EXPECT_EQ(fsdp, 2 * 4); // UNSHARD, RESHARD, REDUCE_GRAD and its wait
+  EXPECT_EQ(fsdp, 2 * 2); // REDUCE_GRAD and its wait
   EXPECT_EQ(waits, 2 * 2); // one per send
+  // A schedule with its own gathers (ZeRO-3) has them where they stand,
+  // in both dialects, and imports back to the same actions.
+  Schedule z = handZB(2, 2, 1);
+  ASSERT_TRUE(insertComm(z).isOk());
+  ASSERT_TRUE(insertParamGathers(z, 0).isOk());
+  std::string zc = exportCsv(z, pt);
+  EXPECT_EQ(zc.find("0UNSHARD,0F0"), 0u) << zc;
+  EXPECT_NE(zc.find("1RECV_F0,1UNSHARD,1F0"), std::string::npos) << zc;
+  EXPECT_NE(zc.find("0W1,0REDUCE_GRAD,0WAIT_REDUCE_GRAD,0RESHARD"),
+            std::string::npos)
+      << zc;
+  std::string own = exportCsv(z);
+  EXPECT_NE(own.find("1RECV_F0,1UNSHARD,1F0"), std::string::npos) << own;
+  auto zback = importCsv(own);
+  ASSERT_TRUE(zback.isOk()) << zback.message();
+  EXPECT_EQ(zback->programs, z.programs);
+  CsvOptions computeOnly;
+  computeOnly.withComm = false;
+  EXPECT_EQ(exportCsv(z, computeOnly).find("UNSHARD"), std::string::npos);
   // Two copies: refused, with the reason; no rows in PyTorch's dialect.
   Schedule dual = gen(ScheduleKind::DualPipe, 4, 16);
   ASSERT_TRUE(insertComm(dual).isOk());
@@ -404,19 +431,30 @@ TEST(ExportTest, CsvImportErrorsNameRowAndColumn) {
       "column 1: \"(0F1;0F2)OVERLAP_F_B\": an overlapped pair must be an F "
       "then a B or I");
   has(errOf("0F0,(0F1,0B0)OVERLAP\n"), "row 0, column 1");
-  // FSDP actions are skipped (counted), not errors; a malformed one is.
+  // FSDP's gradient reductions are skipped (counted), not errors; its
+  // UNSHARD / RESHARD are ZeRO-3's gathers; a malformed one is an error.
   {
     int64_t skipped = 0;
     CsvImportOptions o;
     o.ignoredFsdpActions = &skipped;
     auto s = importCsv("0UNSHARD,0F0,0B0,0RESHARD,0REDUCE_GRAD\n", o);
     ASSERT_TRUE(s) << s.message();
-    EXPECT_EQ(skipped, 3);
-    EXPECT_EQ(s->programs[0].size(), 2u);
+    EXPECT_EQ(skipped, 1);
+    ASSERT_EQ(s->programs[0].size(), 4u);
+    EXPECT_EQ(toString(s->programs[0][0]), "UNSHARD 0");
+    EXPECT_EQ(toString(s->programs[0][3]), "RESHARD 0");
   }
   has(errOf("0F0,0UNSHARD1x\n"),
-      "column 1: \"0UNSHARD1x\": UNSHARD has no PipeForge counterpart and is "
-      "skipped, but only as a cell of its own");
+      "column 1: \"0UNSHARD1x\": expected <stage>UNSHARD or "
+      "<stage>UNSHARD<microbatch>");
+  has(errOf("0F0,0B0,1UNSHARD\n1F0,1B0\n"),
+      "\"1UNSHARD\": stage 1 is placed on rank 1: a rank gathers only the "
+      "stages it computes");
+  has(errOf("0F0,0B0,3RESHARD\n"),
+      "\"3RESHARD\": stage 3 is out of range (1 stages)");
+  has(errOf("0F0,0REDUCE_GRAD1x\n"),
+      "column 1: \"0REDUCE_GRAD1x\": REDUCE_GRAD has no PipeForge "
+      "counterpart and is skipped, but only as a cell of its own");
   // The whole kind is read: a wait is not "W" followed by garbage.
   has(errOf("0F0,0WAIT_RECV_F1\n"),
       "column 1: \"0WAIT_RECV_F1\": unknown kind 'WAIT_RECV_F' (known: F, I, "
@@ -470,7 +508,7 @@ TEST(ExportTest, CsvRowsFollowOneRule) {
   // rank in the middle and dropped at the end).
   has(errOf("0F0,0B0\n1UNSHARD,1RESHARD\n1F0,1B0\n"),
       "csv row 1 (line 2) holds no compute cell (F, I, W, B or an overlapped "
-      "pair), only 2 skipped FSDP or wait cell(s)");
+      "pair), only 2 message, gather, FSDP or wait cell(s)");
   has(errOf("0F0,1F0,1B0,0B0\n0UNSHARD\n"), "csv row 1 (line 2) holds no "
                                              "compute cell");
   has(errOf("0UNSHARD\n0F0,1F0,1B0,0B0\n"), "csv row 0 (line 1) holds no "

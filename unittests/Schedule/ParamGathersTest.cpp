@@ -259,3 +259,19 @@ TEST(ParamGathersTest, CostsChecked) {
 }
 
 } // namespace
+
+namespace {
+// A compute-only schedule with gathers (an imported CSV) gets its messages
+// around them: each UNSHARD stays before the compute it preceded, each
+// RESHARD after the one it followed.
+TEST(ParamGathersTest, MessagesGoInAroundTheGathers) {
+  Schedule s = hand1F1B(2, 2);
+  ASSERT_TRUE(insertParamGathers(s, 0).isOk());
+  ASSERT_TRUE(insertComm(s).isOk());
+  EXPECT_EQ(texts(s.programs[1]),
+            (Texts{"RECV act F0.0 <-r0", "UNSHARD 1", "F1.0",
+                   "RECV act F0.1 <-r0", "BW1.0", "SEND grad BW1.0 ->r0",
+                   "F1.1", "BW1.1", "RESHARD 1", "SEND grad BW1.1 ->r0"}));
+  EXPECT_TRUE(verify(s).isOk()) << verify(s).message();
+}
+} // namespace

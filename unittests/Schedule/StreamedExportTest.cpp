@@ -11,6 +11,7 @@
 #include "pipeforge/Schedule/Export.h"
 #include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/Schedule/JsonWriter.h"
+#include "pipeforge/Schedule/ParamGathers.h"
 
 #include "HandSchedules.h"
 
@@ -69,6 +70,13 @@ OJson refAction(const Schedule &s, const Action &a, bool copies) {
   case ActionKind::GradReduce:
     j["op"] = "GRADREDUCE";
     j["peer"] = a.peer;
+    return j;
+  case ActionKind::Unshard:
+  case ActionKind::Reshard:
+    j["op"] = a.kind == ActionKind::Unshard ? "UNSHARD" : "RESHARD";
+    j["stage"] = int32_t(a.work.stage);
+    if (copies)
+      j["copy"] = int32_t(a.work.copy);
     return j;
   }
   return j;
@@ -154,6 +162,10 @@ std::vector<Schedule> schedules() {
     Status st = insertComm(withComm);
     EXPECT_TRUE(st) << st.message();
     all.push_back(withComm);
+    // ZeRO-3's gathers (UNSHARD / RESHARD, with the copy under DualPipe).
+    st = insertParamGathers(withComm, 1);
+    EXPECT_TRUE(st) << st.message();
+    all.push_back(withComm);
   }
   return all;
 }
@@ -221,6 +233,10 @@ std::string refCsv(const Schedule &s) {
                         ")OVERLAP_F_B");
       else if (a.kind == ActionKind::GradReduce)
         cells.push_back("GRADREDUCE_r" + std::to_string(a.peer));
+      else if (a.isParamGather())
+        cells.push_back(std::to_string(g(a.work)) +
+                        (a.kind == ActionKind::Unshard ? "UNSHARD"
+                                                       : "RESHARD"));
       else if (a.payload != Payload::WeightGrad) {
         bool act = a.payload == Payload::Activation;
         bool send = a.kind == ActionKind::Send;

@@ -180,6 +180,10 @@ struct Action {
     a.kind = ActionKind::Reshard;
     return a;
   }
+  /// A Compute or an Overlap: the actions that run F/B/W work.
+  bool isCompute() const {
+    return kind == ActionKind::Compute || kind == ActionKind::Overlap;
+  }
   bool isParamGather() const {
     return kind == ActionKind::Unshard || kind == ActionKind::Reshard;
   }

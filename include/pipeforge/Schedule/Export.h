@@ -52,8 +52,9 @@ void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os,
 //===----------------------------------------------------------------------===//
 
 struct CsvOptions {
-  /// Write SEND_F / RECV_F / SEND_B / RECV_B cells (when the schedule has
-  /// them); false writes the compute actions only.
+  /// Write SEND_F / RECV_F / SEND_B / RECV_B cells and ZeRO-3's
+  /// `<s>UNSHARD` / `<s>RESHARD` (when the schedule has them); false
+  /// writes the compute actions only.
   bool withComm = true;
   /// PyTorch's own dialect (torch.distributed.pipelining, checked against
   /// PyTorch 2.15's _PipelineScheduleRuntime: docs/schedule-library.md):
@@ -65,7 +66,8 @@ struct CsvOptions {
   /// gradients by 1/M there and nowhere else), `<s>WAIT_SEND_F<mb>` after
   /// the local backward of the forward sent (PyTorch's _add_wait_send),
   /// then `<s>RESHARD` per stage and the waits of the sends still pending
-  /// (every SEND_B) at the row's end. Otherwise it is a `compute_only` row
+  /// (every SEND_B) at the row's end; a schedule with its own gathers
+  /// (ZeRO-3) has its UNSHARD / RESHARD where they stand instead. Otherwise it is a `compute_only` row
   /// (compute cells; PyTorch's loader adds the rest). A two-copy schedule
   /// (DualPipe, Chimera) has no PyTorch form: check pytorchCsvSupported()
   /// first; exportCsv writes no rows for it in this mode.
@@ -100,7 +102,8 @@ struct CsvImportOptions {
   std::optional<Placement> placement;
   std::string name = "csv";
   /// Where to count the FSDP actions of a PyTorch `compute_comms` dump
-  /// (UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD): they have no
+  /// (REDUCE_GRAD, WAIT_REDUCE_GRAD; UNSHARD and RESHARD are ZeRO-3's gathers
+  /// and import as such): they have no
   /// PipeForge equivalent in a pipeline schedule and are skipped. Null: not
   /// counted.
   int64_t *ignoredFsdpActions = nullptr;

@@ -45,6 +45,11 @@ struct ScheduleJob {
   /// Activation offload's gap (CostModel::offloadGap; pipeforge-sched
   /// --offload-activations): 0 none.
   int offloadGap = 0;
+  /// ZeRO level (0-3; pipeforge-sched --zero): 3 inserts the gathers of
+  /// each stage's parameters (insertParamGathers, after the messages) with
+  /// `paramPrefetch`, unless the schedule (an imported CSV) has its own.
+  int zero = 0;
+  int paramPrefetch = 1;
 
   /// Memory limit text (parseMemoryLimit), empty: none.
   std::string memLimit;

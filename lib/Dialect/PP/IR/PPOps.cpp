@@ -500,7 +500,7 @@ template <typename OpT> static LogicalResult verifyParamGather(OpT op) {
            << copy << " out of range: the schedule has " << sched.getNumCopies()
            << " model cop" << (sched.getNumCopies() == 1 ? "y" : "ies");
   if (RankProgramOp prog = enclosingProgram(op))
-    if (sched.rankOf(copy, stage) != prog.getRank())
+    if (int64_t(sched.rankOf(copy, stage)) != int64_t(prog.getRank()))
       return op.emitOpError("stage ")
              << stage << (copy ? " of copy 1" : "") << " is placed on rank "
              << sched.rankOf(copy, stage) << ", not on rank "

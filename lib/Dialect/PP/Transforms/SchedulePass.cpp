@@ -168,7 +168,7 @@ struct SchedulePass : public pp::impl::PPScheduleBase<SchedulePass> {
     for (auto &prog : s.programs) // compute actions only, as the others
       prog.erase(std::remove_if(prog.begin(), prog.end(),
                                 [](const sched::Action &a) {
-                                  return a.isComm();
+                                  return !a.isCompute();
                                 }),
                  prog.end());
     s.hasComm = false;
