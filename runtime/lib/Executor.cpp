@@ -306,6 +306,62 @@ Status Executor::Impl::send(const Action &a) {
   return Status::ok();
 }
 
+Status Executor::Impl::gradReduceToUpdaters(
+    const Action &a, const std::vector<std::pair<std::string, int32_t>> &order) {
+  // In canonical order: what this side sends (the peer updates it, or
+  // both do) and what it receives (it updates it, or both do). The peer's
+  // send list is this side's receive list.
+  std::vector<int32_t> out, in;
+  int64_t nOut = 0, nIn = 0;
+  for (auto &[name, i] : order) {
+    PairOwner who = pairOwner.count(i) ? pairOwner.at(i) : PairOwner::Both;
+    if (who != PairOwner::Mine) {
+      out.push_back(i);
+      nOut += localElems(i);
+    }
+    if (who != PairOwner::Theirs) {
+      in.push_back(i);
+      nIn += localElems(i);
+    }
+  }
+  std::vector<float> sendBuf(static_cast<size_t>(nOut)),
+      recvBuf(static_cast<size_t>(nIn));
+  int64_t off = 0;
+  for (int32_t i : out) {
+    be.copyToHost(sendBuf.data() + off, params.at(i).grad->p,
+                  localElems(i) * 4);
+    off += localElems(i);
+  }
+  const int64_t tag =
+      messageTag(MessageId{Payload::WeightGrad, 0, 0, 0}, numStages, mPerCopy);
+  auto rr = tr.irecv(a.peer, tag, recvBuf.data(), nIn);
+  if (!rr)
+    return rr.status();
+  auto sr = tr.isend(a.peer, tag, sendBuf.data(), nOut);
+  if (!sr)
+    return sr.status();
+  if (Status s = tr.wait(*rr); !s)
+    return s;
+  if (Status s = tr.wait(*sr); !s)
+    return s;
+  off = 0;
+  std::vector<float> mine;
+  for (int32_t i : in) {
+    int64_t k = localElems(i);
+    mine.resize(size_t(k));
+    be.copyToHost(mine.data(), params.at(i).grad->p, k * 4);
+    for (int64_t e = 0; e < k; ++e)
+      mine[size_t(e)] = mine[size_t(e)] + recvBuf[size_t(off + e)];
+    be.copyFromHost(params.at(i).grad->p, mine.data(), k * 4);
+    off += k;
+  }
+  // ZeRO-2: what the other side updates has left for it.
+  for (int32_t i : out)
+    if (!sideUpdates(i))
+      releaseGrad(i);
+  return Status::ok();
+}
+
 Status Executor::Impl::gradReduce(const Action &a) {
   // Canonical order: by base name; both peers hold the same logical params.
   std::vector<std::pair<std::string, int32_t>> order;
@@ -322,6 +378,11 @@ Status Executor::Impl::gradReduce(const Action &a) {
     return Status::error("GRADREDUCE with pipeline rank " +
                          std::to_string(a.peer) +
                          ": the two ranks hold different parameter sets");
+  // ZeRO over the pair: a reduce-scatter. Each side sends the gradients of
+  // the tensors the other updates and adds those of its own (tied ones go
+  // both ways): half the traffic of the sum, the same bits (a + b == b + a).
+  if (!pairOwner.empty() && (be.hostVisible() || !tr.deviceBuffers()))
+    return gradReduceToUpdaters(a, order);
   std::vector<float> host(static_cast<size_t>(n));
   int64_t off = 0;
   for (auto &[name, i] : order) {

@@ -497,7 +497,14 @@ struct Executor::Impl {
   void recordMoE(const FnRun &r, MoEPhased &m, const std::string &name);
   Status doOverlap(const Action &a, bool &fusedRun);
 
+  /// ExecutorInit.cpp: everything before the first step, in phases.
   Status init();
+  Status initStages();
+  Status initExpertParallel();
+  Status initTensorParallel();
+  Status initParams();
+  Status initZero();
+  void planBuffers();
   Status runFunction(const Stage &st, int which, int c, int mb,
                      const std::vector<BufP> *stashIn,
                      const std::vector<BufP> *wstashIn, float *gradInPtr,
@@ -513,6 +520,11 @@ struct Executor::Impl {
   Status recv(const Action &a, size_t idx);
   Status send(const Action &a);
   Status gradReduce(const Action &a);
+  /// GRADREDUCE with the pair sharded (ZeRO): each side ends with the sum
+  /// of the tensors it updates (`order`: the canonical order).
+  Status gradReduceToUpdaters(
+      const Action &a,
+      const std::vector<std::pair<std::string, int32_t>> &order);
   Expected<BufP> takeInbox(Payload p, int c, int s, int mb);
   Status dataFor(int c, int mb, BufP &tok, BufP &tgt);
   /// The document starts of (c, mb) at this step (--doc-mask), host memory.
@@ -536,8 +548,30 @@ struct Executor::Impl {
   }
   Expected<StepStats> step();
   /// GradSync.cpp: everything after the step's actions (t0: the step's start,
-  /// span: its actions' wall time).
+  /// span: its actions' wall time), in the phases below.
   Expected<StepStats> finishStep(double t0, double span);
+  /// The gradient norm's parts: each parameter's sum of squares in its
+  /// norm slot, the sum of those this rank counts, that of the other local
+  /// gradients (the finite flag), and the optimizer's slots.
+  struct GradNorms {
+    std::vector<float> paramSq;
+    double sq = 0, allSq = 0;
+    std::vector<ParamSlot> slots;
+  };
+  /// The step's totals over the pipeline group.
+  struct StepTotals {
+    double globalSq = 0;
+    float lossAll = 0, busy = 0, spanMax = 0;
+  };
+  Status reduceStepGrads();
+  Status localGradSquares(GradNorms &n);
+  Status sumGroupSquares(GradNorms &n);
+  Expected<StepTotals> reduceStepTotals(GradNorms &n, double span);
+  Expected<std::string> applyUpdate(const GradNorms &n, double gradNorm,
+                                    bool skip, bool pv);
+  Status shareUpdatedParams();
+  Expected<StepStats> stepStats(double t0, const StepTotals &t,
+                                double gradNorm, const std::string &outcome);
   /// Sums the `chosen` gradients over group `g` and divides every local
   /// gradient by `size`.
   Status averageGrads(Group g, int size,
