@@ -196,18 +196,24 @@ std::string exportSvg(const Schedule &s, const SimResult &sim,
     const char *what = ci.kind == CommInterval::A2A
                            ? (ci.which ? "combine" : "dispatch")
                        : ci.kind == CommInterval::P2P ? "P2P transfer"
+                       : ci.kind == CommInterval::Gather
+                           ? "parameter gather"
                        : ci.kind == CommInterval::ExposedA2A
                            ? "exposed all-to-all"
                            : "exposed P2P";
     std::string title = what;
+    if (ci.kind == CommInterval::Gather)
+      title = toString(s.programs[ci.rank][ci.actionIndex]);
     if (ci.kind == CommInterval::A2A)
       title += std::string(ci.member ? " (B" : " (F") + ", layer " +
                std::to_string(ci.layer) + ")";
     o += "<rect x=\"" + num(x) + "\" y=\"" +
          num(exposed ? cy + 9 : cy) + "\" width=\"" + num(w) +
          "\" height=\"" + num(exposed ? 5 : 8) + "\" fill=\"" +
-         (exposed ? "#e15759"
-                  : ci.kind == CommInterval::A2A ? "#76b7b2" : "#9c755f") +
+         (exposed                           ? "#e15759"
+          : ci.kind == CommInterval::A2A    ? "#76b7b2"
+          : ci.kind == CommInterval::Gather ? "#b07aa1"
+                                            : "#9c755f") +
          "\" stroke=\"white\" stroke-width=\"0.3\"><title>" + esc(title) +
          " [" + num(ci.start) + ", " + num(ci.end) + "]</title></rect>\n";
   }

@@ -145,8 +145,9 @@ std::string exportTrace(const Schedule &s, const SimResult &sim,
       }
     }
   }
-  // Communication model: all-to-alls and P2P transfers on the comm
-  // thread, exposed waits on the compute thread (nested in the action).
+  // Communication model: all-to-alls, P2P transfers and ZeRO-3's
+  // parameter gathers on the comm thread, exposed waits on the compute
+  // thread (nested in the action).
   for (const CommInterval &ci : sim.commIntervals) {
     bool exposed = ci.kind == CommInterval::ExposedA2A ||
                    ci.kind == CommInterval::ExposedP2P;
@@ -165,6 +166,9 @@ std::string exportTrace(const Schedule &s, const SimResult &sim,
       break;
     case CommInterval::ExposedP2P:
       name = "exposed p2p";
+      break;
+    case CommInterval::Gather:
+      name = "gather " + toString(s.programs[ci.rank][ci.actionIndex]);
       break;
     }
     e["name"] = name;

@@ -348,6 +348,7 @@ private:
   // ZeRO-3's gathers: per rank, when its gather channel is free, and per
   // (copy, stage) when its last UNSHARD finishes (gatherKey).
   std::vector<double> gatherFree;
+  bool gatherIntervals = false; ///< commIv holds Gather intervals
   std::vector<std::vector<double>> gatherDone;
   size_t gatherKey(const Work &w) const {
     return size_t(w.copy) * size_t(s.placement.numStages) + size_t(w.stage);
@@ -484,6 +485,10 @@ void Simulation::paramGather(int32_t r, size_t i, const Action &a) {
     double dur = cost.gatherTime(a.work.stage);
     gatherFree[r] = start + dur;
     stats[r].gatherBusy += dur;
+    if (dur > 0) {
+      addComm(r, i, start, start + dur, CommInterval::Gather);
+      gatherIntervals = true;
+    }
     if (!gatherDone[r].empty())
       gatherDone[r][gatherKey(a.work)] = start + dur;
   }
@@ -674,6 +679,13 @@ Expected<SimResult> Simulation::run() {
   SimResult res;
   res.ranks = stats;
   for (int32_t r = 0; r < numRanks; ++r) {
+    // A gather is noted when posted and may start after intervals noted
+    // later: back into time order.
+    if (gatherIntervals)
+      std::stable_sort(commIv[r].begin(), commIv[r].end(),
+                       [](const CommInterval &a, const CommInterval &b) {
+                         return a.start < b.start;
+                       });
     res.exposedComm += stats[r].exposedComm;
     res.exposedP2P += stats[r].exposedP2P;
     res.exposedA2A += stats[r].exposedA2A;

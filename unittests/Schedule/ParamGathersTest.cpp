@@ -2,6 +2,7 @@
 
 #include "pipeforge/Schedule/ParamGathers.h"
 #include "pipeforge/Schedule/CommInsertion.h"
+#include "pipeforge/Schedule/Export.h"
 #include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/Schedule/Simulator.h"
 #include "pipeforge/Schedule/Verify.h"
@@ -273,5 +274,38 @@ TEST(ParamGathersTest, MessagesGoInAroundTheGathers) {
                    "RECV act F0.1 <-r0", "BW1.0", "SEND grad BW1.0 ->r0",
                    "F1.1", "BW1.1", "RESHARD 1", "SEND grad BW1.1 ->r0"}));
   EXPECT_TRUE(verify(s).isOk()) << verify(s).message();
+}
+} // namespace
+
+namespace {
+// A gather that takes time is a comm interval on the rank's gather channel
+// (traces and SVGs draw it), after the gathers posted before it.
+TEST(ParamGathersTest, GatherIntervals) {
+  Schedule s = handVOverlap();
+  ASSERT_TRUE(insertParamGathers(s, kMaxParamPrefetch).isOk());
+  CostModel c;
+  c.paramBytes = 3;
+  c.gatherBytesPerTime = 2;
+  Expected<SimResult> r = simulate(s, c);
+  ASSERT_TRUE(r.isOk()) << r.message();
+  std::vector<CommInterval> g;
+  for (const CommInterval &ci : r->commIntervals)
+    if (ci.kind == CommInterval::Gather && ci.rank == 0)
+      g.push_back(ci);
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_EQ(g[0].start, 0);
+  EXPECT_EQ(g[0].end, 1.5);
+  EXPECT_EQ(g[1].start, 1.5); // behind the first on the channel
+  EXPECT_EQ(g[1].end, 3);
+  EXPECT_EQ(toString(s.programs[0][g[1].actionIndex]), "UNSHARD 3");
+  EXPECT_EQ(r->ranks[0].gatherBusy, 3);
+  EXPECT_EQ(r->ranks[0].exposedGather, 1.5); // F0.0 waits for stage 0
+  EXPECT_NE(exportTrace(s, *r).find("\"name\":\"gather UNSHARD 3\""),
+            std::string::npos);
+  EXPECT_NE(exportSvg(s, *r).find("<title>UNSHARD 3 [1.50, 3.00]</title>"),
+            std::string::npos);
+  // Free gathers leave no interval.
+  Expected<SimResult> free = simulate(s, CostModel());
+  EXPECT_TRUE(free->commIntervals.empty());
 }
 } // namespace

@@ -137,7 +137,7 @@ struct SvgOptions {
 /// from send to receive, a time axis and a legend. With the communication
 /// model (SimResult::commIntervals non-empty) the comm lane is taller: the
 /// comm resource's all-to-alls and P2P transfers above, exposed waits in red
-/// below.
+/// below; ZeRO-3's parameter gathers that take time are drawn there too.
 std::string exportSvg(const Schedule &s, const SimResult &sim,
                       const SvgOptions &opts = {});
 
@@ -151,6 +151,8 @@ struct TraceOptions {
 /// in a compute-only schedule, along each cross-rank dependency). With the
 /// communication model, all-to-alls and P2P transfers go on the comm thread
 /// and exposed waits ("exposed a2a", "exposed p2p") on the compute thread.
+/// UNSHARD / RESHARD are instants on the comm thread (category "gather");
+/// a gather that takes time is also a span there ("gather UNSHARD 3").
 std::string exportTrace(const Schedule &s, const SimResult &sim,
                         const TraceOptions &opts = {});
 

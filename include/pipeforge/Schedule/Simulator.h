@@ -115,7 +115,9 @@ struct CommInterval {
     A2A,        ///< an all-to-all on the comm resource
     P2P,        ///< a P2P transfer on the sender's comm resource
     ExposedA2A, ///< compute idle waiting for all-to-alls
-    ExposedP2P  ///< compute (or a Recv) waiting for a message in flight
+    ExposedP2P, ///< compute (or a Recv) waiting for a message in flight
+    Gather      ///< a ZeRO-3 parameter gather (UNSHARD) on the rank's
+                ///< gather channel (only when it takes time)
   };
   int32_t rank;
   size_t actionIndex; ///< into programs[rank]
@@ -156,7 +158,8 @@ struct SimResult {
   /// Totals over ranks of the RankStats fields of the same names.
   double exposedComm = 0, exposedP2P = 0, exposedA2A = 0;
   /// Comm resource occupancy and exposed waits, per rank in time order
-  /// (empty when there are no all-to-alls and overlapComm is off).
+  /// (empty when there are no all-to-alls, overlapComm is off and no
+  /// parameter gather takes time).
   std::vector<CommInterval> commIntervals;
 };
 
