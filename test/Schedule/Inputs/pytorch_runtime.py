@@ -7,7 +7,10 @@ CPU load it with torch.distributed.pipelining's
 _PipelineScheduleRuntime._load_csv and train a float64 MLP of one
 Linear+Tanh per stage for two SGD steps. The gradients of both steps and the
 weights after them must equal a single process's (the mean of the
-microbatches' MSE losses) within 1e-10 relative. Then PyTorch's own
+microbatches' MSE losses) within 1e-10 relative; so must each schedule's
+compute_comms form under --zero 3, whose UNSHARD/RESHARD cells are the
+schedule's own gathers (no-ops for PyTorch's stages without FSDP, as in
+its own lowering). Then PyTorch's own
 compute_comms dumps (its lowering of PipeForge's compute_only CSVs, and its
 generators ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble,
 ScheduleZBVZeroBubble, ScheduleDualPipeV) import with pipeforge-sched
@@ -193,6 +196,13 @@ def main():
                 cmd.append("--compute-only")
             subprocess.run(cmd, check=True)
             cases.append((name, path, fmt))
+        # ZeRO-3: the schedule's own gathers where they stand.
+        path = f"{work}/{kind}-zero3.compute_comms.csv"
+        subprocess.run([sched, "--schedule", kind, "--ranks", str(P),
+                        "--microbatches", str(M), *extra, "--zero", "3",
+                        "--format", "csv", "--csv-dialect", "pytorch", "-o",
+                        path], check=True)
+        cases.append((f"{kind}-zero3", path, "compute_comms"))
     subprocess.run([sched, "--schedule", "1f1b", "--ranks", str(P),
                     "--microbatches", str(M), "--format", "csv", "-o",
                     f"{work}/1f1b.pipeforge.csv"], check=True)
