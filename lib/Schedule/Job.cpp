@@ -76,7 +76,8 @@ Status checkJob(const ScheduleJob &j) {
                          {"--tb", j.tb},
                          {"--tw", j.tw},
                          {"--tcomm", j.tcomm},
-                         {"--ta2a", j.ta2a}})
+                         {"--ta2a", j.ta2a},
+                         {"--tgather", j.tgather}})
     if (!(v >= 0) || !std::isfinite(v))
       return Status::error(std::string(name) + " must be finite and >= 0");
   for (auto [name, v] :
@@ -225,6 +226,12 @@ std::string renderTextSummary(const ScheduleJobResult &r) {
       std::snprintf(line, sizeof line,
                     "rank %zu: exposed p2p %.4f  a2a %.4f  (comm busy %.4f)\n",
                     i, rs.exposedP2P, rs.exposedA2A, rs.commBusy);
+      out += line;
+    }
+    if (rs.gatherBusy > 0) { // ZeRO-3's gathers take time
+      std::snprintf(line, sizeof line,
+                    "rank %zu: parameter gathers %.4f, exposed %.4f\n", i,
+                    rs.gatherBusy, rs.exposedGather);
       out += line;
     }
   }
@@ -429,6 +436,11 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
   cost.memB = double(sch.numRanks()) / sch.placement.numStages;
   cost.memW = cost.memB * j.memW;
   cost.offloadGap = j.offloadGap;
+  // ZeRO-3: an UNSHARD takes tgather (its bytes over a unit bandwidth).
+  if (j.tgather > 0) {
+    cost.paramBytes = j.tgather;
+    cost.gatherBytesPerTime = 1;
+  }
   scaleTimes(cost, timeScale(j, sch.numRanks(), sch.placement.numStages));
 
   // Costs whose sums overflow are refused here, before message placement

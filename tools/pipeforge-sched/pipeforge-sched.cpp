@@ -57,7 +57,7 @@ Cost model (time units are yours; memory in units of M_B):
   --cost-unit U                rank (default) or stage: per stage whatever
                                the placement (auto: --placement linear or v)
   --tbw T  --tfb T             full backward BW, overlapped F&B (default: sums)
-  --tcomm T                    time on every cross-rank edge (default 0)
+  --tcomm T --tgather T        a cross-rank edge's time; an UNSHARD's (both 0)
   --ta2a T --moe-layers L      an MoE all-to-all's time; MoE layers per stage
   --overlap-comm               communication on its own per-rank resource,
                                F&B pairs fused (docs/schedule-library.md)
@@ -212,6 +212,7 @@ Options parseArgs(int argc, char **argv) {
       {"--tbw", &j.tbw, nullptr, 0, inf},
       {"--tfb", &j.tfb, nullptr, 0, inf},
       {"--tcomm", &j.tcomm, nullptr, 0, inf},
+      {"--tgather", &j.tgather, nullptr, 0, inf},
       {"--ta2a", &j.ta2a, nullptr, 0, inf},
       {"--moe-layers", nullptr, &j.moeLayers, 0,
        double(kMaxMoELayersPerStage)},

@@ -50,6 +50,10 @@ struct ScheduleJob {
   /// `paramPrefetch`, unless the schedule (an imported CSV) has its own.
   int zero = 0;
   int paramPrefetch = 1;
+  /// The time of one UNSHARD (pipeforge-sched --tgather): the simulator's
+  /// gather of a stage's parameters (CostModel::paramBytes over a
+  /// gatherBytesPerTime of 1); 0: free.
+  double tgather = 0;
 
   /// Memory limit text (parseMemoryLimit), empty: none.
   std::string memLimit;
