@@ -10,66 +10,80 @@
 // transformers.AutoModelForCausalLM.from_pretrained loads
 // (docs/huggingface.md); --tokenizer-from copies the tokenizer files (and
 // generation_config.json) of a model directory beside them. Exit 0 on
-// success, 1 on an error, 2 on bad usage.
+// success, 1 on an error, 2 on bad usage. The flags are one table
+// (Support/FlagTable.h), which parses and writes --help.
 //
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/rt/HfWeights.h"
+#include "pipeforge/Support/FlagTable.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 using namespace pipeforge::rt;
+using pipeforge::flags::Place;
 
 namespace {
-[[noreturn]] void usage(const char *msg) {
-  if (msg)
-    std::fprintf(stderr, "pipeforge-export: %s\n", msg);
-  std::fprintf(msg ? stderr : stdout,
-               "usage: pipeforge-export CHECKPOINT_DIR -o HF_DIR "
-               "[--max-shard-mb N]\n"
-               "                        [--tokenizer-from MODEL_DIR]\n"
-               "Writes a checkpoint of any parallel layout as a Hugging Face "
-               "model directory\n(config.json, safetensors); see "
-               "docs/huggingface.md.\n");
-  std::exit(msg ? 2 : 0);
+
+struct ExportOptions {
+  std::string in, out, tokenizerFrom;
+  double shardMb = 5120;
+  bool help = false;
+};
+
+using O = ExportOptions;
+
+std::optional<std::string> setShardMb(O &o, const std::string &v) {
+  return pipeforge::parseNumberOption("--max-shard-mb", v, {0, 1e9, true},
+                                      o.shardMb);
 }
+
+// Every flag, in the order of the usage text.
+const pipeforge::flags::Flag<O> kFlags[] = {
+    {"-o", "HF_DIR", Place::Next, &O::out, 0, 0, false,
+     "the model directory to write (required)"},
+    {"--max-shard-mb", "N", Place::Next, setShardMb, 0, 0, false,
+     "at most N MiB per safetensors shard (default\n"
+     "5120)"},
+    {"--tokenizer-from", "MODEL_DIR", Place::Line, &O::tokenizerFrom, 0, 0,
+     false,
+     "copy the tokenizer files (and\n"
+     "generation_config.json) of a model directory"},
+    {"-h", nullptr, Place::Hidden, &O::help},
+    {"--help", nullptr, Place::Hidden, &O::help},
+};
+
+std::string usageText() {
+  return "usage: pipeforge-export CHECKPOINT_DIR -o HF_DIR [options]\n"
+         "Writes a checkpoint of any parallel layout as a Hugging Face model "
+         "directory\n(config.json, safetensors); see docs/huggingface.md.\n"
+         "Options:\n" +
+         pipeforge::flags::optionList(kFlags);
+}
+
+[[noreturn]] void usage(std::optional<std::string> msg) {
+  pipeforge::flags::exitWithUsage("pipeforge-export", msg, usageText());
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
-  std::string in, out, tokenizerFrom;
-  double shardMb = 5120;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        usage((a + " needs a value").c_str());
-      return argv[++i];
-    };
-    if (a == "-h" || a == "--help") {
-      usage(nullptr);
-    } else if (a == "-o") {
-      out = value();
-    } else if (a == "--tokenizer-from") {
-      tokenizerFrom = value();
-    } else if (a == "--max-shard-mb") {
-      std::string v = value();
-      char *end = nullptr;
-      shardMb = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end || !(shardMb > 0) || shardMb > 1e9)
-        usage(("--max-shard-mb must be a positive number, got '" + v + "'")
-                  .c_str());
-    } else if (!a.empty() && a[0] == '-') {
-      usage(("unknown option '" + a + "'").c_str());
-    } else if (in.empty()) {
-      in = a;
-    } else {
-      usage("more than one checkpoint folder");
-    }
-  }
-  if (in.empty() || out.empty())
-    usage("need a checkpoint folder and -o HF_DIR");
+  ExportOptions o;
+  auto err = pipeforge::flags::parseFlags(
+      kFlags, argc, argv, o,
+      [&](const std::string &a) -> std::optional<std::string> {
+        if (!o.in.empty())
+          return std::string("more than one checkpoint folder");
+        o.in = a;
+        return std::nullopt;
+      },
+      &O::help);
+  if (err || o.help)
+    usage(err);
+  if (o.in.empty() || o.out.empty())
+    usage(std::string("need a checkpoint folder and -o HF_DIR"));
+  const std::string &in = o.in, &out = o.out;
   Program prog;
   auto whole = readWholeCheckpoint(in, prog);
   if (!whole) {
@@ -77,13 +91,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (Status s = writeHfModel(out, prog, *whole,
-                              uint64_t(shardMb * double(1 << 20)));
+                              uint64_t(o.shardMb * double(1 << 20)));
       !s) {
     std::fprintf(stderr, "pipeforge-export: %s\n", s.message().c_str());
     return 1;
   }
-  if (!tokenizerFrom.empty())
-    if (Status s = copyHfCompanionFiles(tokenizerFrom, out); !s) {
+  if (!o.tokenizerFrom.empty())
+    if (Status s = copyHfCompanionFiles(o.tokenizerFrom, out); !s) {
       std::fprintf(stderr, "pipeforge-export: %s\n", s.message().c_str());
       return 1;
     }

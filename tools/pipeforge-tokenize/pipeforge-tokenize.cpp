@@ -6,7 +6,8 @@
 // Hugging Face tokenizer.json with byte-level BPE, or a SentencePiece
 // tokenizer.model: runtime/include/pipeforge/rt/Tokenizer.h), every
 // document ending with the tokenizer's EOS. Also checks an existing token
-// file (--check) and decodes one back to text (--decode).
+// file (--check) and decodes one back to text (--decode). The flags are one
+// table (Support/FlagTable.h), which parses and writes --help's option list.
 //
 //   pipeforge-tokenize corpus.txt -o corpus.pftok [--width 2|4]
 //   pipeforge-tokenize --tokenizer tokenizer.json a.txt b.txt -o out.pftok
@@ -16,6 +17,7 @@
 
 #include "pipeforge/rt/Data.h"
 #include "pipeforge/rt/Tokenizer.h"
+#include "pipeforge/Support/FlagTable.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -25,34 +27,9 @@
 #include <vector>
 
 using namespace pipeforge::rt;
+using pipeforge::flags::Place;
 
 namespace {
-
-void usage(FILE *f) {
-  std::fprintf(
-      f,
-      "usage: pipeforge-tokenize INPUT.txt -o OUTPUT.pftok [--width 2|4]\n"
-      "       pipeforge-tokenize --tokenizer FILE INPUT... -o OUTPUT.pftok\n"
-      "                          [--doc-separator STR] [--eos ID|TOKEN|none]\n"
-      "                          [--width 2|4]\n"
-      "       pipeforge-tokenize --tokenizer FILE --decode FILE.pftok [-o "
-      "OUT]\n"
-      "       pipeforge-tokenize --tokenizer FILE --pieces INPUT\n"
-      "       pipeforge-tokenize --check FILE.pftok\n"
-      "Without --tokenizer: byte-level tokens (vocab 256), one input.\n"
-      "--tokenizer FILE     a Hugging Face tokenizer.json (byte-level BPE), a\n"
-      "                     SentencePiece tokenizer.model, or a folder with "
-      "one\n"
-      "--doc-separator STR  split every input into documents at STR (\\n, "
-      "\\t,\n"
-      "                     \\r, \\\\ escapes); default: one document per "
-      "file\n"
-      "--eos ID|TOKEN|none  appended to every document (default: the\n"
-      "                     tokenizer's EOS, e.g. from tokenizer_config.json)\n"
-      "--decode FILE.pftok  the text of a token file (to -o, or stdout)\n"
-      "--pieces INPUT       the pre-tokenized pieces, a JSON string a line\n"
-      "See docs/runtime-data.md.\n");
-}
 
 /// \n, \t, \r and \\ in a --doc-separator.
 std::string unescape(const std::string &s) {
@@ -68,6 +45,66 @@ std::string unescape(const std::string &s) {
   return out;
 }
 
+struct TokenizeArgs {
+  std::vector<std::string> inputs;
+  std::string output, check, tokenizer, eosArg, decode, piecesInput;
+  std::string width; ///< "", "2" or "4"
+  std::optional<std::string> separator;
+  bool help = false;
+};
+
+using O = TokenizeArgs;
+
+std::optional<std::string> setSeparator(O &o, const std::string &v) {
+  o.separator = unescape(v);
+  return std::nullopt;
+}
+
+// Every flag, in the order of the option list.
+const pipeforge::flags::Flag<O> kFlags[] = {
+    {"-o", "FILE", Place::Line, &O::output, 0, 0, false,
+     "the token file to write; with --decode, the text\n"
+     "(default: stdout)"},
+    {"--width", "2|4", Place::Line, &O::width, 0, 0, true,
+     "bytes per token in the file (default: 2, or 4\n"
+     "above vocab 65536)"},
+    {"--tokenizer", "FILE", Place::Line, &O::tokenizer, 0, 0, false,
+     "a Hugging Face tokenizer.json (byte-level BPE), a\n"
+     "SentencePiece tokenizer.model, or a folder with one"},
+    {"--doc-separator", "STR", Place::Line, setSeparator, 0, 0, false,
+     "split every input into documents at STR (\\n, \\t,\n"
+     "\\r, \\\\ escapes); default: one document per file"},
+    {"--eos", "ID|TOKEN|none", Place::Line, &O::eosArg, 0, 0, false,
+     "appended to every document (default: the\n"
+     "tokenizer's EOS, e.g. from tokenizer_config.json)"},
+    {"--decode", "FILE.pftok", Place::Line, &O::decode, 0, 0, false,
+     "the text of a token file (to -o, or stdout)"},
+    {"--pieces", "INPUT", Place::Line, &O::piecesInput, 0, 0, false,
+     "the pre-tokenized pieces, a JSON string a line"},
+    {"--check", "FILE.pftok", Place::Line, &O::check, 0, 0, false,
+     "check a token file (tokens, width, vocab)"},
+    {"-h", nullptr, Place::Hidden, &O::help},
+    {"--help", nullptr, Place::Hidden, &O::help},
+};
+
+std::string usageText() {
+  return "usage: pipeforge-tokenize INPUT.txt -o OUTPUT.pftok [--width 2|4]\n"
+         "       pipeforge-tokenize --tokenizer FILE INPUT... -o OUTPUT.pftok\n"
+         "                          [--doc-separator STR] [--eos "
+         "ID|TOKEN|none]\n"
+         "                          [--width 2|4]\n"
+         "       pipeforge-tokenize --tokenizer FILE --decode FILE.pftok [-o "
+         "OUT]\n"
+         "       pipeforge-tokenize --tokenizer FILE --pieces INPUT\n"
+         "       pipeforge-tokenize --check FILE.pftok\n"
+         "Without --tokenizer: byte-level tokens (vocab 256), one input.\n"
+         "Options:\n" +
+         pipeforge::flags::optionList(kFlags) +
+         "See docs/runtime-data.md.\n";
+}
+
+void usage(FILE *f) { std::fputs(usageText().c_str(), f); }
+
 int fail(const std::string &msg) {
   std::fprintf(stderr, "pipeforge-tokenize: %s\n", msg.c_str());
   return 1;
@@ -76,54 +113,23 @@ int fail(const std::string &msg) {
 } // namespace
 
 int main(int argc, char **argv) {
-  std::vector<std::string> inputs;
-  std::string output, check, tokenizer, eosArg, decode, piecesInput;
-  std::optional<std::string> separator;
-  uint32_t width = 0;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char *opt) -> const char * {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "pipeforge-tokenize: %s needs a value\n", opt);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "-h" || a == "--help") {
-      usage(stdout);
-      return 0;
-    } else if (a == "-o") {
-      output = value("-o");
-    } else if (a == "--width") {
-      std::string w = value("--width");
-      if (w != "2" && w != "4") {
-        std::fprintf(stderr,
-                     "pipeforge-tokenize: --width must be 2 or 4, got '%s'\n",
-                     w.c_str());
-        return 2;
-      }
-      width = uint32_t(std::atoi(w.c_str()));
-    } else if (a == "--check") {
-      check = value("--check");
-    } else if (a == "--tokenizer") {
-      tokenizer = value("--tokenizer");
-    } else if (a == "--eos") {
-      eosArg = value("--eos");
-    } else if (a == "--doc-separator") {
-      separator = unescape(value("--doc-separator"));
-    } else if (a == "--decode") {
-      decode = value("--decode");
-    } else if (a == "--pieces") {
-      piecesInput = value("--pieces");
-    } else if (!a.empty() && a[0] == '-') {
-      std::fprintf(stderr, "pipeforge-tokenize: unknown option '%s'\n",
-                   a.c_str());
-      usage(stderr);
-      return 2;
-    } else {
-      inputs.push_back(a);
-    }
-  }
+  TokenizeArgs args;
+  auto err = pipeforge::flags::parseFlags(
+      kFlags, argc, argv, args,
+      [&](const std::string &a) -> std::optional<std::string> {
+        args.inputs.push_back(a);
+        return std::nullopt;
+      },
+      &O::help);
+  if (err || args.help)
+    pipeforge::flags::exitWithUsage("pipeforge-tokenize", err, usageText());
+  const std::vector<std::string> &inputs = args.inputs;
+  const std::string &output = args.output, &check = args.check,
+                    &tokenizer = args.tokenizer, &eosArg = args.eosArg,
+                    &decode = args.decode, &piecesInput = args.piecesInput;
+  const std::optional<std::string> &separator = args.separator;
+  const uint32_t width =
+      args.width.empty() ? 0 : uint32_t(std::stoi(args.width));
   if (!check.empty()) {
     auto tf = TokenFile::open(check);
     if (!tf) {

@@ -147,7 +147,7 @@ TEST(RunOptions, UsageText) {
   EXPECT_EQ(
       text,
       "usage: [mpirun -np N] pipeforge-run PROGRAM.pfp [--steps K] [--lr X]\n"
-      "         [--optimizer adamw|sgd] [--max-grad-norm X] [--zero 0|1|2]\n"
+      "         [--optimizer adamw|sgd] [--max-grad-norm X] [--zero 0|1|2|3]\n"
       "         [--weight-decay X [--decay-all]]\n"
       "         [--lr-schedule constant|linear|cosine] [--warmup-steps N]\n"
       "         [--decay-steps N] [--min-lr X]\n"

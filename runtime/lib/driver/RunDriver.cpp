@@ -52,6 +52,7 @@
 #include "pipeforge/rt/NcclTransport.h"
 #endif
 
+#include "pipeforge/Support/FlagTable.h"
 #include "pipeforge/Support/Numeric.h"
 
 #include <algorithm>
@@ -75,10 +76,9 @@ std::string hostName() {
 
 /// Prints the usage and exits: 2 after an error message, 0 for --help.
 [[noreturn]] void usage(const char *msg) {
-  if (msg)
-    std::fprintf(stderr, "pipeforge-run: %s\n", msg);
-  driver::printRunUsage(msg ? stderr : stdout);
-  std::exit(msg ? 2 : 0);
+  pipeforge::flags::exitWithUsage(
+      "pipeforge-run", msg ? std::optional<std::string>(msg) : std::nullopt,
+      driver::runUsage());
 }
 
 /// The backend by name; "cuda" on `device` with GEMMs in `precision`.

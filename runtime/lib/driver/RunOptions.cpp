@@ -1,56 +1,29 @@
 //===- RunOptions.cpp - pipeforge-run's table of flags --------------------===//
 //
-// One table (kFlags) lists every flag of pipeforge-run in the order the
-// usage text shows them: the name, what it takes, where its value goes and
-// where it stands in the usage text. parseRunOptions reads argv through it
-// (a value out of its range or not among its words is an error naming the
-// flag, as the flag is read), then checks the options that depend on each
-// other; printRunUsage writes the usage text from it.
+// One table (kFlags, a pipeforge::flags table: Support/FlagTable.h) lists
+// every flag of pipeforge-run in the order the usage text shows them: the
+// name, what it takes, where its value goes and where it stands in the usage
+// text. parseRunOptions reads argv through it (a value out of its range or
+// not among its words is an error naming the flag, as the flag is read),
+// then checks the options that depend on each other; runUsage writes the
+// usage text from it.
 //
 //===----------------------------------------------------------------------===//
 
 #include "RunOptions.h"
 
+#include "pipeforge/Support/FlagTable.h"
 #include "pipeforge/Support/Numeric.h"
 
 #include <cstdlib>
-#include <cstring>
-#include <variant>
 
 namespace pipeforge::rt::driver {
 
 namespace {
 
-/// A flag whose value needs more than a range or a list of words: returns
-/// why the value is wrong, or nullopt after storing it.
-using Setter = std::optional<std::string> (*)(RunOptions &,
-                                              const std::string &value);
-
-/// Where a flag's value goes: a switch (set to true), an integer, a number,
-/// text (any, or one of the words of Flag::words), or a Setter.
-using Field =
-    std::variant<bool RunOptions::*, int64_t RunOptions::*,
-                 double RunOptions::*, std::string RunOptions::*, Setter>;
-
-/// Where a flag stands in the usage text.
-enum class Place {
-  Line,   ///< begins a line: [--flag VALUE]
-  Next,   ///< after the previous flag on its line
-  Inside, ///< within the previous flag's brackets: [--a X [--b]]
-  Hidden, ///< not shown (-h, --help)
-};
-
-struct Flag {
-  const char *name;
-  /// The value in the usage text (nullptr: a switch). For a text flag with
-  /// `words`, the only values it takes, separated by '|'.
-  const char *value;
-  Place place;
-  Field field;
-  /// The closed range of an integer or a number.
-  double lo = 0, hi = 0;
-  bool words = false;
-};
+using O = RunOptions;
+using Flag = flags::Flag<O>;
+using flags::Place;
 
 /// --inject-nan STEP:MB (and PIPEFORGE_INJECT_NAN).
 std::optional<std::string> setInjectNan(RunOptions &o, const std::string &v) {
@@ -73,7 +46,6 @@ std::optional<std::string> setLrSchedule(RunOptions &o, const std::string &v) {
   return std::nullopt;
 }
 
-using O = RunOptions;
 constexpr double kSteps = double(kMaxSteps);
 
 // Every flag, in the order of the usage text.
@@ -129,66 +101,9 @@ const Flag kFlags[] = {
     {"--help", nullptr, Place::Hidden, &O::help},
 };
 
-const Flag *findFlag(const std::string &name) {
-  for (const Flag &f : kFlags)
-    if (name == f.name)
-      return &f;
-  return nullptr;
-}
-
-/// "a|b|c" as "a, b or c".
-std::string wordList(const std::string &words) {
-  std::string out;
-  size_t at = 0;
-  while (true) {
-    size_t bar = words.find('|', at);
-    std::string w = words.substr(at, bar == std::string::npos ? bar : bar - at);
-    if (!out.empty())
-      out += bar == std::string::npos ? " or " : ", ";
-    out += w;
-    if (bar == std::string::npos)
-      return out;
-    at = bar + 1;
-  }
-}
-
-bool isOneOf(const std::string &v, const std::string &words) {
-  return ("|" + words + "|").find("|" + v + "|") != std::string::npos;
-}
-
-/// Stores `v`, the value of the flag `f`, or says why it is wrong.
-std::optional<std::string> setValue(const Flag &f, const std::string &v,
-                                    RunOptions &o) {
-  const std::string name = f.name;
-  if (auto *n = std::get_if<int64_t O::*>(&f.field))
-    return parseIntOption(name, v, int64_t(f.lo), int64_t(f.hi), o.**n);
-  if (auto *x = std::get_if<double O::*>(&f.field))
-    return parseNumberOption(name, v, {f.lo, f.hi}, o.**x);
-  if (auto *set = std::get_if<Setter>(&f.field))
-    return (*set)(o, v);
-  if (f.words && !isOneOf(v, f.value))
-    return name + " must be " + wordList(f.value);
-  o.*std::get<std::string O::*>(f.field) = v;
-  return std::nullopt;
-}
-
-/// Reads the flag `f` at argv[i] (and its value, argv[i + 1]).
-std::optional<std::string> readFlag(const Flag &f, int argc, char **argv,
-                                    int &i, RunOptions &o) {
-  if (auto *on = std::get_if<bool O::*>(&f.field)) {
-    o.**on = true;
-    return std::nullopt;
-  }
-  if (i + 1 >= argc)
-    return "option " + std::string(f.name) + " needs a value";
-  return setValue(f, argv[++i], o);
-}
-
 /// An argument that is not a flag: the program file.
 std::optional<std::string> readProgramPath(const std::string &arg,
                                            bool embedded, RunOptions &o) {
-  if (!arg.empty() && arg[0] == '-')
-    return "unknown option '" + arg + "'";
   if (embedded)
     return "unexpected argument '" + arg +
            "': this executable carries its program";
@@ -236,14 +151,14 @@ std::optional<std::string> parseRunOptions(int argc, char **argv, bool embedded,
   if (const char *e = std::getenv("PIPEFORGE_INJECT_NAN"))
     if (auto err = setInjectNan(out, e))
       return err;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const Flag *f = findFlag(arg);
-    auto err = f ? readFlag(*f, argc, argv, i, out)
-                 : readProgramPath(arg, embedded, out);
-    if (err || out.help)
-      return err;
-  }
+  auto err = flags::parseFlags(
+      kFlags, argc, argv, out,
+      [&](const std::string &arg) {
+        return readProgramPath(arg, embedded, out);
+      },
+      &O::help);
+  if (err || out.help)
+    return err;
   if (embedded)
     out.progPath = argv[0]; // for messages: the executable holds the program
   else if (out.progPath.empty())
@@ -251,28 +166,15 @@ std::optional<std::string> parseRunOptions(int argc, char **argv, bool embedded,
   return checkCombinations(out);
 }
 
-void printRunUsage(std::FILE *to) {
-  std::string text = "usage: [mpirun -np N] pipeforge-run PROGRAM.pfp";
-  const size_t n = sizeof kFlags / sizeof kFlags[0];
-  auto shown = [](const Flag &f) {
-    return std::string("[") + f.name + (f.value ? " " : "") +
-           (f.value ? f.value : "");
-  };
-  for (size_t i = 0; i < n; ++i) {
-    const Flag &f = kFlags[i];
-    if (f.place == Place::Hidden || f.place == Place::Inside)
-      continue;
-    text += f.place == Place::Line ? "\n         " : " ";
-    text += shown(f);
-    for (size_t j = i + 1; j < n && kFlags[j].place == Place::Inside; ++j)
-      text += " " + shown(kFlags[j]) + "]";
-    text += "]";
-  }
-  text += "\n"
-          "       pipeforge-run --compare-weights A B [--rtol R] [--atol A]\n"
-          "  (an executable from pipeforge-compile --emit exe takes the same\n"
-          "  options without PROGRAM.pfp)\n";
-  std::fputs(text.c_str(), to);
+std::string runUsage() {
+  return "usage: [mpirun -np N] pipeforge-run PROGRAM.pfp" +
+         flags::synopsis(kFlags, "\n         ") +
+         "\n"
+         "       pipeforge-run --compare-weights A B [--rtol R] [--atol A]\n"
+         "  (an executable from pipeforge-compile --emit exe takes the same\n"
+         "  options without PROGRAM.pfp)\n";
 }
+
+void printRunUsage(std::FILE *to) { std::fputs(runUsage().c_str(), to); }
 
 } // namespace pipeforge::rt::driver

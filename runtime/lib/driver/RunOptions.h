@@ -1,11 +1,13 @@
 //===- RunOptions.h - pipeforge-run's command line, parsed ------*- C++ -*-===//
 //
 // pipeforge-run's options as one value (RunOptions), read from argv through
-// one table of flags (RunOptions.cpp): each flag's name, its place in the
-// usage text, what it takes (nothing, an integer or a number in a range, one
-// of a few words, any text) and where it goes. The same table prints the
-// usage text and parses; a bad flag is a usage error (exit 2, a message
-// that names the flag). Private to the driver (RunDriver.cpp).
+// one table of flags (RunOptions.cpp, a table of Support/FlagTable.h, the
+// parser pipeforge-export and pipeforge-tokenize share): each flag's name,
+// its place in the usage text, what it takes (nothing, an integer or a
+// number in a range, one of a few words, any text) and where it goes. The
+// same table prints the usage text and parses; a bad flag is a usage error
+// (exit 2, a message that names the flag). Private to the driver
+// (RunDriver.cpp).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PIPEFORGE_RT_DRIVER_RUNOPTIONS_H
@@ -60,7 +62,10 @@ struct RunOptions {
 std::optional<std::string> parseRunOptions(int argc, char **argv, bool embedded,
                                            RunOptions &out);
 
-/// The usage text (from the table of flags) on `to`.
+/// The usage text (from the table of flags).
+std::string runUsage();
+
+/// runUsage() on `to`.
 void printRunUsage(std::FILE *to);
 
 } // namespace pipeforge::rt::driver
