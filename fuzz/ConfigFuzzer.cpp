@@ -7,11 +7,10 @@
 //===----------------------------------------------------------------------===//
 #include "FuzzCommon.h"
 
-#include "pipeforge/Dialect/NN/IR/NNDialect.h"
+#include "pipeforge/Dialect/Dialects.h"
 #include "pipeforge/Import/ModelBuilder.h"
 #include "pipeforge/Import/ModelConfig.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
@@ -27,9 +26,11 @@ mlir::MLIRContext &context() {
   static std::unique_ptr<mlir::MLIRContext> ctx;
   static unsigned uses = 0;
   if (!ctx || ++uses % 1000 == 0) {
+    mlir::DialectRegistry registry;
+    registerPipeForgeDialects(registry);
     ctx = std::make_unique<mlir::MLIRContext>(
-        mlir::MLIRContext::Threading::DISABLED);
-    ctx->loadDialect<nn::NNDialect, mlir::func::FuncDialect>();
+        registry, mlir::MLIRContext::Threading::DISABLED);
+    ctx->loadAllAvailableDialects();
     ctx->printOpOnDiagnostic(false);
   }
   return *ctx;

@@ -7,8 +7,8 @@
 
 #include "pipeforge/Plan/CostsFromIR.h"
 
+#include "pipeforge/Dialect/Dialects.h"
 #include "pipeforge/Dialect/NN/Analysis/CostSum.h"
-#include "pipeforge/Dialect/NN/IR/NNDialect.h"
 #include "pipeforge/Dialect/NN/IR/NNOps.h"
 #include "pipeforge/Import/ModelLoader.h"
 #include "pipeforge/Support/AttrNames.h"
@@ -176,8 +176,10 @@ llvm::Expected<plan::ModelCosts> plan::costsFromIR(mlir::ModuleOp module,
 
 llvm::Expected<plan::ModelCosts>
 plan::loadModelCosts(StringRef path, int64_t seqLen, unsigned bytesPerElement) {
-  mlir::MLIRContext ctx;
-  ctx.loadDialect<nn::NNDialect, mlir::func::FuncDialect>();
+  mlir::DialectRegistry registry;
+  registerPipeForgeDialects(registry);
+  mlir::MLIRContext ctx(registry);
+  ctx.loadAllAvailableDialects();
   SourceMgr sm;
   mlir::SourceMgrDiagnosticHandler handler(sm, &ctx);
   import::LoadOptions load;
