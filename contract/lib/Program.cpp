@@ -582,26 +582,26 @@ Program parseBody(const Json &j) {
 namespace {
 /// model.vocab is what the data source draws tokens from: it must be the
 /// embedding table's row count and the logits' width (after
-/// validateProgram, which checks the value ids).
+/// validateProgram, which checks the value ids and resolves Kernel::kind).
 Status checkVocab(const Program &p) {
   for (const Stage &st : p.stages)
     for (const Kernel &k : st.forward.kernels) {
       int32_t v = -1;
       int64_t got = 0, shards = 1;
       const char *what = nullptr;
-      if (k.op == "embedding" && k.inputs.size() >= 2) {
+      if (k.kind == OpKind::Embedding && k.inputs.size() >= 2) {
         v = k.inputs[1];
         what = "the embedding table has";
         auto it = k.attrs.find("vocab_shards");
         if (it != k.attrs.end())
           if (const int64_t *n = std::get_if<int64_t>(&it->second))
             shards = std::max<int64_t>(1, *n);
-      } else if ((k.op == "cross_entropy" ||
-                  k.op == "vocab_parallel_cross_entropy") &&
+      } else if ((k.kind == OpKind::CrossEntropy ||
+                  k.kind == OpKind::VocabParallelCrossEntropy) &&
                  !k.inputs.empty()) {
         v = k.inputs[0];
         what = "the logits have";
-        if (k.op != "cross_entropy")
+        if (k.kind == OpKind::VocabParallelCrossEntropy)
           shards = p.training.tensorParallel;
       }
       if (v < 0 || size_t(v) >= st.forward.values.size())
@@ -610,7 +610,7 @@ Status checkVocab(const Program &p) {
       if (sh.empty())
         continue;
       // Vocabulary parallelism: each rank holds 1 / shards of the entries.
-      got = (k.op == "embedding" ? sh.front() : sh.back()) * shards;
+      got = (k.kind == OpKind::Embedding ? sh.front() : sh.back()) * shards;
       if (got != p.model.vocab)
         return Status::error("program body: model.vocab is " +
                              std::to_string(p.model.vocab) + " but " + what +
