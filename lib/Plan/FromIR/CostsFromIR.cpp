@@ -20,7 +20,6 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
 
-#include <map>
 #include <numeric>
 
 using namespace llvm;
@@ -44,26 +43,19 @@ static void routingGroups(nn::MoEOp moe, plan::LayerCost &lc) {
 /// width and vocabulary, and per block the attention core's FLOPs. An IR that
 /// is already tensor-parallel leaves the shape unknown (the planner then only
 /// tries t = 1).
-static void describeLayers(mlir::func::FuncOp func,
-                           const std::vector<int64_t> &ids,
+static void describeLayers(mlir::func::FuncOp func, const nn::LayerIndex &index,
                            plan::ModelCosts &model, double perSeq,
                            unsigned bytesPerElement) {
-  std::map<int64_t, size_t> index;
-  for (size_t i = 0; i < ids.size(); ++i)
-    index[ids[i]] = i;
   plan::ModelShape shape;
   bool sharded = false;
   func.walk([&](mlir::Operation *op) {
     if (isa<nn::TPCopyOp, nn::TPAllReduceOp, nn::TPAllGatherOp,
             nn::TPReduceScatterOp, nn::VocabParallelCrossEntropyOp>(op))
       sharded = true;
-    auto layerAttr = op->getAttrOfType<mlir::IntegerAttr>(attrs::kNNLayer);
-    if (!layerAttr)
+    auto at = index.positionOf(op);
+    if (!at)
       return;
-    auto it = index.find(layerAttr.getInt());
-    if (it == index.end())
-      return;
-    plan::LayerCost &lc = model.layers[it->second];
+    plan::LayerCost &lc = model.layers[*at];
     if (auto a = dyn_cast<nn::AttentionOp>(op)) {
       auto q = cast<mlir::RankedTensorType>(a.getQ().getType());
       if (!q.hasStaticShape())
@@ -164,7 +156,7 @@ llvm::Expected<plan::ModelCosts> plan::costsFromIR(mlir::ModuleOp module,
     lc.unkeptBytes = layers->unkeptBytes[i] * perSeq;
     model.layers.push_back(lc);
   }
-  describeLayers(func, layers->ids, model, perSeq, bytesPerElement);
+  describeLayers(func, layers->index, model, perSeq, bytesPerElement);
   for (unsigned i = 0; i < func.getNumArguments(); ++i)
     if (func.getArgAttr(i, attrs::kNNTied))
       if (auto t =

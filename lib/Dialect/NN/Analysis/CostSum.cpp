@@ -74,46 +74,83 @@ static double valueBytes(Value v, unsigned bpe) {
   return elems * std::max<unsigned>(1, e.getIntOrFloatBitWidth() / 8);
 }
 
+std::optional<int64_t> layerOf(Operation *op) {
+  if (auto a = op->getAttrOfType<IntegerAttr>(attrs::kNNLayer))
+    return a.getInt();
+  return std::nullopt;
+}
+
+LayerIndex LayerIndex::of(Operation *root) {
+  LayerIndex index;
+  root->walk([&](Operation *op) {
+    if (auto id = layerOf(op))
+      index.position_.emplace(*id, 0);
+  });
+  for (auto &[id, i] : index.position_) {
+    i = index.ids_.size();
+    index.ids_.push_back(id);
+  }
+  return index;
+}
+
+std::optional<size_t> LayerIndex::position(int64_t id) const {
+  auto it = position_.find(id);
+  if (it == position_.end())
+    return std::nullopt;
+  return it->second;
+}
+
+std::optional<size_t> LayerIndex::positionOf(Operation *op) const {
+  if (auto id = layerOf(op))
+    return position(*id);
+  return std::nullopt;
+}
+
+CostsByLayer sumCostsByLayer(Operation *root, unsigned bytesPerElement) {
+  CostsByLayer out;
+  out.index = LayerIndex::of(root);
+  out.layers.resize(out.index.size());
+  root->walk([&](CostOpInterface op) {
+    if (auto li = out.index.positionOf(op))
+      out.layers[*li].add(op, bytesPerElement);
+    else
+      out.untagged.add(op, bytesPerElement);
+  });
+  return out;
+}
+
 llvm::Expected<LayerCosts> collectLayerCosts(func::FuncOp func,
                                              unsigned bytesPerElement) {
-  auto layerOf = [](Operation *op) {
-    return op->getAttrOfType<IntegerAttr>(attrs::kNNLayer);
-  };
-  std::map<int64_t, size_t> index;
   Operation *untagged = nullptr;
   func.walk([&](Operation *op) {
-    if (auto a = layerOf(op))
-      index.emplace(a.getInt(), 0);
-    else if (isa<CostOpInterface>(op) && !untagged)
+    if (!layerOf(op) && isa<CostOpInterface>(op) && !untagged)
       untagged = op;
   });
   if (untagged)
     return llvm::createStringError("an '" +
                                    untagged->getName().getStringRef().str() +
                                    "' op has no nn.layer attribute");
-  if (index.empty())
+  LayerCosts lc;
+  lc.index = LayerIndex::of(func);
+  if (lc.index.empty())
     return llvm::createStringError("@" + func.getSymName().str() +
                                    " has no ops with an nn.layer attribute");
-
-  LayerCosts lc;
-  for (auto &[id, i] : index) {
-    i = lc.ids.size();
-    lc.ids.push_back(id);
-  }
+  const LayerIndex &index = lc.index;
+  lc.ids = index.ids();
   lc.layers.resize(lc.ids.size());
   lc.crossingBytes.assign(lc.ids.size(), 0);
   func.walk([&](Operation *op) {
-    auto a = layerOf(op);
-    if (!a)
+    auto at = index.positionOf(op);
+    if (!at)
       return;
-    size_t li = index[a.getInt()];
+    size_t li = *at;
     if (auto cost = dyn_cast<CostOpInterface>(op))
       lc.layers[li].add(cost, bytesPerElement);
     for (Value res : op->getResults()) {
       size_t last = li;
       for (Operation *user : res.getUsers())
-        if (auto ua = layerOf(user))
-          last = std::max(last, index[ua.getInt()]);
+        if (auto ul = index.positionOf(user))
+          last = std::max(last, *ul);
       double bytes = valueBytes(res, bytesPerElement);
       for (size_t c = li; c < last; ++c)
         lc.crossingBytes[c] += bytes;
@@ -123,8 +160,8 @@ llvm::Expected<LayerCosts> collectLayerCosts(func::FuncOp func,
   // (which it owns: only the attention stashes them), a dropout's mask.
   lc.unkeptBytes.assign(lc.ids.size(), 0);
   func.walk([&](Operation *op) {
-    auto a = layerOf(op);
-    if (!a || !isa<AttentionOp, DropoutOp>(op))
+    auto at = index.positionOf(op);
+    if (!at || !isa<AttentionOp, DropoutOp>(op))
       return;
     double bytes = double(cast<CostOpInterface>(op).getStashBytes(
         bytesPerElement));
@@ -134,7 +171,7 @@ llvm::Expected<LayerCosts> collectLayerCosts(func::FuncOp func,
       for (Value v : qkv)
         bytes -= valueBytes(v, bytesPerElement);
     }
-    lc.unkeptBytes[index[a.getInt()]] += std::max(0.0, bytes);
+    lc.unkeptBytes[*at] += std::max(0.0, bytes);
   });
 
   // Selective recomputation: a cheap op's stashed output whose inputs are
@@ -162,8 +199,8 @@ llvm::Expected<LayerCosts> collectLayerCosts(func::FuncOp func,
           (!owner || (user->getBlock() == owner->getBlock() &&
                       user->isBeforeInBlock(owner))))
         owner = user;
-    if (auto a = owner ? layerOf(owner) : IntegerAttr())
-      lc.selectiveBytes[index[a.getInt()]] += valueBytes(r, bytesPerElement);
+    if (auto at = owner ? index.positionOf(owner) : std::nullopt)
+      lc.selectiveBytes[*at] += valueBytes(r, bytesPerElement);
   });
   return lc;
 }

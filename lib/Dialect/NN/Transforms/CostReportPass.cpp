@@ -13,7 +13,7 @@
 #include "pipeforge/Support/AttrNames.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -55,23 +55,22 @@ struct CostReportPass : public nn::impl::NNCostReportBase<CostReportPass> {
   bool comm = false;
 
   void reportFunction(raw_ostream &os, func::FuncOp func) {
-    llvm::MapVector<int64_t, CostSum> layers;
-    CostSum untagged;
-    bool any = false;
-    func.walk([&](nn::CostOpInterface op) {
-      any = true;
-      if (auto layer = op->getAttrOfType<IntegerAttr>(attrs::kNNLayer))
-        layers[layer.getInt()].add(op, bytesPerElement);
-      else
-        untagged.add(op, bytesPerElement);
-    });
+    // The cost analysis's layers (ids ascending), each with a cost op.
+    nn::CostsByLayer byLayer = nn::sumCostsByLayer(func, bytesPerElement);
+    const CostSum &untagged = byLayer.untagged;
+    bool any = untagged.ops > 0;
+    for (const CostSum &c : byLayer.layers)
+      any |= c.ops > 0;
     if (!any)
       return;
     os << "function @" << func.getSymName() << "\n";
     printHeader(os, "layer", comm);
     CostSum total;
-    for (auto &[layer, cost] : layers) {
-      printRow(os, "layer " + std::to_string(layer), cost, comm);
+    for (auto [i, cost] : llvm::enumerate(byLayer.layers)) {
+      if (!cost.ops)
+        continue;
+      printRow(os, "layer " + std::to_string(byLayer.index.ids()[i]), cost,
+               comm);
       total.add(cost);
     }
     if (untagged.ops) {

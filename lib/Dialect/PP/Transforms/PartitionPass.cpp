@@ -1,9 +1,9 @@
 //===- PartitionPass.cpp - --pp-partition ---------------------------------===//
 //
 // A thin adapter between `func.func @model` and the plain C++ partitioner
-// (pipeforge/Partition/Partition.h): group the ops by `nn.layer`, cost each
-// layer with CostOpInterface, cut, then build one `pp.stage` per stage whose
-// `@forward` clones the stage's ops.
+// (pipeforge/Partition/Partition.h): the ops' layers and each layer's cost
+// from the cost analysis (nn/Analysis/CostSum.h), cut, then build one
+// `pp.stage` per stage whose `@forward` clones the stage's ops.
 //
 // Values crossing a cut: a value defined in stage d and used last in stage u
 // is live across the cuts d+1 .. u, so the stages in between pass it through.
@@ -77,17 +77,21 @@ struct Plan {
 
 } // namespace
 
-/// Groups the top-level ops of @model by `nn.layer`.
-static FailureOr<SmallVector<Layer>> collectLayers(Block &body) {
+/// The layers of @model in body order: the cost analysis's grouping by
+/// `nn.layer` (nn/Analysis/CostSum.h), each with its top-level ops and its
+/// F + B + W FLOPs. A cut falls between top-level ops, so every one must be
+/// in a layer and the ops of a layer must be contiguous.
+static FailureOr<SmallVector<Layer>> collectLayers(func::FuncOp model) {
+  Block &body = model.getBody().front();
   SmallVector<Layer> layers;
   llvm::DenseMap<int64_t, Operation *> lastOpOfLayer;
   for (Operation &op : body.without_terminator()) {
-    auto attr = op.getAttrOfType<IntegerAttr>(attrs::kNNLayer);
-    if (!attr)
+    std::optional<int64_t> layer = nn::layerOf(&op);
+    if (!layer)
       return op.emitOpError("has no integer 'nn.layer' attribute; "
                             "--pp-partition needs every op of @model in a "
                             "layer");
-    int64_t id = attr.getInt();
+    int64_t id = *layer;
     if (id < 0 || id > INT32_MAX)
       return op.emitOpError("has 'nn.layer' = ")
              << id << "; layer ids must be in [0, " << INT32_MAX << "]";
@@ -103,12 +107,15 @@ static FailureOr<SmallVector<Layer>> collectLayers(Block &body) {
       layers.push_back(Layer{id, {}, 0});
     }
     layers.back().ops.push_back(&op);
-    layers.back().cost += nn::sumFlops(&op);
     lastOpOfLayer[id] = &op;
   }
   if (layers.empty())
     return emitError(body.getParentOp()->getLoc(),
                      "'@model' has no ops to partition");
+  // FLOPs have no element size.
+  nn::CostsByLayer costs = nn::sumCostsByLayer(model, /*bytesPerElement=*/1);
+  for (Layer &layer : layers)
+    layer.cost = costs.layers[*costs.index.position(layer.id)].flops();
   return layers;
 }
 
@@ -353,7 +360,7 @@ LogicalResult PartitionPass::partitionModule() {
       resolvePlan(model.getLoc(), numStages, placement, ranks);
   if (failed(plan))
     return failure();
-  FailureOr<SmallVector<Layer>> layers = collectLayers(model.getBody().front());
+  FailureOr<SmallVector<Layer>> layers = collectLayers(model);
   if (failed(layers))
     return failure();
 

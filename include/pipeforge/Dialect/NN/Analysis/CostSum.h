@@ -1,9 +1,10 @@
 //===- CostSum.h - Sums of the nn cost model, per op set and per layer ----===//
 //
-// The one place that adds up the CostOpInterface: the cost report
-// (--nn-cost-report), the partitioner (--pp-partition balances F+B+W per
-// layer), the schedule pass's per-stage costs and the planner all read their
-// numbers from here, so they cannot disagree about what a layer costs.
+// The one place that adds up the CostOpInterface and groups ops into layers
+// (`nn.layer`): the cost report (--nn-cost-report), the partitioner
+// (--pp-partition balances F+B+W per layer), the schedule pass's per-stage
+// costs and the planner all read their numbers and their layers from here,
+// so they cannot disagree about what a layer is or what it costs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +17,8 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <vector>
 
 namespace pipeforge::nn {
@@ -46,9 +49,44 @@ CostSum sumCosts(mlir::Operation *root, unsigned bytesPerElement);
 /// sumCosts(root, any).flops() gives them: FLOPs have no element size.
 double sumFlops(mlir::Operation *root);
 
+/// The layer of `op`: its `nn.layer` attribute, or nullopt without one.
+std::optional<int64_t> layerOf(mlir::Operation *op);
+
+/// The layers of the ops nested in an op: every `nn.layer` id one of them
+/// carries, ascending. The one grouping of ops into layers.
+class LayerIndex {
+public:
+  /// The layers of the ops nested in `root` (and `root` itself).
+  static LayerIndex of(mlir::Operation *root);
+
+  /// Layer ids, ascending.
+  const std::vector<int64_t> &ids() const { return ids_; }
+  size_t size() const { return ids_.size(); }
+  bool empty() const { return ids_.empty(); }
+  /// The position of layer `id` in ids(), or nullopt.
+  std::optional<size_t> position(int64_t id) const;
+  /// The position of `op`'s layer in ids(), or nullopt (no `nn.layer`, or a
+  /// layer this index does not hold).
+  std::optional<size_t> positionOf(mlir::Operation *op) const;
+
+private:
+  std::vector<int64_t> ids_;
+  std::map<int64_t, size_t> position_;
+};
+
+/// The costs of the ops nested in `root` with a cost model, per layer
+/// (LayerIndex::of(root)'s order), and of those without `nn.layer`.
+struct CostsByLayer {
+  LayerIndex index;
+  std::vector<CostSum> layers; ///< costs of layer index.ids()[i]
+  CostSum untagged;            ///< ops with a cost model but no nn.layer
+};
+CostsByLayer sumCostsByLayer(mlir::Operation *root, unsigned bytesPerElement);
+
 /// Per-layer costs of a model function whose ops carry `nn.layer`.
 struct LayerCosts {
-  std::vector<int64_t> ids;    ///< layer ids, ascending
+  LayerIndex index;            ///< the grouping (LayerIndex::of(func))
+  std::vector<int64_t> ids;    ///< layer ids, ascending (index.ids())
   std::vector<CostSum> layers; ///< costs of layer ids[i]
   /// Bytes of the values that cross the cut after layer ids[i] (produced at
   /// or before it, used after it): what a pipeline cut there sends.
