@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "pipeforge/Dialect/NN/Analysis/CostSum.h"
 #include "pipeforge/Dialect/NN/IR/NNOps.h"
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
@@ -24,11 +25,7 @@ using namespace pipeforge;
 using namespace pipeforge::pp;
 
 namespace {
-static std::optional<int64_t> layerOf(Operation *op) {
-  if (auto a = op->getAttrOfType<IntegerAttr>(attrs::kNNLayer))
-    return a.getInt();
-  return std::nullopt;
-}
+using nn::layerOf;
 static bool isMoE(Operation *op) {
   return isa<nn::MoEOp, nn::MoEBwdInputOp, nn::MoEBwdWeightOp>(op);
 }
