@@ -149,6 +149,14 @@ void exportJson(const Schedule &s, std::ostream &os, const SimResult *sim,
       writeNumbers(w, "exposed_p2p", sim->ranks, &RankStats::exposedP2P);
       writeNumbers(w, "exposed_a2a", sim->ranks, &RankStats::exposedA2A);
     }
+    // ZeRO-3's gathers, where they take time.
+    bool gathers = false;
+    for (const RankStats &r : sim->ranks)
+      gathers |= r.gatherBusy > 0;
+    if (gathers) {
+      writeNumbers(w, "gather_busy", sim->ranks, &RankStats::gatherBusy);
+      writeNumbers(w, "exposed_gather", sim->ranks, &RankStats::exposedGather);
+    }
     if (moreSummary)
       moreSummary(w);
     w.endObject();
