@@ -1839,8 +1839,39 @@ Status nothingFits(const PlanResult &r, const Cluster &cluster,
 }
 } // namespace
 
+namespace {
+Expected<PlanResult> sweepOnce(const ModelCosts &model, const Cluster &cluster,
+                               const PlanOptions &opts);
+} // namespace
+
 Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
                                 const PlanOptions &opts) {
+  auto r = sweepOnce(model, cluster, opts);
+  // Memory needs them: without --zero, nothing fits at ZeRO 0 or 1, so ZeRO
+  // 2 and 3 are swept (their step times price the gathers and scatters).
+  if (r || !opts.zeroStages.empty() ||
+      r.message().find("infeasible") == std::string::npos)
+    return r;
+  PlanOptions deeper = opts;
+  deeper.zeroStages = {2, 3};
+  auto z = sweepOnce(model, cluster, deeper);
+  if (!z)
+    return r; // still nothing: the error of the default sweep
+  // "the smallest need is X GiB per GPU (setup) but a GPU offers Y GiB (...)"
+  std::string why = r.message();
+  const std::string lead = "no setup fits in memory: ";
+  if (size_t at = why.find(lead); at != std::string::npos)
+    why = why.substr(at + lead.size());
+  if (size_t at = why.rfind("; "); at != std::string::npos)
+    why = why.substr(0, at);
+  z->zeroNote = "nothing fits at ZeRO 0 or 1 (" + why +
+                "): ZeRO 2 and 3 swept";
+  return z;
+}
+
+namespace {
+Expected<PlanResult> sweepOnce(const ModelCosts &model, const Cluster &cluster,
+                               const PlanOptions &opts) {
   if (Status st = checkPlanInputs(model, cluster, opts); !st)
     return st;
   std::set<std::string> skipped;
@@ -1864,6 +1895,7 @@ Expected<PlanResult> plan::plan(const ModelCosts &model, const Cluster &cluster,
     return nothingFits(r, cluster, opts);
   return r;
 }
+} // namespace
 
 //===----------------------------------------------------------------------===//
 // --explain: one user-given setup against the sweep

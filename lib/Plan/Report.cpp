@@ -278,7 +278,7 @@ std::string plan::launchCommands(const Candidate &c, const ModelCosts &m,
       (c.recomputeStages.empty()
            ? ""
            : " --recompute-stages " + splitText(c.recomputeStages)) +
-      " -o model.pfp";
+      (c.zero == 3 ? " --zero 3" : "") + " -o model.pfp";
   // Open MPI's slot filling keeps consecutive world ranks on a node. With
   // the default rank layout (pp-fastest) they are a TP group, then the
   // pipeline ranks of a replica: pp-in-node; with dp-fastest, a TP group,
@@ -288,7 +288,7 @@ std::string plan::launchCommands(const Candidate &c, const ModelCosts &m,
       "mpirun --hostfile HOSTS --map-by slot -np " + std::to_string(world) +
       " pipeforge-run model.pfp" +
       (c.layout == Layout::DataInNode ? " --rank-layout dp-fastest" : "") +
-      (c.zero >= 1 ? " --zero " + std::to_string(std::min(c.zero, 2)) : "") +
+      (c.zero >= 1 ? " --zero " + std::to_string(c.zero) : "") +
       (c.offload ? " --offload-activations auto" : "");
   (void)cl;
   // The runtime numbers ranks pp-fastest or dp-fastest only.
@@ -296,9 +296,9 @@ std::string plan::launchCommands(const Candidate &c, const ModelCosts &m,
     run += "\n          (ep-in-node: the runtime has no rank layout that "
            "packs an expert group into a node; this runs pp-in-node)";
   if (c.zero == 3)
-    run += "\n          (ZeRO-3: pipeforge-run shards at most the gradients "
-           "(--zero 2); the gathered weights are the planner's model, as "
-           "FSDP runs them)";
+    run += "\n          (ZeRO-3: pipeforge-run gathers a stage's weights "
+           "whole, from its first compute to its last, so its peak holds the "
+           "stage's; the per-layer gathers priced here are FSDP's)";
   return "  launch: " + compile + "\n          " + run + "\n";
 }
 
@@ -328,6 +328,8 @@ std::string plan::formatTable(const PlanResult &r, const ModelCosts &model,
           fmt("; link efficiency: all-reduce %.3g, all-to-all %.3g, p2p "
               "%.3g\n",
               cl.allReduceEfficiency, cl.allToAllEfficiency, cl.p2pEfficiency);
+  if (!r.zeroNote.empty())
+    out += "note: " + r.zeroNote + "\n";
   out +=
       fmt("evaluated %d setups: %zu fit, %zu over memory; %zu skipped%s\n\n",
           r.evaluated, r.ranked.size(), r.overMemory.size(), r.skipped.size(),
@@ -556,5 +558,7 @@ std::string plan::formatJson(const PlanResult &r, const ModelCosts &model,
     j["explain"] = e;
   }
   j["skipped"] = r.skipped;
+  if (!r.zeroNote.empty())
+    j["zero_note"] = r.zeroNote;
   return j.dump(2) + "\n";
 }

@@ -466,6 +466,10 @@ struct PlanResult {
   /// Setups that could not be formed (e.g. "dualpipe: needs an even number
   /// of ranks"), one line each, deduplicated.
   std::vector<std::string> skipped;
+  /// Without --zero, the sweep tries ZeRO 0 and 1; when nothing fits there
+  /// it sweeps ZeRO 2 and 3 (the gradients, then the parameters sharded)
+  /// and says so here (empty otherwise).
+  std::string zeroNote;
 };
 
 /// Evaluates one setup (no memory check against the cluster is skipped:
