@@ -1,9 +1,11 @@
 //===- ExecutorInit.cpp - Buffers, expert shards and parameters at start --===//
 //
-// Executor::Impl::init: activation layouts, the expert-parallel parameters
-// (the moe kernels' expert operands, sliced over the group), the local
-// parameters (initialised whole, then sliced), the per-function buffer
-// plans.
+// Executor::Impl::init, in named phases: the stages and their activation
+// layouts (initStages), the expert-parallel parameters (initExpertParallel:
+// the moe kernels' expert operands, sliced over the group), the
+// tensor-parallel group (initTensorParallel), the local parameters
+// (initParams: initialised whole, then sliced), ZeRO's owners (initZero),
+// the per-function buffer plans (planBuffers).
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,8 +26,9 @@ Status stageError(int c, int s, const std::string &m) {
                        std::to_string(c) + ": " + m);
 }
 
-Status Executor::Impl::init() {
-  tr.attachBackend(be);
+/// The schedule against the program: every stage placed where the schedule
+/// runs it, every kernel resolved; each stage's activation bundle layout.
+Status Executor::Impl::initStages() {
   const sched::Schedule &sc = prog.schedule;
   if (sc.programs.size() != size_t(sc.numRanks()) || sc.numRanks() < 1)
     return Status::error("program has no per-rank schedule");
@@ -74,7 +77,13 @@ Status Executor::Impl::init() {
       actOffsets[{c, s}] = off;
       actBytes[{c, s}] = total;
     }
-  // Expert parallelism: the expert-sharded parameters (w1, w2, w3 of moe).
+  return Status::ok();
+}
+
+/// Expert parallelism: the group against the program's, the expert-sharded
+/// parameters (w1, w2, w3 of moe) and the moe kernels that read them (or run
+/// whole here).
+Status Executor::Impl::initExpertParallel() {
   E = prog.training.expertParallel;
   epi = tr.epIndex();
   if (E != tr.epSize())
@@ -133,13 +142,24 @@ Status Executor::Impl::init() {
         }
       }
   }
-  // Tensor parallelism: the group must match the program's.
+  return Status::ok();
+}
+
+/// Tensor parallelism: the group must match the program's.
+Status Executor::Impl::initTensorParallel() {
   T = prog.training.tensorParallel;
   tpi = tr.tpIndex();
   if (T != tr.tpSize())
     return Status::error("the program has tensor_parallel " +
                          std::to_string(T) + " but the transport's group has " +
                          std::to_string(tr.tpSize()) + " ranks");
+  return Status::ok();
+}
+
+/// The tied pairs, and this rank's parameters: allocated, initialised
+/// (or loaded) whole and sliced to this rank's share.
+Status Executor::Impl::initParams() {
+  const sched::Schedule &sc = prog.schedule;
   // Tied parameters: the pairs, and each copy initialised as its target.
   std::map<std::string, int32_t> byName;
   for (size_t i = 0; i < prog.params.size(); ++i)
@@ -198,6 +218,11 @@ Status Executor::Impl::init() {
     }
     params[int32_t(i)] = ps;
   }
+  return Status::ok();
+}
+
+/// The ZeRO stage, and with sharding who owns which optimizer state.
+Status Executor::Impl::initZero() {
   if (opts.zeroStage < 0 || opts.zeroStage > 3)
     return Status::error("ZeRO stage must be 0, 1, 2 or 3 (got " +
                          std::to_string(opts.zeroStage) + ")");
@@ -207,12 +232,12 @@ Status Executor::Impl::init() {
         return s;
     assignStateOwners();
   }
-  planGradOverlap();
-  planDirectGrads();
-  if (Status s = planOffload(); !s)
-    return s;
-  // Buffer plans: per-value when the assignment is missing or lets a kernel
-  // write a buffer it also reads.
+  return Status::ok();
+}
+
+/// Buffer plans: per-value when the assignment is missing or lets a kernel
+/// write a buffer it also reads.
+void Executor::Impl::planBuffers() {
   for (const Stage &st : prog.stages) {
     const Function *fns[4] = {&st.forward, &st.backwardInput,
                               &st.backwardWeight, &st.backward};
@@ -241,6 +266,25 @@ Status Executor::Impl::init() {
       pl[k].bufs.resize(ok ? fn.bufferBytes.size() : fn.values.size());
     }
   }
+}
+
+Status Executor::Impl::init() {
+  tr.attachBackend(be);
+  if (Status s = initStages(); !s)
+    return s;
+  if (Status s = initExpertParallel(); !s)
+    return s;
+  if (Status s = initTensorParallel(); !s)
+    return s;
+  if (Status s = initParams(); !s)
+    return s;
+  if (Status s = initZero(); !s)
+    return s;
+  planGradOverlap();
+  planDirectGrads();
+  if (Status s = planOffload(); !s)
+    return s;
+  planBuffers();
   if (Status s = initMoEBiases(); !s)
     return s;
   // ZeRO-3: who serves what; the other holders drop their copies.

@@ -291,6 +291,40 @@ Status Executor::Impl::sumSliceSquares(
 }
 
 Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
+  if (Status s = reduceStepGrads(); !s)
+    return s;
+  GradNorms n;
+  if (Status s = localGradSquares(n); !s)
+    return s;
+  if (Status s = sumGroupSquares(n); !s)
+    return s;
+  const int64_t thisStep = stepNo + 1;
+  const bool skip = opts.skipStep == thisStep;
+  const bool pv = opts.optimizerSync == OptimizerSync::PostValidation && !skip;
+  // Post-validation: step at once with this rank's partial statistics; the
+  // global ones are reduced right after and validate() checks the step.
+  if (pv) {
+    GradInfo partial{n.sq, std::isfinite(n.sq) && std::isfinite(n.allSq)};
+    if (Status s = opt.optimisticUpdate(n.slots, partial, thisStep); !s)
+      return s;
+  }
+  auto t = reduceStepTotals(n, span);
+  if (!t)
+    return t.status();
+  ++stepNo;
+  const double gradNorm = std::sqrt(t->globalSq);
+  auto outcome = applyUpdate(n, gradNorm, skip, pv);
+  if (!outcome)
+    return outcome.status();
+  if (Status s = shareUpdatedParams(); !s)
+    return s;
+  return stepStats(t0, *t, gradNorm, *outcome);
+}
+
+/// The gradients every rank's optimizer step reads: the moe biases updated
+/// from this step's loads, the tensor-parallel partial sums, the tied pairs,
+/// the data-parallel and expert-parallel averages.
+Status Executor::Impl::reduceStepGrads() {
   // nn.moe's load-balancing biases from this step's loads.
   if (Status s = updateMoEBiases(); !s)
     return s;
@@ -330,6 +364,13 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
                                 });
         !s)
       return s;
+  return Status::ok();
+}
+
+/// The sum of squares of each local gradient this rank counts in the norm
+/// (paramSq, sq), of the others (allSq: post-validation's finite flag), and
+/// the optimizer's slots.
+Status Executor::Impl::localGradSquares(GradNorms &n) {
   // Gradient norm (copy-0 params only), loss, busy time. `allSq` covers the
   // other local gradients (DualPipe copy 1): post-validation's finite flag.
   // The norm is the same number on any rank layout: each parameter's sum of
@@ -342,14 +383,12 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
   // optimizer is there (Backend::sumSquares: the same bits on cpu-device),
   // else on the host copy the host optimizer reads.
   const bool onDevice = optOnDevice();
-  std::vector<float> paramSq(prog.params.size(), 0.0f);
-  double sq = 0, allSq = 0;
-  std::vector<ParamSlot> slots;
+  n.paramSq.assign(prog.params.size(), 0.0f);
   for (auto &[i, ps] : params) {
     if (!ownsState(i))
       continue; // ZeRO-1: its owner's sum; it counts 0 here
     const Param &p = prog.params[size_t(i)];
-    int64_t n = localElems(i);
+    int64_t elems = localElems(i);
     // A tied copy: its target. Two model copies: copy 0 (its twin in
     // copy 1 has the same gradient), or, with the pair sharded, the side
     // that updates it, in its copy-0 twin's slot.
@@ -358,32 +397,35 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
     bool finiteOnly = !counted &&
                       opts.optimizerSync == OptimizerSync::PostValidation;
     if (!onDevice && !be.hostVisible())
-      be.copyToHost(ps.hostGrad.data(), ps.grad->p, n * 4);
+      be.copyToHost(ps.hostGrad.data(), ps.grad->p, elems * 4);
     double psq = 0;
     if (counted || finiteOnly) {
       if (onDevice) {
-        if (Status s = be.sumSquares(ps.grad->f(), n, &psq); !s)
+        if (Status s = be.sumSquares(ps.grad->f(), elems, &psq); !s)
           return s;
       } else {
-        psq = sumSquaresTensor(hostGrad(ps), n);
+        psq = sumSquaresTensor(hostGrad(ps), elems);
       }
     }
     if (counted) {
       // As the float the global sum adds (and sumSliceSquares re-sums):
       // the partial statistics do not depend on how the squares arrived.
-      paramSq[size_t(slot)] = float(psq);
-      sq += double(paramSq[size_t(slot)]);
+      n.paramSq[size_t(slot)] = float(psq);
+      n.sq += double(n.paramSq[size_t(slot)]);
     } else if (finiteOnly) {
-      allSq += psq;
+      n.allSq += psq;
     }
     if (onDevice)
-      slots.push_back({i, &p, ps.value->f(), ps.grad->f(), n});
+      n.slots.push_back({i, &p, ps.value->f(), ps.grad->f(), elems});
     else
-      slots.push_back({i, &p, hostValue(ps), hostGrad(ps), n});
+      n.slots.push_back({i, &p, hostValue(ps), hostGrad(ps), elems});
   }
-  int64_t thisStep = stepNo + 1;
-  bool skip = opts.skipStep == thisStep;
-  bool pv = opts.optimizerSync == OptimizerSync::PostValidation && !skip;
+  return Status::ok();
+}
+
+/// The squares of the gradients split over a group (expert slices, tensor
+/// shards, ZeRO's owners) summed over it, before the optimistic step.
+Status Executor::Impl::sumGroupSquares(GradNorms &n) {
   if (E > 1) {
     // An expert param's squares: the sum of its slices over the EP group.
     // Reduced before the optimistic step, together with the other local
@@ -394,7 +436,7 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
     // rollback is exact only up to rounding).
     if (Status s = sumSliceSquares(
             Group::Expert, [&](int32_t i) { return expertParams.count(i) > 0; },
-            paramSq, allSq, sq);
+            n.paramSq, n.allSq, n.sq);
         !s)
       return s;
   }
@@ -406,47 +448,55 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
     if (Status s = sumSliceSquares(
             Group::Tensor,
             [&](int32_t i) { return prog.params[size_t(i)].tpDim >= 0; },
-            paramSq, allSq, sq);
+            n.paramSq, n.allSq, n.sq);
         !s)
       return s;
   }
-  if (zero) {
+  if (!stateOwner.empty()) {
     // ZeRO-1: each parameter's squares come from its owner (exact: the
     // others add zeros), so the statistics equal those without sharding.
     if (Status s = sumSliceSquares(
-            Group::DataParallel, [](int32_t) { return true; }, paramSq, allSq,
-            sq);
+            Group::DataParallel, [](int32_t) { return true; }, n.paramSq,
+            n.allSq, n.sq);
         !s)
       return s;
   }
-  // Post-validation: step at once with this rank's partial statistics; the
-  // global ones are reduced right after and validate() checks the step.
-  if (pv) {
-    GradInfo partial{sq, std::isfinite(sq) && std::isfinite(allSq)};
-    if (Status s = opt.optimisticUpdate(slots, partial, thisStep); !s)
-      return s;
-  }
-  if (Status s = tr.allreduce(paramSq.data(), int64_t(paramSq.size()),
+  return Status::ok();
+}
+
+/// The step's totals over the pipeline (and the loss over the replicas):
+/// the squared norm, the loss, busy time and the longest span.
+Expected<Executor::Impl::StepTotals>
+Executor::Impl::reduceStepTotals(GradNorms &n, double span) {
+  if (Status s = tr.allreduce(n.paramSq.data(), int64_t(n.paramSq.size()),
                               Group::Pipeline);
       !s)
     return s;
-  double globalSq = 0;
-  for (float v : paramSq)
-    globalSq += v;
-  float red[3] = {float(globalSq), float(lossSum), float(busy)};
+  StepTotals t;
+  for (float v : n.paramSq)
+    t.globalSq += v;
+  float red[3] = {float(t.globalSq), float(lossSum), float(busy)};
   if (Status s = tr.allreduce(red + 1, 2, Group::Pipeline); !s)
     return s;
-  float spanMax = float(span);
-  if (Status s = tr.allreduce(&spanMax, 1, Group::Pipeline, ReduceOp::Max); !s)
+  t.busy = red[2];
+  t.spanMax = float(span);
+  if (Status s = tr.allreduce(&t.spanMax, 1, Group::Pipeline, ReduceOp::Max);
+      !s)
     return s;
-  float lossAll = red[1];
-  if (Status s = tr.allreduce(&lossAll, 1, Group::DataParallel); !s)
+  t.lossAll = red[1];
+  if (Status s = tr.allreduce(&t.lossAll, 1, Group::DataParallel); !s)
     return s;
   if (E > 1)
-    if (Status s = tr.allreduce(&lossAll, 1, Group::Expert); !s)
+    if (Status s = tr.allreduce(&t.lossAll, 1, Group::Expert); !s)
       return s;
-  ++stepNo;
-  double gradNorm = std::sqrt(globalSq);
+  return t;
+}
+
+/// The optimizer step (or its skip, or post-validation's verdict on the
+/// optimistic one): the outcome's name.
+Expected<std::string> Executor::Impl::applyUpdate(const GradNorms &n,
+                                                  double gradNorm, bool skip,
+                                                  bool pv) {
   std::string outcome = "applied";
   if (skip) {
     outcome = "skipped";
@@ -458,12 +508,18 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
     outcome = r->outcome != StepOutcome::Skipped
                   ? (r->rolledBack ? "redone" : "accepted")
                   : (r->rolledBack ? "rolled-back" : "not-stepped");
-  } else if (Status s = opt.update(slots, gradNorm, stepNo); !s) {
+  } else if (Status s = opt.update(n.slots, gradNorm, stepNo); !s) {
     return s;
   }
+  return outcome;
+}
+
+/// The updated values to every rank that holds a copy: ZeRO's owners to
+/// their replicas, the other side of a sharded pair, tied copies.
+Status Executor::Impl::shareUpdatedParams() {
   // ZeRO-1: the owners' new values to every replica (after a rollback or a
   // skip too: then they are the old ones).
-  if (zero)
+  if (!stateOwner.empty())
     if (Status s = gatherOwnedParams(); !s)
       return s;
   // ZeRO over the model copies: the other side's updated tensors.
@@ -476,18 +532,25 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
   if (!ties.empty() && opts.optimizerSync == OptimizerSync::PostValidation)
     if (Status s = exchangeTied(/*grads=*/false); !s)
       return s;
-  {
-    Backend::Transfers now = be.transfers();
-    lastStepTransfers = {now.toDevice - stepStartTransfers.toDevice,
-                         now.toHost - stepStartTransfers.toHost};
-  }
+  return Status::ok();
+}
+
+/// The step's statistics (and its transfers between host and device).
+Expected<StepStats> Executor::Impl::stepStats(double t0, const StepTotals &t,
+                                              double gradNorm,
+                                              const std::string &outcome) {
+  Backend::Transfers now = be.transfers();
+  lastStepTransfers = {now.toDevice - stepStartTransfers.toDevice,
+                       now.toHost - stepStartTransfers.toHost};
+  const int D = tr.dpSize();
   StepStats st;
   st.step = stepNo;
-  st.loss = double(lossAll) / double(totalMb) / double(D) / double(E);
+  st.loss = double(t.lossAll) / double(totalMb) / double(D) / double(E);
   st.gradNorm = gradNorm;
   st.optimizer = outcome;
   int P = tr.pipelineSize();
-  st.bubble = spanMax > 0 ? 1.0 - double(red[2]) / (double(P) * spanMax) : 0;
+  st.bubble =
+      t.spanMax > 0 ? 1.0 - double(t.busy) / (double(P) * t.spanMax) : 0;
   float total = float(nowS() - t0);
   if (Status s = tr.allreduce(&total, 1, Group::World, ReduceOp::Max); !s)
     return s;

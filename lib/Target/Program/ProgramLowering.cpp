@@ -217,34 +217,68 @@ LogicalResult Lowering::collectParams(pp::StageOp st, int copy,
   return success();
 }
 
-LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
-                                      const ForwardInfo &fi, bool firstStage,
-                                      bool lastStage, rt::Function &out) {
-  // Values in program order: the arguments, then each op's results (the
-  // numbering Prepare.h's buffer plans use).
-  llvm::DenseMap<Value, int32_t> ids;
-  auto newValue = [&](Value v, Operation *where) -> FailureOr<int32_t> {
-    auto ty = convertType(v.getType(), where);
+/// The lowering of one stage function into `out`: its values numbered in
+/// program order (the arguments, then each op's results: the numbering
+/// Prepare.h's buffer plans use), then its argument bindings, its kernels,
+/// its result bindings and its buffers, each a phase of its own.
+class FunctionLowering {
+public:
+  FunctionLowering(func::FuncOp fn, rt::FunctionKind kind,
+                   const ForwardInfo &fi, rt::Function &out)
+      : fn(fn), kind(kind), fi(fi), out(out) {}
+
+  /// Every argument a value and a binding (its role in the program).
+  LogicalResult lowerArgs(bool firstStage, bool lastStage);
+  /// One kernel per op of the body.
+  LogicalResult lowerKernels();
+  /// Every returned value's binding.
+  LogicalResult lowerResults();
+  /// Buffers: recorded by --pp-assign-buffers (checked to fit), else
+  /// computed as that pass does.
+  LogicalResult lowerBuffers();
+
+private:
+  FailureOr<int32_t> newValue(Value v, Operation *where) {
+    auto ty = lowerTensorType(v.getType(), where);
     if (failed(ty))
       return failure();
     int32_t id = int32_t(out.values.size());
     out.values.push_back(*ty);
     ids[v] = id;
     return id;
-  };
-  auto use = [&](Value v) -> int32_t {
+  }
+  /// The number of a value already numbered, or -2.
+  int32_t use(Value v) const {
     auto it = ids.find(v);
     return it == ids.end() ? -2 : it->second;
-  };
-  auto forwardParam = [&](std::optional<int64_t> argIdx) -> int32_t {
+  }
+  /// The global parameter of @forward's argument `argIdx`, or -1.
+  int32_t forwardParam(std::optional<int64_t> argIdx) const {
     if (!argIdx)
       return -1;
     auto it = fi.paramOfArg.find(unsigned(*argIdx));
     return it == fi.paramOfArg.end() ? -1 : it->second;
-  };
+  }
+  LogicalResult lowerKernel(Operation &op);
+  /// The op's inherent attributes into `k` (its segment sizes into opSeg
+  /// and resSeg).
+  LogicalResult kernelAttrs(Operation &op, rt::Kernel &k,
+                            DenseI32ArrayAttr &opSeg,
+                            DenseI32ArrayAttr &resSeg);
+  /// `vals` numbered into `dst` (a segment of size 0: -1): defined here
+  /// (`isDef`, results) or used (operands).
+  LogicalResult addOperands(Operation &op, ValueRange vals,
+                            DenseI32ArrayAttr seg, std::vector<int32_t> &dst,
+                            bool isDef);
 
-  Block &body = fn.getBody().front();
-  // Arguments.
+  func::FuncOp fn;
+  rt::FunctionKind kind;
+  const ForwardInfo &fi;
+  rt::Function &out;
+  llvm::DenseMap<Value, int32_t> ids;
+};
+
+LogicalResult FunctionLowering::lowerArgs(bool firstStage, bool lastStage) {
   for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
     std::optional<pp::Role> role = pp::getArgRole(fn, i);
     auto id = newValue(fn.getArgument(i), fn);
@@ -300,97 +334,110 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
     }
     out.args.push_back(a);
   }
-  // Kernels.
-  for (Operation &op : body.without_terminator()) {
-    rt::Kernel k;
-    StringRef name = op.getName().getStringRef();
-    if (name.consume_front("nn.")) {
-      k.op = name.str();
-    } else if (auto c = dyn_cast<arith::ConstantOp>(op)) {
-      if (!matchPattern(c.getResult(), m_AnyZeroFloat()) &&
-          !matchPattern(c.getResult(), m_Zero()))
-        return op.emitError() << "only zero constants can be lowered to the "
-                                 "program file";
-      k.op = "zeros";
-    } else {
-      return op.emitError() << "cannot lower '" << op.getName()
-                            << "' to the program file (nn ops only)";
-    }
-    DictionaryAttr attrs = op.getAttrDictionary();
-    DenseI32ArrayAttr opSeg, resSeg;
-    for (NamedAttribute na : attrs) {
-      StringRef an = na.getName().getValue();
-      Attribute v = na.getValue();
-      if (an == "operandSegmentSizes" || an == "operand_segment_sizes") {
-        opSeg = dyn_cast<DenseI32ArrayAttr>(v);
-        continue;
-      }
-      if (an == "resultSegmentSizes" || an == "result_segment_sizes") {
-        resSeg = dyn_cast<DenseI32ArrayAttr>(v);
-        continue;
-      }
-      if (an.contains('.') || (k.op == "zeros" && an == "value"))
-        continue; // discardable (nn.layer, nn.dropout, ...) / the constant
-      if (auto b = dyn_cast<BoolAttr>(v))
-        k.attrs[an.str()] = b.getValue();
-      else if (isa<UnitAttr>(v))
-        k.attrs[an.str()] = true;
-      else if (auto i = dyn_cast<IntegerAttr>(v))
-        k.attrs[an.str()] = int64_t(i.getValue().getSExtValue());
-      else if (auto f = dyn_cast<FloatAttr>(v))
-        k.attrs[an.str()] = f.getValueAsDouble();
-      else if (auto s = dyn_cast<StringAttr>(v))
-        k.attrs[an.str()] = s.getValue().str();
-      else
-        return op.emitError() << "cannot lower attribute '" << an << "' (" << v
-                              << ") to the program file";
-    }
-    auto addOperands = [&](ValueRange vals, DenseI32ArrayAttr seg,
-                           std::vector<int32_t> &dst,
-                           bool isDef) -> LogicalResult {
-      auto one = [&](Value v) -> LogicalResult {
-        if (isDef) {
-          auto id = newValue(v, &op);
-          if (failed(id))
-            return failure();
-          dst.push_back(*id);
-          return success();
-        }
-        int32_t id = use(v);
-        if (id < 0)
-          return op.emitError() << "operand defined outside the function";
-        dst.push_back(id);
-        return success();
-      };
-      if (!seg) {
-        for (Value v : vals)
-          if (failed(one(v)))
-            return failure();
-        return success();
-      }
-      unsigned at = 0;
-      for (int32_t n : seg.asArrayRef()) {
-        if (n == 0)
-          dst.push_back(-1);
-        for (int32_t j = 0; j < n; ++j)
-          if (failed(one(vals[at++])))
-            return failure();
-      }
-      return success();
-    };
-    if (failed(addOperands(op.getOperands(), opSeg, k.inputs, false)) ||
-        failed(addOperands(op.getResults(), resSeg, k.outputs, true)))
+  return success();
+}
+
+LogicalResult FunctionLowering::lowerKernels() {
+  for (Operation &op : fn.getBody().front().without_terminator())
+    if (failed(lowerKernel(op)))
       return failure();
-    out.kernels.push_back(std::move(k));
+  return success();
+}
+
+LogicalResult FunctionLowering::lowerKernel(Operation &op) {
+  rt::Kernel k;
+  StringRef name = op.getName().getStringRef();
+  if (name.consume_front("nn.")) {
+    k.op = name.str();
+  } else if (auto c = dyn_cast<arith::ConstantOp>(op)) {
+    if (!matchPattern(c.getResult(), m_AnyZeroFloat()) &&
+        !matchPattern(c.getResult(), m_Zero()))
+      return op.emitError() << "only zero constants can be lowered to the "
+                               "program file";
+    k.op = "zeros";
+  } else {
+    return op.emitError() << "cannot lower '" << op.getName()
+                          << "' to the program file (nn ops only)";
   }
-  // Component ranges: recorded by --pp-component-ranges, else computed as
-  // that pass does when the ops carry pp.component.
-  if (auto ranges = readComponentRanges(fn))
-    out.components = std::move(*ranges);
-  else if (components)
-    out.components = computeComponentRanges(fn, kind);
-  // Results.
-  Operation *ret = body.getTerminator();
+  DenseI32ArrayAttr opSeg, resSeg;
+  if (failed(kernelAttrs(op, k, opSeg, resSeg)) ||
+      failed(addOperands(op, op.getOperands(), opSeg, k.inputs, false)) ||
+      failed(addOperands(op, op.getResults(), resSeg, k.outputs, true)))
+    return failure();
+  out.kernels.push_back(std::move(k));
+  return success();
+}
+
+LogicalResult FunctionLowering::kernelAttrs(Operation &op, rt::Kernel &k,
+                                            DenseI32ArrayAttr &opSeg,
+                                            DenseI32ArrayAttr &resSeg) {
+  for (NamedAttribute na : op.getAttrDictionary()) {
+    StringRef an = na.getName().getValue();
+    Attribute v = na.getValue();
+    if (an == "operandSegmentSizes" || an == "operand_segment_sizes") {
+      opSeg = dyn_cast<DenseI32ArrayAttr>(v);
+      continue;
+    }
+    if (an == "resultSegmentSizes" || an == "result_segment_sizes") {
+      resSeg = dyn_cast<DenseI32ArrayAttr>(v);
+      continue;
+    }
+    if (an.contains('.') || (k.op == "zeros" && an == "value"))
+      continue; // discardable (nn.layer, nn.dropout, ...) / the constant
+    if (auto b = dyn_cast<BoolAttr>(v))
+      k.attrs[an.str()] = b.getValue();
+    else if (isa<UnitAttr>(v))
+      k.attrs[an.str()] = true;
+    else if (auto i = dyn_cast<IntegerAttr>(v))
+      k.attrs[an.str()] = int64_t(i.getValue().getSExtValue());
+    else if (auto f = dyn_cast<FloatAttr>(v))
+      k.attrs[an.str()] = f.getValueAsDouble();
+    else if (auto s = dyn_cast<StringAttr>(v))
+      k.attrs[an.str()] = s.getValue().str();
+    else
+      return op.emitError() << "cannot lower attribute '" << an << "' (" << v
+                            << ") to the program file";
+  }
+  return success();
+}
+
+LogicalResult FunctionLowering::addOperands(Operation &op, ValueRange vals,
+                                            DenseI32ArrayAttr seg,
+                                            std::vector<int32_t> &dst,
+                                            bool isDef) {
+  auto one = [&](Value v) -> LogicalResult {
+    if (isDef) {
+      auto id = newValue(v, &op);
+      if (failed(id))
+        return failure();
+      dst.push_back(*id);
+      return success();
+    }
+    int32_t id = use(v);
+    if (id < 0)
+      return op.emitError() << "operand defined outside the function";
+    dst.push_back(id);
+    return success();
+  };
+  if (!seg) {
+    for (Value v : vals)
+      if (failed(one(v)))
+        return failure();
+    return success();
+  }
+  unsigned at = 0;
+  for (int32_t n : seg.asArrayRef()) {
+    if (n == 0)
+      dst.push_back(-1);
+    for (int32_t j = 0; j < n; ++j)
+      if (failed(one(vals[at++])))
+        return failure();
+  }
+  return success();
+}
+
+LogicalResult FunctionLowering::lowerResults() {
+  Operation *ret = fn.getBody().front().getTerminator();
   for (unsigned r = 0; r < ret->getNumOperands(); ++r) {
     int32_t id = use(ret->getOperand(r));
     if (id < 0)
@@ -430,8 +477,10 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
     }
     out.results.push_back(b);
   }
-  // Buffers: recorded by --pp-assign-buffers (checked to fit), else
-  // computed as that pass does.
+  return success();
+}
+
+LogicalResult FunctionLowering::lowerBuffers() {
   auto recorded = readBufferPlan(fn);
   if (failed(recorded))
     return failure();
@@ -442,6 +491,24 @@ LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
     return failure();
   out.buffer = std::move(plan->buffer);
   out.bufferBytes = std::move(plan->bytes);
+  return success();
+}
+
+LogicalResult Lowering::lowerFunction(func::FuncOp fn, rt::FunctionKind kind,
+                                      const ForwardInfo &fi, bool firstStage,
+                                      bool lastStage, rt::Function &out) {
+  FunctionLowering fl(fn, kind, fi, out);
+  if (failed(fl.lowerArgs(firstStage, lastStage)) ||
+      failed(fl.lowerKernels()))
+    return failure();
+  // Component ranges: recorded by --pp-component-ranges, else computed as
+  // that pass does when the ops carry pp.component.
+  if (auto ranges = readComponentRanges(fn))
+    out.components = std::move(*ranges);
+  else if (components)
+    out.components = computeComponentRanges(fn, kind);
+  if (failed(fl.lowerResults()) || failed(fl.lowerBuffers()))
+    return failure();
   return success();
 }
 
