@@ -169,6 +169,10 @@ std::string toString(const Action &a) {
       s += "@" + std::to_string(a.work.copy);
     return s;
   }
+  case ActionKind::Offload:
+    return "OFFLOAD " + toString(a.work);
+  case ActionKind::Reload:
+    return "RELOAD " + toString(a.work);
   }
   return "?";
 }

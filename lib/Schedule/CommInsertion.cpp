@@ -187,6 +187,10 @@ Status CommInserter::validateRank(int32_t r) {
       return Status::error(where() + ": schedule already gathers its "
                                      "parameters (insert the messages "
                                      "first, then the gathers)");
+    if (a.isStashCopy())
+      return Status::error(where() + ": schedule already offloads "
+                                     "activations (insert the messages "
+                                     "first, then the offload)");
     if (a.kind == ActionKind::Overlap && !detail::isPairShape(a))
       return Status::error(where() + ": an overlapped pair must be an F "
                                      "with a B or BW");

@@ -122,6 +122,9 @@ bool actionCell(int32_t numStages, const Action &a, bool withComm,
     out += a.kind == ActionKind::Unshard ? "UNSHARD" : "RESHARD";
     return true;
   }
+  case ActionKind::Offload:
+  case ActionKind::Reload:
+    return false; // PyTorch's runtime has no offload action
   }
   return false;
 }

@@ -81,6 +81,12 @@ void writeAction(JsonWriter &w, const Schedule &s, const Action &a,
     if (copies)
       w.field("copy", int32_t(a.work.copy));
     break;
+  case ActionKind::Offload:
+  case ActionKind::Reload:
+    w.key("op");
+    w.plainString(a.kind == ActionKind::Offload ? "OFFLOAD" : "RELOAD");
+    writeWork(w, "stash", a.work, copies);
+    break;
   }
   w.endObject();
 }
@@ -288,6 +294,14 @@ Action parseAction(const Json &j, const std::string &where, Schedule &s) {
                        " or copy " + std::to_string(copy) + " out of range"};
     return op == "UNSHARD" ? Action::unshard(int32_t(stage), int32_t(copy))
                            : Action::reshard(int32_t(stage), int32_t(copy));
+  }
+  if (op == "OFFLOAD" || op == "RELOAD") {
+    Work f = parseWork(j, where, "stash");
+    if (f.kind != WorkKind::F)
+      throw ParseError{where + ": \"stash\" must be \"F\" (the forward "
+                               "whose stash moves), got \"" +
+                       std::string(workKindName(f.kind)) + "\""};
+    return op == "OFFLOAD" ? Action::offload(f) : Action::reload(f);
   }
   if (parseWorkKind(op))
     return Action::compute(parseWork(j, where, "op"));

@@ -142,7 +142,7 @@ std::string exportSvg(const Schedule &s, const SimResult &sim,
     const Action &a = s.programs[iv.rank][iv.actionIndex];
     double x = kLeft + iv.start * px, w = (iv.end - iv.start) * px;
     double y = laneY(iv.rank);
-    if (a.isParamGather())
+    if (a.isLocalAux())
       continue; // posted and released on the rank's gather channel
     if (!a.isComm()) {
       bool light = chunk[iv.rank][{a.work.copy, a.work.stage}] > 0;

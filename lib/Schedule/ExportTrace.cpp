@@ -86,6 +86,7 @@ std::string exportTrace(const Schedule &s, const SimResult &sim,
     e["name"] = toString(a);
     e["cat"] = a.isComm()          ? "comm"
                : a.isParamGather() ? "gather"
+               : a.isStashCopy()   ? "offload"
                                    : "compute";
     e["ph"] = "X";
     e["ts"] = iv.start * k;
@@ -100,6 +101,8 @@ std::string exportTrace(const Schedule &s, const SimResult &sim,
       args["mb"] = a.work.mb;
       if (s.placement.numCopies > 1)
         args["copy"] = a.work.copy;
+    } else if (a.isStashCopy()) {
+      args["stash"] = toString(a.work);
     } else if (a.isParamGather()) {
       args["stage"] = a.work.stage;
       if (s.placement.numCopies > 1)

@@ -6,6 +6,8 @@
 
 #include "pipeforge/Schedule/Offload.h"
 
+#include <string>
+
 namespace pipeforge::sched {
 
 OffloadPlan planOffload(const std::vector<Action> &program, int minGap) {
@@ -41,6 +43,93 @@ OffloadPlan planOffload(const std::vector<Action> &program, int minGap) {
     plan.reloadBefore[actionOf[b->second - 1]].push_back(k);
   }
   return plan;
+}
+
+bool hasOffloadActions(const std::vector<Action> &program) {
+  for (const Action &a : program)
+    if (a.isStashCopy())
+      return true;
+  return false;
+}
+
+bool hasOffloadActions(const Schedule &s) {
+  for (const std::vector<Action> &prog : s.programs)
+    if (hasOffloadActions(prog))
+      return true;
+  return false;
+}
+
+OffloadPlan offloadPlanOf(const std::vector<Action> &program) {
+  OffloadPlan plan;
+  // The stashes whose OFFLOAD / RELOAD stands since the last compute
+  // action: the copy runs under the next one.
+  std::vector<StashKey> leaving, coming;
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Action &a = program[i];
+    if (a.isStashCopy()) {
+      StashKey k{a.work.copy, a.work.stage, a.work.mb};
+      if (a.kind == ActionKind::Offload) {
+        plan.keys.insert(k);
+        leaving.push_back(k);
+      } else {
+        coming.push_back(k);
+      }
+      continue;
+    }
+    if (!a.isCompute())
+      continue;
+    if (!leaving.empty())
+      plan.awayAfter[i] = std::move(leaving);
+    if (!coming.empty())
+      plan.reloadBefore[i] = std::move(coming);
+    leaving.clear();
+    coming.clear();
+  }
+  return plan;
+}
+
+Status insertOffload(Schedule &s, int minGap) {
+  if (minGap < 1)
+    return Status::error("activation offload's gap must be at least 1 (got " +
+                         std::to_string(minGap) + ")");
+  if (hasOffloadActions(s))
+    return Status::error("the schedule already offloads activations "
+                         "(OFFLOAD/RELOAD)");
+  for (std::vector<Action> &acts : s.programs) {
+    OffloadPlan plan = planOffload(acts, minGap);
+    if (plan.empty())
+      continue;
+    // Where planOffload starts each copy, as positions in `acts`: a copy
+    // out right after its F's compute action, a copy back right before
+    // the compute action it runs under.
+    std::map<size_t, std::vector<Action>> before, after;
+    for (size_t i = 0; i < acts.size(); ++i) {
+      const Action &a = acts[i];
+      if (!a.isCompute())
+        continue;
+      for (const Work *w :
+           {&a.work, a.kind == ActionKind::Overlap ? &a.work2 : nullptr})
+        if (w && w->kind == WorkKind::F &&
+            plan.keys.count(StashKey{w->copy, w->stage, w->mb}))
+          after[i].push_back(Action::offload(*w));
+    }
+    for (auto &[i, keys] : plan.reloadBefore)
+      for (const StashKey &k : keys)
+        before[i].push_back(Action::reload(Work(WorkKind::F, std::get<1>(k),
+                                                std::get<2>(k),
+                                                std::get<0>(k))));
+    std::vector<Action> out;
+    out.reserve(acts.size() + 2 * plan.keys.size());
+    for (size_t i = 0; i < acts.size(); ++i) {
+      if (auto it = before.find(i); it != before.end())
+        out.insert(out.end(), it->second.begin(), it->second.end());
+      out.push_back(acts[i]);
+      if (auto it = after.find(i); it != after.end())
+        out.insert(out.end(), it->second.begin(), it->second.end());
+    }
+    acts = std::move(out);
+  }
+  return Status::ok();
 }
 
 } // namespace pipeforge::sched

@@ -125,12 +125,17 @@ void ReplayEngine::reset() {
   overMem.assign(numRanks, 0);
   offload.clear();
   offState.clear();
-  if (opts.memCost && opts.memCost->offloadGap > 0) {
+  // The schedule's own OFFLOAD/RELOAD actions state the plan where it has
+  // them (offloadPlanOf); else CostModel::offloadGap derives it.
+  const bool actions = opts.memCost && hasOffloadActions(s);
+  if (opts.memCost && (actions || opts.memCost->offloadGap > 0)) {
     offload.resize(size_t(numRanks));
     offState.resize(size_t(numRanks));
     for (int32_t r = 0; r < numRanks; ++r)
       offload[size_t(r)] =
-          planOffload(s.programs[size_t(r)], opts.memCost->offloadGap);
+          actions ? offloadPlanOf(s.programs[size_t(r)])
+                  : planOffload(s.programs[size_t(r)],
+                                opts.memCost->offloadGap);
   }
   sendKeyBase = s.hasComm ? 0 : workKeys;
   recvKeyBase = sendKeyBase + nc;

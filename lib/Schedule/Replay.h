@@ -29,7 +29,8 @@
 //   void gradReduceArrive(int32_t r, size_t i, const CommSlot &sl);
 //   void gradReduce(int32_t r, size_t i, const CommSlot &sl);
 //                                     // arrives at / leaves a GradReduce
-//   void paramGather(int32_t r, size_t i, const Action &a);
+//   void paramGather(int32_t r, size_t i, const Action &a); // also OFFLOAD,
+//                                                           // RELOAD
 //                                     // an UNSHARD or RESHARD (ZeRO-3)
 //
 //===----------------------------------------------------------------------===//
@@ -393,6 +394,13 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
       if (opts.memCost)
         if (double m = opts.memCost->gatherMem(a.work.stage); m != 0)
           noteMemory(r, i, a.kind == ActionKind::Unshard ? m : -m);
+      break;
+    case ActionKind::Offload:
+    case ActionKind::Reload:
+      // Activation offload's copies wait on no other rank either; the
+      // memory they move is accounted at the compute actions they run
+      // under (account(), the plan offloadPlanOf reads from them).
+      c.paramGather(r, i, a);
       break;
     }
     arrived[r] = 0;

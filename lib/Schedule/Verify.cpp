@@ -4,7 +4,9 @@
 // first error is the most precise: frame, each action on its own, the
 // exactly-once rule, ZeRO-3's parameter gathers (each stage a rank computes
 // gathered once before its first compute and released once after its
-// last), the dependencies visible inside one rank, the message
+// last), activation offload's copies (each stash offloaded at most once
+// after its F on the rank that ran it, reloaded after that and before the
+// B/BW that reads it), the dependencies visible inside one rank, the message
 // pairing per channel, then a rendezvous execution of all programs on the
 // replay engine (Replay.h; the deadlock proof) and the memory limit it
 // accounts.
@@ -19,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 
 namespace pipeforge::sched {
 
@@ -58,6 +61,7 @@ private:
   }
   Status checkActions();
   Status checkParamGathers();
+  Status checkStashCopies();
   Status checkOnce();
   Status checkLocalDeps();
   Status checkMessages();
@@ -86,6 +90,7 @@ private:
   std::vector<Loc> recvAt;
   bool anyComm = false;
   bool anyGather = false;
+  bool anyStashCopy = false;
   ReplayEngine engine;
 };
 
@@ -93,10 +98,11 @@ Status Verifier::checkActions() {
   const Placement &pl = s.placement;
   std::vector<uint8_t> rankHasComm(size_t(numRanks), 0);
   std::vector<uint8_t> rankHasGather(size_t(numRanks), 0);
+  std::vector<uint8_t> rankHasStashCopy(size_t(numRanks), 0);
   Status st = eachRank([&](int32_t r) -> Status {
     const std::vector<Action> &prog = s.programs[r];
     // Set once at the end: the ranks' flags share a cache line.
-    bool hasComm = false, hasGather = false;
+    bool hasComm = false, hasGather = false, hasStashCopy = false;
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
       auto checkWork = [&](const Work &w) -> Status {
@@ -126,6 +132,20 @@ Status Verifier::checkActions() {
                        "an overlapped pair must be an F with a B or BW, not " +
                            toString(a));
         }
+        continue;
+      }
+      if (a.isStashCopy()) {
+        hasStashCopy = true;
+        if (a.work.kind != WorkKind::F)
+          return err(r, i,
+                     toString(a) + " names a " + workKindName(a.work.kind) +
+                         ": a stash is named by the F that made it");
+        if (!idx.inRange(a.work))
+          return err(r, i,
+                     toString(a) + " is out of range (" +
+                         std::to_string(idx.numCopies) + " copies, " +
+                         std::to_string(idx.numStages) + " stages, " +
+                         std::to_string(idx.numMb) + " microbatches)");
         continue;
       }
       if (a.isParamGather()) {
@@ -172,12 +192,15 @@ Status Verifier::checkActions() {
     }
     rankHasComm[size_t(r)] = hasComm;
     rankHasGather[size_t(r)] = hasGather;
+    rankHasStashCopy[size_t(r)] = hasStashCopy;
     return Status::ok();
   });
   anyComm = std::find(rankHasComm.begin(), rankHasComm.end(), 1) !=
             rankHasComm.end();
   anyGather = std::find(rankHasGather.begin(), rankHasGather.end(), 1) !=
               rankHasGather.end();
+  anyStashCopy = std::find(rankHasStashCopy.begin(), rankHasStashCopy.end(),
+                           1) != rankHasStashCopy.end();
   return st;
 }
 
@@ -268,13 +291,105 @@ Status Verifier::checkParamGathers() {
   });
 }
 
+// A schedule with any OFFLOAD/RELOAD (activation offload): on every rank,
+// each stash (named by its F) is offloaded at most once, on the rank that
+// ran its F and after it, and before the B/BW that reads it; an offloaded
+// stash is reloaded exactly once, after its OFFLOAD and before that B/BW
+// (an overlapped pair's B/BW member included). Runs after checkOnce (every
+// F/B/W once, on its stage's rank).
+Status Verifier::checkStashCopies() {
+  const Placement &pl = s.placement;
+  return eachRank([&](int32_t r) -> Status {
+    const std::vector<Action> &prog = s.programs[r];
+    // Per stash: where its F and the B/BW reading it run on this rank, and
+    // where it was offloaded and reloaded.
+    std::map<StashKey, size_t> fAt, bAt, offAt, relAt;
+    auto keyOf = [](const Work &w) {
+      return StashKey{w.copy, w.stage, w.mb};
+    };
+    for (size_t i = 0; i < prog.size(); ++i)
+      if (prog[i].isCompute())
+        for (const Work *w : membersOf(prog[i])) {
+          if (w->kind == WorkKind::F)
+            fAt.emplace(keyOf(*w), i);
+          else if (w->kind == WorkKind::B || w->kind == WorkKind::BW)
+            bAt.emplace(keyOf(*w), i);
+        }
+    auto stashName = [](const Work &w) {
+      return "the stash of " + toString(w);
+    };
+    for (size_t i = 0; i < prog.size(); ++i) {
+      const Action &a = prog[i];
+      if (a.isStashCopy()) {
+        const StashKey k = keyOf(a.work);
+        const bool out = a.kind == ActionKind::Offload;
+        std::map<StashKey, size_t> &at = out ? offAt : relAt;
+        if (auto d = at.find(k); d != at.end())
+          return err(r, i,
+                     std::string(out ? "OFFLOAD" : "RELOAD") + " of " +
+                         stashName(a.work) +
+                         " duplicated: the first is action " +
+                         std::to_string(d->second));
+        if (out) {
+          int32_t home = pl.rank(a.work.copy, a.work.stage);
+          if (home != r)
+            return err(r, i,
+                       toString(a) + " on rank " + std::to_string(r) +
+                           ", which does not run " + toString(a.work) +
+                           " (rank " + std::to_string(home) + " does)");
+          auto f = fAt.find(k);
+          if (f == fAt.end() || f->second > i)
+            return err(r, i,
+                       toString(a) + " before " + toString(a.work) +
+                           " made the stash" +
+                           (f == fAt.end()
+                                ? std::string()
+                                : " (action " + std::to_string(f->second) +
+                                      ")"));
+          if (auto b = bAt.find(k); b != bAt.end() && b->second < i)
+            return err(r, i,
+                       toString(a) + " after the B/BW that reads " +
+                           stashName(a.work) + " (action " +
+                           std::to_string(b->second) + ")");
+        } else if (!offAt.count(k)) {
+          return err(r, i,
+                     toString(a) + " before any OFFLOAD of " +
+                         stashName(a.work));
+        }
+        at.emplace(k, i);
+        continue;
+      }
+      if (!a.isCompute())
+        continue;
+      for (const Work *w : membersOf(a)) {
+        if (w->kind != WorkKind::B && w->kind != WorkKind::BW)
+          continue;
+        const StashKey k = keyOf(*w);
+        auto o = offAt.find(k);
+        if (o != offAt.end() && !relAt.count(k))
+          return err(r, i,
+                     toString(*w) + " (action " + std::to_string(i) +
+                         ") reads " +
+                         stashName(Work(WorkKind::F, w->stage, w->mb,
+                                        w->copy)) +
+                         " while it is offloaded (OFFLOAD at action " +
+                         std::to_string(o->second) +
+                         ", no RELOAD before this action)");
+      }
+    }
+    // An OFFLOAD without its RELOAD fails at the B/BW above: every stash a
+    // rank makes is read on that rank (checkOnce).
+    return Status::ok();
+  });
+}
+
 Status Verifier::checkOnce() {
   std::vector<Loc> first(idx.size());
   Status st = eachRank([&](int32_t r) -> Status {
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
-      if (a.isComm() || a.isParamGather())
+      if (a.isComm() || a.isLocalAux())
         continue;
       for (const Work *w : membersOf(a)) {
         Loc &l = first[idx.id(*w)];
@@ -345,7 +460,7 @@ Status Verifier::checkLocalDeps() {
     const std::vector<Action> &prog = s.programs[r];
     for (size_t i = 0; i < prog.size(); ++i) {
       const Action &a = prog[i];
-      if (a.isComm() || a.isParamGather())
+      if (a.isComm() || a.isLocalAux())
         continue;
       for (const Work *w : membersOf(a)) {
         std::optional<Work> nominal = nominalProducer(*w, idx.numStages);
@@ -508,6 +623,9 @@ Status Verifier::run() {
   engine.assignChannels();
   if (Status st = checkOnce(); !st)
     return st;
+  if (anyStashCopy)
+    if (Status st = checkStashCopies(); !st)
+      return st;
   recvAt.assign(idx.numMessages(), Loc());
   if (anyComm) {
     if (Status st = checkMessages(); !st)

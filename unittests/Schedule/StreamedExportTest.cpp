@@ -78,6 +78,14 @@ OJson refAction(const Schedule &s, const Action &a, bool copies) {
     if (copies)
       j["copy"] = int32_t(a.work.copy);
     return j;
+  case ActionKind::Offload:
+  case ActionKind::Reload: {
+    j["op"] = a.kind == ActionKind::Offload ? "OFFLOAD" : "RELOAD";
+    OJson w = refWork(a.work, copies, "stash");
+    for (auto &[k, v] : w.items())
+      j[k] = v;
+    return j;
+  }
   }
   return j;
 }
@@ -237,6 +245,8 @@ std::string refCsv(const Schedule &s) {
         cells.push_back(std::to_string(g(a.work)) +
                         (a.kind == ActionKind::Unshard ? "UNSHARD"
                                                        : "RESHARD"));
+      else if (a.isStashCopy())
+        continue; // no CSV cell (PyTorch has no offload action)
       else if (a.payload != Payload::WeightGrad) {
         bool act = a.payload == Payload::Activation;
         bool send = a.kind == ActionKind::Send;

@@ -8,12 +8,15 @@
 #include "pipeforge/Schedule/Verify.h"
 #include "pipeforge/Schedule/CommInsertion.h"
 #include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/Offload.h"
 
 #include "HandSchedules.h"
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <optional>
+#include <set>
 
 using namespace pipeforge::sched;
 using namespace pipeforge::sched::testing;
@@ -654,6 +657,167 @@ TEST(VerifyTest, PairUsesBothStages) {
   s.programs[1].push_back(Action::reshard(1));
   EXPECT_VERIFY_ERROR(s, "rank 0, step 7: BW3.1 (action 7) uses stage 3's "
                          "parameters after its RESHARD (action 6)");
+}
+
+// --- Activation offload's OFFLOAD / RELOAD ----------------------------------
+
+/// GPipe on 2 ranks, 2 microbatches, every stash offloaded (gap 1): rank 0
+/// is F0.0, OFFLOAD F0.0, RELOAD F0.0, F0.1, OFFLOAD F0.1, RELOAD F0.1,
+/// BW0.0, BW0.1.
+Schedule offloaded() {
+  Schedule s = handGPipe(2, 2);
+  Status st = insertOffload(s, kOffloadGapAll);
+  EXPECT_TRUE(st) << st.message();
+  return s;
+}
+
+TEST(VerifyTest, OffloadValid) {
+  Schedule s = offloaded();
+  ASSERT_EQ(s.programs[0].size(), 8u);
+  EXPECT_EQ(toString(s.programs[0][1]), "OFFLOAD F0.0");
+  EXPECT_EQ(toString(s.programs[0][2]), "RELOAD F0.0");
+  EXPECT_TRUE(verify(s).isOk()) << verify(s).message();
+  Schedule c = withComm(handGPipe(2, 2));
+  ASSERT_TRUE(insertOffload(c, kOffloadGapAll));
+  EXPECT_TRUE(verify(c).isOk()) << verify(c).message();
+  // Messages are inserted first: insertComm refuses a schedule that
+  // offloads, insertOffload one that does already.
+  Schedule again = s;
+  EXPECT_FALSE(insertOffload(again, kOffloadGapAll));
+  EXPECT_NE(insertComm(again).message().find("already offloads"),
+            std::string::npos);
+  EXPECT_EQ(toString(Action::reload(wk(WorkKind::F, 3, 1, 1))),
+            "RELOAD F3.1@1");
+}
+
+// The actions insertOffload places state planOffload's plan: the same
+// stashes leave and come back under the same compute actions, on every
+// schedule family.
+TEST(VerifyTest, OffloadActionsStateThePlan) {
+  for (ScheduleKind k :
+       {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
+        ScheduleKind::ZBH1, ScheduleKind::ZBV, ScheduleKind::DualPipe,
+        ScheduleKind::DualPipeV, ScheduleKind::Chimera, ScheduleKind::VHalf})
+    for (int gap : {kOffloadGapAll, kOffloadGapAuto}) {
+      GenOptions o;
+      o.ranks = 4;
+      o.microbatches = 8;
+      Expected<Schedule> g = generate(k, o);
+      ASSERT_TRUE(g) << g.status().message();
+      Schedule s = *g;
+      ASSERT_TRUE(insertComm(s));
+      Schedule off = s;
+      ASSERT_TRUE(insertOffload(off, gap));
+      EXPECT_TRUE(verify(off).isOk()) << verify(off).message();
+      for (size_t r = 0; r < s.programs.size(); ++r) {
+        OffloadPlan want = planOffload(s.programs[r], gap);
+        OffloadPlan got = offloadPlanOf(off.programs[r]);
+        EXPECT_EQ(want.keys, got.keys);
+        // Compare by compute ordinal (the action indices differ).
+        auto ordinals = [](const std::vector<Action> &p,
+                           const std::map<size_t, std::vector<StashKey>> &m) {
+          std::map<size_t, std::set<StashKey>> out;
+          size_t c = 0;
+          for (size_t i = 0; i < p.size(); ++i) {
+            if (auto it = m.find(i); it != m.end())
+              out[c].insert(it->second.begin(), it->second.end());
+            c += p[i].isCompute();
+          }
+          return out;
+        };
+        EXPECT_EQ(ordinals(s.programs[r], want.awayAfter),
+                  ordinals(off.programs[r], got.awayAfter));
+        EXPECT_EQ(ordinals(s.programs[r], want.reloadBefore),
+                  ordinals(off.programs[r], got.reloadBefore));
+      }
+    }
+}
+
+TEST(VerifyTest, OffloadBeforeItsF) {
+  Schedule s = offloaded();
+  std::swap(s.programs[0][0], s.programs[0][1]); // OFFLOAD F0.0 first
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 0: OFFLOAD F0.0 before F0.0 made the "
+                         "stash (action 1)");
+}
+
+TEST(VerifyTest, OffloadOnAnotherRank) {
+  Schedule s = offloaded();
+  s.programs[1].push_back(Action::offload(wk(WorkKind::F, 0, 0)));
+  EXPECT_VERIFY_ERROR(s, "rank 1, step 8: OFFLOAD F0.0 on rank 1, which does "
+                         "not run F0.0 (rank 0 does)");
+}
+
+TEST(VerifyTest, OffloadDuplicated) {
+  Schedule s = offloaded();
+  s.programs[0].insert(s.programs[0].begin() + 4,
+                       Action::offload(wk(WorkKind::F, 0, 0)));
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 4: OFFLOAD of the stash of F0.0 "
+                         "duplicated: the first is action 1");
+}
+
+TEST(VerifyTest, OffloadAfterItsReader) {
+  Schedule s = handGPipe(2, 2);
+  s.programs[0].push_back(Action::offload(wk(WorkKind::F, 0, 1)));
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 4: OFFLOAD F0.1 after the B/BW that "
+                         "reads the stash of F0.1 (action 3)");
+}
+
+TEST(VerifyTest, ReloadBeforeOffload) {
+  Schedule s = offloaded();
+  std::swap(s.programs[0][1], s.programs[0][2]);
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 1: RELOAD F0.0 before any OFFLOAD of "
+                         "the stash of F0.0");
+}
+
+TEST(VerifyTest, ReloadDuplicated) {
+  Schedule s = offloaded();
+  s.programs[0].insert(s.programs[0].begin() + 3,
+                       Action::reload(wk(WorkKind::F, 0, 0)));
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 3: RELOAD of the stash of F0.0 "
+                         "duplicated: the first is action 2");
+}
+
+TEST(VerifyTest, ReaderBeforeReload) {
+  Schedule s = offloaded();
+  auto &p = s.programs[0];
+  p.erase(p.begin() + 2);                              // RELOAD F0.0
+  p.push_back(Action::reload(wk(WorkKind::F, 0, 0))); // after BW0.0
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 5: BW0.0 (action 5) reads the stash "
+                         "of F0.0 while it is offloaded (OFFLOAD at action 1, "
+                         "no RELOAD before this action)");
+  Schedule n = offloaded();
+  n.programs[1].erase(n.programs[1].begin() + 2); // no RELOAD F1.0 at all
+  EXPECT_VERIFY_ERROR(n, "rank 1, step 5: BW1.0 (action 5) reads the stash of "
+                         "F1.0 while it is offloaded");
+}
+
+// An overlapped pair's B/BW member reads its stash too.
+TEST(VerifyTest, OffloadPairMemberReads) {
+  Schedule s = handVOverlap();
+  auto &p = s.programs[0];
+  // F3.0 offloaded after it, never reloaded before the pair F3.1+BW3.0.
+  for (size_t i = 0; i < p.size(); ++i)
+    if (p[i] == cF(3, 0)) {
+      p.insert(p.begin() + long(i) + 1, Action::offload(wk(WorkKind::F, 3, 0)));
+      break;
+    }
+  Status st = verify(s);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("BW3.0 (action"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("reads the stash of F3.0 while it is offloaded"),
+            std::string::npos)
+      << st.message();
+}
+
+TEST(VerifyTest, OffloadNamesAnF) {
+  Schedule s = offloaded();
+  s.programs[0][1] = Action::offload(wk(WorkKind::BW, 0, 0));
+  EXPECT_VERIFY_ERROR(s, "rank 0, step 1: OFFLOAD BW0.0 names a BW: a stash "
+                         "is named by the F that made it");
+  Schedule r = offloaded();
+  r.programs[0][1] = Action::offload(wk(WorkKind::F, 0, 5));
+  EXPECT_VERIFY_ERROR(r, "rank 0, step 1: OFFLOAD F0.5 is out of range");
 }
 
 } // namespace

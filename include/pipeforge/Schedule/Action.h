@@ -12,6 +12,13 @@
 // its first F/B/W work of the step, RESHARD releases them after its last
 // (ParamGathers.h inserts them, Verify.h checks them).
 //
+// Activation offload adds two actions per stash that leaves the device:
+// OFFLOAD F3.1 copies the stash of F3.1 (what its B reads) to host memory
+// after that F (its device memory is freed at the end of the next compute
+// action, which the copy runs under), RELOAD F3.1 brings it back before the
+// compute action before its B (Offload.h places them, Verify.h checks
+// them).
+//
 // A schedule is one ordered action list per rank. Stages are numbered per
 // model copy: stage 0 takes the input, stage numStages-1 computes the loss.
 // DualPipe and Chimera have two copies (copy 0 enters at rank 0, copy 1 at
@@ -96,7 +103,10 @@ enum class ActionKind : uint8_t {
   Unshard,    ///< ZeRO-3: gather stage (`work.stage`, `work.copy`)'s
               ///< parameters that other ranks own (posted here, complete
               ///< before the stage's next compute)
-  Reshard     ///< ZeRO-3: release them (after the stage's last compute)
+  Reshard,    ///< ZeRO-3: release them (after the stage's last compute)
+  Offload,    ///< activation offload: copy the stash of F `work` to host
+              ///< memory (after that F, on its rank)
+  Reload      ///< bring it back (before the B/BW that reads it)
 };
 
 /// One step of the compiled component order of a fused Overlap pair
@@ -180,6 +190,19 @@ struct Action {
     a.kind = ActionKind::Reshard;
     return a;
   }
+  /// Activation offload's copy out (OFFLOAD) and back (RELOAD) of the stash
+  /// of forward `f` (kind F: the work item whose stash moves).
+  static Action offload(Work f) {
+    Action a;
+    a.kind = ActionKind::Offload;
+    a.work = f;
+    return a;
+  }
+  static Action reload(Work f) {
+    Action a = offload(f);
+    a.kind = ActionKind::Reload;
+    return a;
+  }
   /// A Compute or an Overlap: the actions that run F/B/W work.
   bool isCompute() const {
     return kind == ActionKind::Compute || kind == ActionKind::Overlap;
@@ -187,6 +210,13 @@ struct Action {
   bool isParamGather() const {
     return kind == ActionKind::Unshard || kind == ActionKind::Reshard;
   }
+  /// OFFLOAD or RELOAD (activation offload).
+  bool isStashCopy() const {
+    return kind == ActionKind::Offload || kind == ActionKind::Reload;
+  }
+  /// Actions that wait on no other rank and run no F/B/W work: ZeRO-3's
+  /// gathers and activation offload's copies.
+  bool isLocalAux() const { return isParamGather() || isStashCopy(); }
 
   bool isComm() const {
     return kind == ActionKind::Send || kind == ActionKind::Recv ||
