@@ -8,7 +8,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "pipeforge/Schedule/Job.h"
-
 #include "pipeforge/Schedule/CommInsertion.h"
 #include "pipeforge/Schedule/Export.h"
 #include "pipeforge/Schedule/Generators.h"
@@ -17,7 +16,7 @@
 #include "pipeforge/Schedule/ParamGathers.h"
 #include "pipeforge/Schedule/Verify.h"
 
-
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -65,10 +64,46 @@ void scaleTimes(CostModel &c, double f) {
   c.tf *= f;
   c.tb *= f;
   c.tw *= f;
+  for (std::vector<double> *v : {&c.tfStage, &c.tbStage, &c.twStage})
+    for (double &t : *v)
+      t *= f;
   if (c.tbw >= 0)
     c.tbw *= f;
   if (c.tfb >= 0)
     c.tfb *= f;
+}
+
+Expected<std::array<std::vector<double>, 3>>
+parseStageCosts(const std::string &text, int stages) {
+  std::array<std::vector<double>, 3> out;
+  size_t at = 0;
+  int s = 0;
+  while (at <= text.size()) {
+    size_t end = text.find(',', at);
+    std::string item =
+        text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    double v[3];
+    char tail = 0;
+    if (std::sscanf(item.c_str(), "%lf:%lf:%lf%c", &v[0], &v[1], &v[2],
+                    &tail) != 3)
+      return Status::error("--stage-costs: stage " + std::to_string(s) +
+                           ": expected F:B:W times, got '" + item + "'");
+    for (int k = 0; k < 3; ++k) {
+      if (!(v[k] >= 0) || !std::isfinite(v[k]))
+        return Status::error("--stage-costs: stage " + std::to_string(s) +
+                             ": times must be finite and >= 0");
+      out[size_t(k)].push_back(v[k]);
+    }
+    ++s;
+    if (end == std::string::npos)
+      break;
+    at = end + 1;
+  }
+  if (s != stages)
+    return Status::error("--stage-costs: " + std::to_string(s) +
+                         " stages given, the schedule has " +
+                         std::to_string(stages) + " per copy");
+  return out;
 }
 
 Status checkJob(const ScheduleJob &j) {
@@ -76,6 +111,7 @@ Status checkJob(const ScheduleJob &j) {
                          {"--tb", j.tb},
                          {"--tw", j.tw},
                          {"--tcomm", j.tcomm},
+                         {"--dispatch", j.dispatch},
                          {"--ta2a", j.ta2a},
                          {"--tgather", j.tgather}})
     if (!(v >= 0) || !std::isfinite(v))
@@ -430,6 +466,15 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
   cost.tbw = j.tbw;
   cost.tfb = j.tfb;
   cost.tcomm = j.tcomm;
+  cost.dispatch = j.dispatch;
+  if (!j.stageCosts.empty()) {
+    auto sc = parseStageCosts(j.stageCosts, sch.placement.numStages);
+    if (!sc)
+      return sc.status();
+    cost.tfStage = (*sc)[0];
+    cost.tbStage = (*sc)[1];
+    cost.twStage = (*sc)[2];
+  }
   cost.tA2A = j.ta2a;
   cost.moeLayersPerStage = j.moeLayers;
   cost.overlapComm = j.overlapComm;

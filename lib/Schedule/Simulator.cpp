@@ -111,6 +111,7 @@ Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
         std::make_tuple("BW time (tbw)", c.tbw, true),
         std::make_tuple("F&B pair time (tfb)", c.tfb, true),
         std::make_tuple("message time (tcomm)", c.tcomm, false),
+        std::make_tuple("dispatch time", c.dispatch, false),
         std::make_tuple("all-to-all time (tA2A)", c.tA2A, false),
         std::make_tuple("attention share", c.attnShare, false),
         std::make_tuple("M_B (memB)", c.memB, false),
@@ -497,7 +498,7 @@ void Simulation::paramGather(int32_t r, size_t i, const Action &a) {
 
 void Simulation::compute(int32_t r, size_t i, const Action &a, const Input &in1,
                          const Input &in2) {
-  double t = now[r];
+  double t = now[r] + cost.dispatch; // the runtime's own work comes first
   RankStats &st = stats[r];
   bool pair = a.kind == ActionKind::Overlap;
   double ready1 = 0, ready2 = 0, sent1 = 0, sent2 = 0;

@@ -52,11 +52,11 @@ Schedule:
   --param-prefetch N    before its first on a rank (default 1), RESHARD after
 
 Cost model (time units are yours; memory in units of M_B):
-  --tf T  --tb T  --tw T       F, B, W times (default 1) of a rank's share
-                               of the model: a V stage takes half
+  --tf T --tb T --tw T         F, B, W times (default 1) of a rank's share of
+  --stage-costs F:B:W,...      the model (a V stage takes half), or per stage
   --cost-unit U                rank (default) or stage: per stage whatever
                                the placement (auto: --placement linear or v)
-  --tbw T  --tfb T             full backward BW, overlapped F&B (default: sums)
+  --tbw T --tfb T --dispatch D BW, F&B pair (default: sums); D idle per action
   --tcomm T --tgather T        a cross-rank edge's time; an UNSHARD's (both 0)
   --ta2a T --moe-layers L      an MoE all-to-all's time; MoE layers per stage
   --overlap-comm               communication on its own per-rank resource,
@@ -212,6 +212,7 @@ Options parseArgs(int argc, char **argv) {
       {"--tbw", &j.tbw, nullptr, 0, inf},
       {"--tfb", &j.tfb, nullptr, 0, inf},
       {"--tcomm", &j.tcomm, nullptr, 0, inf},
+      {"--dispatch", &j.dispatch, nullptr, 0, inf},
       {"--tgather", &j.tgather, nullptr, 0, inf},
       {"--ta2a", &j.ta2a, nullptr, 0, inf},
       {"--moe-layers", nullptr, &j.moeLayers, 0,
@@ -262,7 +263,7 @@ Options parseArgs(int argc, char **argv) {
     static const char *const stringFlags[] = {
         "--schedule",  "--import-csv", "--format",           "-o",
         "--mem-limit", "--placement",  "--interleaved-rule", "--cost-unit",
-        "--csv-dialect", "--offload-activations"};
+        "--csv-dialect", "--offload-activations", "--stage-costs"};
     if (!number && std::find(std::begin(stringFlags), std::end(stringFlags),
                              flag) == std::end(stringFlags))
       usageError("unknown option '" + a + "'");
@@ -287,6 +288,8 @@ Options parseArgs(int argc, char **argv) {
       j.schedule = value;
     else if (flag == "--import-csv")
       o.importCsv = value;
+    else if (flag == "--stage-costs")
+      j.stageCosts = value;
     else if (flag == "--format")
       o.format = value;
     else if (flag == "-o")

@@ -39,6 +39,11 @@ struct ScheduleJob {
 
   /// Per-stage times, as `CostModel`; tbw / tfb < 0: the sums.
   double tf = 1, tb = 1, tw = 1, tbw = -1, tfb = -1, tcomm = 0, ta2a = 0;
+  /// CostModel::dispatch (pipeforge-sched --dispatch).
+  double dispatch = 0;
+  /// Per-stage F:B:W times, "F:B:W,F:B:W,..." one per stage of a copy
+  /// (pipeforge-sched --stage-costs); empty: tf, tb, tw everywhere.
+  std::string stageCosts;
   int moeLayers = 0;
   bool overlapComm = false;
   double memW = 0.5; ///< M_W / M_B; replaced by the model shape's ratio

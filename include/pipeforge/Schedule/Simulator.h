@@ -20,6 +20,11 @@ struct CostModel {
   /// consumer start).
   double tcomm = 0;
   std::vector<double> tfStage, tbStage, twStage;
+  /// The runtime's own time per compute action (posting messages, polling,
+  /// bookkeeping; pipeforge-sched --dispatch): the rank spends it before
+  /// each compute action, and it is not busy time, as the runtime's bubble
+  /// counts it. 0: none.
+  double dispatch = 0;
 
   /// Activation memory: F allocates memB, B frees memB - memW, W frees memW,
   /// BW frees memB. Units are free (default: M_B = 1 per stage).
