@@ -120,6 +120,11 @@ Status resolveCompileOptions(CompileOptions &o) {
     return Status::error("--param-prefetch must be in [0, " +
                          std::to_string(sched::kMaxParamPrefetch) + "] (got " +
                          std::to_string(o.paramPrefetch) + ")");
+  if (o.offloadActivations != "off" && o.offloadActivations != "auto" &&
+      o.offloadActivations != "all")
+    return Status::error("--offload-activations must be off, auto or all "
+                         "(got '" +
+                         o.offloadActivations + "')");
   if (o.seqLen < 0)
     return Status::error("--seq-len must be positive (got " +
                          std::to_string(o.seqLen) + ")");
@@ -305,6 +310,13 @@ void buildCompilePipeline(OpPassManager &pm, const CompileOptions &o) {
     pp::PPInsertParamGathersOptions pg;
     pg.prefetch = o.paramPrefetch;
     pm.addPass(pp::createPPInsertParamGathers(pg));
+  }
+  // Activation offload: the stashes that leave the device between their F
+  // and their B, as actions the runtime executes.
+  if (o.offloadActivations != "off") {
+    pp::PPInsertOffloadOptions po;
+    po.mode = o.offloadActivations;
+    pm.addPass(pp::createPPInsertOffload(po));
   }
   pp::PPVerifyScheduleOptions ver;
   ver.memLimit = o.memLimit;

@@ -174,3 +174,92 @@ pp.schedule "1f1b" ranks 1 stages 1 microbatches 1 placement [0] {
     pp.compute BW stage 0 mb 0
   }
 }
+
+// -----
+
+// Activation offload: an OFFLOAD before its F.
+pp.schedule "1f1b" ranks 1 stages 1 microbatches 2 placement [0] {
+  pp.rank_program 0 {
+    // expected-error @+1 {{invalid schedule: rank 0, step 0: OFFLOAD F0.0 before F0.0 made the stash (action 1)}}
+    pp.offload F stage 0 mb 0
+    pp.compute F stage 0 mb 0
+    pp.compute F stage 0 mb 1
+    pp.reload F stage 0 mb 0
+    pp.compute BW stage 0 mb 0
+    pp.compute BW stage 0 mb 1
+  }
+}
+
+// -----
+
+// Activation offload: a stash offloaded twice.
+pp.schedule "1f1b" ranks 1 stages 1 microbatches 2 placement [0] {
+  pp.rank_program 0 {
+    pp.compute F stage 0 mb 0
+    pp.offload F stage 0 mb 0
+    // expected-error @+1 {{invalid schedule: rank 0, step 2: OFFLOAD of the stash of F0.0 duplicated: the first is action 1}}
+    pp.offload F stage 0 mb 0
+    pp.compute F stage 0 mb 1
+    pp.reload F stage 0 mb 0
+    pp.compute BW stage 0 mb 0
+    pp.compute BW stage 0 mb 1
+  }
+}
+
+// -----
+
+// Activation offload: an OFFLOAD after the B that reads the stash.
+pp.schedule "1f1b" ranks 1 stages 1 microbatches 1 placement [0] {
+  pp.rank_program 0 {
+    pp.compute F stage 0 mb 0
+    pp.compute BW stage 0 mb 0
+    // expected-error @+1 {{invalid schedule: rank 0, step 2: OFFLOAD F0.0 after the B/BW that reads the stash of F0.0 (action 1)}}
+    pp.offload F stage 0 mb 0
+  }
+}
+
+// -----
+
+// Activation offload: a RELOAD before the stash's OFFLOAD.
+pp.schedule "1f1b" ranks 1 stages 1 microbatches 2 placement [0] {
+  pp.rank_program 0 {
+    pp.compute F stage 0 mb 0
+    // expected-error @+1 {{invalid schedule: rank 0, step 1: RELOAD F0.0 before any OFFLOAD of the stash of F0.0}}
+    pp.reload F stage 0 mb 0
+    pp.offload F stage 0 mb 0
+    pp.compute F stage 0 mb 1
+    pp.compute BW stage 0 mb 0
+    pp.compute BW stage 0 mb 1
+  }
+}
+
+// -----
+
+// Activation offload: a stash reloaded twice.
+pp.schedule "1f1b" ranks 1 stages 1 microbatches 2 placement [0] {
+  pp.rank_program 0 {
+    pp.compute F stage 0 mb 0
+    pp.offload F stage 0 mb 0
+    pp.reload F stage 0 mb 0
+    // expected-error @+1 {{invalid schedule: rank 0, step 3: RELOAD of the stash of F0.0 duplicated: the first is action 2}}
+    pp.reload F stage 0 mb 0
+    pp.compute F stage 0 mb 1
+    pp.compute BW stage 0 mb 0
+    pp.compute BW stage 0 mb 1
+  }
+}
+
+// -----
+
+// Activation offload: the B reads the stash before its RELOAD.
+pp.schedule "1f1b" ranks 1 stages 1 microbatches 2 placement [0] {
+  pp.rank_program 0 {
+    pp.compute F stage 0 mb 0
+    pp.offload F stage 0 mb 0
+    pp.compute F stage 0 mb 1
+    // expected-error @+1 {{invalid schedule: rank 0, step 3: BW0.0 (action 3) reads the stash of F0.0 while it is offloaded (OFFLOAD at action 1, no RELOAD before this action)}}
+    pp.compute BW stage 0 mb 0
+    pp.reload F stage 0 mb 0
+    pp.compute BW stage 0 mb 1
+  }
+}

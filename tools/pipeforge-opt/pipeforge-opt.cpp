@@ -29,12 +29,13 @@ static const char *const helpPasses[] = {
     "pp-compile",          "nn-shard-tensor",
     "pp-partition",        "pp-schedule",
     "pp-insert-comm",      "pp-insert-param-gathers",
-    "pp-verify-schedule",  "pp-simulate",
-    "pp-split-backward",   "pp-recompute",
-    "pp-split-components", "pp-fuse-overlap",
-    "pp-assign-buffers",   "pp-component-ranges",
-    "nn-cost-report",      "canonicalize",
-    "cse",                 "symbol-dce"};
+    "pp-insert-offload",   "pp-verify-schedule",
+    "pp-simulate",         "pp-split-backward",
+    "pp-recompute",        "pp-split-components",
+    "pp-fuse-overlap",     "pp-assign-buffers",
+    "pp-component-ranges", "nn-cost-report",
+    "canonicalize",        "cse",
+    "symbol-dce"};
 
 static std::string passSummary() {
   std::string text;

@@ -9,6 +9,7 @@
 //   pipeline  [nn-shard-tensor] -> pp-partition -> pp-split-backward
 //             [-> pp-recompute] [-> pp-split-components] -> pp-schedule
 //             -> pp-insert-comm [-> pp-insert-param-gathers]
+//             [-> pp-insert-offload]
 //             -> pp-verify-schedule [-> pp-fuse-overlap]
 //             -> pp-component-ranges -> pp-assign-buffers
 //   lower     -> rt::Program, validated as the runtime will validate it
@@ -95,6 +96,10 @@ struct CompileOptions {
   int zero = 0;
   /// --zero 3: compute actions a stage's gather runs ahead of its first use.
   int paramPrefetch = 1;
+  /// Activation offload: off (default), auto or all; auto and all insert
+  /// the OFFLOAD/RELOAD actions (pp-insert-offload) after the messages and
+  /// the gathers, which pipeforge-run executes.
+  std::string offloadActivations = "off";
 
   // --- lowering ---
   /// The model's name where the IR does not record one (nn.model_name);
@@ -204,6 +209,14 @@ void forEachCompileOption(CompileOptions &o, Visitor &&visit) {
                    "stage's first use (default 1)",
                    P::Pipeline},
         o.paramPrefetch);
+  visit(OptionInfo{"offload-activations", "off|auto|all",
+                   "Activation offload in the schedule (--pp-insert-offload): "
+                   "auto or all move the F-stashes whose B is at least 2 or "
+                   "1 compute actions later to host memory between the two "
+                   "(OFFLOAD/RELOAD, executed by pipeforge-run on a device "
+                   "backend); default off",
+                   P::Pipeline},
+        o.offloadActivations);
   visit(OptionInfo{"fuse-overlap", "",
                    "Split the stage bodies into per-layer components "
                    "(--pp-split-components) and fuse each overlapped F&B "
@@ -258,7 +271,8 @@ private:
 /// schedule, ranks < 1, DualPipe with an odd rank count, too few
 /// microbatches, a malformed memory limit, placement other than any, linear
 /// or v, dp/ep/microbatch-size below 1, a ZeRO level other than 0-3, a
-/// parameter prefetch outside [0, 64]). Errors name the option.
+/// parameter prefetch outside [0, 64], an offload mode other than off, auto
+/// or all). Errors name the option.
 Status resolveCompileOptions(CompileOptions &o);
 
 /// --schedule auto --placement any (the default): chooses what to compile

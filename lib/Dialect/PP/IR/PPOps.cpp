@@ -171,7 +171,7 @@ LogicalResult RankProgramOp::verify() {
   std::map<Key, Operation *> posted;
   for (Operation &op : getBody().front()) {
     if (!isa<ComputeOp, OverlapOp, SendOp, RecvOp, RecvPostOp, RecvWaitOp,
-             GradReduceOp, UnshardOp, ReshardOp>(op))
+             GradReduceOp, UnshardOp, ReshardOp, OffloadOp, ReloadOp>(op))
       return op.emitOpError("is not a schedule action");
     if (auto post = dyn_cast<RecvPostOp>(op)) {
       if (!posted.emplace(keyOf(post), &op).second)
@@ -511,6 +511,27 @@ template <typename OpT> static LogicalResult verifyParamGather(OpT op) {
 
 LogicalResult UnshardOp::verify() { return verifyParamGather(*this); }
 LogicalResult ReshardOp::verify() { return verifyParamGather(*this); }
+
+/// pp.offload / pp.reload: the stash's F exists and its stage is placed on
+/// the enclosing rank (a stash stays on the rank that made it). Where they
+/// stand against the F and its B is --pp-verify-schedule's check.
+template <typename OpT> static LogicalResult verifyStashCopy(OpT op) {
+  if (failed(verifyWork(op, op.getStage(), op.getMb(), op.getCopy())))
+    return failure();
+  auto sched = op->template getParentOfType<ScheduleOp>();
+  if (RankProgramOp prog = enclosingProgram(op))
+    if (sched.rankOf(op.getCopy(), op.getStage()) != prog.getRank())
+      return op.emitOpError("stage ")
+             << op.getStage() << (op.getCopy() ? " of copy 1" : "")
+             << " is placed on rank "
+             << sched.rankOf(op.getCopy(), op.getStage()) << ", not on rank "
+             << prog.getRank() << ": a stash moves only on the rank that "
+             << "made it";
+  return success();
+}
+
+LogicalResult OffloadOp::verify() { return verifyStashCopy(*this); }
+LogicalResult ReloadOp::verify() { return verifyStashCopy(*this); }
 
 #define GET_OP_CLASSES
 #include "pipeforge/Dialect/PP/IR/PPOps.cpp.inc"

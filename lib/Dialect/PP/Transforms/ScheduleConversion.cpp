@@ -121,6 +121,12 @@ sched::Schedule pp::toLibrarySchedule(ScheduleOp op) {
         actions.push_back(sched::Action::unshard(u.getStage(), u.getCopy()));
       } else if (auto rs = dyn_cast<ReshardOp>(a)) {
         actions.push_back(sched::Action::reshard(rs.getStage(), rs.getCopy()));
+      } else if (auto of = dyn_cast<OffloadOp>(a)) {
+        actions.push_back(sched::Action::offload(sched::Work(
+            sched::WorkKind::F, of.getStage(), of.getMb(), of.getCopy())));
+      } else if (auto rl = dyn_cast<ReloadOp>(a)) {
+        actions.push_back(sched::Action::reload(sched::Work(
+            sched::WorkKind::F, rl.getStage(), rl.getMb(), rl.getCopy())));
       }
     }
   }
@@ -161,6 +167,12 @@ static void buildProgram(OpBuilder &b, Location loc,
       break;
     case sched::ActionKind::Reshard:
       ReshardOp::create(b, loc, w.stage, w.copy);
+      break;
+    case sched::ActionKind::Offload:
+      OffloadOp::create(b, loc, w.stage, w.mb, w.copy);
+      break;
+    case sched::ActionKind::Reload:
+      ReloadOp::create(b, loc, w.stage, w.mb, w.copy);
       break;
     }
   }

@@ -331,4 +331,43 @@ def PP_ReshardOp : PP_ParamGatherOp<"reshard"> {
   }];
 }
 
+class PP_StashCopyOp<string mnemonic> : PP_Op<mnemonic> {
+  let arguments = (ins PP_Index:$stage, PP_Index:$mb,
+                       DefaultValuedAttr<PP_Index, "0">:$copy);
+  let assemblyFormat = "`F` `stage` $stage `mb` $mb (`copy` $copy^)? attr-dict";
+  let hasVerifier = 1;
+}
+
+def PP_OffloadOp : PP_StashCopyOp<"offload"> {
+  let summary = "Activation offload: copy the stash of a forward to host memory";
+  let description = [{
+    Starts the copy of what `F stage S mb M` (of copy `copy`) keeps for its
+    backward to host memory, off the compute stream; the device memory is
+    freed at the end of the next compute action, which the copy runs
+    under. After that F on the same rank, at most once per stash
+    (`--pp-insert-offload` places it right after the F); the stage must be
+    placed on the enclosing rank.
+
+    ```mlir
+    pp.offload F stage 0 mb 3
+    pp.offload F stage 1 mb 0 copy 1
+    ```
+  }];
+}
+
+def PP_ReloadOp : PP_StashCopyOp<"reload"> {
+  let summary = "Activation offload: bring an offloaded stash back to the device";
+  let description = [{
+    Allocates the stash of `F stage S mb M` on the device again and starts
+    the copy back; the B or BW that reads it waits for the copy. After the
+    stash's `pp.offload` and before that B or BW (`--pp-insert-offload`
+    places it right before the compute action before it, so the copy runs
+    under that action).
+
+    ```mlir
+    pp.reload F stage 0 mb 3
+    ```
+  }];
+}
+
 #endif // PIPEFORGE_PP_OPS

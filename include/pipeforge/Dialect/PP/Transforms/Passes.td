@@ -223,6 +223,32 @@ def PPInsertParamGathers : Pass<"pp-insert-param-gathers", "::mlir::ModuleOp"> {
   ];
 }
 
+def PPInsertOffload : Pass<"pp-insert-offload", "::mlir::ModuleOp"> {
+  let summary = "Activation offload: move F-stashes to host memory between their F and their B";
+  let description = [{
+    For every `pp.schedule`, chooses on every rank the stashes that leave
+    the device as `pipeforge-run --offload-activations` does
+    (sched::planOffload: an F whose B or BW on the rank is at least 2
+    compute actions later under `mode=auto`, 1 under `mode=all`) and
+    writes the plan as actions (sched::insertOffload): `pp.offload` right
+    after the F's compute action (the copy out runs under the next compute
+    action, at whose end the device memory is freed) and `pp.reload` right
+    before the compute action before the B (the copy back runs under it).
+    The other actions are kept as they are (messages, split receives,
+    gathers, fused pairs), so the pass runs after `--pp-insert-comm`. The
+    copies wait on no other rank: the messages' deadlock-freedom is
+    unchanged. A schedule that already offloads, or a mode other than auto
+    or all, is an error. `pipeforge-compile --offload-activations auto|all`
+    runs it (docs/compile.md).
+  }];
+  let dependentDialects = ["::pipeforge::pp::PPDialect"];
+  let options = [
+    Option<"mode", "mode", "std::string", /*default=*/"\"auto\"",
+           "Which stashes leave: auto (a gap of 2 compute actions to hide "
+           "the copies) or all (a gap of 1)">
+  ];
+}
+
 def PPSplitComponents : Pass<"pp-split-components", "::mlir::ModuleOp"> {
   let summary = "Tag each stage body op with its layer component (attn, dispatch, mlp, combine)";
   let description = [{
