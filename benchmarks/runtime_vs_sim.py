@@ -111,7 +111,7 @@ def analyse(trace_path, stdout, tokens_per_step):
             steps.setdefault(k, {})[r] = dict(
                 span=s["dur"], actions=s["args"]["actions"],
                 drain=s["args"]["drain_us"], compute=0.0, kernel=0.0,
-                wait=0.0, gr=0.0)
+                wait=0.0, gr=0.0, ncompute=0)
         computes = sorted((e for e in es if e["tid"] == 0),
                           key=lambda e: e["ts"])
         for e in computes:
@@ -121,6 +121,7 @@ def analyse(trace_path, stdout, tokens_per_step):
             w = e.get("args", {}).get("wait_us", 0.0)
             d = steps[k][r]
             d["compute"] += e["dur"]
+            d["ncompute"] += 1
             d["kernel"] += e["dur"] - w
             d["wait"] += w
             if k < 2:
@@ -181,6 +182,13 @@ def analyse(trace_path, stdout, tokens_per_step):
     ovh_rank = {r: mean([(steps[k][r]["span"] - steps[k][r]["compute"] -
                           steps[k][r]["gr"] - steps[k][r]["drain"]) /
                          steps[k][r]["actions"] for k in meas]) for r in ranks}
+    # The runtime's own time per compute action (the simulator's
+    # --dispatch): what the step spends outside compute, GRADREDUCE and
+    # the final drain, per compute action.
+    dispatch = mean([(steps[k][r]["span"] - steps[k][r]["compute"] -
+                      steps[k][r]["gr"] - steps[k][r]["drain"]) /
+                     max(1, steps[k][r]["ncompute"])
+                     for k in meas for r in ranks])
     blocked = mean([steps[k][r]["wait"] + steps[k][r]["gr"] +
                     steps[k][r]["drain"] for k in meas for r in ranks])
     kernel_total = mean([sum(steps[k][r]["kernel"] for r in ranks)
@@ -195,6 +203,7 @@ def analyse(trace_path, stdout, tokens_per_step):
     return dict(
         ranks=P, step_ms=span / 1e3, bubble=bubble,
         ovh_us=mean(ovh), ovh_rank=ovh_rank, blocked_ms=blocked / 1e3,
+        dispatch_ms=dispatch / 1e3,
         kernel_total_ms=kernel_total / 1e3,
         kinds={k: (statistics.median(v) / 1e3, len(v))
                for k, v in kinds.items()},
@@ -205,14 +214,50 @@ def analyse(trace_path, stdout, tokens_per_step):
         actions=sum(steps[meas[0]][r]["actions"] for r in ranks))
 
 
-def simulate(sched_bin, kind, P, M, a):
+def stage_costs(a):
+    """--stage-costs F:B:W,... from the per-stage medians (ms), stages in
+    order; a stage that ran only BW splits it as the medians of all B and W
+    do (half each without them). None when a stage has no F."""
+    sk = a["stage_kinds"]
+    stages = sorted({s for (_, s) in sk})
+    if not stages or stages != list(range(len(stages))):
+        return None
+    c = a["kinds"]
+    tb, tw = c.get("B", (0, 0))[0], c.get("W", (0, 0))[0]
+    share = tb / (tb + tw) if tb + tw > 0 else 0.5
+    out = []
+    for s in stages:
+        f = sk.get(("F", s))
+        b, w, bw = sk.get(("B", s)), sk.get(("W", s)), sk.get(("BW", s))
+        if f is None:
+            return None
+        if b is None and w is None and bw is not None:
+            b, w = bw * share, bw * (1 - share)
+        out.append("%.6f:%.6f:%.6f" % (f, b or 0.0, w or 0.0))
+    return ",".join(out)
+
+
+def calibration(a):
+    """What the simulator is told besides the median op costs: per-stage
+    costs, the runtime's time per compute action, the measured message
+    latency (docs/runtime.md, "Measured vs simulated")."""
+    flags = ["--dispatch", "%.6f" % a["dispatch_ms"]]
+    sc = stage_costs(a)
+    if sc:
+        flags += ["--cost-unit", "stage", "--stage-costs", sc]
+    return flags
+
+
+def simulate(sched_bin, kind, P, M, a, calibrated=False):
     c = a["kinds"]
     cmd = [sched_bin, "--schedule", kind, "--ranks", str(P), "--microbatches",
            str(M), "--format", "json", "--tcomm", "%.6f" % a["lat_ms"]]
     for k, flag in (("F", "--tf"), ("B", "--tb"), ("W", "--tw"),
                     ("BW", "--tbw"), ("FB", "--tfb")):
-        if k in c:
+        if k in c and not (calibrated and k == "BW"):
             cmd += [flag, "%.6f" % c[k][0]]
+    if calibrated:
+        cmd += calibration(a)
     j = json.loads(run(cmd))
     return j["summary"]["makespan"], j["summary"]["bubble_rate"], cmd
 
@@ -279,6 +324,8 @@ def main():
         sk, sp = ("1f1b", 1) if kind == "none" else (kind, P)
         a["sim_ms"], a["sim_bubble"], a["sim_cmd"] = simulate(schedb, sk, sp,
                                                               M, a)
+        a["cal_ms"], a["cal_bubble"], a["cal_cmd"] = simulate(
+            schedb, sk, sp, M, a, calibrated=True)
         return a
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
@@ -297,7 +344,8 @@ def main():
 
     md = o.markdown
     hdr = ["schedule", "measured step ms", "simulated ms", "ratio",
-           "measured bubble", "simulated bubble", "overhead us/action",
+           "measured bubble", "simulated bubble", "calibrated ms",
+           "calibrated bubble", "overhead us/action",
            "blocked ms/rank", "tcomm ms (n)", "full step ms",
            "pf-run bubble"]
 
@@ -315,6 +363,7 @@ def main():
             cells = [name, "%.2f" % a["step_ms"], "%.2f" % a["sim_ms"],
                      "%.2f" % (a["step_ms"] / a["sim_ms"]),
                      "%.3f" % a["bubble"], "%.3f" % a["sim_bubble"],
+                     "%.2f" % a["cal_ms"], "%.3f" % a["cal_bubble"],
                      "%.1f" % a["ovh_us"], "%.2f" % a["blocked_ms"],
                      "%.3f (%d)" % (a["lat_ms"], a["lat_n"]),
                      "%.2f" % a["full_ms"], "%.3f" % a["run_bubble"]]

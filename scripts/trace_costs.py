@@ -1,40 +1,42 @@
 #!/usr/bin/env python3
-"""Reads a merged pipeforge-run Chrome trace and prints the measured op
-costs as pipeforge-sched options: --tf --tb --tw --tbw --tfb
-(milliseconds; an action's time blocked on a receive is not counted; medians
-over all ranks and steps, so the first step's warm-up and preempted ops do
-not dominate). benchmarks/runtime_vs_sim.py does the same and more.
-Usage: trace_costs.py TRACE.json"""
-import json
-import re
-import statistics
+"""Reads a merged pipeforge-run Chrome trace and prints what it measured as
+pipeforge-sched options (milliseconds; an action's time blocked on a
+receive is not counted; medians over all ranks and steps after the first):
+
+    trace_costs.py TRACE.json              --tf --tb --tw [--tbw] [--tfb]
+    trace_costs.py --calibrated TRACE.json  the same, and what a real runtime
+        adds: --tcomm (a blocked receive's latency: its completion minus its
+        send's post), --dispatch (the runtime's own time per compute action:
+        the step's span outside compute, GRADREDUCE and the final drain, per
+        compute action), --cost-unit stage --stage-costs (each stage's F:B:W)
+
+The analysis is benchmarks/runtime_vs_sim.py's (analyse), which prints the
+same numbers per schedule; docs/runtime.md, "Measured vs simulated"."""
+import os
 import sys
 
-events = json.load(open(sys.argv[1]))
-if isinstance(events, dict):
-    events = events["traceEvents"]
-times = {"F": [], "B": [], "W": [], "BW": [], "FB": []}
-for e in events:
-    if e.get("ph") != "X" or e.get("cat") != "compute":
-        continue
-    name = e["name"]
-    dur = e["dur"] - e.get("args", {}).get("wait_us", 0)
-    if "+" in name:
-        times["FB"].append(dur)
-        continue
-    m = re.match(r"(BW|F|B|W)\d", name)
-    if m:
-        times[m.group(1)].append(dur)
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(root, "benchmarks"))
+from runtime_vs_sim import analyse, calibration  # noqa: E402
 
-def ms(kind):
-    return statistics.median(times[kind]) / 1000.0 if times[kind] else None
-
-tf, tb, tw, tbw, tfb = ms("F"), ms("B"), ms("W"), ms("BW"), ms("FB")
+args = sys.argv[1:]
+calibrated = "--calibrated" in args
+args = [a for a in args if a != "--calibrated"]
+if len(args) != 1:
+    sys.exit(__doc__)
+a = analyse(args[0], "", 1)
+kinds = {k: v[0] for k, v in a["kinds"].items()}
+tf, tb, tw = kinds.get("F"), kinds.get("B"), kinds.get("W")
+tbw, tfb = kinds.get("BW"), kinds.get("FB")
 if tb is None and tbw is not None:  # schedules without a split backward
     tb, tw = tbw / 2, tbw / 2
-opts = [f"--tf {tf:.4f}", f"--tb {tb or 0:.4f}", f"--tw {tw or 0:.4f}"]
-if tbw is not None:
+opts = [f"--tf {tf or 0:.4f}", f"--tb {tb or 0:.4f}", f"--tw {tw or 0:.4f}"]
+if tbw is not None and not calibrated:
     opts.append(f"--tbw {tbw:.4f}")
 if tfb is not None:
     opts.append(f"--tfb {tfb:.4f}")
+if calibrated:
+    opts.append(f"--tcomm {a['lat_ms']:.4f}")
+    cal = calibration(a)
+    opts += [f"{cal[i]} {cal[i + 1]}" for i in range(0, len(cal), 2)]
 print(" ".join(opts))
