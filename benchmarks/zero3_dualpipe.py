@@ -32,14 +32,10 @@ import statistics
 import subprocess
 import tempfile
 
-LLAMA = {
-    "model_type": "llama", "architectures": ["LlamaForCausalLM"],
-    "num_hidden_layers": 8, "hidden_size": 256, "num_attention_heads": 8,
-    "num_key_value_heads": 2, "intermediate_size": 688, "vocab_size": 256,
-    "max_position_embeddings": 128, "rope_theta": 10000.0,
-    "rms_norm_eps": 1e-06, "initializer_range": 0.02,
-    "tie_word_embeddings": False,
-}
+from zb_recompute import MODEL
+
+# The Llama zb_recompute.py times.
+LLAMA = MODEL
 GPT = {
     "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 8,
     "n_embd": 256, "n_head": 8, "vocab_size": 256, "n_positions": 128,

@@ -309,25 +309,11 @@ public:
   }
   Expected<RequestId> isendWorld(int worldPeer, int64_t tag, const float *buf,
                                  int64_t n) override {
-    if (worldPeer < 0 || worldPeer >= wsize || worldPeer == wrank)
-      return Status::error("mpi transport: no other world rank " +
-                           std::to_string(worldPeer));
-    Req r{true, worldPeer, tag, MPI_REQUEST_NULL, true};
-    MPI_Isend(buf, int(n), MPI_FLOAT, worldPeer, foldTag(tag), paramComm,
-              &r.req);
-    reqs[next] = r;
-    return next++;
+    return postWorld(true, worldPeer, tag, const_cast<float *>(buf), n);
   }
   Expected<RequestId> irecvWorld(int worldPeer, int64_t tag, float *buf,
                                  int64_t n) override {
-    if (worldPeer < 0 || worldPeer >= wsize || worldPeer == wrank)
-      return Status::error("mpi transport: no other world rank " +
-                           std::to_string(worldPeer));
-    Req r{false, worldPeer, tag, MPI_REQUEST_NULL, true};
-    MPI_Irecv(buf, int(n), MPI_FLOAT, worldPeer, foldTag(tag), paramComm,
-              &r.req);
-    reqs[next] = r;
-    return next++;
+    return postWorld(false, worldPeer, tag, buf, n);
   }
   Status wait(RequestId id) override {
     if (isColl(id))
@@ -501,6 +487,23 @@ public:
   }
 
 private:
+  /// ZeRO-3's parameter service: one side of a message between world ranks
+  /// on paramComm.
+  Expected<RequestId> postWorld(bool send, int worldPeer, int64_t tag,
+                                float *buf, int64_t n) {
+    if (worldPeer < 0 || worldPeer >= wsize || worldPeer == wrank)
+      return Status::error("mpi transport: no other world rank " +
+                           std::to_string(worldPeer));
+    Req r{send, worldPeer, tag, MPI_REQUEST_NULL, true};
+    if (send)
+      MPI_Isend(buf, int(n), MPI_FLOAT, worldPeer, foldTag(tag), paramComm,
+                &r.req);
+    else
+      MPI_Irecv(buf, int(n), MPI_FLOAT, worldPeer, foldTag(tag), paramComm,
+                &r.req);
+    reqs[next] = r;
+    return next++;
+  }
   struct Req {
     bool send;
     int peer; ///< a pipeline rank, or with `world` a world rank
