@@ -127,7 +127,7 @@ Status Executor::Impl::finishF(const Work &w, std::vector<BufP> &st_out,
   Key key{w.copy, w.stage, w.mb};
   stash[key] = std::move(st_out);
   noteStash();
-  if (offloadPlan.keys.count(key)) // activation offload: to host until B
+  if (!offloadByActions && offloadPlan.keys.count(key)) // offload: to host
     if (Status s = startOffload(key); !s)
       return s;
   if (w.stage + 1 < numStages) {
@@ -487,6 +487,14 @@ Expected<StepStats> Executor::Impl::step() {
     case ActionKind::Reshard:
       if (opts.zeroStage == 3)
         s = reshard(a);
+      break;
+    case ActionKind::Offload: // activation offload (ExecutorOffload.cpp)
+      if (offloadByActions)   // else a host-memory backend: nothing to do
+        s = startOffload(Key(a.work.copy, a.work.stage, a.work.mb));
+      break;
+    case ActionKind::Reload:
+      if (offloadByActions)
+        s = reload(Key(a.work.copy, a.work.stage, a.work.mb));
       break;
     case ActionKind::Send:
       s = send(a);

@@ -331,6 +331,11 @@ struct Executor::Impl {
   /// ExecutorOffload.cpp): the microbatches whose F-stash leaves the device,
   /// and per action index the keys whose reload starts before it.
   sched::OffloadPlan offloadPlan;
+  /// The program's schedule holds OFFLOAD/RELOAD (pipeforge-compile
+  /// --offload-activations): they start the copies, and offloadPlan is the
+  /// plan they state (sched::offloadPlanOf); else F and the plan's
+  /// reloadBefore start them.
+  bool offloadByActions = false;
   /// A stash away from the device: per slot its host copy (null: the slot
   /// stayed, `kept`), the device buffers still being copied out, and the
   /// events of the copies out and back.

@@ -21,7 +21,13 @@
 //
 // Which microbatches, and when they leave and return: sched::planOffload
 // (Schedule/Offload.h), from the program only; the simulator replays the
-// same plan.
+// same plan. A program compiled with --offload-activations carries the
+// plan as OFFLOAD/RELOAD actions (pp-insert-offload): OFFLOAD starts the
+// copy out, RELOAD the copy back, and the device memory leaves at the end
+// of the first compute action after the OFFLOAD (sched::offloadPlanOf),
+// the same places, so the same copies and the same peaks. Such a program
+// refuses pipeforge-run --offload-activations (the plan is the
+// program's), and on a host-memory backend its actions do nothing.
 // The copies are exact, so losses and weights are bitwise those without
 // offload; the memory report shows the device stash peak fall and the host
 // bytes it took.
@@ -37,6 +43,22 @@ namespace pipeforge::rt {
 Status Executor::Impl::planOffload() {
   using O = ExecutorOptions::Offload;
   offloadPlan = {};
+  offloadByActions = false;
+  const std::vector<sched::Action> &program =
+      prog.schedule.programs[size_t(prank)];
+  if (sched::hasOffloadActions(prog.schedule)) {
+    if (opts.offloadActivations != O::Off)
+      return Status::error(
+          "--offload-activations: this program's schedule places activation "
+          "offload itself (OFFLOAD/RELOAD actions: pipeforge-compile "
+          "--offload-activations); run it without --offload-activations, or "
+          "compile it without offload to choose here");
+    if (be.hostVisible()) // the activations are in host memory already
+      return Status::ok();
+    offloadByActions = true;
+    offloadPlan = sched::offloadPlanOf(program);
+    return Status::ok();
+  }
   if (opts.offloadActivations == O::Off)
     return Status::ok();
   if (be.hostVisible())
@@ -47,7 +69,7 @@ Status Executor::Impl::planOffload() {
   // The plan (which stashes, when they leave and come back) is the
   // schedule library's, which the simulator replays too.
   offloadPlan = sched::planOffload(
-      prog.schedule.programs[size_t(prank)],
+      program,
       opts.offloadActivations == O::Auto ? sched::kOffloadGapAuto
                                          : sched::kOffloadGapAll);
   return Status::ok();
