@@ -286,6 +286,7 @@ struct CommInserter::Asap {
   void gradReduceArrive(int32_t, size_t, const detail::CommSlot &) {}
   void gradReduce(int32_t, size_t, const detail::CommSlot &) {}
   void paramGather(int32_t, size_t, const Action &) {}
+  void stashCopy(int32_t, size_t, const Action &) {}
 };
 
 /// Step 1 on the replay engine, its inputs resolved from the placement

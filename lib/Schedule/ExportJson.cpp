@@ -163,6 +163,14 @@ void exportJson(const Schedule &s, std::ostream &os, const SimResult *sim,
       writeNumbers(w, "gather_busy", sim->ranks, &RankStats::gatherBusy);
       writeNumbers(w, "exposed_gather", sim->ranks, &RankStats::exposedGather);
     }
+    // Activation offload's copies, where they take time.
+    bool copying = false;
+    for (const RankStats &r : sim->ranks)
+      copying |= r.copyBusy > 0;
+    if (copying) {
+      writeNumbers(w, "copy_busy", sim->ranks, &RankStats::copyBusy);
+      writeNumbers(w, "exposed_copy", sim->ranks, &RankStats::exposedCopy);
+    }
     if (moreSummary)
       moreSummary(w);
     w.endObject();

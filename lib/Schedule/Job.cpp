@@ -13,6 +13,7 @@
 #include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/Schedule/JsonWriter.h"
 #include "pipeforge/Schedule/MemoryLimit.h"
+#include "pipeforge/Schedule/Offload.h"
 #include "pipeforge/Schedule/ParamGathers.h"
 #include "pipeforge/Schedule/Verify.h"
 
@@ -113,7 +114,8 @@ Status checkJob(const ScheduleJob &j) {
                          {"--tcomm", j.tcomm},
                          {"--dispatch", j.dispatch},
                          {"--ta2a", j.ta2a},
-                         {"--tgather", j.tgather}})
+                         {"--tgather", j.tgather},
+                         {"--tcopy", j.tcopy}})
     if (!(v >= 0) || !std::isfinite(v))
       return Status::error(std::string(name) + " must be finite and >= 0");
   for (auto [name, v] :
@@ -268,6 +270,12 @@ std::string renderTextSummary(const ScheduleJobResult &r) {
       std::snprintf(line, sizeof line,
                     "rank %zu: parameter gathers %.4f, exposed %.4f\n", i,
                     rs.gatherBusy, rs.exposedGather);
+      out += line;
+    }
+    if (rs.copyBusy > 0) { // activation offload's copies take time
+      std::snprintf(line, sizeof line,
+                    "rank %zu: offload copies %.4f, exposed %.4f\n", i,
+                    rs.copyBusy, rs.exposedCopy);
       out += line;
     }
   }
@@ -486,6 +494,9 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
     cost.paramBytes = j.tgather;
     cost.gatherBytesPerTime = 1;
   }
+  // Activation offload as actions: a stash's copy takes tcopy per M_B.
+  if (j.tcopy > 0 && j.offloadGap > 0)
+    cost.hostBytesPerTime = 1 / j.tcopy;
   scaleTimes(cost, timeScale(j, sch.numRanks(), sch.placement.numStages));
 
   // Costs whose sums overflow are refused here, before message placement
@@ -503,6 +514,12 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
   if (j.zero == 3 && !hasParamGathers(r.schedule))
     if (Status st = insertParamGathers(r.schedule, j.paramPrefetch); !st)
       return Status::error("cannot insert parameter gathers: " +
+                           st.message());
+  // Activation offload whose copies take time: the plan as actions, which
+  // the simulator times (the memory replay reads the same plan from them).
+  if (j.tcopy > 0 && j.offloadGap > 0 && !hasOffloadActions(r.schedule))
+    if (Status st = insertOffload(r.schedule, j.offloadGap); !st)
+      return Status::error("cannot insert activation offload: " +
                            st.message());
 
   VerifyOptions vo;

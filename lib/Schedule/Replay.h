@@ -29,8 +29,8 @@
 //   void gradReduceArrive(int32_t r, size_t i, const CommSlot &sl);
 //   void gradReduce(int32_t r, size_t i, const CommSlot &sl);
 //                                     // arrives at / leaves a GradReduce
-//   void paramGather(int32_t r, size_t i, const Action &a); // also OFFLOAD,
-//                                                           // RELOAD
+//   void paramGather(int32_t r, size_t i, const Action &a);
+//   void stashCopy(int32_t r, size_t i, const Action &a); // OFFLOAD/RELOAD
 //                                     // an UNSHARD or RESHARD (ZeRO-3)
 //
 //===----------------------------------------------------------------------===//
@@ -400,7 +400,7 @@ ReplayEngine::Step ReplayEngine::advance(int32_t r, Client &c) {
       // Activation offload's copies wait on no other rank either; the
       // memory they move is accounted at the compute actions they run
       // under (account(), the plan offloadPlanOf reads from them).
-      c.paramGather(r, i, a);
+      c.stashCopy(r, i, a);
       break;
     }
     arrived[r] = 0;

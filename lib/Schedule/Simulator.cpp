@@ -79,6 +79,12 @@ double CostModel::gatherTime(int stage) const {
              : 0;
 }
 
+double CostModel::copyTime(int stage) const {
+  return hostBytesPerTime > 0
+             ? std::abs(memDelta(WorkKind::F, stage)) / hostBytesPerTime
+             : 0;
+}
+
 double CostModel::gatherMem(int stage) const {
   return memPerParamByte > 0
              ? pick(paramBytesStage, stage, paramBytes) * memPerParamByte
@@ -118,6 +124,7 @@ Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
         std::make_tuple("M_W (memW)", c.memW, false),
         std::make_tuple("parameter bytes", c.paramBytes, false),
         std::make_tuple("gather bandwidth", c.gatherBytesPerTime, false),
+        std::make_tuple("host copy bandwidth", c.hostBytesPerTime, false),
         std::make_tuple("memory per parameter byte", c.memPerParamByte,
                         false)})
     if (Status st = field(name, v, sum, -1); !st)
@@ -172,6 +179,7 @@ Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
     // A gather waits behind the rank's earlier ones: at most its time
     // again per action, as an action's own.
     action = std::max(action, c.gatherTime(st));
+    action = std::max(action, c.copyTime(st)); // likewise a stash's copy
     alloc = std::max(alloc, c.gatherMem(st));
     alloc = std::max(alloc, std::abs(c.memDelta(WorkKind::F, st)));
     alloc = std::max(alloc, std::abs(c.memDelta(WorkKind::B, st)));
@@ -248,6 +256,7 @@ public:
     place(r, i, t, end, false);
   }
   void paramGather(int32_t r, size_t i, const Action &a);
+  void stashCopy(int32_t r, size_t i, const Action &a);
 
 private:
   static ReplayEngine::Options engineOptions(const CostModel &cost,
@@ -358,6 +367,12 @@ private:
   double paramsReady(int32_t r, const Work &w) const {
     return gatherDone[r].empty() ? 0 : gatherDone[r][gatherKey(w)];
   }
+  // Activation offload's copies (CostModel::hostBytesPerTime > 0): per rank,
+  // when its copy channel is free, when the copies out posted since its
+  // last compute action end, and per stash when its RELOAD's copy ends.
+  bool copyModel = false;
+  std::vector<double> copyFree, copyOutEnd;
+  std::vector<std::map<StashKey, double>> reloadDone;
   // Communication model.
   bool commModel = false;       ///< overlapComm, or some stage has all-to-alls
   std::vector<double> commFree; ///< per rank
@@ -406,6 +421,12 @@ Status Simulation::prepare() {
       if (a.isParamGather()) {
         if (a.work.stage < 0 || a.work.stage >= pl.numStages ||
             a.work.copy < 0 || a.work.copy >= pl.numCopies)
+          return Status::error(
+              stepError(s, r, i, toString(a) + " is out of range"));
+        continue;
+      }
+      if (a.isStashCopy()) {
+        if (!idx.inRange(a.work))
           return Status::error(
               stepError(s, r, i, toString(a) + " is out of range"));
         continue;
@@ -465,6 +486,10 @@ Status Simulation::prepare() {
     commModel = stageHasA2A(st);
   commFree.assign(numRanks, 0);
   commIv.resize(numRanks);
+  copyModel = cost.hostBytesPerTime > 0;
+  copyFree.assign(copyModel ? numRanks : 0, 0);
+  copyOutEnd.assign(copyModel ? numRanks : 0, 0);
+  reloadDone.assign(copyModel ? numRanks : 0, {});
   gatherFree.assign(numRanks, 0);
   gatherDone.assign(numRanks, {});
   for (int32_t r = 0; r < numRanks; ++r)
@@ -492,6 +517,25 @@ void Simulation::paramGather(int32_t r, size_t i, const Action &a) {
     }
     if (!gatherDone[r].empty())
       gatherDone[r][gatherKey(a.work)] = start + dur;
+  }
+  place(r, i, t, t, false);
+}
+
+// An OFFLOAD / RELOAD is posted at the rank's time and runs on its copy
+// channel after the copies posted before it (CostModel::hostBytesPerTime);
+// compute() waits for them where the runtime does.
+void Simulation::stashCopy(int32_t r, size_t i, const Action &a) {
+  double t = now[r];
+  if (copyModel) {
+    double start = std::max(t, copyFree[r]);
+    double dur = cost.copyTime(a.work.stage);
+    copyFree[r] = start + dur;
+    stats[r].copyBusy += dur;
+    if (a.kind == ActionKind::Offload)
+      copyOutEnd[r] = std::max(copyOutEnd[r], start + dur);
+    else
+      reloadDone[r][StashKey{a.work.copy, a.work.stage, a.work.mb}] =
+          start + dur;
   }
   place(r, i, t, t, false);
 }
@@ -525,6 +569,23 @@ void Simulation::compute(int32_t r, size_t i, const Action &a, const Input &in1,
       start = params;
     }
   }
+  if (copyModel) {
+    // Activation offload: a B/BW reads its stash once the RELOAD's copy is
+    // done.
+    double back = 0;
+    for (const Work *w : {&a.work, pair ? &a.work2 : nullptr})
+      if (w && (w->kind == WorkKind::B || w->kind == WorkKind::BW))
+        if (auto it = reloadDone[r].find(StashKey{w->copy, w->stage, w->mb});
+            it != reloadDone[r].end()) {
+          back = std::max(back, it->second);
+          reloadDone[r].erase(it);
+        }
+    if (back > start) {
+      st.exposedCopy += back - start;
+      st.exposedComm += back - start;
+      start = back;
+    }
+  }
   double busy = 0;
   double end = commModel ? runComponents(r, i, a, start, busy) : 0;
   if (!commModel) {
@@ -543,6 +604,17 @@ void Simulation::compute(int32_t r, size_t i, const Action &a, const Input &in1,
   st.lastEnd = end;
   now[r] = end;
   place(r, i, start, end, true);
+  if (copyModel && copyOutEnd[r] > 0) {
+    // The stashes offloaded before this action leave the device at its end:
+    // the rank waits for their copies out.
+    if (copyOutEnd[r] > end) {
+      st.exposedCopy += copyOutEnd[r] - end;
+      st.exposedComm += copyOutEnd[r] - end;
+      now[r] = copyOutEnd[r];
+      makespan = std::max(makespan, now[r]);
+    }
+    copyOutEnd[r] = 0;
+  }
   auto finish = [&](const Work &w) {
     // A verified replay resolves a local input by its nominal producer (B
     // stands for BW too; W is no producer and would take B's slot).

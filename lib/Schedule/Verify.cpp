@@ -78,6 +78,7 @@ private:
     void gradReduceArrive(int32_t, size_t, const CommSlot &) {}
     void gradReduce(int32_t, size_t, const CommSlot &) {}
     void paramGather(int32_t, size_t, const Action &) {}
+    void stashCopy(int32_t, size_t, const Action &) {}
   };
 
   const Schedule &s;

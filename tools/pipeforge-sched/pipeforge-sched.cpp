@@ -62,8 +62,8 @@ Cost model (time units are yours; memory in units of M_B):
   --overlap-comm               communication on its own per-rank resource,
                                F&B pairs fused (docs/schedule-library.md)
   --mem-w R                    M_W / M_B (default 0.5)
-  --offload-activations O      off (default) | auto | all: memory as
-                               pipeforge-run's activation offload leaves it
+  --offload-activations O      off (default) | auto | all: memory as offload
+  --tcopy T                    leaves it; T: each OFFLOAD/RELOAD's time per M_B
   --mem-limit X                per-rank activation limit: M_B, "<k>p" (k x
                                ranks M_B) or bytes (12GB, 512MiB, 1e9B; B KB
                                MB GB: powers of 1000, KiB MiB GiB: of 1024),
@@ -214,6 +214,7 @@ Options parseArgs(int argc, char **argv) {
       {"--tcomm", &j.tcomm, nullptr, 0, inf},
       {"--dispatch", &j.dispatch, nullptr, 0, inf},
       {"--tgather", &j.tgather, nullptr, 0, inf},
+      {"--tcopy", &j.tcopy, nullptr, 0, inf},
       {"--ta2a", &j.ta2a, nullptr, 0, inf},
       {"--moe-layers", nullptr, &j.moeLayers, 0,
        double(kMaxMoELayersPerStage)},

@@ -4,6 +4,7 @@
 #include "pipeforge/Schedule/AutoScheduler.h"
 #include "pipeforge/Schedule/CommInsertion.h"
 #include "pipeforge/Schedule/Generators.h"
+#include "pipeforge/Schedule/Offload.h"
 #include "pipeforge/Schedule/Verify.h"
 
 #include "HandSchedules.h"
@@ -603,4 +604,70 @@ TEST(SimulatorTest, MoELayerCountsAreBounded) {
   EXPECT_TRUE(contains(checkCosts(c, 2, 5000).message(),
                        "5000 actions x 16384 MoE layers a stage are more "
                        "per-layer steps than a replay takes (67108864)"));
+}
+
+// --- Activation offload's OFFLOAD / RELOAD ----------------------------------
+
+// The actions replay the memory of the plan they state (offloadGap's
+// peaks), and with free copies (hostBytesPerTime 0) the times too.
+TEST(SimulatorTest, OffloadActionsReplayTheGapsMemory) {
+  for (ScheduleKind k : {ScheduleKind::OneFOneB, ScheduleKind::ZBV,
+                         ScheduleKind::DualPipe, ScheduleKind::Interleaved})
+    for (int gap : {kOffloadGapAuto, kOffloadGapAll}) {
+      GenOptions o;
+      o.ranks = 4;
+      o.microbatches = 8;
+      Expected<Schedule> g = generate(k, o);
+      ASSERT_TRUE(g);
+      Schedule s = *g;
+      ASSERT_TRUE(insertComm(s));
+      Schedule act = s;
+      ASSERT_TRUE(insertOffload(act, gap));
+      CostModel byGap;
+      byGap.offloadGap = gap;
+      Expected<SimResult> a = simulate(s, byGap), b = simulate(act, {});
+      ASSERT_TRUE(a) << a.status().message();
+      ASSERT_TRUE(b) << b.status().message();
+      EXPECT_DOUBLE_EQ(a->makespan, b->makespan);
+      for (size_t r = 0; r < a->ranks.size(); ++r) {
+        EXPECT_DOUBLE_EQ(a->ranks[r].peakMemory, b->ranks[r].peakMemory);
+        EXPECT_EQ(b->ranks[r].copyBusy, 0);
+        EXPECT_EQ(b->ranks[r].exposedCopy, 0);
+      }
+    }
+}
+
+// One rank, GPipe over 2 microbatches, every stash offloaded; each copy
+// takes 1 (M_B 1 over a bandwidth of 1): F0.0 [0,1], its copy out [1,2]
+// and back [2,3] on the copy channel; F0.1 [1,2], out [3,4], back [4,5];
+// BW0.0 waits for its stash from 2 to 3 (exposed 1), runs [3,5]; BW0.1
+// [5,7].
+TEST(SimulatorTest, OffloadCopiesTakeTime) {
+  Schedule s = handGPipe(1, 2);
+  ASSERT_TRUE(insertOffload(s, kOffloadGapAll));
+  ASSERT_EQ(toString(s.programs[0][2]), "RELOAD F0.0");
+  CostModel c;
+  c.hostBytesPerTime = 1;
+  Expected<SimResult> r = simulate(s, c);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_DOUBLE_EQ(r->makespan, 7);
+  EXPECT_DOUBLE_EQ(r->ranks[0].copyBusy, 4);
+  EXPECT_DOUBLE_EQ(r->ranks[0].exposedCopy, 1);
+  EXPECT_DOUBLE_EQ(r->ranks[0].exposedComm, 1);
+  // A copy out slower than the compute action after it holds the rank at
+  // that action's end (the runtime frees the stash's device memory there).
+  c.hostBytesPerTime = 1.0 / 3;
+  r = simulate(s, c);
+  ASSERT_TRUE(r);
+  // Out F0.0 [1,4], back F0.0 [4,7], out F0.1 [7,10] (posted at 4), back
+  // F0.1 [10,13]; after F0.1 [1,2] the rank waits for F0.0's copy out
+  // (to 4); BW0.0 waits for 7, runs [7,9], then the rank waits for F0.1's
+  // copy out (to 10); BW0.1 waits for 13, runs [13,15].
+  EXPECT_DOUBLE_EQ(r->makespan, 15);
+  EXPECT_DOUBLE_EQ(r->ranks[0].copyBusy, 12);
+  EXPECT_DOUBLE_EQ(r->ranks[0].exposedCopy, 2 + 3 + 1 + 3);
+  // Costs are checked.
+  c.hostBytesPerTime = -1;
+  EXPECT_TRUE(contains(simulate(s, c).status().message(),
+                       "host copy bandwidth is -1"));
 }

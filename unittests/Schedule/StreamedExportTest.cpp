@@ -11,6 +11,7 @@
 #include "pipeforge/Schedule/Export.h"
 #include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/Schedule/JsonWriter.h"
+#include "pipeforge/Schedule/Offload.h"
 #include "pipeforge/Schedule/ParamGathers.h"
 
 #include "HandSchedules.h"
@@ -172,6 +173,11 @@ std::vector<Schedule> schedules() {
     all.push_back(withComm);
     // ZeRO-3's gathers (UNSHARD / RESHARD, with the copy under DualPipe).
     st = insertParamGathers(withComm, 1);
+    EXPECT_TRUE(st) << st.message();
+    all.push_back(withComm);
+    // Activation offload's copies (OFFLOAD / RELOAD F, with the copy under
+    // DualPipe) beside them.
+    st = insertOffload(withComm, kOffloadGapAll);
     EXPECT_TRUE(st) << st.message();
     all.push_back(withComm);
   }

@@ -50,6 +50,12 @@ struct ScheduleJob {
   /// Activation offload's gap (CostModel::offloadGap; pipeforge-sched
   /// --offload-activations): 0 none.
   int offloadGap = 0;
+  /// Activation offload's copy time (pipeforge-sched --tcopy, with
+  /// offloadGap > 0): the schedule gets the plan as OFFLOAD/RELOAD actions
+  /// (insertOffload, after the messages and gathers) and each copy of a
+  /// stash takes tcopy per M_B (CostModel::hostBytesPerTime = 1 / tcopy);
+  /// 0: free, no actions (memory only, as without it).
+  double tcopy = 0;
   /// ZeRO level (0-3; pipeforge-sched --zero): 3 inserts the gathers of
   /// each stage's parameters (insertParamGathers, after the messages) with
   /// `paramPrefetch`, unless the schedule (an imported CSV) has its own.

@@ -35,8 +35,22 @@ struct CostModel {
   /// planOffload(program, offloadGap) on every rank (an offloaded F's memB
   /// leaves at the end of the next compute action and returns at the start
   /// of the one before its B). 0: none. The copies take no time here (they
-  /// run beside compute).
+  /// run beside compute). A schedule with OFFLOAD/RELOAD actions
+  /// (insertOffload) carries its own plan, which the accounting replays
+  /// instead (offloadPlanOf: the same peaks for the same plan).
   int offloadGap = 0;
+  /// Activation offload's copy time (OFFLOAD / RELOAD actions only): the
+  /// memory units (memB's: M_B, or bytes where memB is in bytes) a rank
+  /// copies between device and host per time unit. An OFFLOAD or RELOAD of
+  /// a stash of stage s occupies the rank's copy channel (one per rank,
+  /// copies in order, beside compute, messages and gathers) for
+  /// memDelta(F, s) / hostBytesPerTime from when the rank reaches it (or
+  /// the channel frees); the compute action after an OFFLOAD ends no
+  /// earlier than its copy (the runtime frees the device memory there,
+  /// waiting for it) and the B/BW that reads a reloaded stash starts no
+  /// earlier than its RELOAD's copy (RankStats::exposedCopy). 0: copies
+  /// take no time (every output as without this field).
+  double hostBytesPerTime = 0;
 
   /// ZeRO-3's parameter gathers (UNSHARD / RESHARD; ParamGathers.h). Per
   /// stage (index = stage, both copies alike; empty: the uniform value),
@@ -58,6 +72,8 @@ struct CostModel {
   /// The time of an UNSHARD of `stage`, and the memory it holds.
   double gatherTime(int stage) const;
   double gatherMem(int stage) const;
+  /// The time of an OFFLOAD or RELOAD of a stash of `stage`.
+  double copyTime(int stage) const;
 
   //--- Communication model (docs/schedule-library.md, "Communication
   //--- model"). The defaults add nothing: tA2A = 0 and overlapComm = false
@@ -109,6 +125,12 @@ struct RankStats {
   /// channel was busy.
   double exposedGather = 0;
   double gatherBusy = 0;
+  /// Activation offload's copies (CostModel::hostBytesPerTime): the time
+  /// the rank waited for them (a B/BW for its RELOAD, the compute action
+  /// after an OFFLOAD for its copy out; also counted in exposedComm), and
+  /// the time its copy channel was busy.
+  double exposedCopy = 0;
+  double copyBusy = 0;
   /// Time the comm resource was busy (all-to-alls and, with overlapComm,
   /// P2P transfers).
   double commBusy = 0;
