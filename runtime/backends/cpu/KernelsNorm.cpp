@@ -13,7 +13,9 @@
 
 // The V4d helpers below are always inlined: no vector crosses a call, so
 // GCC's note on the ABI of 32-byte vector returns without AVX does not apply.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
 namespace pipeforge {
 namespace rt {
