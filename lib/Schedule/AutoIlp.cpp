@@ -38,6 +38,7 @@
 #include "OsiClpSolverInterface.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -52,89 +53,91 @@ struct Pass {
   int stage, mb, rank;
   double t;
 };
-} // namespace
 
-AutoResult autoIlp(const AutoOptions &opts, AutoResult start,
-                   const Deadline &deadline) {
-  const CostModel &c = opts.cost;
-  const Placement &pl = start.schedule.placement;
-  int S = pl.numStages, m = opts.microbatches, p = opts.ranks;
-  int N = 3 * S * m;
-  if (N > opts.ilpMaxPasses) {
-    start.note = "ILP skipped: " + std::to_string(N) + " passes > " +
-                 std::to_string(opts.ilpMaxPasses);
-    return start;
+/// A precedence edge: E_v >= E_u + lag + T_v.
+struct Edge {
+  int u, v;
+  double lag;
+};
+
+/// The passes of the problem, 3 * S * m of them numbered by stage,
+/// microbatch and kind (F, B, W), each on its stage's rank.
+struct Passes {
+  Passes(const Placement &pl, const CostModel &c, int microbatches,
+         int ranks)
+      : pl(pl), c(c), S(pl.numStages), m(microbatches), p(ranks),
+        N(3 * S * m), ps(N) {
+    for (int s = 0; s < S; ++s)
+      for (int j = 0; j < m; ++j)
+        for (WorkKind k : {WorkKind::F, WorkKind::B, WorkKind::W})
+          ps[id(k, s, j)] = {k, s, j, pl.rank(0, s), c.timeOf(k, s)};
   }
-  if (deadline.passed()) {
-    noteCutShort(start, "ILP");
-    start.note = "ILP skipped: the time limit was reached before it";
-    return start;
-  }
-  auto id = [&](WorkKind k, int s, int j) {
+  int id(WorkKind k, int s, int j) const {
     return (s * m + j) * 3 + (k == WorkKind::F ? 0 : k == WorkKind::B ? 1 : 2);
-  };
-  std::vector<Pass> ps(N);
-  for (int s = 0; s < S; ++s)
-    for (int j = 0; j < m; ++j)
-      for (WorkKind k : {WorkKind::F, WorkKind::B, WorkKind::W})
-        ps[id(k, s, j)] = {k, s, j, pl.rank(0, s), c.timeOf(k, s)};
-  auto comm = [&](int a, int b) {
+  }
+  int id(const Work &w) const { return id(w.kind, w.stage, w.mb); }
+  /// The message time between stages a and b (0 on one rank).
+  double comm(int a, int b) const {
     return pl.rank(0, a) == pl.rank(0, b) ? 0.0 : c.tcomm;
-  };
+  }
+  /// Precedence edges (u -> v, lag = comm): each pass's input (the
+  /// dependency rule, Deps.h; a B's saved F is implied by its input), then
+  /// the microbatch order (R1).
+  std::vector<Edge> edges() const;
 
-  // Precedence edges (u -> v, lag = comm) and their transitive closure:
-  // each pass's input (the dependency rule, Deps.h; a B's saved F is
-  // implied by its input), then the microbatch order (R1).
-  struct Edge {
-    int u, v;
-    double lag;
-  };
+  const Placement &pl;
+  const CostModel &c;
+  int S, m, p, N;
+  std::vector<Pass> ps;
+};
+
+std::vector<Edge> Passes::edges() const {
   std::vector<Edge> edges;
   for (int s = 0; s < S; ++s)
     for (int j = 0; j < m; ++j) {
       for (WorkKind k : {WorkKind::F, WorkKind::B, WorkKind::W}) {
         const Work v(k, s, j);
         if (std::optional<Work> u = nominalProducer(v, S))
-          edges.push_back({id(u->kind, u->stage, u->mb), id(k, s, j),
-                           comm(u->stage, s)});
+          edges.push_back({id(*u), id(k, s, j), comm(u->stage, s)});
       }
       if (j + 1 < m)
         for (WorkKind k : {WorkKind::F, WorkKind::B, WorkKind::W})
           edges.push_back({id(k, s, j), id(k, s, j + 1), 0});
     }
-  // Reachability by a topological sweep (passes sorted by a valid order:
-  // the heuristic's simulated start times respect every edge).
-  std::vector<double> startT(N, 0), endT(N, 0);
-  for (const Interval &iv : start.sim.intervals) {
-    const Action &a = start.schedule.programs[iv.rank][iv.actionIndex];
-    int x = id(a.work.kind, a.work.stage, a.work.mb);
-    startT[x] = iv.start;
-    endT[x] = iv.end;
+  return edges;
+}
+
+/// The transitive closure of the edges: before(u, v) when a chain of edges
+/// leads from u to v.
+class Reachability {
+public:
+  Reachability(int N, const std::vector<Edge> &edges);
+  bool before(int u, int v) const {
+    return (reach[(size_t)u * words + v / 64] >> (v % 64)) & 1;
   }
-  std::vector<int> topo(N);
-  for (int i = 0; i < N; ++i)
-    topo[i] = i;
+
+private:
+  int words;
+  std::vector<uint64_t> reach; // reach[u] ∋ v: u < v
+};
+
+Reachability::Reachability(int N, const std::vector<Edge> &edges)
+    : words((N + 63) / 64), reach((size_t)N * words, 0) {
+  // A topological sweep: successors before their predecessors.
   std::vector<std::vector<int>> succ(N);
   std::vector<int> indeg(N, 0);
   for (const Edge &e : edges) {
     succ[e.u].push_back(e.v);
     ++indeg[e.v];
   }
-  {
-    std::vector<int> q;
-    for (int i = 0; i < N; ++i)
-      if (!indeg[i])
-        q.push_back(i);
-    topo.clear();
-    for (size_t h = 0; h < q.size(); ++h) {
-      topo.push_back(q[h]);
-      for (int v : succ[q[h]])
-        if (--indeg[v] == 0)
-          q.push_back(v);
-    }
-  }
-  int words = (N + 63) / 64;
-  std::vector<uint64_t> reach((size_t)N * words, 0); // reach[u] ∋ v: u < v
+  std::vector<int> topo;
+  for (int i = 0; i < N; ++i)
+    if (!indeg[i])
+      topo.push_back(i);
+  for (size_t h = 0; h < topo.size(); ++h)
+    for (int v : succ[topo[h]])
+      if (--indeg[v] == 0)
+        topo.push_back(v);
   for (int k = N - 1; k >= 0; --k) {
     int u = topo[k];
     uint64_t *ru = &reach[(size_t)u * words];
@@ -145,128 +148,196 @@ AutoResult autoIlp(const AutoOptions &opts, AutoResult start,
         ru[w] |= rv[w];
     }
   }
-  auto before = [&](int u, int v) {
-    return (reach[(size_t)u * words + v / 64] >> (v % 64)) & 1;
-  };
+}
 
-  // Columns: E (N), C, then O pairs.
-  std::vector<std::pair<int, int>> pairs;
-  for (int u = 0; u < N; ++u)
-    for (int v = u + 1; v < N; ++v)
-      if (ps[u].rank == ps[v].rank && !before(u, v) && !before(v, u))
-        pairs.push_back({u, v});
-  int colC = N, nCols = N + 1 + (int)pairs.size();
-  double H = start.makespan;
-  double M = H;
-  std::vector<double> colLb(nCols, 0), colUb(nCols, H), obj(nCols, 0);
-  for (int x = 0; x < N; ++x)
-    colLb[x] = ps[x].t;
-  colUb[colC] = H;
-  obj[colC] = 1;
-  for (size_t k = 0; k < pairs.size(); ++k)
-    colUb[N + 1 + k] = 1;
-  // R3: each rank's first pass at its earliest time.
-  std::vector<double> est(S, 0);
-  for (int s = 1; s < S; ++s)
-    est[s] = est[s - 1] + c.timeOf(WorkKind::F, s - 1) + comm(s - 1, s);
-  std::vector<double> firstStart(p, 0);
-  for (int r = 0; r < p; ++r) {
-    int s0 = -1;
-    for (int s = 0; s < S; ++s)
-      if (pl.rank(0, s) == r) {
-        s0 = s;
-        break;
-      }
-    int x = id(WorkKind::F, s0, 0);
-    firstStart[r] = est[s0];
-    colLb[x] = colUb[x] = est[s0] + ps[x].t;
+/// The ILP: columns E (N), C, then one O per pair of passes on a rank that
+/// no edge orders; rows in compressed form, the matrix built once at the
+/// end (appending rows one by one to a CoinPackedMatrix copies it each
+/// time: quadratic).
+struct IlpModel {
+  int orderCol(size_t k) const { return colC + 1 + int(k); }
+  void addRow(const CoinPackedVector &v, double lo, double hi);
+  CoinPackedMatrix matrix() const {
+    return CoinPackedMatrix(false, nCols, int(rowLb.size()),
+                            CoinBigIndex(elems.size()), elems.data(),
+                            inds.data(), starts.data(), lens.data());
   }
 
-  // Rows in compressed form, the matrix built once at the end (appending
-  // rows one by one to a CoinPackedMatrix copies it each time: quadratic).
+  std::vector<std::pair<int, int>> pairs; ///< O columns: (u, w), u < w
+  int colC = 0, nCols = 0;
+  std::vector<double> colLb, colUb, obj;
+  std::vector<double> firstStart; ///< per rank: its first pass's start (R3)
   std::vector<double> rowLb, rowUb, elems;
   std::vector<int> inds, lens;
   std::vector<CoinBigIndex> starts;
-  auto addRow = [&](const CoinPackedVector &v, double lo, double hi) {
-    starts.push_back(CoinBigIndex(elems.size()));
-    lens.push_back(v.getNumElements());
-    for (int k = 0; k < v.getNumElements(); ++k) {
-      inds.push_back(v.getIndices()[k]);
-      elems.push_back(v.getElements()[k]);
-    }
-    rowLb.push_back(lo);
-    rowUb.push_back(hi);
-  };
-  const double inf = COIN_DBL_MAX;
+};
+
+void IlpModel::addRow(const CoinPackedVector &v, double lo, double hi) {
+  starts.push_back(CoinBigIndex(elems.size()));
+  lens.push_back(v.getNumElements());
+  for (int k = 0; k < v.getNumElements(); ++k) {
+    inds.push_back(v.getIndices()[k]);
+    elems.push_back(v.getElements()[k]);
+  }
+  rowLb.push_back(lo);
+  rowUb.push_back(hi);
+}
+
+const double kInf = COIN_DBL_MAX;
+
+/// The columns and their bounds: E_x in [T_x, H], C in [0, H] (the
+/// objective), the O pairs binary, each rank's first pass fixed at its
+/// earliest end (R3).
+IlpModel ilpColumns(const Passes &P, const Reachability &R, double H) {
+  IlpModel mod;
+  const int N = P.N;
+  for (int u = 0; u < N; ++u)
+    for (int v = u + 1; v < N; ++v)
+      if (P.ps[u].rank == P.ps[v].rank && !R.before(u, v) && !R.before(v, u))
+        mod.pairs.push_back({u, v});
+  mod.colC = N;
+  mod.nCols = N + 1 + (int)mod.pairs.size();
+  mod.colLb.assign(mod.nCols, 0);
+  mod.colUb.assign(mod.nCols, H);
+  mod.obj.assign(mod.nCols, 0);
+  for (int x = 0; x < N; ++x)
+    mod.colLb[x] = P.ps[x].t;
+  mod.colUb[mod.colC] = H;
+  mod.obj[mod.colC] = 1;
+  for (size_t k = 0; k < mod.pairs.size(); ++k)
+    mod.colUb[mod.orderCol(k)] = 1;
+  // R3: each rank's first pass at its earliest time.
+  std::vector<double> est(P.S, 0);
+  for (int s = 1; s < P.S; ++s)
+    est[s] = est[s - 1] + P.c.timeOf(WorkKind::F, s - 1) + P.comm(s - 1, s);
+  mod.firstStart.assign(P.p, 0);
+  for (int r = 0; r < P.p; ++r) {
+    int s0 = -1;
+    for (int s = 0; s < P.S; ++s)
+      if (P.pl.rank(0, s) == r) {
+        s0 = s;
+        break;
+      }
+    int x = P.id(WorkKind::F, s0, 0);
+    mod.firstStart[r] = est[s0];
+    mod.colLb[x] = mod.colUb[x] = est[s0] + P.ps[x].t;
+  }
+  return mod;
+}
+
+/// E_v >= E_u + lag + T_v per edge; C >= E(W(s, m-1)) - start_r per stage.
+void addPrecedenceRows(IlpModel &mod, const Passes &P,
+                       const std::vector<Edge> &edges) {
   for (const Edge &e : edges) {
     CoinPackedVector v;
     v.insert(e.v, 1);
     v.insert(e.u, -1);
-    addRow(v, e.lag + ps[e.v].t, inf);
+    mod.addRow(v, e.lag + P.ps[e.v].t, kInf);
   }
-  for (int s = 0; s < S; ++s) {
-    int x = id(WorkKind::W, s, m - 1);
+  for (int s = 0; s < P.S; ++s) {
+    int x = P.id(WorkKind::W, s, P.m - 1);
     CoinPackedVector v;
-    v.insert(colC, 1);
+    v.insert(mod.colC, 1);
     v.insert(x, -1);
-    addRow(v, -firstStart[ps[x].rank], inf);
+    mod.addRow(v, -mod.firstStart[P.ps[x].rank], kInf);
   }
-  for (size_t k = 0; k < pairs.size(); ++k) {
-    auto [u, w] = pairs[k];
-    int o = N + 1 + (int)k; // o = 1: u before w
+}
+
+/// The big-M disjunction of every O pair: one of the two runs first.
+void addDisjunctionRows(IlpModel &mod, const Passes &P, double M) {
+  for (size_t k = 0; k < mod.pairs.size(); ++k) {
+    auto [u, w] = mod.pairs[k];
+    int o = mod.orderCol(k); // o = 1: u before w
     // E_w - E_u - M o >= T_w - M
     CoinPackedVector a;
     a.insert(w, 1);
     a.insert(u, -1);
     a.insert(o, -M);
-    addRow(a, ps[w].t - M, inf);
+    mod.addRow(a, P.ps[w].t - M, kInf);
     // E_u - E_w + M o >= T_u
     CoinPackedVector b;
     b.insert(u, 1);
     b.insert(w, -1);
     b.insert(o, M);
-    addRow(b, ps[u].t, inf);
+    mod.addRow(b, P.ps[u].t, kInf);
   }
-  if (opts.memLimit >= 0) {
-    std::vector<std::vector<std::pair<int, int>>> pairOf(N); // (other, col)
-    for (size_t k = 0; k < pairs.size(); ++k) {
-      pairOf[pairs[k].first].push_back({pairs[k].second, (int)k});
-      pairOf[pairs[k].second].push_back({pairs[k].first, (int)k});
-    }
-    for (int x = 0; x < N; ++x) {
-      if (ps[x].kind != WorkKind::F)
-        continue;
-      double fixed = c.memDelta(WorkKind::F, ps[x].stage);
-      for (int y = 0; y < N; ++y)
-        if (y != x && ps[y].rank == ps[x].rank && before(y, x))
-          fixed += c.memDelta(ps[y].kind, ps[y].stage);
-      CoinPackedVector v;
-      for (auto [y, k] : pairOf[x]) {
-        double d = c.memDelta(ps[y].kind, ps[y].stage);
-        // [y before x] = o if y is the pair's first, else 1 - o.
-        if (pairs[k].first == y) {
-          v.insert(N + 1 + k, d);
-        } else {
-          v.insert(N + 1 + k, -d);
-          fixed += d;
-        }
-      }
-      addRow(v, -inf, opts.memLimit - fixed + 1e-9);
-    }
-  }
+}
 
-  CoinPackedMatrix mat(false, nCols, int(rowLb.size()),
-                       CoinBigIndex(elems.size()), elems.data(), inds.data(),
-                       starts.data(), lens.data());
-  const bool debug = std::getenv("PF_AUTO_DEBUG") != nullptr;
-  if (debug)
-    std::fprintf(stderr, "ilp: %d passes, %zu pairs, %zu rows, %.3f s left\n",
-                 N, pairs.size(), rowLb.size(), deadline.left());
+/// At every F: the memory deltas of the passes before it on its rank (the
+/// ordered ones as constants, the others through O) plus its own M_B stay
+/// within `memLimit`.
+void addMemoryRows(IlpModel &mod, const Passes &P, const Reachability &R,
+                   double memLimit) {
+  const CostModel &c = P.c;
+  const int N = P.N;
+  std::vector<std::vector<std::pair<int, int>>> pairOf(N); // (other, col)
+  for (size_t k = 0; k < mod.pairs.size(); ++k) {
+    pairOf[mod.pairs[k].first].push_back({mod.pairs[k].second, (int)k});
+    pairOf[mod.pairs[k].second].push_back({mod.pairs[k].first, (int)k});
+  }
+  for (int x = 0; x < N; ++x) {
+    if (P.ps[x].kind != WorkKind::F)
+      continue;
+    double fixed = c.memDelta(WorkKind::F, P.ps[x].stage);
+    for (int y = 0; y < N; ++y)
+      if (y != x && P.ps[y].rank == P.ps[x].rank && R.before(y, x))
+        fixed += c.memDelta(P.ps[y].kind, P.ps[y].stage);
+    CoinPackedVector v;
+    for (auto [y, k] : pairOf[x]) {
+      double d = c.memDelta(P.ps[y].kind, P.ps[y].stage);
+      // [y before x] = o if y is the pair's first, else 1 - o.
+      if (mod.pairs[k].first == y) {
+        v.insert(mod.orderCol(k), d);
+      } else {
+        v.insert(mod.orderCol(k), -d);
+        fixed += d;
+      }
+    }
+    mod.addRow(v, -kInf, memLimit - fixed + 1e-9);
+  }
+}
+
+/// The heuristic's solution as a starting point: its end times, its cost
+/// and the order of every pair as its simulation ran them.
+std::vector<double> warmStart(const IlpModel &mod, const Passes &P,
+                              const AutoResult &start) {
+  std::vector<double> startT(P.N, 0), endT(P.N, 0);
+  for (const Interval &iv : start.sim.intervals) {
+    const Action &a = start.schedule.programs[iv.rank][iv.actionIndex];
+    int x = P.id(a.work.kind, a.work.stage, a.work.mb);
+    startT[x] = iv.start;
+    endT[x] = iv.end;
+  }
+  std::vector<double> ws(mod.nCols, 0);
+  for (int x = 0; x < P.N; ++x)
+    ws[x] = endT[x];
+  ws[mod.colC] = start.zbCost;
+  for (size_t k = 0; k < mod.pairs.size(); ++k)
+    ws[mod.orderCol(k)] =
+        startT[mod.pairs[k].first] < startT[mod.pairs[k].second] ? 1 : 0;
+  return ws;
+}
+
+/// What CBC reports after branch and bound.
+struct IlpOutcome {
+  std::optional<std::vector<double>> solution; ///< every column, if found
+  double objective = 0; ///< the solution's (when there is one)
+  double bound = 0;
+  bool optimal = false, infeasible = false, nodeLimit = false;
+  bool outOfTime = false;
+  int nodes = 0;
+};
+
+/// CBC on the model from the warm start, within the work budget (nodes)
+/// and the time left.
+IlpOutcome solveIlp(const IlpModel &mod, const std::vector<double> &ws,
+                    double wsCost, const AutoOptions &opts,
+                    const Deadline &deadline, bool debug) {
   OsiClpSolverInterface solver;
-  solver.loadProblem(mat, colLb.data(), colUb.data(), obj.data(),
-                     rowLb.data(), rowUb.data());
-  for (size_t k = 0; k < pairs.size(); ++k)
-    solver.setInteger(N + 1 + (int)k);
+  solver.loadProblem(mod.matrix(), mod.colLb.data(), mod.colUb.data(),
+                     mod.obj.data(), mod.rowLb.data(), mod.rowUb.data());
+  for (size_t k = 0; k < mod.pairs.size(); ++k)
+    solver.setInteger(mod.orderCol(k));
   solver.messageHandler()->setLogLevel(0);
   CbcModel model(solver);
   model.setLogLevel(0);
@@ -297,15 +368,7 @@ AutoResult autoIlp(const AutoOptions &opts, AutoResult start,
   model.addCutGenerator(&probing, -1, "Probing");
   model.addCutGenerator(&gomory, -1, "Gomory");
   model.addCutGenerator(&mir, -1, "MIR");
-
-  // Warm start from the heuristic.
-  std::vector<double> ws(nCols, 0);
-  for (int x = 0; x < N; ++x)
-    ws[x] = endT[x];
-  ws[colC] = start.zbCost;
-  for (size_t k = 0; k < pairs.size(); ++k)
-    ws[N + 1 + k] = startT[pairs[k].first] < startT[pairs[k].second] ? 1 : 0;
-  model.setBestSolution(ws.data(), nCols, start.zbCost, true);
+  model.setBestSolution(ws.data(), mod.nCols, wsCost, true);
 
   const auto cbcStart = std::chrono::steady_clock::now();
   model.branchAndBound();
@@ -315,84 +378,154 @@ AutoResult autoIlp(const AutoOptions &opts, AutoResult start,
   if (debug)
     std::fprintf(stderr, "ilp: done, %d nodes in %.3f s of %.3f\n",
                  model.getNodeCount(), cbcSeconds, seconds);
-  start.ilpRan = true;
-  start.ilpBound = model.getBestPossibleObjValue();
-  start.ilpOptimal = model.isProvenOptimal();
-  start.ilpNodes = model.getNodeCount();
-  const double *sol = model.bestSolution();
-  double inc = sol ? model.getObjValue() : start.zbCost;
-  start.ilpGap = inc > 0 ? std::max(0.0, (inc - start.ilpBound) / inc) : 0;
+  IlpOutcome out;
+  out.bound = model.getBestPossibleObjValue();
+  out.optimal = model.isProvenOptimal();
+  out.infeasible = model.isProvenInfeasible();
+  out.nodeLimit = model.isNodeLimitReached();
+  out.nodes = model.getNodeCount();
+  if (const double *sol = model.bestSolution()) {
+    out.solution.emplace(sol, sol + mod.nCols);
+    out.objective = model.getObjValue();
+  }
   // Clp's own limit (the root LP) may stop it without CBC's flag.
-  bool outOfTime = model.isSecondsLimitReached() ||
-                   (!model.isProvenOptimal() && !model.isNodeLimitReached() &&
-                    cbcSeconds >= std::max(0.01, seconds));
-  if (outOfTime) {
-    start.ilpStatus = "time limit";
-    noteCutShort(start, "ILP");
-  } else if (model.isNodeLimitReached()) {
-    start.ilpStatus = "node limit";
-  } else if (model.isProvenOptimal()) {
-    start.ilpStatus = start.ilpGap > 1e-9 ? "gap" : "optimal";
-  } else if (model.isProvenInfeasible()) {
-    start.ilpStatus = "infeasible";
+  out.outOfTime = model.isSecondsLimitReached() ||
+                  (!out.optimal && !out.nodeLimit &&
+                   cbcSeconds >= std::max(0.01, seconds));
+  return out;
+}
+
+/// The ILP's status, bound, gap and nodes into the result.
+void recordOutcome(AutoResult &res, const IlpOutcome &out) {
+  res.ilpRan = true;
+  res.ilpBound = out.bound;
+  res.ilpOptimal = out.optimal;
+  res.ilpNodes = out.nodes;
+  double inc = out.solution ? out.objective : res.zbCost;
+  res.ilpGap = inc > 0 ? std::max(0.0, (inc - res.ilpBound) / inc) : 0;
+  if (out.outOfTime) {
+    res.ilpStatus = "time limit";
+    noteCutShort(res, "ILP");
+  } else if (out.nodeLimit) {
+    res.ilpStatus = "node limit";
+  } else if (out.optimal) {
+    res.ilpStatus = res.ilpGap > 1e-9 ? "gap" : "optimal";
+  } else if (out.infeasible) {
+    res.ilpStatus = "infeasible";
   } else {
-    start.ilpStatus = "stopped";
+    res.ilpStatus = "stopped";
   }
-  if (!sol) {
-    start.note = "ILP found no solution";
-    return start;
-  }
-  // Per-rank order from the end times (start, then end, then kind order).
-  std::vector<std::vector<int>> byRank(p);
-  for (int x = 0; x < N; ++x)
-    byRank[ps[x].rank].push_back(x);
-  std::vector<std::vector<Work>> orders(p);
-  for (int r = 0; r < p; ++r) {
+}
+
+/// Per-rank orders read from the solution's end times (by start, then the
+/// precedence, then end).
+std::vector<std::vector<Work>> ordersOf(const Passes &P, const Reachability &R,
+                                        const std::vector<double> &sol) {
+  std::vector<std::vector<int>> byRank(P.p);
+  for (int x = 0; x < P.N; ++x)
+    byRank[P.ps[x].rank].push_back(x);
+  std::vector<std::vector<Work>> orders(P.p);
+  for (int r = 0; r < P.p; ++r) {
     std::vector<int> &xs = byRank[r];
     std::sort(xs.begin(), xs.end(), [&](int a, int b) {
-      double sa = sol[a] - ps[a].t, sb = sol[b] - ps[b].t;
+      double sa = sol[a] - P.ps[a].t, sb = sol[b] - P.ps[b].t;
       if (std::fabs(sa - sb) > 1e-6)
         return sa < sb;
-      if (before(a, b))
+      if (R.before(a, b))
         return true;
-      if (before(b, a))
+      if (R.before(b, a))
         return false;
       return sol[a] < sol[b];
     });
     for (int x : xs) {
       Work w;
-      w.kind = ps[x].kind;
-      w.stage = ps[x].stage;
-      w.mb = ps[x].mb;
+      w.kind = P.ps[x].kind;
+      w.stage = P.ps[x].stage;
+      w.mb = P.ps[x].mb;
       orders[r].push_back(w);
     }
   }
-  Schedule s = ordersToSchedule(orders, pl, m);
+  return orders;
+}
+
+/// The ILP's schedule replaces the heuristic's if the verifier accepts it
+/// and its simulated Zero Bubble cost is lower; otherwise a note says why
+/// not.
+void acceptIfBetter(AutoResult &res, Schedule s, const AutoOptions &opts) {
+  const CostModel &c = opts.cost;
   VerifyOptions vo;
   vo.cost = c;
   if (opts.memLimit >= 0)
     vo.memLimit = opts.memLimit;
   if (Status st = verify(s, vo); !st) {
-    start.note = "ILP solution rejected by the verifier: " + st.message();
-    return start;
+    res.note = "ILP solution rejected by the verifier: " + st.message();
+    return;
   }
   auto sim = simulate(s, c);
   if (!sim) {
-    start.note = "ILP solution does not simulate: " + sim.message();
-    return start;
+    res.note = "ILP solution does not simulate: " + sim.message();
+    return;
   }
   double zb = 0;
   for (const RankStats &r : sim->ranks)
     zb = std::max(zb, r.lastEnd - r.firstStart);
-  if (zb < start.zbCost - 1e-9) {
-    start.schedule = std::move(s);
-    start.sim = sim.take();
-    start.zbCost = zb;
-    start.makespan = start.sim.makespan;
-    start.method = "ilp";
+  if (zb < res.zbCost - 1e-9) {
+    res.schedule = std::move(s);
+    res.sim = sim.take();
+    res.zbCost = zb;
+    res.makespan = res.sim.makespan;
+    res.method = "ilp";
   } else {
-    start.note = "ILP found nothing better than the heuristic";
+    res.note = "ILP found nothing better than the heuristic";
   }
+}
+} // namespace
+
+AutoResult autoIlp(const AutoOptions &opts, AutoResult start,
+                   const Deadline &deadline) {
+  const Placement &pl = start.schedule.placement;
+  int N = 3 * pl.numStages * opts.microbatches;
+  if (N > opts.ilpMaxPasses) {
+    start.note = "ILP skipped: " + std::to_string(N) + " passes > " +
+                 std::to_string(opts.ilpMaxPasses);
+    return start;
+  }
+  if (deadline.passed()) {
+    noteCutShort(start, "ILP");
+    start.note = "ILP skipped: the time limit was reached before it";
+    return start;
+  }
+  // The model: passes, their precedence and its closure, columns, rows
+  // (the heuristic's makespan H bounds every end and is the big M: R2).
+  const Passes P(pl, opts.cost, opts.microbatches, opts.ranks);
+  const std::vector<Edge> edges = P.edges();
+  const Reachability R(P.N, edges);
+  const double H = start.makespan;
+  IlpModel mod = ilpColumns(P, R, H);
+  addPrecedenceRows(mod, P, edges);
+  addDisjunctionRows(mod, P, /*M=*/H);
+  if (opts.memLimit >= 0)
+    addMemoryRows(mod, P, R, opts.memLimit);
+
+  // Solving, from the heuristic's solution.
+  const bool debug = std::getenv("PF_AUTO_DEBUG") != nullptr;
+  if (debug)
+    std::fprintf(stderr, "ilp: %d passes, %zu pairs, %zu rows, %.3f s left\n",
+                 N, mod.pairs.size(), mod.rowLb.size(), deadline.left());
+  const IlpOutcome out =
+      solveIlp(mod, warmStart(mod, P, start), start.zbCost, opts, deadline,
+               debug);
+  recordOutcome(start, out);
+  if (!out.solution) {
+    start.note = "ILP found no solution";
+    return start;
+  }
+
+  // Reading the solution back: per-rank orders, checked and simulated.
+  acceptIfBetter(start,
+                 ordersToSchedule(ordersOf(P, R, *out.solution), pl,
+                                  opts.microbatches),
+                 opts);
   return start;
 }
 
