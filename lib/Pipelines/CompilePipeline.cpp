@@ -2,6 +2,7 @@
 
 #include "pipeforge/Pipelines/CompilePipeline.h"
 
+#include "pipeforge/Dialect/NN/Analysis/CostSum.h"
 #include "pipeforge/Dialect/NN/Transforms/Passes.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
 #include "pipeforge/Dialect/PP/IR/PPOps.h"
@@ -11,8 +12,6 @@
 #include "pipeforge/Schedule/MemoryLimit.h"
 #include "pipeforge/Schedule/ParamGathers.h"
 #include "pipeforge/Target/Program/Prepare.h"
-
-#include "pipeforge/Support/AttrNames.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassOptions.h"
@@ -132,16 +131,12 @@ Status resolveCompileOptions(CompileOptions &o) {
 }
 
 namespace {
+/// The layers of @model, as the cost analysis groups them (nn.layer ids).
 int countLayers(ModuleOp module) {
   auto model = module.lookupSymbol<func::FuncOp>("model");
   if (!model)
     return 0;
-  llvm::DenseSet<int64_t> layers;
-  model.walk([&](Operation *op) {
-    if (auto l = op->getAttrOfType<IntegerAttr>(attrs::kNNLayer))
-      layers.insert(l.getInt());
-  });
-  return int(layers.size());
+  return int(nn::LayerIndex::of(model).size());
 }
 
 /// The passes before pp-schedule (shard, partition, split, recompute).
