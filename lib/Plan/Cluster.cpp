@@ -80,7 +80,7 @@ Expected<Cluster> plan::parseCluster(const std::string &text) {
       "peak_tflops", "efficiency",          "intra_node_gb_per_s",
       "inter_node_gb_per_s", "memory_bandwidth_gb_per_s",
       "all_reduce_efficiency", "all_to_all_efficiency", "p2p_efficiency",
-      "host_link_gb_per_s"};
+      "host_link_gb_per_s", "fp8_peak_tflops"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!known.count(it.key()))
       return Status::error("cluster: unknown key '" + it.key() +
@@ -89,7 +89,7 @@ Expected<Cluster> plan::parseCluster(const std::string &text) {
                            "intra_node_gb_per_s inter_node_gb_per_s "
                            "memory_bandwidth_gb_per_s all_reduce_efficiency "
                            "all_to_all_efficiency p2p_efficiency "
-                           "host_link_gb_per_s name description)");
+                           "host_link_gb_per_s fp8_peak_tflops name description)");
 
   Cluster c;
   if (auto it = j.find("name"); it != j.end()) {
@@ -152,6 +152,11 @@ Expected<Cluster> plan::parseCluster(const std::string &text) {
   // x16's (kDefaultHostLinkGBps).
   if (Status s =
           getNumber(j, "host_link_gb_per_s", c.hostLinkGBps, false, true);
+      !s)
+    return s;
+  // The FP8 tensor-core peak of --float8's linear layers: when absent,
+  // twice the bf16 peak on an H100-class GPU, none (the bf16 rate) below.
+  if (Status s = getNumber(j, "fp8_peak_tflops", c.fp8PeakTflops, false, true);
       !s)
     return s;
   if (c.name.empty())

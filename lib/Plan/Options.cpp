@@ -146,6 +146,17 @@ Expected<PlanOptions> plan::optionsFromFlags(const PlanFlags &f) {
   opts.stateBytesPerParam = f.stateBytesPerParam;
   opts.gradBytesPerParam = f.gradBytesPerParam;
   opts.zeroDenseOverAll = f.zeroShard == "all";
+  if (f.float8 != "off" && f.float8 != "linear" && f.float8 != "linear-gather")
+    return Status::error("--float8: expected off, linear or linear-gather, "
+                         "got '" +
+                         f.float8 + "'");
+  opts.fp8Linear = f.float8 != "off";
+  opts.fp8AllGather = f.float8 == "linear-gather";
+  opts.asyncTp = f.asyncTp;
+  if (f.zeroGather != "layer" && f.zeroGather != "stage")
+    return Status::error("--zero-gather: expected layer or stage, got '" +
+                         f.zeroGather + "'");
+  opts.zeroGatherStage = f.zeroGather == "stage";
   opts.topN = f.topN;
   if (!parseGradOverlap(f.gradOverlap, opts.gradOverlap))
     return Status::error("--overlap-grad-reduce: expected layer, stage or "

@@ -258,7 +258,19 @@ layerRuns(const ModelCosts &model, const Cluster &cl, const PlanOptions &opts,
           int t, int e, Recompute rc, int b,
           const std::function<double(double, const LayerCost &)> &allToAll) {
   const double rate = cl.flopsPerSecond();
+  const double rate8 = cl.fp8FlopsPerSecond();
+  const bool fp8 = opts.fp8Linear;
   const double memBw = cl.memoryBytesPerSecond();
+  // Float8's casts, elements per sequence of a block: F the inputs of the
+  // linears (attention's and the MLP's input, the output projection's and
+  // the down projection's: 3 h + ffn per token), B the gradients of their
+  // outputs (q, k, v, o, gate, up, down: 3 h + 2 kv + 2 ffn).
+  const ModelShape &sh = model.shape;
+  const double kvDim =
+      sh.heads > 0 ? double(sh.hidden) * sh.kvHeads / sh.heads : 0;
+  const double castF = double(model.seqLen) * (3.0 * sh.hidden + sh.ffn);
+  const double castB =
+      double(model.seqLen) * (3.0 * sh.hidden + 2 * kvDim + 2.0 * sh.ffn);
   const double intraBw = cl.intraNodeGBps * 1e9 * cl.allReduceEfficiency;
   // Ring all-reduce of `bytes` over the t ranks of a node.
   auto allReduce = [&](double bytes) {
@@ -286,14 +298,41 @@ layerRuns(const ModelCosts &model, const Cluster &cl, const PlanOptions &opts,
     const double stash = lc.stashBytes - unkept;
     const double acts = b * (stash + lc.outputBytes) / t;
     const double rescore = block ? lc.attnCoreFlops / 2 : 0;
-    r.f = roofline(b * lc.fwdFlops / t, weights + acts, rate, memBw);
-    r.b = roofline(b * (lc.bwdInputFlops + rescore) / t, weights + 2 * acts,
-                   rate, memBw);
-    r.w = roofline(b * lc.bwdWeightFlops / t, weights + acts, rate, memBw);
+    if (fp8 && block) {
+      // torchtitan's Float8 linears: the GEMMs of F, B's input gradient
+      // and W at the FP8 rate (a linear's input gradient costs its
+      // forward's FLOPs), attention's core at bf16's. Each operand is cast
+      // by a separate pass before its GEMM (read bf16, write float8, per
+      // rank's 1/t: torchtitan casts before the sequence-parallel gather):
+      // F the linears' inputs, B the gradients of their outputs, and the
+      // weights when they are not gathered in float8.
+      const double lin = std::min(lc.fwdFlops - lc.attnCoreFlops,
+                                  lc.bwdInputFlops);
+      auto gemm = [&](double fp8Flops, double bf16Flops, double bytes) {
+        return std::max(b * (fp8Flops / rate8 + bf16Flops / rate) / t,
+                        bytes / memBw);
+      };
+      const double wCast =
+          opts.fp8AllGather ? 0 : 3 * weights / opts.weightBytesPerParam;
+      r.f = gemm(lin, lc.fwdFlops - lin, weights + acts) +
+            (3 * b * castF / t + wCast) / memBw;
+      r.b = gemm(lin, lc.bwdInputFlops - lin + rescore, weights + 2 * acts) +
+            (3 * b * castB / t + wCast) / memBw;
+      r.w = gemm(lc.bwdWeightFlops, 0, weights + acts);
+    } else {
+      r.f = roofline(b * lc.fwdFlops / t, weights + acts, rate, memBw);
+      r.b = roofline(b * (lc.bwdInputFlops + rescore) / t, weights + 2 * acts,
+                     rate, memBw);
+      r.w = roofline(b * lc.bwdWeightFlops / t, weights + acts, rate, memBw);
+    }
     const double hidden = allReduce(b * lc.hiddenBytes);
     switch (lc.kind) {
     case LayerKind::Block: // after attention and after the MLP
       r.tpF = r.tpB = 2 * hidden;
+      // Float8: F's all-gathers (half of each all-reduce) carry the
+      // float8 input, 1 byte of 2; B's collectives stay bf16.
+      if (fp8)
+        r.tpF *= 0.75;
       break;
     case LayerKind::Embedding: // the partial lookups are summed
       r.tpF = hidden;
@@ -309,6 +348,11 @@ layerRuns(const ModelCosts &model, const Cluster &cl, const PlanOptions &opts,
     // of the tokens.
     if (e > 1 && lc.routedBytes > 0)
       r.epF = r.epB = 2 * allToAll(b * lc.routedBytes / t, lc);
+    // AsyncTP: the collectives are split and run under the pass's GEMMs.
+    if (opts.asyncTp) {
+      r.tpF = std::max(0.0, r.tpF - r.f);
+      r.tpB = std::max(0.0, r.tpB - (r.b + r.w));
+    }
     r.memBFull = b * stash / t;
     r.memW = b * std::min(lc.weightStashBytes, stash) / t;
     // The runtime's policies (--pp-recompute): selective drops the stashed
@@ -550,6 +594,7 @@ Candidate describeSetup(const Setup &su, Layout layout, Recompute recompute) {
   c.tp = su.t;
   c.ep = su.e;
   c.recompute = recompute;
+  c.zeroGatherStage = su.opts.zeroGatherStage;
   c.microbatchSize = su.b;
   c.microbatches = su.g.m;
   c.stages = su.g.S;
@@ -625,12 +670,28 @@ std::vector<LayerRun> runsUnder(const Setup &su, Recompute rc) {
     const double expert = std::min(lc.expertParams, lc.params);
     const double dense = (lc.params - expert) / su.t;
     const double experts = expert / (double(su.t) * su.e);
-    const double gather =
-        ring(zg.nDense, dense * su.opts.weightBytesPerParam, zg.bwDense) +
-        ring(zg.nExpert, experts * su.opts.weightBytesPerParam, zg.bwExpert);
+    // Float8 all-gather: the blocks' weights travel as float8.
+    const double gatherBytes =
+        su.opts.fp8Linear && su.opts.fp8AllGather &&
+                lc.kind == LayerKind::Block
+            ? 1
+            : su.opts.weightBytesPerParam;
+    const double gather = ring(zg.nDense, dense * gatherBytes, zg.bwDense) +
+                          ring(zg.nExpert, experts * gatherBytes, zg.bwExpert);
     const double scatter =
         ring(zg.nDense, dense * su.opts.gradBytesPerParam, zg.bwDense) +
         ring(zg.nExpert, experts * su.opts.gradBytesPerParam, zg.bwExpert);
+    if (su.opts.zeroGatherStage) {
+      // --zero-gather stage: once per step, the gather under the first
+      // microbatch's F and the reduce-scatter under the last one's B (each
+      // layer's prefetched under the one before), spread over the m
+      // microbatches the simulator charges alike.
+      const double m = su.g.m;
+      r.zF = std::max(0.0, gather - (r.f + r.tpF + r.epF)) / m;
+      r.zB = std::max(0.0, scatter - (r.b + r.w + r.tpB + r.epB + r.rc)) / m;
+      r.zTraffic = (gather + scatter) / m;
+      continue;
+    }
     r.zF = std::max(0.0, gather - (r.f + r.tpF + r.epF));
     r.zB = std::max(0.0, gather + scatter -
                              (r.b + r.w + r.tpB + r.epB + r.rc));
@@ -706,6 +767,10 @@ Expected<LayerPlan> planLayers(const Setup &su, Recompute recompute,
 struct MemoryModel {
   explicit MemoryModel(const Setup &su)
       : opts(su.opts), d(su.g.d), dE(su.g.dE), m(su.g.m),
+        stageGather(su.opts.zeroGatherStage),
+        gatheredBytes(su.opts.fp8Linear && su.opts.fp8AllGather
+                          ? 1
+                          : su.opts.weightBytesPerParam),
         optimizerPerParam(std::max(0.0, opts.stateBytesPerParam -
                                             opts.weightBytesPerParam -
                                             opts.gradStateBytesPerParam)) {
@@ -746,6 +811,11 @@ struct MemoryModel {
                      bool withInflight = true) const {
     if (zero < 3)
       return (dense + experts) * opts.weightBytesPerParam;
+    // --zero-gather stage: the stage's weights held gathered for the step
+    // (float8 with its all-gather in float8).
+    if (stageGather)
+      return sharded(dense, experts, copies) * opts.weightBytesPerParam +
+             (withInflight ? (dense + experts) * gatheredBytes : 0);
     return (sharded(dense, experts, copies) +
             (withInflight ? inflight(dense, experts) : 0)) *
            opts.weightBytesPerParam;
@@ -754,6 +824,12 @@ struct MemoryModel {
                    bool withInflight = true) const {
     if (!gradsSharded(zero))
       return (dense + experts) * opts.gradStateBytesPerParam;
+    // --zero-gather stage: the stage's gradients accumulate unsharded over
+    // the microbatches, in the reduction's type (--grad-bytes), until the
+    // step's one reduce-scatter.
+    if (zero >= 3 && stageGather)
+      return sharded(dense, experts, copies) * opts.gradStateBytesPerParam +
+             (withInflight ? (dense + experts) * opts.gradBytesPerParam : 0);
     return (sharded(dense, experts, copies) +
             (withInflight ? inflight(dense, experts) : 0)) *
            opts.gradStateBytesPerParam;
@@ -773,6 +849,8 @@ struct MemoryModel {
 
   const PlanOptions &opts;
   const int d, dE, m;
+  const bool stageGather;
+  const double gatheredBytes;
   const double optimizerPerParam;
   double unit = 0; ///< the largest layer's parameters on one rank
 };

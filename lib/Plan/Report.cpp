@@ -71,8 +71,12 @@ std::string timeLines(const Candidate &c, const std::string &timeSuffix) {
            msText(c.dpOverlapWindow * 1e3) +
            " ms of compute after its first gradients are final)\n";
   if (c.zero == 3)
-    out += "  ZeRO-3: per layer and microbatch an all-gather before F, "
-           "another before B and a reduce-scatter after it: " +
+    out += std::string("  ZeRO-3: ") +
+           (c.zeroGatherStage
+                ? "per stage and step an all-gather before its first F "
+                  "(held to its last B) and a reduce-scatter after that: "
+                : "per layer and microbatch an all-gather before F, "
+                  "another before B and a reduce-scatter after it: ") +
            msText(c.zeroCommTime * 1e3) + " ms a step, " +
            msText(c.zeroExposedTime * 1e3) +
            " ms of it beyond the compute it overlaps (in DP comm)\n";

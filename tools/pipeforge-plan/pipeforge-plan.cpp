@@ -164,6 +164,20 @@ static cl::opt<std::string, true>
                               "(default: the IR's n_group, topk_group)"),
                      cl::value_desc("G,g"), cl::location(flags.routingGroups),
                      cl::init(""), cl::cat(cat));
+static cl::opt<std::string, true> float8Opt(
+    "float8",
+    cl::desc("off (default), linear (the blocks' linear GEMMs at the FP8 "
+             "rate, as torchtitan's Float8), linear-gather (ZeRO-3 gathers "
+             "them in float8 too)"),
+    cl::location(flags.float8), cl::init("off"), cl::cat(cat));
+static cl::opt<bool, true> asyncTpOpt(
+    "async-tp", cl::desc("Overlap the TP collectives with the GEMMs"),
+    cl::location(flags.asyncTp), cl::init(false), cl::cat(cat));
+static cl::opt<std::string, true> zeroGatherOpt(
+    "zero-gather",
+    cl::desc("ZeRO-3 gathers per layer and microbatch (default) or per "
+             "stage and step (stage: torchtitan under PP, pipeforge-run)"),
+    cl::location(flags.zeroGather), cl::init("layer"), cl::cat(cat));
 static cl::opt<std::string> outputPath("o", cl::desc("Output file"),
                                        cl::value_desc("file"), cl::init("-"),
                                        cl::cat(cat));

@@ -1281,3 +1281,65 @@ TEST(Planner, OffloadFlagIsChecked) {
   EXPECT_TRUE(spec->offload);
   EXPECT_FALSE(parseSetup("schedule=1f1b pp=2 offload=yes").isOk());
 }
+
+TEST(PlannerFloat8, LinearsAtTheFp8RateAndAsyncTpByHand) {
+  // DividesComputeAndAddsAllReducesByHand's setup (4 blocks, t = 2, p = 2,
+  // 8 microbatches) with the blocks' linears at an FP8 rate of 2 TFLOP/s:
+  // every pass is linear GEMMs here (no attention core), 0.25 s each; the
+  // casts (a few hundred kB at 2039 GB/s) add microseconds. F's two
+  // all-reduces move their all-gather half in float8: 3/4 of 0.02 s.
+  ModelCosts m = blockModel(4, /*params=*/1e6, /*stash=*/1e9,
+                            /*hiddenBytes=*/1e9);
+  Cluster cl = cluster(4, 1000, 4);
+  cl.fp8PeakTflops = 2;
+  PlanOptions o = options(8);
+  o.fp8Linear = true;
+  auto c = evaluate(m, cl, o, ScheduleKind::OneFOneB, 2, 1,
+                    Layout::PipelineInNode, setup(2));
+  ASSERT_TRUE(c.isOk()) << c.message();
+  EXPECT_NEAR(c->computeTime, 8 * (2 * 2 * 0.75) / 2, 1e-4);
+  EXPECT_GT(c->computeTime, 8 * (2 * 2 * 0.75) / 2); // the casts
+  EXPECT_NEAR(c->tpCommTime, 8 * (4 * (0.015 + 0.02)) / 2, 1e-9);
+  EXPECT_NEAR(splitSum(*c), c->stepTime, 1e-9);
+  // AsyncTP: 0.015 s and 0.02 s of collectives under 0.25 s of GEMMs.
+  o.asyncTp = true;
+  auto a = evaluate(m, cl, o, ScheduleKind::OneFOneB, 2, 1,
+                    Layout::PipelineInNode, setup(2));
+  ASSERT_TRUE(a.isOk()) << a.message();
+  EXPECT_DOUBLE_EQ(a->tpCommTime, 0);
+  EXPECT_NEAR(a->computeTime, c->computeTime, 1e-12);
+
+  // The FP8 peak: the key, else twice the bf16 peak on an H100-class GPU,
+  // else the bf16 peak.
+  Cluster h100 = cluster(1, 80), a100 = cluster(1, 80);
+  h100.peakTflops = 989;
+  a100.peakTflops = 312;
+  EXPECT_DOUBLE_EQ(h100.fp8FlopsPerSecond(), 1978e12);
+  EXPECT_DOUBLE_EQ(a100.fp8FlopsPerSecond(), 312e12);
+  auto parsed = parseCluster(R"({"gpus": 8, "gpus_per_node": 8,
+      "memory_gb": 80, "peak_tflops": 989, "intra_node_gb_per_s": 450,
+      "fp8_peak_tflops": 1979})");
+  ASSERT_TRUE(parsed.isOk()) << parsed.message();
+  EXPECT_DOUBLE_EQ(parsed->fp8FlopsPerSecond(), 1979e12);
+}
+
+TEST(PlannerZero, StageGatherOncePerStep) {
+  // ThreeGathersEveryLayerPerMicrobatch's model (4 layers of 1e9
+  // parameters, d = 4, 2 microbatches) with --zero-gather stage: one
+  // gather (15 ms a layer) and one reduce-scatter (30 ms) per step, not
+  // per microbatch; the peak holds the whole stage's weights (2 bytes) and
+  // its unsharded gradients (--grad-bytes 4) beside the shards.
+  ModelCosts m = uniformModel(4, /*params=*/1e9);
+  Cluster cl = cluster(4, 1000);
+  PlanOptions o = options(8);
+  o.zeroGatherStage = true;
+  auto z = evaluate(m, cl, o, ScheduleKind::OneFOneB, 1, 1,
+                    Layout::PipelineInNode, setup(1, Recompute::None, 3));
+  ASSERT_TRUE(z.isOk()) << z.message();
+  EXPECT_TRUE(z->zeroGatherStage);
+  EXPECT_NEAR(z->zeroCommTime, 4 * (0.015 + 0.030), 1e-9);
+  EXPECT_DOUBLE_EQ(z->zeroExposedTime, 0);
+  EXPECT_DOUBLE_EQ(z->weightBytes, 1e9 * 2 + 4e9 * 2);
+  EXPECT_DOUBLE_EQ(z->gradBytes, 1e9 * 2 + 4e9 * 4);
+  EXPECT_DOUBLE_EQ(z->optimizerBytes, 4e9 * 3);
+}

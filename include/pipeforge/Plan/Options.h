@@ -55,6 +55,10 @@ struct PlanFlags {
   /// --routing-groups G,g (checked here, applied to the model by
   /// applyRoutingGroupsFlag once it is loaded).
   std::string routingGroups;
+  /// --float8 (off, linear, linear-gather), --async-tp, --zero-gather
+  /// (layer, stage).
+  std::string float8 = "off", zeroGather = "layer";
+  bool asyncTp = false;
 };
 
 /// The options the flags ask for, with the heuristic automatic scheduler.

@@ -149,11 +149,22 @@ struct Cluster {
   /// key host_link_gb_per_s): what activation offload's copies use; 0:
   /// kDefaultHostLinkGBps.
   double hostLinkGBps = 0;
+  /// Dense FP8 tensor-core peak per GPU, 1e12 FLOP/s (cluster key
+  /// fp8_peak_tflops): the rate of --float8's linear layers, at the same
+  /// efficiency; 0: 2 x peakTflops on an H100-class GPU (peak >= 900:
+  /// H100 SXM 1979 against 989), peakTflops below (no FP8 tensor cores).
+  double fp8PeakTflops = 0;
 
   int numNodes() const {
     return gpusPerNode > 0 ? (gpus + gpusPerNode - 1) / gpusPerNode : 0;
   }
   double flopsPerSecond() const { return peakTflops * 1e12 * efficiency; }
+  double fp8FlopsPerSecond() const {
+    const double peak = fp8PeakTflops > 0      ? fp8PeakTflops
+                        : peakTflops >= 900 ? 2 * peakTflops
+                                            : peakTflops;
+    return peak * 1e12 * efficiency;
+  }
   /// H100-class (peak >= 900 TFLOP/s): 3350 GB/s (H100 SXM), else
   /// A100-class: 2039 GB/s (A100 SXM 80 GB).
   double defaultMemoryBandwidthGBps() const {
@@ -304,6 +315,22 @@ struct PlanOptions {
   /// overlapped with the backward work of the last microbatches, as
   /// pipeforge-run does (layer); off: after the pipeline.
   GradOverlap gradOverlap = GradOverlap::Layer;
+  /// --float8 (torchtitan's Float8 training, tensorwise dynamic scaling):
+  /// the blocks' linear GEMMs (not attention's core, not the LM head) run
+  /// at the cluster's FP8 rate, their operands cast by separate
+  /// memory-bound passes, and the tensor-parallel all-gathers of F move 1
+  /// byte per element; with `fp8AllGather` ZeRO-3 gathers the blocks'
+  /// weights in float8 too (1 byte per parameter, gathered and held so).
+  bool fp8Linear = false, fp8AllGather = false;
+  /// --async-tp: the tensor-parallel collectives overlap the pass's GEMMs;
+  /// only what exceeds them is charged.
+  bool asyncTp = false;
+  /// --zero-gather stage: ZeRO-3 gathers a stage's weights once per step
+  /// (at its first F, held to its last B: torchtitan under pipeline
+  /// parallelism, pipeforge-run --zero 3) and reduce-scatters its
+  /// gradients once (accumulated unsharded, --grad-bytes per parameter),
+  /// instead of per layer and microbatch.
+  bool zeroGatherStage = false;
   int topN = 5;
   /// Pipeline degrees to try; empty means every divisor of the GPU count.
   std::vector<int> pipelineDegrees;
@@ -360,6 +387,8 @@ struct Candidate {
   /// The stages `recompute` applies to (sorted); empty: every stage.
   std::vector<int> recomputeStages;
   int zero = 0;           ///< ZeRO stage (0 to 3)
+  /// ZeRO-3 gathered per stage and step (--zero-gather stage).
+  bool zeroGatherStage = false;
   int microbatchSize = 1; ///< b
   int microbatches = 1;   ///< m per pipeline (DualPipe: the total C)
   int stages = 1;         ///< stages per model copy
