@@ -7,8 +7,8 @@
 // RUN: not pipeforge-opt %s --pp-schedule="kind=gpipe microbatches=3" --pp-insert-offload --pp-insert-comm 2>&1 | FileCheck %s --check-prefix=ORDER
 // RUN: not pipeforge-opt %s --pp-schedule="kind=gpipe microbatches=3" --pp-insert-offload=mode=some 2>&1 | FileCheck %s --check-prefix=MODE
 
-// mode=all (a gap of 1 compute action): every stash whose B is at least two
-// compute actions after its F leaves. OFFLOAD right after the F (the copy
+// mode=all (a gap of 1): every stash with a compute action between its F
+// and its B leaves. OFFLOAD right after the F (the copy
 // out runs under the next compute action), RELOAD right before the compute
 // action before the B (the copy back runs under it, after its receives);
 // the messages are untouched.
@@ -34,10 +34,9 @@
 // CHECK-NEXT:      pp.compute BW stage 0 mb 2
 // CHECK-NEXT:    }
 
-// mode=auto (the default: a gap of 2) offloads the same on GPipe (each B is
-// 3 compute actions after its F). On 1F1B over 2 ranks F0.0's B is 2 compute
-// actions later: it stays (mode=all moves it); F0.1 and F0.2 leave, F0.3
-// stays (its B is next but one).
+// mode=auto (the default: a gap of 2) offloads the same on GPipe (2 compute
+// actions between each F and its B). On 1F1B over 2 ranks F0.0 has one
+// (F0.1): it stays (mode=all moves it); F0.1 and F0.2 leave, F0.3 stays.
 // AUTO:      pp.rank_program 0 {
 // AUTO-NEXT:   pp.compute F stage 0 mb 0
 // AUTO-NEXT:   pp.send F stage 0 mb 0 to 1
@@ -53,7 +52,7 @@
 // AUTO-NEXT:   pp.send F stage 0 mb 3 to 1
 
 // With ZeRO-3's gathers: both kinds of action beside the messages (mode=all
-// on 1F1B: F0.0 leaves, its B is 2 compute actions later).
+// on 1F1B: F0.0 leaves).
 // GATHER:      pp.rank_program 0 {
 // GATHER-NEXT:   pp.unshard stage 0
 // GATHER-NEXT:   pp.compute F stage 0 mb 0

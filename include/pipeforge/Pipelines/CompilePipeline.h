@@ -211,8 +211,8 @@ void forEachCompileOption(CompileOptions &o, Visitor &&visit) {
         o.paramPrefetch);
   visit(OptionInfo{"offload-activations", "off|auto|all",
                    "Activation offload in the schedule (--pp-insert-offload): "
-                   "auto or all move the F-stashes whose B is at least 2 or "
-                   "1 compute actions later to host memory between the two "
+                   "auto (all) moves the F-stashes with at least 2 (1) "
+                   "compute actions between their F and B to host memory "
                    "(OFFLOAD/RELOAD, executed by pipeforge-run on a device "
                    "backend); default off",
                    P::Pipeline},

@@ -228,8 +228,8 @@ def PPInsertOffload : Pass<"pp-insert-offload", "::mlir::ModuleOp"> {
   let description = [{
     For every `pp.schedule`, chooses on every rank the stashes that leave
     the device as `pipeforge-run --offload-activations` does
-    (sched::planOffload: an F whose B or BW on the rank is at least 2
-    compute actions later under `mode=auto`, 1 under `mode=all`) and
+    (sched::planOffload: an F with at least 2 compute actions between it
+    and its B or BW under `mode=auto`, 1 under `mode=all`) and
     writes the plan as actions (sched::insertOffload): `pp.offload` right
     after the F's compute action (the copy out runs under the next compute
     action, at whose end the device memory is freed) and `pp.reload` right
