@@ -3,7 +3,10 @@
 // For users who only want schedules: generate (or import), insert messages,
 // verify, simulate, and print as text, JSON, PyTorch CSV, SVG or a Chrome
 // trace. Plain C++: links the schedule library only, no MLIR. The work is
-// one library call (pipeforge/Schedule/Job.h); this file parses options.
+// one library call (pipeforge/Schedule/Job.h); this file parses options,
+// from one table of flags (Support/FlagTable.h): --flag value or
+// --flag=value, a bad command line "pipeforge-sched: MESSAGE", the usage,
+// exit 2.
 //
 //   pipeforge-sched --schedule zb-h1 --ranks 4 --microbatches 8 --format text
 //
@@ -13,6 +16,7 @@
 #include "pipeforge/Schedule/Job.h"
 #include "pipeforge/Schedule/Offload.h"
 #include "pipeforge/Schedule/ParamGathers.h"
+#include "pipeforge/Support/FlagTable.h"
 #include "pipeforge/Support/InputFile.h"
 
 #include <atomic>
@@ -32,6 +36,7 @@
 #include <thread>
 
 using namespace pipeforge::sched;
+using pipeforge::flags::Place;
 
 namespace {
 
@@ -97,55 +102,110 @@ Output:
                         output included): past it an error, exit 1, no -o file
 )";
 
-[[noreturn]] void usageError(const std::string &msg) {
-  std::cerr << "pipeforge-sched: error: " << msg << "\n"
-            << "(run with --help for usage)\n";
-  std::exit(2);
-}
-
 [[noreturn]] void fail(const std::string &msg) {
   std::cerr << "pipeforge-sched: error: " << msg << "\n";
   std::exit(1);
 }
 
-/// A numeric option: where it goes and the closed range it must lie in.
-struct NumberOption {
-  const char *flag;
-  double *real = nullptr;
-  int *integer = nullptr;
-  double lo, hi;
-};
-
-void parseNumber(const NumberOption &n, const std::string &v) {
-  char *end = nullptr;
-  double d = std::strtod(v.c_str(), &end);
-  bool ok = !v.empty() && *end == '\0' && std::isfinite(d) && d >= n.lo &&
-            d <= n.hi && (!n.integer || d == std::floor(d));
-  if (!ok) {
-    std::ostringstream range;
-    range.precision(12);
-    if (std::isinf(n.hi))
-      range << ">= " << n.lo;
-    else
-      range << "in [" << n.lo << ", " << n.hi << "]";
-    usageError(std::string(n.flag) + " expects " +
-               (n.integer ? "an integer" : "a finite number") + " " +
-               range.str() + ", got '" + v + "'");
-  }
-  if (n.integer)
-    *n.integer = int(d);
-  else
-    *n.real = d;
-}
-
-struct Options {
-  ScheduleJob job;
+/// The command line: the job, and the tool's own settings.
+struct Options : ScheduleJob {
   std::string importCsv, format = "text", output;
+  /// Words, the job's fields once parsed (parseArgs).
+  std::string placement = "any", costUnit = "rank", offload = "off",
+              csvDialect = "pipeforge";
+  bool noIlp = false, help = false;
   /// --csv-dialect pytorch: CsvOptions::pytorchStrict.
   bool pytorchCsv = false;
   /// --time-limit given: the whole command's ceiling in seconds.
   std::optional<double> commandLimit;
+  bool searchLimitGiven = false;
 };
+
+using O = Options;
+
+// A zero ceiling is refused for every schedule: the watchdog would race the
+// command (a small schedule finishing before it fires, a large one
+// stopped), one behaviour for all is the error.
+std::optional<std::string> setTimeLimit(O &o, const std::string &v) {
+  double seconds = 0;
+  if (auto err = pipeforge::parseNumberOption("--time-limit", v,
+                                              {0, HUGE_VAL, true}, seconds))
+    return *err + " (leave --time-limit out for no limit)";
+  o.commandLimit = seconds;
+  return std::nullopt;
+}
+
+std::optional<std::string> setSearchLimit(O &o, const std::string &v) {
+  o.searchLimitGiven = true;
+  return pipeforge::parseNumberOption("--search-limit", v, {0, HUGE_VAL},
+                                      o.timeLimit);
+}
+
+std::optional<std::string> setFormat(O &o, const std::string &v) {
+  if (!isJobFormat(v))
+    return "--format must be text, json, csv, svg or trace, got '" + v + "'";
+  o.format = v;
+  return std::nullopt;
+}
+
+const double kInf = HUGE_VAL, kMaxInt = double(1 << 30);
+
+// Every flag, in the order of the usage text (kUsage, written by hand: its
+// groups say more than a list would).
+const pipeforge::flags::Flag<O> kFlags[] = {
+    {"--schedule", "NAME", Place::Line, &O::schedule},
+    {"--ranks", "N", Place::Line, &O::ranks, 1, kMaxInt},
+    {"--microbatches", "M", Place::Line, &O::microbatches, 1, kMaxInt},
+    {"--chunks", "V", Place::Line, &O::chunks, 1, kMaxInt},
+    {"--interleaved-rule", "R", Place::Line, &O::interleavedRule},
+    {"--import-csv", "FILE", Place::Line, &O::importCsv},
+    {"--compute-only", nullptr, Place::Line, &O::computeOnly},
+    {"--zero", "Z", Place::Line, &O::zero, 0, 3},
+    {"--param-prefetch", "N", Place::Line, &O::paramPrefetch, 0,
+     kMaxParamPrefetch},
+    {"--tf", "T", Place::Line, &O::tf, 0, kInf},
+    {"--tb", "T", Place::Next, &O::tb, 0, kInf},
+    {"--tw", "T", Place::Next, &O::tw, 0, kInf},
+    {"--stage-costs", "F:B:W,...", Place::Line, &O::stageCosts},
+    {"--cost-unit", "stage|rank", Place::Line, &O::costUnit, 0, 0, true},
+    {"--tbw", "T", Place::Line, &O::tbw, 0, kInf},
+    {"--tfb", "T", Place::Next, &O::tfb, 0, kInf},
+    {"--dispatch", "D", Place::Next, &O::dispatch, 0, kInf},
+    {"--tcomm", "T", Place::Line, &O::tcomm, 0, kInf},
+    {"--tgather", "T", Place::Next, &O::tgather, 0, kInf},
+    {"--ta2a", "T", Place::Line, &O::ta2a, 0, kInf},
+    {"--moe-layers", "L", Place::Next, &O::moeLayers, 0,
+     double(kMaxMoELayersPerStage)},
+    {"--overlap-comm", nullptr, Place::Line, &O::overlapComm},
+    {"--mem-w", "R", Place::Line, &O::memW, 0, 1},
+    {"--offload-activations", "off|auto|all", Place::Line, &O::offload, 0, 0,
+     true},
+    {"--tcopy", "T", Place::Line, &O::tcopy, 0, kInf},
+    {"--mem-limit", "X", Place::Line, &O::memLimit},
+    {"--placement", "linear|v|any", Place::Line, &O::placement, 0, 0, true},
+    {"--copies", "N", Place::Line, &O::copies, 1, kMaxInt},
+    {"--search-limit", "S", Place::Line, setSearchLimit},
+    {"--search-moves", "N", Place::Line, &O::searchMoves, 0, 1e15},
+    {"--ilp-nodes", "N", Place::Line, &O::ilpNodes, 0, 1e9},
+    {"--gap", "G", Place::Next, &O::gap, 0, kInf},
+    {"--no-ilp", nullptr, Place::Line, &O::noIlp},
+    {"--hidden", "H", Place::Line, &O::hidden, 1, kInf},
+    {"--heads", "A", Place::Next, &O::heads, 1, kInf},
+    {"--seq", "S", Place::Next, &O::seq, 1, kInf},
+    {"--microbatch-size", "B", Place::Line, &O::microbatchSize, 1, kInf},
+    {"--layers", "L", Place::Line, &O::layers, 1, kMaxInt},
+    {"--format", "F", Place::Line, setFormat},
+    {"--csv-dialect", "pipeforge|pytorch", Place::Next, &O::csvDialect, 0, 0,
+     true},
+    {"-o", "FILE", Place::Line, &O::output},
+    {"--time-limit", "S", Place::Line, setTimeLimit},
+    {"-h", nullptr, Place::Hidden, &O::help},
+    {"--help", nullptr, Place::Hidden, &O::help},
+};
+
+[[noreturn]] void usage(const std::optional<std::string> &msg) {
+  pipeforge::flags::exitWithUsage("pipeforge-sched", msg, kUsage);
+}
 
 /// --time-limit S bounds the whole command: a thread waits S seconds, then
 /// reports the step the command is in and ends the process (exit 1),
@@ -195,152 +255,32 @@ private:
 
 Options parseArgs(int argc, char **argv) {
   Options o;
-  ScheduleJob &j = o.job;
-  std::string placement = "any", costUnit = "rank";
-  const double inf = HUGE_VAL, maxInt = double(1 << 30);
-  double searchMoves = double(j.searchMoves), ilpNodes = double(j.ilpNodes);
-  double commandLimit = 0;
-  bool searchLimitGiven = false;
-  const NumberOption numbers[] = {
-      {"--ranks", nullptr, &j.ranks, 1, maxInt},
-      {"--microbatches", nullptr, &j.microbatches, 1, maxInt},
-      {"--chunks", nullptr, &j.chunks, 1, maxInt},
-      {"--copies", nullptr, &j.copies, 1, maxInt},
-      {"--tf", &j.tf, nullptr, 0, inf},
-      {"--tb", &j.tb, nullptr, 0, inf},
-      {"--tw", &j.tw, nullptr, 0, inf},
-      {"--tbw", &j.tbw, nullptr, 0, inf},
-      {"--tfb", &j.tfb, nullptr, 0, inf},
-      {"--tcomm", &j.tcomm, nullptr, 0, inf},
-      {"--dispatch", &j.dispatch, nullptr, 0, inf},
-      {"--tgather", &j.tgather, nullptr, 0, inf},
-      {"--tcopy", &j.tcopy, nullptr, 0, inf},
-      {"--ta2a", &j.ta2a, nullptr, 0, inf},
-      {"--moe-layers", nullptr, &j.moeLayers, 0,
-       double(kMaxMoELayersPerStage)},
-      {"--mem-w", &j.memW, nullptr, 0, 1},
-      {"--search-limit", &j.timeLimit, nullptr, 0, inf},
-      {"--time-limit", &commandLimit, nullptr, 0, inf},
-      {"--gap", &j.gap, nullptr, 0, inf},
-      {"--search-moves", &searchMoves, nullptr, 0, 1e15},
-      {"--ilp-nodes", &ilpNodes, nullptr, 0, 1e9},
-      {"--hidden", &j.hidden, nullptr, 1, inf},
-      {"--heads", &j.heads, nullptr, 1, inf},
-      {"--seq", &j.seq, nullptr, 1, inf},
-      {"--microbatch-size", &j.microbatchSize, nullptr, 1, inf},
-      {"--layers", nullptr, &j.layers, 1, maxInt},
-      {"--zero", nullptr, &j.zero, 0, 3},
-      {"--param-prefetch", nullptr, &j.paramPrefetch, 0,
-       double(kMaxParamPrefetch)},
-  };
-  const std::pair<const char *, bool *> switches[] = {
-      {"--compute-only", &j.computeOnly}, {"--overlap-comm", &j.overlapComm}};
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    }
-    if (a == "--no-ilp") {
-      j.useIlp = false;
-      continue;
-    }
-    bool isSwitch = false;
-    for (auto [flag, target] : switches)
-      if (a == flag)
-        *target = isSwitch = true;
-    if (isSwitch)
-      continue;
-    // --flag=value or --flag value; an unknown flag is named as such
-    // before its value is looked for.
-    std::string flag = a, value;
-    size_t eq = a.rfind("--", 0) == 0 ? a.find('=') : std::string::npos;
-    if (eq != std::string::npos)
-      flag = a.substr(0, eq);
-    const NumberOption *number = nullptr;
-    for (const NumberOption &n : numbers)
-      if (flag == n.flag)
-        number = &n;
-    static const char *const stringFlags[] = {
-        "--schedule",  "--import-csv", "--format",           "-o",
-        "--mem-limit", "--placement",  "--interleaved-rule", "--cost-unit",
-        "--csv-dialect", "--offload-activations", "--stage-costs"};
-    if (!number && std::find(std::begin(stringFlags), std::end(stringFlags),
-                             flag) == std::end(stringFlags))
-      usageError("unknown option '" + a + "'");
-    if (eq != std::string::npos)
-      value = a.substr(eq + 1);
-    else if (i + 1 >= argc)
-      usageError(a + " expects a value");
-    else
-      value = argv[++i];
-    if (number) {
-      parseNumber(*number, value);
-      // A zero ceiling is refused for every schedule: the watchdog would
-      // race the command (a small schedule finishing before it fires, a
-      // large one stopped), one behaviour for all is the error.
-      if (flag == "--time-limit" && commandLimit == 0)
-        usageError("--time-limit expects a number of seconds > 0, got '" +
-                   value + "' (leave --time-limit out for no limit)");
-      if (flag == "--time-limit")
-        o.commandLimit = commandLimit;
-      searchLimitGiven |= flag == "--search-limit";
-    } else if (flag == "--schedule")
-      j.schedule = value;
-    else if (flag == "--import-csv")
-      o.importCsv = value;
-    else if (flag == "--stage-costs")
-      j.stageCosts = value;
-    else if (flag == "--format")
-      o.format = value;
-    else if (flag == "-o")
-      o.output = value;
-    else if (flag == "--mem-limit")
-      j.memLimit = value;
-    else if (flag == "--placement")
-      placement = value;
-    else if (flag == "--interleaved-rule")
-      j.interleavedRule = value;
-    else if (flag == "--cost-unit")
-      costUnit = value;
-    else if (flag == "--offload-activations") {
-      if (value != "off" && value != "auto" && value != "all")
-        usageError("--offload-activations expects off, auto or all, got '" +
-                   value + "'");
-      j.offloadGap = value == "auto"  ? kOffloadGapAuto
-                     : value == "all" ? kOffloadGapAll
+  auto err = pipeforge::flags::parseFlags(
+      kFlags, argc, argv, o,
+      [](const std::string &a) -> std::optional<std::string> {
+        return "unexpected argument '" + a + "'";
+      },
+      &O::help);
+  if (err || o.help)
+    usage(err);
+  // The words as the job's fields.
+  o.useIlp = !o.noIlp;
+  o.vPlacement = o.placement == "v";
+  o.anyPlacement = o.placement == "any";
+  o.costsPerRank = o.costUnit == "rank";
+  o.offloadGap = o.offload == "auto"  ? kOffloadGapAuto
+                 : o.offload == "all" ? kOffloadGapAll
                                       : 0;
-    } else if (flag == "--csv-dialect") {
-      if (value != "pipeforge" && value != "pytorch")
-        usageError("--csv-dialect expects pipeforge or pytorch, got '" +
-                   value + "'");
-      o.pytorchCsv = value == "pytorch";
-    }
-  }
-  if (searchMoves != std::floor(searchMoves) || ilpNodes != std::floor(ilpNodes))
-    usageError("--search-moves and --ilp-nodes expect integers");
-  j.searchMoves = int64_t(searchMoves);
-  j.ilpNodes = int64_t(ilpNodes);
-  if (placement != "linear" && placement != "v" && placement != "any")
-    usageError("--placement expects linear, v or any, got '" + placement +
-               "'");
-  j.vPlacement = placement == "v";
-  j.anyPlacement = placement == "any";
-  if (costUnit != "stage" && costUnit != "rank")
-    usageError("--cost-unit expects stage or rank, got '" + costUnit + "'");
-  j.costsPerRank = costUnit == "rank";
+  o.pytorchCsv = o.csvDialect == "pytorch";
   // The whole command has S seconds: unless told otherwise, the search
   // half of them, the rest is left for verifying, simulating and writing
   // the result.
-  if (o.commandLimit && !searchLimitGiven)
-    j.timeLimit = *o.commandLimit / 2;
-  if (!isJobFormat(o.format))
-    usageError("unknown --format '" + o.format +
-               "'; expected text, json, csv, svg or trace");
-  j.intervals = intervalsForFormat(o.format);
+  if (o.commandLimit && !o.searchLimitGiven)
+    o.timeLimit = *o.commandLimit / 2;
+  o.intervals = intervalsForFormat(o.format);
   if (o.pytorchCsv && o.format != "csv")
-    usageError("--csv-dialect pytorch needs --format csv, got --format " +
-               o.format);
+    usage("--csv-dialect pytorch needs --format csv, got --format " +
+          o.format);
   return o;
 }
 
@@ -361,13 +301,13 @@ int main(int argc, char **argv) {
   std::optional<Watchdog> watchdog;
   if (o.commandLimit) {
     watchdog.emplace(*o.commandLimit, o.output);
-    o.job.onStep = [&](const char *step) { watchdog->enter(step); };
+    o.onStep = [&](const char *step) { watchdog->enter(step); };
   }
   if (watchdog)
     watchdog->enter("reading the input");
   if (!o.importCsv.empty())
-    o.job.csvText = std::make_shared<const std::string>(readFile(o.importCsv));
-  auto r = runScheduleJob(o.job);
+    o.csvText = std::make_shared<const std::string>(readFile(o.importCsv));
+  auto r = runScheduleJob(o);
   if (!r)
     fail((o.importCsv.empty() ? "" : o.importCsv + ": ") + r.message());
   if (r->ignoredFsdpActions)

@@ -1,9 +1,10 @@
 //===- FlagTableTest.cpp - The shared table of flags ----------------------===//
 //
 // pipeforge::flags (Support/FlagTable.h), the parser of pipeforge-run,
-// pipeforge-export and pipeforge-tokenize: each kind of field, the messages
-// of a bad flag, positional arguments, the stop at --help, and the two
-// renderings of the usage text (synopsis, option list).
+// pipeforge-export, pipeforge-tokenize and pipeforge-sched: each kind of
+// field, a value after '=', the messages of a bad flag, positional
+// arguments, the stop at --help, and the two renderings of the usage text
+// (synopsis, option list).
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,6 +22,7 @@ namespace {
 struct Opts {
   bool quiet = false, help = false;
   int64_t n = 1;
+  int k = 0;
   double x = 0;
   std::string file, mode = "a";
   std::vector<std::string> rest;
@@ -42,6 +44,7 @@ const Flag<Opts> kTable[] = {
     {"--quiet", nullptr, Place::Inside, &Opts::quiet},
     {"--file", "FILE", Place::Line, &Opts::file},
     {"--pair", "A:B", Place::Next, setPair},
+    {"--k", "K", Place::Hidden, &Opts::k, -2, 2},
     {"--help", nullptr, Place::Hidden, &Opts::help},
 };
 
@@ -67,9 +70,11 @@ std::string error(std::vector<std::string> args) {
 TEST(FlagTable, EveryKindOfField) {
   Opts o;
   ASSERT_FALSE(parse({"in", "--n", "3", "--x", "0.5", "--mode", "b",
-                      "--quiet", "--file", "f", "--pair", "1:2", "more"},
+                      "--quiet", "--file", "f", "--pair", "1:2", "--k", "-1",
+                      "more"},
                      o));
   EXPECT_EQ(o.n, 3);
+  EXPECT_EQ(o.k, -1);
   EXPECT_EQ(o.x, 0.5);
   EXPECT_EQ(o.mode, "b");
   EXPECT_TRUE(o.quiet);
@@ -87,6 +92,21 @@ TEST(FlagTable, BadFlagsNameTheFlag) {
             "--x must be a finite number in [0, 1], got '2'");
   EXPECT_EQ(error({"--mode", "d"}), "--mode must be a, b or c");
   EXPECT_EQ(error({"--pair", "1"}), "--pair needs A:B");
+  EXPECT_EQ(error({"--k", "3"}), "--k must be an integer in [-2, 2], got '3'");
+}
+
+TEST(FlagTable, ValueAfterEquals) {
+  Opts o;
+  ASSERT_FALSE(parse({"--n=3", "--mode=c", "--file=a=b", "--k=-2"}, o));
+  EXPECT_EQ(o.n, 3);
+  EXPECT_EQ(o.mode, "c");
+  EXPECT_EQ(o.file, "a=b");
+  EXPECT_EQ(o.k, -2);
+  EXPECT_EQ(error({"--n=10"}), "--n must be an integer in [0, 9], got '10'");
+  EXPECT_EQ(error({"--n="}), "--n must be an integer in [0, 9], got ''");
+  // A switch takes no value; an unknown flag is named whole.
+  EXPECT_EQ(error({"--quiet=1"}), "unknown option '--quiet=1'");
+  EXPECT_EQ(error({"--bogus=1"}), "unknown option '--bogus=1'");
 }
 
 TEST(FlagTable, HelpStopsTheParse) {

@@ -1,13 +1,15 @@
 //===- FlagTable.h - A tool's flags as one table, without LLVM --*- C++ -*-===//
 //
 // The command line of the tools that link no LLVM (pipeforge-run and the
-// compiled executables, pipeforge-export, pipeforge-tokenize): one table of
+// compiled executables, pipeforge-export, pipeforge-tokenize,
+// pipeforge-sched): one table of
 // Flag<Options>, in the order the usage text shows them, each with its name,
 // what it takes (nothing, an integer or a number in a closed range, one of a
 // few words, any text, or a Setter for anything else), where its value goes
 // and where it stands in the usage text. parseFlags reads argv through the
-// table (a value out of its range or not among its words is an error naming
-// the flag, as the flag is read); synopsis and optionList write the usage
+// table, a value as the next argument or after '=' (--flag value,
+// --flag=value; a value out of its range or not among its words is an error
+// naming the flag, as the flag is read); synopsis and optionList write the usage
 // text from it; exitWithUsage ends a command line that does not parse the
 // one way: "TOOL: MESSAGE", the usage, exit 2 (a usage error; 1 is a run
 // that failed). Header-only and plain C++, so the runtime may use it; the
@@ -36,10 +38,11 @@ namespace pipeforge::flags {
 template <class O>
 using Setter = std::optional<std::string> (*)(O &, const std::string &value);
 
-/// Where a flag's value goes: a switch (set to true), an integer, a number,
-/// text (any, or one of the words of Flag::words), or a Setter.
+/// Where a flag's value goes: a switch (set to true), an integer (int or
+/// int64_t), a number, text (any, or one of the words of Flag::words), or a
+/// Setter.
 template <class O>
-using Field = std::variant<bool O::*, int64_t O::*, double O::*,
+using Field = std::variant<bool O::*, int O::*, int64_t O::*, double O::*,
                            std::string O::*, Setter<O>>;
 
 /// Where a flag stands in the synopsis of the usage text.
@@ -57,7 +60,7 @@ template <class O> struct Flag {
   const char *value;
   Place place;
   Field<O> field;
-  /// The closed range of an integer or a number.
+  /// The closed range of an integer or a number (of an int: within int's).
   double lo = 0, hi = 0;
   bool words = false;
   /// What the flag does, for the option list (optionList); lines separated
@@ -94,6 +97,13 @@ std::optional<std::string> setValue(const Flag<O> &f, const std::string &v,
   const std::string name = f.name;
   if (auto *n = std::get_if<int64_t O::*>(&f.field))
     return parseIntOption(name, v, int64_t(f.lo), int64_t(f.hi), o.**n);
+  if (auto *n = std::get_if<int O::*>(&f.field)) {
+    int64_t wide = 0;
+    auto err = parseIntOption(name, v, int64_t(f.lo), int64_t(f.hi), wide);
+    if (!err)
+      o.**n = int(wide);
+    return err;
+  }
   if (auto *x = std::get_if<double O::*>(&f.field))
     return parseNumberOption(name, v, {f.lo, f.hi}, o.**x);
   if (auto *set = std::get_if<Setter<O>>(&f.field))
@@ -104,17 +114,46 @@ std::optional<std::string> setValue(const Flag<O> &f, const std::string &v,
   return std::nullopt;
 }
 
-/// Reads the flag `f` at argv[i] (and its value, argv[i + 1]).
+/// Reads the flag `f` at argv[i]: its value is `attached` (what followed
+/// '=' in the argument) or argv[i + 1].
 template <class O>
 std::optional<std::string> readFlag(const Flag<O> &f, int argc, char **argv,
-                                    int &i, O &o) {
+                                    int &i,
+                                    const std::optional<std::string> &attached,
+                                    O &o) {
   if (auto *on = std::get_if<bool O::*>(&f.field)) {
     o.**on = true;
     return std::nullopt;
   }
+  if (attached)
+    return setValue(f, *attached, o);
   if (i + 1 >= argc)
     return "option " + std::string(f.name) + " needs a value";
   return setValue(f, argv[++i], o);
+}
+
+/// The flag of `table` that `arg` names: the flag itself, or a flag that
+/// takes a value and its value after '=' (--flag=value; not a switch, not
+/// a name without the leading "--"). nullptr: none.
+template <class O, size_t N>
+const Flag<O> *findFlag(const Flag<O> (&table)[N], const std::string &arg,
+                        std::optional<std::string> &attached) {
+  auto named = [&](const std::string &name) -> const Flag<O> * {
+    const Flag<O> *f =
+        std::find_if(table, table + N,
+                     [&](const Flag<O> &g) { return name == g.name; });
+    return f == table + N ? nullptr : f;
+  };
+  if (const Flag<O> *f = named(arg))
+    return f;
+  size_t eq = arg.rfind("--", 0) == 0 ? arg.find('=') : std::string::npos;
+  if (eq == std::string::npos)
+    return nullptr;
+  const Flag<O> *f = named(arg.substr(0, eq));
+  if (!f || std::holds_alternative<bool O::*>(f->field))
+    return nullptr;
+  attached = arg.substr(eq + 1);
+  return f;
 }
 
 /// "[--flag VALUE" (the closing bracket is the caller's).
@@ -125,8 +164,8 @@ template <class O> std::string opened(const Flag<O> &f) {
 
 } // namespace detail
 
-/// Reads argv[1..argc) into `o`: each flag of `table` as its entry says,
-/// every other argument through `positional` (a callable taking the
+/// Reads argv[1..argc) into `o`: each flag of `table` as its entry says
+/// (--flag value or --flag=value), every other argument through `positional` (a callable taking the
 /// argument, returning why it is wrong or nullopt), except one that begins
 /// with '-': "unknown option 'ARG'". Stops at the first error, which it
 /// returns, and after a flag that sets `stop` (-h / --help) when given.
@@ -137,12 +176,11 @@ std::optional<std::string> parseFlags(const Flag<O> (&table)[N], int argc,
                                       bool O::*stop = nullptr) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    const Flag<O> *f =
-        std::find_if(table, table + N,
-                     [&](const Flag<O> &g) { return arg == g.name; });
+    std::optional<std::string> attached;
+    const Flag<O> *f = detail::findFlag(table, arg, attached);
     std::optional<std::string> err;
-    if (f != table + N)
-      err = detail::readFlag(*f, argc, argv, i, o);
+    if (f)
+      err = detail::readFlag(*f, argc, argv, i, attached, o);
     else if (!arg.empty() && arg[0] == '-')
       err = "unknown option '" + arg + "'";
     else
