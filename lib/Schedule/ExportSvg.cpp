@@ -198,11 +198,12 @@ std::string exportSvg(const Schedule &s, const SimResult &sim,
                        : ci.kind == CommInterval::P2P ? "P2P transfer"
                        : ci.kind == CommInterval::Gather
                            ? "parameter gather"
+                       : ci.kind == CommInterval::Copy ? "offload copy"
                        : ci.kind == CommInterval::ExposedA2A
                            ? "exposed all-to-all"
                            : "exposed P2P";
     std::string title = what;
-    if (ci.kind == CommInterval::Gather)
+    if (ci.kind == CommInterval::Gather || ci.kind == CommInterval::Copy)
       title = toString(s.programs[ci.rank][ci.actionIndex]);
     if (ci.kind == CommInterval::A2A)
       title += std::string(ci.member ? " (B" : " (F") + ", layer " +
@@ -213,6 +214,7 @@ std::string exportSvg(const Schedule &s, const SimResult &sim,
          (exposed                           ? "#e15759"
           : ci.kind == CommInterval::A2A    ? "#76b7b2"
           : ci.kind == CommInterval::Gather ? "#b07aa1"
+          : ci.kind == CommInterval::Copy   ? "#59a14f"
                                             : "#9c755f") +
          "\" stroke=\"white\" stroke-width=\"0.3\"><title>" + esc(title) +
          " [" + num(ci.start) + ", " + num(ci.end) + "]</title></rect>\n";

@@ -173,6 +173,9 @@ std::string exportTrace(const Schedule &s, const SimResult &sim,
     case CommInterval::Gather:
       name = "gather " + toString(s.programs[ci.rank][ci.actionIndex]);
       break;
+    case CommInterval::Copy:
+      name = "copy " + toString(s.programs[ci.rank][ci.actionIndex]);
+      break;
     }
     e["name"] = name;
     e["cat"] = exposed ? "exposed" : "comm";

@@ -358,7 +358,7 @@ private:
   // ZeRO-3's gathers: per rank, when its gather channel is free, and per
   // (copy, stage) when its last UNSHARD finishes (gatherKey).
   std::vector<double> gatherFree;
-  bool gatherIntervals = false; ///< commIv holds Gather intervals
+  bool gatherIntervals = false; ///< commIv holds Gather or Copy intervals
   std::vector<std::vector<double>> gatherDone;
   size_t gatherKey(const Work &w) const {
     return size_t(w.copy) * size_t(s.placement.numStages) + size_t(w.stage);
@@ -531,6 +531,10 @@ void Simulation::stashCopy(int32_t r, size_t i, const Action &a) {
     double dur = cost.copyTime(a.work.stage);
     copyFree[r] = start + dur;
     stats[r].copyBusy += dur;
+    if (dur > 0) {
+      addComm(r, i, start, start + dur, CommInterval::Copy);
+      gatherIntervals = true; // posted ahead of their start too
+    }
     if (a.kind == ActionKind::Offload)
       copyOutEnd[r] = std::max(copyOutEnd[r], start + dur);
     else

@@ -654,6 +654,13 @@ TEST(SimulatorTest, OffloadCopiesTakeTime) {
   EXPECT_DOUBLE_EQ(r->ranks[0].copyBusy, 4);
   EXPECT_DOUBLE_EQ(r->ranks[0].exposedCopy, 1);
   EXPECT_DOUBLE_EQ(r->ranks[0].exposedComm, 1);
+  // The copies as spans on the rank's copy channel, in time order.
+  std::vector<std::pair<double, double>> spans;
+  for (const CommInterval &ci : r->commIntervals)
+    if (ci.kind == CommInterval::Copy)
+      spans.emplace_back(ci.start, ci.end);
+  EXPECT_EQ(spans, (std::vector<std::pair<double, double>>{
+                       {1, 2}, {2, 3}, {3, 4}, {4, 5}}));
   // A copy out slower than the compute action after it holds the rank at
   // that action's end (the runtime frees the stash's device memory there).
   c.hostBytesPerTime = 1.0 / 3;

@@ -143,8 +143,10 @@ struct CommInterval {
     P2P,        ///< a P2P transfer on the sender's comm resource
     ExposedA2A, ///< compute idle waiting for all-to-alls
     ExposedP2P, ///< compute (or a Recv) waiting for a message in flight
-    Gather      ///< a ZeRO-3 parameter gather (UNSHARD) on the rank's
+    Gather,     ///< a ZeRO-3 parameter gather (UNSHARD) on the rank's
                 ///< gather channel (only when it takes time)
+    Copy        ///< an activation offload copy (OFFLOAD / RELOAD) on the
+                ///< rank's copy channel (only when it takes time)
   };
   int32_t rank;
   size_t actionIndex; ///< into programs[rank]
