@@ -495,8 +495,12 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
     cost.gatherBytesPerTime = 1;
   }
   // Activation offload as actions: a stash's copy takes tcopy per M_B.
-  if (j.tcopy > 0 && j.offloadGap > 0)
+  if (j.tcopy > 0) {
+    if (j.offloadGap <= 0)
+      return Status::error("--tcopy times activation offload's copies: it "
+                           "needs --offload-activations auto or all");
     cost.hostBytesPerTime = 1 / j.tcopy;
+  }
   scaleTimes(cost, timeScale(j, sch.numRanks(), sch.placement.numStages));
 
   // Costs whose sums overflow are refused here, before message placement

@@ -54,7 +54,8 @@ struct ScheduleJob {
   /// offloadGap > 0): the schedule gets the plan as OFFLOAD/RELOAD actions
   /// (insertOffload, after the messages and gathers) and each copy of a
   /// stash takes tcopy per M_B (CostModel::hostBytesPerTime = 1 / tcopy);
-  /// 0: free, no actions (memory only, as without it).
+  /// 0: free, no actions (memory only, as without it); > 0 without
+  /// offloadGap is an error.
   double tcopy = 0;
   /// ZeRO level (0-3; pipeforge-sched --zero): 3 inserts the gathers of
   /// each stage's parameters (insertParamGathers, after the messages) with
