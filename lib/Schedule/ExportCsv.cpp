@@ -499,291 +499,361 @@ WorkKind ourKind(PtKind pt) {
 }
 } // namespace
 
+namespace {
+/// Whether a line holds cell text (not only spaces and commas).
+bool isBlankLine(std::string_view line) {
+  bool blank = true;
+  for (size_t cs = 0; cs <= line.size() && blank;) {
+    size_t comma = line.find(',', cs);
+    blank = trim(line.substr(cs, comma == std::string_view::npos
+                                     ? std::string_view::npos
+                                     : comma - cs))
+                .empty();
+    if (comma == std::string_view::npos)
+      break;
+    cs = comma + 1;
+  }
+  return blank;
+}
+
+/// Row `row` (line `lineNo`) parsed into `cells`: the skipped cells counted
+/// (in the options' counters and the row's own), the others parsed. A row
+/// must hold a compute cell.
+void readRow(std::string_view line, size_t row, size_t lineNo,
+             const CsvImportOptions &opts, std::vector<RawCell> &cells) {
+  size_t skipped = 0;
+  // Sized once: a row of millions of cells does not grow by doubling.
+  cells.reserve(size_t(std::count(line.begin(), line.end(), ',')) + 1);
+  size_t cs = 0, col = 0;
+  while (cs <= line.size()) {
+    size_t comma = line.find(',', cs);
+    std::string_view c = trim(line.substr(
+        cs, comma == std::string_view::npos ? std::string_view::npos
+                                            : comma - cs));
+    Skipped sk = c.empty() ? Skipped::None : skippedCell(c);
+    if (sk != Skipped::None) {
+      int64_t *count = sk == Skipped::Fsdp ? opts.ignoredFsdpActions
+                                           : opts.ignoredWaitActions;
+      if (count)
+        ++*count;
+      ++skipped;
+    } else if (!c.empty()) {
+      cells.push_back(parseCell(c, row, col));
+    }
+    ++col;
+    if (comma == std::string_view::npos)
+      break;
+    cs = comma + 1;
+  }
+  bool computes = false;
+  for (const RawCell &c : cells)
+    computes |= c.kind == RawCell::Work || c.kind == RawCell::Pair;
+  if (!computes)
+    throw CsvError{
+        "csv row " + std::to_string(row) + " (line " + std::to_string(lineNo) +
+        ") holds no compute cell (F, I, W, B " + "or an overlapped pair)" +
+        (skipped + cells.size()
+             ? ", only " + std::to_string(skipped + cells.size()) +
+                   " message, gather, FSDP or wait cell(s)"
+             : std::string()) +
+        ": a row is a rank, and every rank computes"};
+}
+
+/// The rows of the file, each a rank's cells. One rule for lines
+/// (docs/schedule-json.md): a line without cell text (nothing, spaces,
+/// commas) is blank; blank lines before the first row and after the last
+/// are skipped, one between rows is an error (it would be an idle rank).
+/// Every other line is a rank's row and must hold a compute cell: a row of
+/// only skipped cells (FSDP, waits) or only messages is an error wherever
+/// it is.
+std::vector<std::vector<RawCell>> readRows(std::string_view all,
+                                           const CsvImportOptions &opts) {
+  std::vector<std::vector<RawCell>> rows;
+  size_t start = 0, lineNo = 0, blankAfterRows = 0;
+  while (start < all.size()) {
+    size_t nl = all.find('\n', start);
+    std::string_view line = all.substr(
+        start, nl == std::string_view::npos ? std::string_view::npos
+                                            : nl - start);
+    start = nl == std::string_view::npos ? all.size() : nl + 1;
+    if (!line.empty() && line.back() == '\r')
+      line.remove_suffix(1);
+    ++lineNo;
+    if (isBlankLine(line)) {
+      if (!rows.empty())
+        blankAfterRows = blankAfterRows ? blankAfterRows : lineNo;
+      continue;
+    }
+    if (blankAfterRows)
+      throw CsvError{"csv: line " + std::to_string(blankAfterRows) +
+                     " is blank between rows (one row per rank)"};
+    rows.emplace_back();
+    readRow(line, rows.size() - 1, lineNo, opts, rows.back());
+  }
+  if (rows.empty())
+    throw CsvError{"csv: no rows"};
+  return rows;
+}
+
+/// The placement read from where each stage computes: every stage up to
+/// the highest on one row; a V-shaped layout whose rows reduce gradients
+/// (GRADREDUCE) is DualPipe's.
+Placement inferPlacement(const std::vector<std::vector<RawCell>> &rows) {
+  const int32_t numRanks = static_cast<int32_t>(rows.size());
+  std::map<int32_t, int32_t> home;
+  int32_t maxStage = -1;
+  for (const auto &row : rows)
+    for (const RawCell &c : row) {
+      if (c.kind != RawCell::Work && c.kind != RawCell::Pair)
+        continue;
+      for (int32_t st : {c.stage, c.kind == RawCell::Pair ? c.stage2 : -1}) {
+        if (st < 0)
+          continue;
+        auto [it, fresh] = home.emplace(st, static_cast<int32_t>(c.row));
+        if (!fresh && it->second != static_cast<int32_t>(c.row))
+          fail(c.row, c.col, std::to_string(st),
+               "stage " + std::to_string(st) + " is also computed on row " +
+                   std::to_string(it->second));
+        maxStage = std::max(maxStage, st);
+      }
+    }
+  if (maxStage < 0)
+    throw CsvError{"csv: no compute cells"};
+  // Every stage up to the highest must be computed somewhere; check it
+  // before sizing the placement by the highest (a cell "500440000I00"
+  // alone must not allocate 500 million entries).
+  if (size_t(maxStage) + 1 != home.size()) {
+    int32_t missing = 0;
+    for (const auto &[st, r] : home) {
+      if (st != missing)
+        break;
+      ++missing;
+    }
+    throw CsvError{"csv: stage " + std::to_string(missing) +
+                   " is never computed; pass a placement"};
+  }
+  Placement pl;
+  pl.numRanks = numRanks;
+  pl.numStages = maxStage + 1;
+  pl.numCopies = 1;
+  pl.rankOf.assign(1, std::vector<int32_t>(pl.numStages));
+  for (int32_t st = 0; st <= maxStage; ++st) {
+    auto it = home.find(st);
+    if (it == home.end())
+      throw CsvError{"csv: stage " + std::to_string(st) +
+                     " is never computed; pass a placement"};
+    pl.rankOf[0][st] = it->second;
+  }
+  // DualPipe (our extension of the format: PyTorch has no two-copy
+  // schedule): its export numbers copy 1's stage s as p + s, which reads
+  // like a V placement, but its rows reduce the parameter gradients of the
+  // two copies (GRADREDUCE). A V-shaped layout with those cells is the dual
+  // placement.
+  bool gradReduce = false;
+  for (const auto &row : rows)
+    for (const RawCell &c : row)
+      gradReduce |= c.kind == RawCell::GradReduce;
+  if (gradReduce && pl.numStages == 2 * numRanks &&
+      pl.rankOf[0] == Placement::vShape(numRanks).rankOf[0])
+    pl = Placement::dual(numRanks);
+  return pl;
+}
+
+/// The placement: given (with as many ranks as rows), or inferred.
+Placement placementOf(const std::vector<std::vector<RawCell>> &rows,
+                      const CsvImportOptions &opts) {
+  const int32_t numRanks = static_cast<int32_t>(rows.size());
+  Placement pl;
+  if (opts.placement) {
+    pl = *opts.placement;
+    if (pl.numRanks != numRanks)
+      throw CsvError{"csv: " + std::to_string(numRanks) +
+                     " rows but the placement has " +
+                     std::to_string(pl.numRanks) + " ranks"};
+  } else {
+    pl = inferPlacement(rows);
+  }
+  if (pl.numStages > kMaxStages)
+    throw CsvError{"csv: more than " + std::to_string(kMaxStages) +
+                   " stages"};
+  return pl;
+}
+
+/// The cells as actions, row after row, on a placement: a cell's global
+/// stage as (copy, stage), its kind as ours (a gradient message's producer
+/// is BW where the file runs a full backward), each checked against the
+/// placement.
+class CellConverter {
+public:
+  CellConverter(const Placement &pl,
+                const std::vector<std::vector<RawCell>> &rows);
+  /// The cells of one row appended to the rank's program of `s`.
+  void convertRow(const std::vector<RawCell> &row, Schedule &s);
+  /// A complete schedule has one F per (copy, stage, microbatch): the
+  /// highest microbatch named needs that many forward cells. Returns the
+  /// microbatches.
+  int32_t checkMicrobatches() const;
+
+private:
+  Work toWork(const RawCell &c, PtKind kind, int32_t stage, int32_t mb);
+  void convertMessage(const RawCell &c, int32_t r, Schedule &s);
+  void convertGather(const RawCell &c, int32_t r, Schedule &s);
+  static std::string cellText(const RawCell &c) {
+    return std::to_string(c.stage) + ptKindName(c.ptKind) +
+           std::to_string(c.mb);
+  }
+
+  const Placement &pl;
+  int32_t ns, total;
+  /// Which (global stage, mb) run a full backward, sorted.
+  std::vector<std::pair<int32_t, int32_t>> fullBackward;
+  int64_t forwards = 0;
+  int32_t maxMb = -1;
+};
+
+CellConverter::CellConverter(const Placement &pl,
+                             const std::vector<std::vector<RawCell>> &rows)
+    : pl(pl), ns(pl.numStages), total(pl.numStages * pl.numCopies) {
+  // Counted before the cells are converted, checked after (their errors
+  // first).
+  for (const auto &row : rows)
+    for (const RawCell &c : row) {
+      if (c.kind == RawCell::Work && c.ptKind == PtKind::B)
+        fullBackward.emplace_back(c.stage, c.mb);
+      if (c.kind == RawCell::Pair && c.ptKind2 == PtKind::B)
+        fullBackward.emplace_back(c.stage2, c.mb2);
+      forwards += (c.kind == RawCell::Work && c.ptKind == PtKind::F) +
+                  (c.kind == RawCell::Pair &&
+                   (c.ptKind == PtKind::F || c.ptKind2 == PtKind::F));
+    }
+  std::sort(fullBackward.begin(), fullBackward.end());
+}
+
+Work CellConverter::toWork(const RawCell &c, PtKind kind, int32_t stage,
+                           int32_t mb) {
+  if (stage >= total)
+    fail(c.row, c.col,
+         std::to_string(stage) + ptKindName(kind) + std::to_string(mb),
+         "stage " + std::to_string(stage) + " is out of range (" +
+             std::to_string(total) + " stages)");
+  Work w;
+  w.kind = ourKind(kind);
+  w.copy = static_cast<int8_t>(stage / ns);
+  w.stage = stage % ns;
+  w.mb = mb;
+  maxMb = std::max(maxMb, mb);
+  return w;
+}
+
+void CellConverter::convertRow(const std::vector<RawCell> &row, Schedule &s) {
+  if (!row.empty())
+    s.programs[row.front().row].reserve(row.size());
+  for (const RawCell &c : row) {
+    int32_t r = static_cast<int32_t>(c.row);
+    switch (c.kind) {
+    case RawCell::Work: {
+      Work w = toWork(c, c.ptKind, c.stage, c.mb);
+      if (pl.rank(w.copy, w.stage) != r)
+        fail(c.row, c.col, cellText(c),
+             "stage " + std::to_string(c.stage) + " is placed on rank " +
+                 std::to_string(pl.rank(w.copy, w.stage)));
+      s.programs[r].push_back(Action::compute(w));
+      break;
+    }
+    case RawCell::Pair:
+      s.programs[r].push_back(
+          Action::overlap(toWork(c, c.ptKind, c.stage, c.mb),
+                          toWork(c, c.ptKind2, c.stage2, c.mb2)));
+      break;
+    case RawCell::Send:
+    case RawCell::Recv:
+      convertMessage(c, r, s);
+      break;
+    case RawCell::GradReduce:
+      s.programs[r].push_back(Action::gradReduce(c.peer));
+      s.hasComm = true;
+      break;
+    case RawCell::Unshard:
+    case RawCell::Reshard:
+      convertGather(c, r, s);
+      break;
+    }
+  }
+}
+
+void CellConverter::convertMessage(const RawCell &c, int32_t r, Schedule &s) {
+  bool act = c.ptKind == PtKind::SendF || c.ptKind == PtKind::RecvF;
+  bool send = c.kind == RawCell::Send;
+  // The producer's global stage.
+  int32_t ps = c.stage - (send ? 0 : (act ? 1 : -1));
+  if (ps < 0 || ps >= total)
+    fail(c.row, c.col, cellText(c), "has no producer stage");
+  Work w = toWork(c, act ? PtKind::F : PtKind::I, ps, c.mb);
+  if (!act && std::binary_search(fullBackward.begin(), fullBackward.end(),
+                                 std::make_pair(ps, c.mb)))
+    w.kind = WorkKind::BW;
+  int32_t cs = ps + (act ? 1 : -1);
+  if (cs < 0 || cs >= total || cs / ns != ps / ns)
+    fail(c.row, c.col, cellText(c), "has no consumer stage");
+  int32_t src = pl.rank(w.copy, w.stage);
+  int32_t dst = pl.rank(cs / ns, cs % ns);
+  Payload p = act ? Payload::Activation : Payload::Gradient;
+  s.programs[r].push_back(send ? Action::send(p, w, dst)
+                               : Action::recv(p, w, src));
+  s.hasComm = true;
+}
+
+void CellConverter::convertGather(const RawCell &c, int32_t r, Schedule &s) {
+  const char *name = c.kind == RawCell::Unshard ? "UNSHARD" : "RESHARD";
+  std::string text = std::to_string(c.stage) + name;
+  if (c.stage >= total)
+    fail(c.row, c.col, text,
+         "stage " + std::to_string(c.stage) + " is out of range (" +
+             std::to_string(total) + " stages)");
+  int32_t copy = c.stage / ns, stage = c.stage % ns;
+  if (pl.rank(copy, stage) != r)
+    fail(c.row, c.col, text,
+         "stage " + std::to_string(c.stage) + " is placed on rank " +
+             std::to_string(pl.rank(copy, stage)) +
+             ": a rank gathers only the stages it computes");
+  s.programs[r].push_back(c.kind == RawCell::Unshard
+                              ? Action::unshard(stage, copy)
+                              : Action::reshard(stage, copy));
+}
+
+int32_t CellConverter::checkMicrobatches() const {
+  // A cell naming microbatch 404004040 in a file of a few cells is not a
+  // complete schedule, and must not make the verifier and the simulator
+  // size their tables by it.
+  if (int64_t(maxMb) + 1 > kMaxMicrobatches ||
+      (int64_t(maxMb) + 1) * total > forwards)
+    throw CsvError{"csv: microbatch " + std::to_string(maxMb) +
+                   " is named, but the file has " + std::to_string(forwards) +
+                   " forward cells: a schedule of " +
+                   std::to_string(int64_t(maxMb) + 1) +
+                   " microbatches over " + std::to_string(total) +
+                   " stages has one per stage and "
+                   "microbatch"};
+  return maxMb + 1;
+}
+} // namespace
+
 Expected<Schedule> importCsv(const std::string &text,
                              const CsvImportOptions &opts) {
   try {
-    // Split into rows and cells. One rule for lines (docs/schedule-json.md):
-    // a line without cell text (nothing, spaces, commas) is blank; blank
-    // lines before the first row and after the last are skipped, one
-    // between rows is an error (it would be an idle rank). Every other line
-    // is a rank's row and must hold a compute cell: a row of only skipped
-    // cells (FSDP, waits) or only messages is an error wherever it is.
-    std::vector<std::vector<RawCell>> rows;
-    std::vector<size_t> rowSkipped;
-    size_t start = 0, lineNo = 0, blankAfterRows = 0;
-    const std::string_view all(text);
-    while (start < all.size()) {
-      size_t nl = all.find('\n', start);
-      std::string_view line = all.substr(
-          start, nl == std::string_view::npos ? std::string_view::npos
-                                              : nl - start);
-      start = nl == std::string_view::npos ? all.size() : nl + 1;
-      if (!line.empty() && line.back() == '\r')
-        line.remove_suffix(1);
-      ++lineNo;
-      bool blank = true;
-      for (size_t cs = 0; cs <= line.size() && blank;) {
-        size_t comma = line.find(',', cs);
-        blank = trim(line.substr(cs, comma == std::string_view::npos
-                                         ? std::string_view::npos
-                                         : comma - cs))
-                    .empty();
-        if (comma == std::string_view::npos)
-          break;
-        cs = comma + 1;
-      }
-      if (blank) {
-        if (!rows.empty())
-          blankAfterRows = blankAfterRows ? blankAfterRows : lineNo;
-        continue;
-      }
-      if (blankAfterRows)
-        return Status::error("csv: line " + std::to_string(blankAfterRows) +
-                             " is blank between rows (one row per rank)");
-      size_t row = rows.size();
-      rows.emplace_back();
-      rowSkipped.push_back(0);
-      // Sized once: a row of millions of cells does not grow by doubling.
-      rows[row].reserve(size_t(std::count(line.begin(), line.end(), ',')) + 1);
-      size_t cs = 0, col = 0;
-      while (cs <= line.size()) {
-        size_t comma = line.find(',', cs);
-        std::string_view c = trim(line.substr(
-            cs, comma == std::string_view::npos ? std::string_view::npos
-                                                : comma - cs));
-        Skipped sk = c.empty() ? Skipped::None : skippedCell(c);
-        if (sk != Skipped::None) {
-          int64_t *count = sk == Skipped::Fsdp ? opts.ignoredFsdpActions
-                                               : opts.ignoredWaitActions;
-          if (count)
-            ++*count;
-          ++rowSkipped[row];
-        } else if (!c.empty()) {
-          rows[row].push_back(parseCell(c, row, col));
-        }
-        ++col;
-        if (comma == std::string_view::npos)
-          break;
-        cs = comma + 1;
-      }
-      bool computes = false;
-      for (const RawCell &c : rows[row])
-        computes |= c.kind == RawCell::Work || c.kind == RawCell::Pair;
-      if (!computes)
-        return Status::error(
-            "csv row " + std::to_string(row) + " (line " +
-            std::to_string(lineNo) + ") holds no compute cell (F, I, W, B " +
-            "or an overlapped pair)" +
-            (rowSkipped[row] + rows[row].size()
-                 ? ", only " +
-                       std::to_string(rowSkipped[row] + rows[row].size()) +
-                       " message, gather, FSDP or wait cell(s)"
-                 : std::string()) +
-            ": a row is a rank, and every rank computes");
-    }
-    if (rows.empty())
-      return Status::error("csv: no rows");
-    int32_t numRanks = static_cast<int32_t>(rows.size());
-
-    // Placement: given, or inferred from where each stage computes.
-    Placement pl;
-    if (opts.placement) {
-      pl = *opts.placement;
-      if (pl.numRanks != numRanks)
-        return Status::error("csv: " + std::to_string(numRanks) +
-                             " rows but the placement has " +
-                             std::to_string(pl.numRanks) + " ranks");
-    } else {
-      std::map<int32_t, int32_t> home;
-      int32_t maxStage = -1;
-      for (const auto &row : rows)
-        for (const RawCell &c : row) {
-          if (c.kind != RawCell::Work && c.kind != RawCell::Pair)
-            continue;
-          for (int32_t st :
-               {c.stage, c.kind == RawCell::Pair ? c.stage2 : -1}) {
-            if (st < 0)
-              continue;
-            auto [it, fresh] = home.emplace(st, static_cast<int32_t>(c.row));
-            if (!fresh && it->second != static_cast<int32_t>(c.row))
-              fail(c.row, c.col, std::to_string(st),
-                   "stage " + std::to_string(st) + " is also computed on row " +
-                       std::to_string(it->second));
-            maxStage = std::max(maxStage, st);
-          }
-        }
-      if (maxStage < 0)
-        return Status::error("csv: no compute cells");
-      // Every stage up to the highest must be computed somewhere; check it
-      // before sizing the placement by the highest (a cell "500440000I00"
-      // alone must not allocate 500 million entries).
-      if (size_t(maxStage) + 1 != home.size()) {
-        int32_t missing = 0;
-        for (const auto &[st, r] : home) {
-          if (st != missing)
-            break;
-          ++missing;
-        }
-        return Status::error("csv: stage " + std::to_string(missing) +
-                             " is never computed; pass a placement");
-      }
-      pl.numRanks = numRanks;
-      pl.numStages = maxStage + 1;
-      pl.numCopies = 1;
-      pl.rankOf.assign(1, std::vector<int32_t>(pl.numStages));
-      for (int32_t st = 0; st <= maxStage; ++st) {
-        auto it = home.find(st);
-        if (it == home.end())
-          return Status::error("csv: stage " + std::to_string(st) +
-                               " is never computed; pass a placement");
-        pl.rankOf[0][st] = it->second;
-      }
-      // DualPipe (our extension of the format: PyTorch has no two-copy
-      // schedule): its export numbers copy 1's stage s as p + s, which
-      // reads like a V placement, but its rows reduce the parameter
-      // gradients of the two copies (GRADREDUCE). A V-shaped layout with
-      // those cells is the dual placement.
-      bool gradReduce = false;
-      for (const auto &row : rows)
-        for (const RawCell &c : row)
-          gradReduce |= c.kind == RawCell::GradReduce;
-      if (gradReduce && pl.numStages == 2 * numRanks &&
-          pl.rankOf[0] == Placement::vShape(numRanks).rankOf[0])
-        pl = Placement::dual(numRanks);
-    }
-    if (pl.numStages > kMaxStages)
-      return Status::error("csv: more than " + std::to_string(kMaxStages) +
-                           " stages");
-    int32_t ns = pl.numStages;
-    int32_t total = ns * pl.numCopies;
-
-    // Which (global stage, mb) run a full backward: a gradient message's
-    // producer is BW there and B otherwise. Sorted, for binary search.
-    std::vector<std::pair<int32_t, int32_t>> fullBackward;
-    int32_t maxMb = -1;
-    auto toWork = [&](const RawCell &c, PtKind kind, int32_t stage,
-                      int32_t mb) {
-      if (stage >= total)
-        fail(c.row, c.col,
-             std::to_string(stage) + ptKindName(kind) + std::to_string(mb),
-             "stage " + std::to_string(stage) + " is out of range (" +
-                 std::to_string(total) + " stages)");
-      Work w;
-      w.kind = ourKind(kind);
-      w.copy = static_cast<int8_t>(stage / ns);
-      w.stage = stage % ns;
-      w.mb = mb;
-      maxMb = std::max(maxMb, mb);
-      return w;
-    };
-    // A complete schedule has one F per (copy, stage, microbatch): counted
-    // here, checked once the cells are converted (their errors first).
-    int64_t forwards = 0;
-    for (const auto &row : rows)
-      for (const RawCell &c : row) {
-        if (c.kind == RawCell::Work && c.ptKind == PtKind::B)
-          fullBackward.emplace_back(c.stage, c.mb);
-        if (c.kind == RawCell::Pair && c.ptKind2 == PtKind::B)
-          fullBackward.emplace_back(c.stage2, c.mb2);
-        forwards += (c.kind == RawCell::Work && c.ptKind == PtKind::F) +
-                    (c.kind == RawCell::Pair &&
-                     (c.ptKind == PtKind::F || c.ptKind2 == PtKind::F));
-      }
-    std::sort(fullBackward.begin(), fullBackward.end());
-
+    std::vector<std::vector<RawCell>> rows = readRows(text, opts);
+    Placement pl = placementOf(rows, opts);
+    CellConverter convert(pl, rows);
     Schedule s;
     s.name = opts.name;
-    s.programs.resize(numRanks);
+    s.programs.resize(rows.size());
     for (auto &row : rows) {
-      if (!row.empty())
-        s.programs[row.front().row].reserve(row.size());
-      for (const RawCell &c : row) {
-        int32_t r = static_cast<int32_t>(c.row);
-        auto cellText = [&] {
-          return std::to_string(c.stage) + ptKindName(c.ptKind) +
-                 std::to_string(c.mb);
-        };
-        switch (c.kind) {
-        case RawCell::Work: {
-          Work w = toWork(c, c.ptKind, c.stage, c.mb);
-          if (pl.rank(w.copy, w.stage) != r)
-            fail(c.row, c.col, cellText(),
-                 "stage " + std::to_string(c.stage) + " is placed on rank " +
-                     std::to_string(pl.rank(w.copy, w.stage)));
-          s.programs[r].push_back(Action::compute(w));
-          break;
-        }
-        case RawCell::Pair:
-          s.programs[r].push_back(
-              Action::overlap(toWork(c, c.ptKind, c.stage, c.mb),
-                              toWork(c, c.ptKind2, c.stage2, c.mb2)));
-          break;
-        case RawCell::Send:
-        case RawCell::Recv: {
-          bool act = c.ptKind == PtKind::SendF || c.ptKind == PtKind::RecvF;
-          bool send = c.kind == RawCell::Send;
-          // The producer's global stage.
-          int32_t ps = c.stage - (send ? 0 : (act ? 1 : -1));
-          if (ps < 0 || ps >= total)
-            fail(c.row, c.col, cellText(), "has no producer stage");
-          Work w = toWork(c, act ? PtKind::F : PtKind::I, ps, c.mb);
-          if (!act && std::binary_search(fullBackward.begin(),
-                                         fullBackward.end(),
-                                         std::make_pair(ps, c.mb)))
-            w.kind = WorkKind::BW;
-          int32_t cs = ps + (act ? 1 : -1);
-          if (cs < 0 || cs >= total || cs / ns != ps / ns)
-            fail(c.row, c.col, cellText(), "has no consumer stage");
-          int32_t src = pl.rank(w.copy, w.stage);
-          int32_t dst = pl.rank(cs / ns, cs % ns);
-          Payload p = act ? Payload::Activation : Payload::Gradient;
-          s.programs[r].push_back(send ? Action::send(p, w, dst)
-                                       : Action::recv(p, w, src));
-          s.hasComm = true;
-          break;
-        }
-        case RawCell::GradReduce:
-          s.programs[r].push_back(Action::gradReduce(c.peer));
-          s.hasComm = true;
-          break;
-        case RawCell::Unshard:
-        case RawCell::Reshard: {
-          const char *name = c.kind == RawCell::Unshard ? "UNSHARD" : "RESHARD";
-          std::string text = std::to_string(c.stage) + name;
-          if (c.stage >= total)
-            fail(c.row, c.col, text,
-                 "stage " + std::to_string(c.stage) + " is out of range (" +
-                     std::to_string(total) + " stages)");
-          int32_t copy = c.stage / ns, stage = c.stage % ns;
-          if (pl.rank(copy, stage) != r)
-            fail(c.row, c.col, text,
-                 "stage " + std::to_string(c.stage) + " is placed on rank " +
-                     std::to_string(pl.rank(copy, stage)) +
-                     ": a rank gathers only the stages it computes");
-          s.programs[r].push_back(c.kind == RawCell::Unshard
-                                      ? Action::unshard(stage, copy)
-                                      : Action::reshard(stage, copy));
-          break;
-        }
-        }
-      }
+      convert.convertRow(row, s);
       // Converted: the row's cells are no longer needed.
       std::vector<RawCell>().swap(row);
     }
-    // A cell naming microbatch 404004040 in a file of a few cells is not a
-    // complete schedule, and must not make the verifier and the simulator
-    // size their tables by it.
-    if (int64_t(maxMb) + 1 > kMaxMicrobatches ||
-        (int64_t(maxMb) + 1) * total > forwards)
-      throw CsvError{"csv: microbatch " + std::to_string(maxMb) +
-                     " is named, but the file has " + std::to_string(forwards) +
-                     " forward cells: a schedule of " +
-                     std::to_string(int64_t(maxMb) + 1) +
-                     " microbatches over " + std::to_string(total) +
-                     " stages has one per stage and "
-                     "microbatch"};
+    s.numMicrobatches = convert.checkMicrobatches();
     s.placement = pl;
-    s.numMicrobatches = maxMb + 1;
     return s;
   } catch (const CsvError &e) {
     return Status::error(e.msg);
