@@ -174,29 +174,90 @@ static_assert(sizeof(kSpaces) == kMaxLabel + 1 && kSpaces[kMaxLabel - 1] == ' ',
               "kSpaces holds kMaxLabel spaces");
 } // namespace
 
-void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
-  detail::exportTextGrid(s, sim, os, size_t(1) << 19);
-}
+namespace {
+/// The text grid of one simulated schedule, in phases: each rank's
+/// intervals found, the column's time (the slot) chosen, each rank's row
+/// built (a code per column and its labels), the columns' widths measured,
+/// and the lines written in blocks of columns.
+class GridWriter {
+public:
+  GridWriter(const Schedule &s, const SimResult &sim, size_t blockColumns)
+      : s(s), sim(sim), p(s.numRanks()),
+        blockCols(std::max<size_t>(1, blockColumns)),
+        // Threads only where the grid is big enough to pay for them (one
+        // rank, or a block of columns, each).
+        parallel(sim.intervals.size() >= (size_t(1) << 16)) {}
 
-void detail::exportTextGrid(const Schedule &s, const SimResult &sim,
-                            std::ostream &os, size_t blockColumns) {
-  const size_t blockCols = std::max<size_t>(1, blockColumns);
-  int p = s.numRanks();
-  // Each rank's intervals (SimResult keeps them rank after rank).
-  std::vector<size_t> first(size_t(p) + 1, sim.intervals.size());
+  void write(std::ostream &os) {
+    indexRanks();
+    chooseUnit();
+    buildRows();
+    measureColumns();
+    writeHeader(os);
+    locateLabels();
+    writeBlocks(os);
+  }
+
+private:
+  /// Each rank's intervals (SimResult keeps them rank after rank).
+  void indexRanks();
+  std::pair<const Interval *, const Interval *> inRank(int r) const {
+    return {sim.intervals.data() + first[r],
+            sim.intervals.data() + first[r + 1]};
+  }
+  /// The slot: the shortest compute action, coarser where the makespan
+  /// would need more than kMaxGridColumns of them.
+  void chooseUnit();
+  /// The ranks' rows, one rank per thread (rows are independent; millions
+  /// of cells per row): a byte per column and each label formatted once.
+  void buildRows();
+  void buildRow(size_t r);
+  /// Per-column widths: an overlapped pair widens only its own column.
+  void measureColumns();
+  void writeHeader(std::ostream &os) const;
+  /// Where each block's labels start in its row's labels.
+  void locateLabels();
+  /// Block k of rank r's line into `out`.
+  void formatBlock(int r, size_t k, Bytes &out) const;
+  /// The blocks in output order, a core's worth at a time.
+  void writeBlocks(std::ostream &os);
+
+  static size_t cellLen(uint8_t code) {
+    return code == GridRow::kIdle || code == GridRow::kBusy ? 1 : code;
+  }
+  static uint8_t codeAt(const GridRow &row, size_t c) {
+    return c < row.codes.length()
+               ? static_cast<uint8_t>(row.codes.begin()[c])
+               : GridRow::kIdle;
+  }
+
+  const Schedule &s;
+  const SimResult &sim;
+  const int p;
+  const size_t blockCols;
+  const bool parallel;
+  std::vector<size_t> first; ///< rank r's intervals: [first[r], first[r+1])
+  double unit = 0;
+  std::vector<std::vector<int>> chunks; ///< chunkIndex(s)
+  std::vector<GridRow> rows;
+  size_t cols = 0;
+  std::vector<uint8_t> width;
+  std::string rankHdr; ///< the widest rank's name
+  size_t blocksPerRow = 1;
+  std::vector<std::vector<size_t>> labelAt;
+};
+
+void GridWriter::indexRanks() {
+  first.assign(size_t(p) + 1, sim.intervals.size());
   for (int r = p - 1; r >= 0; --r)
     first[r] = size_t(
         std::partition_point(sim.intervals.begin(),
                              sim.intervals.begin() + first[r + 1],
                              [&](const Interval &iv) { return iv.rank < r; }) -
         sim.intervals.begin());
-  auto inRank = [&](int r) {
-    return std::pair(sim.intervals.begin() + first[r],
-                     sim.intervals.begin() + first[r + 1]);
-  };
-  // Threads only where the grid is big enough to pay for them (one rank,
-  // or a block of columns, each).
-  const bool parallel = sim.intervals.size() >= (size_t(1) << 16);
+}
+
+void GridWriter::chooseUnit() {
   // The shortest compute action (the slot) and the last finite end, one
   // rank per core (a minimum and a maximum: any order gives the same).
   std::vector<double> rankUnit(size_t(p), 0), rankEnd(size_t(p), 0);
@@ -215,7 +276,7 @@ void detail::exportTextGrid(const Schedule &s, const SimResult &sim,
     rankUnit[r] = u;
     rankEnd[r] = e;
   }, parallel);
-  double unit = 0, makespan = 0;
+  double makespan = 0;
   for (int r = 0; r < p; ++r) {
     if (rankUnit[r] > 0 && (unit == 0 || rankUnit[r] < unit))
       unit = rankUnit[r];
@@ -230,97 +291,95 @@ void detail::exportTextGrid(const Schedule &s, const SimResult &sim,
   if (!std::isfinite(unit) || makespan / unit > kMaxGridColumns)
     unit = makespan > 0 && std::isfinite(makespan) ? makespan / kMaxGridColumns
                                                    : 1;
-  auto chunks = chunkIndex(s);
-  int32_t stages = s.placement.numStages;
-  // The ranks' rows, one rank per thread (rows are independent; millions
-  // of cells per row): a byte per column and each label formatted once.
-  auto chunksOf = [&](size_t r) {
-    return RankChunks{chunks[r].data(), chunks[r].size(), stages};
-  };
-  std::vector<GridRow> rows(static_cast<size_t>(p));
-  forEachParallel(size_t(p), [&](size_t r) {
-    GridRow &row = rows[r];
-    auto [b, e] = inRank(int(r));
-    const size_t n = size_t(e - b);
-    const RankChunks ck = chunksOf(r);
-    const Action *prog = s.programs[r].data();
-    // The buffers' ends in locals, spilled back only to grow: the loop
-    // stores bytes, and fields in memory would be reloaded after each.
-    char *lab = row.labels.room(n * 8 + kMaxLabel);
-    char *labLimit = lab + row.labels.spare() - kMaxLabel;
-    char *code = row.codes.room(n + 1);
-    char *codeLimit = code + row.codes.spare();
-    size_t nextFree = 0; // columns so far
-    for (auto it = b; it != e; ++it) {
-      const Interval &iv = *it;
-      const Action &a = prog[iv.actionIndex];
-      if (!a.isCompute())
-        continue;
-      size_t col = std::max(
-          nextFree,
-          static_cast<size_t>(roundHalfAway(std::max(0.0, iv.start) / unit)));
-      size_t span =
-          std::max<long long>(1, roundHalfAway((iv.end - iv.start) / unit));
-      if (lab > labLimit) {
-        row.labels.setEnd(lab);
-        lab = row.labels.room(n + kMaxLabel);
-        labLimit = lab + row.labels.spare() - kMaxLabel;
-      }
-      char *labEnd = putLabel(lab, a, ck);
-      const size_t need = col + span - nextFree;
-      if (size_t(codeLimit - code) < need) {
-        row.codes.setEnd(code);
-        code = row.codes.room(need + n);
-        codeLimit = code + row.codes.spare();
-      }
-      if (col > nextFree) {
-        std::memset(code, GridRow::kIdle, col - nextFree);
-        code += col - nextFree;
-      }
-      *code++ = char(labEnd - lab);
-      if (span > 1) {
-        std::memset(code, GridRow::kBusy, span - 1);
-        code += span - 1;
-      }
-      lab = labEnd;
-      nextFree = col + span;
+}
+
+void GridWriter::buildRows() {
+  chunks = chunkIndex(s);
+  rows = std::vector<GridRow>(static_cast<size_t>(p));
+  forEachParallel(size_t(p), [&](size_t r) { buildRow(r); }, parallel);
+}
+
+void GridWriter::buildRow(size_t r) {
+  GridRow &row = rows[r];
+  auto [b, e] = inRank(int(r));
+  const size_t n = size_t(e - b);
+  const RankChunks ck{chunks[r].data(), chunks[r].size(),
+                      s.placement.numStages};
+  const Action *prog = s.programs[r].data();
+  const double unit = this->unit;
+  // The buffers' ends in locals, spilled back only to grow: the loop
+  // stores bytes, and fields in memory would be reloaded after each.
+  char *lab = row.labels.room(n * 8 + kMaxLabel);
+  char *labLimit = lab + row.labels.spare() - kMaxLabel;
+  char *code = row.codes.room(n + 1);
+  char *codeLimit = code + row.codes.spare();
+  size_t nextFree = 0; // columns so far
+  for (auto it = b; it != e; ++it) {
+    const Interval &iv = *it;
+    const Action &a = prog[iv.actionIndex];
+    if (!a.isCompute())
+      continue;
+    size_t col = std::max(
+        nextFree,
+        static_cast<size_t>(roundHalfAway(std::max(0.0, iv.start) / unit)));
+    size_t span =
+        std::max<long long>(1, roundHalfAway((iv.end - iv.start) / unit));
+    if (lab > labLimit) {
+      row.labels.setEnd(lab);
+      lab = row.labels.room(n + kMaxLabel);
+      labLimit = lab + row.labels.spare() - kMaxLabel;
     }
-    row.labels.setEnd(lab);
-    row.labels.room(kMaxLabel); // the writer copies kMaxLabel bytes at once
-    row.codes.setEnd(code);
-  }, parallel);
-  // Per-column widths: an overlapped pair widens only its own column.
-  size_t cols = 0;
+    char *labEnd = putLabel(lab, a, ck);
+    const size_t need = col + span - nextFree;
+    if (size_t(codeLimit - code) < need) {
+      row.codes.setEnd(code);
+      code = row.codes.room(need + n);
+      codeLimit = code + row.codes.spare();
+    }
+    if (col > nextFree) {
+      std::memset(code, GridRow::kIdle, col - nextFree);
+      code += col - nextFree;
+    }
+    *code++ = char(labEnd - lab);
+    if (span > 1) {
+      std::memset(code, GridRow::kBusy, span - 1);
+      code += span - 1;
+    }
+    lab = labEnd;
+    nextFree = col + span;
+  }
+  row.labels.setEnd(lab);
+  row.labels.room(kMaxLabel); // the writer copies kMaxLabel bytes at once
+  row.codes.setEnd(code);
+}
+
+void GridWriter::measureColumns() {
   for (const GridRow &row : rows)
     cols = std::max(cols, row.codes.length());
-  std::vector<uint8_t> width(cols, 1);
+  width.assign(cols, 1);
   for (const GridRow &row : rows) {
     const uint8_t *c = reinterpret_cast<const uint8_t *>(row.codes.begin());
     for (size_t k = 0, n = row.codes.length(); k < n; ++k)
       width[k] = std::max(width[k], c[k]);
   }
+}
+
+void GridWriter::writeHeader(std::ostream &os) const {
   os << (s.name.empty() ? std::string("schedule") : s.name) << ": " << p
      << " ranks, " << s.numMicrobatches << " microbatches, slot " << fmt(unit)
      << ", makespan " << fmt(sim.makespan) << ", bubble "
      << fmt(sim.bubbleRate) << "\n";
-  std::string rankHdr = "r" + std::to_string(p - 1);
-  // The lines are cut into blocks of columns, formatted as many at a time
-  // as there are cores, each into its own buffer, and written in order: a
-  // few megabytes in flight instead of whole rows of a million cells. A
-  // block starts at its first label (the labels before it, counted from the
-  // codes) with the padding its column's predecessor leaves.
-  const size_t blocksPerRow =
-      std::max<size_t>(1, (cols + blockCols - 1) / blockCols);
-  auto cellLen = [](uint8_t code) -> size_t {
-    return code == GridRow::kIdle || code == GridRow::kBusy ? 1 : code;
-  };
-  auto codeAt = [&](const GridRow &row, size_t c) -> uint8_t {
-    return c < row.codes.length()
-               ? static_cast<uint8_t>(row.codes.begin()[c])
-               : GridRow::kIdle;
-  };
-  // Where each block's labels start in its row's labels.
-  std::vector<std::vector<size_t>> labelAt(static_cast<size_t>(p));
+}
+
+// The lines are cut into blocks of columns, formatted as many at a time as
+// there are cores, each into its own buffer, and written in order: a few
+// megabytes in flight instead of whole rows of a million cells. A block
+// starts at its first label (the labels before it, counted from the codes)
+// with the padding its column's predecessor leaves.
+void GridWriter::locateLabels() {
+  rankHdr = "r" + std::to_string(p - 1);
+  blocksPerRow = std::max<size_t>(1, (cols + blockCols - 1) / blockCols);
+  labelAt.assign(static_cast<size_t>(p), {});
   forEachParallel(size_t(p), [&](size_t r) {
     const GridRow &row = rows[r];
     std::vector<size_t> &at = labelAt[r];
@@ -335,56 +394,58 @@ void detail::exportTextGrid(const Schedule &s, const SimResult &sim,
       }
     }
   }, parallel);
-  // Block k of rank r's line into `out`. Each column: a space, the cell,
-  // then the spaces that pad it to its column's width (written before the
-  // next cell: a line has no trailing spaces).
-  auto formatBlock = [&](int r, size_t k, Bytes &out) {
-    const GridRow &row = rows[size_t(r)];
-    const size_t c0 = k * blockCols, c1 = std::min(cols, c0 + blockCols);
-    size_t bound = rankHdr.size() + 4 + 2 * kMaxLabel;
-    for (size_t c = c0; c < c1; ++c)
-      bound += size_t(width[c]) + 1;
-    out.setEnd(const_cast<char *>(out.begin()));
-    char *o = out.room(bound);
-    if (c0 == 0) {
-      std::string name = "r" + std::to_string(r);
-      std::string head =
-          name + std::string(rankHdr.size() - name.size(), ' ') + " |";
-      std::memcpy(o, head.data(), head.size());
-      o += head.size();
+}
+
+// Each column: a space, the cell, then the spaces that pad it to its
+// column's width (written before the next cell: a line has no trailing
+// spaces).
+void GridWriter::formatBlock(int r, size_t k, Bytes &out) const {
+  const GridRow &row = rows[size_t(r)];
+  const size_t c0 = k * blockCols, c1 = std::min(cols, c0 + blockCols);
+  size_t bound = rankHdr.size() + 4 + 2 * kMaxLabel;
+  for (size_t c = c0; c < c1; ++c)
+    bound += size_t(width[c]) + 1;
+  out.setEnd(const_cast<char *>(out.begin()));
+  char *o = out.room(bound);
+  if (c0 == 0) {
+    std::string name = "r" + std::to_string(r);
+    std::string head =
+        name + std::string(rankHdr.size() - name.size(), ' ') + " |";
+    std::memcpy(o, head.data(), head.size());
+    o += head.size();
+  }
+  const uint8_t *codes = reinterpret_cast<const uint8_t *>(row.codes.begin());
+  const uint8_t *widths = width.data();
+  const size_t n = row.codes.length();
+  const char *label = row.labels.begin() + labelAt[size_t(r)][k];
+  size_t pendingSpaces =
+      c0 == 0 ? 0 : width[c0 - 1] - cellLen(codeAt(row, c0 - 1));
+  for (size_t c = c0; c < c1; ++c) {
+    // Fixed-size copies (a label and its padding are under kMaxLabel
+    // bytes; `out` and the labels have that much room past their end): no
+    // call, no `rep movs` start-up per cell.
+    std::memcpy(o, kSpaces, kMaxLabel);
+    o += pendingSpaces + 1;
+    uint8_t code = c < n ? codes[c] : GridRow::kIdle;
+    size_t len = 1;
+    if (code == GridRow::kIdle)
+      *o = '.';
+    else if (code == GridRow::kBusy)
+      *o = '-';
+    else {
+      len = code;
+      std::memcpy(o, label, kMaxLabel);
+      label += len;
     }
-    const uint8_t *codes =
-        reinterpret_cast<const uint8_t *>(row.codes.begin());
-    const uint8_t *widths = width.data();
-    const size_t n = row.codes.length();
-    const char *label = row.labels.begin() + labelAt[size_t(r)][k];
-    size_t pendingSpaces =
-        c0 == 0 ? 0 : width[c0 - 1] - cellLen(codeAt(row, c0 - 1));
-    for (size_t c = c0; c < c1; ++c) {
-      // Fixed-size copies (a label and its padding are under kMaxLabel
-      // bytes; `out` and the labels have that much room past their end):
-      // no call, no `rep movs` start-up per cell.
-      std::memcpy(o, kSpaces, kMaxLabel);
-      o += pendingSpaces + 1;
-      uint8_t code = c < n ? codes[c] : GridRow::kIdle;
-      size_t len = 1;
-      if (code == GridRow::kIdle)
-        *o = '.';
-      else if (code == GridRow::kBusy)
-        *o = '-';
-      else {
-        len = code;
-        std::memcpy(o, label, kMaxLabel);
-        label += len;
-      }
-      o += len;
-      pendingSpaces = widths[c] - len;
-    }
-    if (c1 == cols)
-      *o++ = '\n';
-    out.setEnd(o);
-  };
-  // The blocks in output order, a core's worth at a time.
+    o += len;
+    pendingSpaces = widths[c] - len;
+  }
+  if (c1 == cols)
+    *o++ = '\n';
+  out.setEnd(o);
+}
+
+void GridWriter::writeBlocks(std::ostream &os) {
   const size_t tasks = size_t(p) * blocksPerRow;
   const size_t batch =
       parallel ? std::max<size_t>(
@@ -406,6 +467,16 @@ void detail::exportTextGrid(const Schedule &s, const SimResult &sim,
       }
     }
   }
+}
+} // namespace
+
+void exportTextGrid(const Schedule &s, const SimResult &sim, std::ostream &os) {
+  detail::exportTextGrid(s, sim, os, size_t(1) << 19);
+}
+
+void detail::exportTextGrid(const Schedule &s, const SimResult &sim,
+                            std::ostream &os, size_t blockColumns) {
+  GridWriter(s, sim, blockColumns).write(os);
 }
 
 std::string exportTextGrid(const Schedule &s, const SimResult &sim) {
