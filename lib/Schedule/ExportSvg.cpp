@@ -60,24 +60,75 @@ double tickStep(double span, int target) {
 }
 } // namespace
 
-std::string exportSvg(const Schedule &s, const SimResult &sim,
-                      const SvgOptions &opts) {
-  int p = s.numRanks();
+namespace {
+/// The SVG of one simulated schedule, in phases: the layout (lanes, scale),
+/// the header and legend, the lanes, the intervals (compute, message
+/// marks, waits), the comm resource's intervals, the message arrows and
+/// the time axis.
+class SvgWriter {
+public:
+  SvgWriter(const Schedule &s, const SimResult &sim, const SvgOptions &opts);
+  std::string write() {
+    writeHeader();
+    writeLanes();
+    writeIntervals();
+    writeCommIntervals();
+    writeArrows();
+    writeAxis();
+    o += "</svg>\n";
+    return std::move(o);
+  }
+
+private:
+  double laneY(int r) const { return kTop + r * kStride; }
+  void writeHeader();
+  void writeLanes();
+  /// Compute and comm intervals; per channel the send and recv points.
+  void writeIntervals();
+  void writeCompute(const Interval &iv, const Action &a, double x, double w,
+                    double y);
+  void writeMessage(const Interval &iv, const Action &a, double x, double w,
+                    double y);
+  /// Comm resource: all-to-alls and transfers (upper part of the comm
+  /// lane), exposed waits (lower part, red).
+  void writeCommIntervals();
+  /// Message arrows, FIFO per channel.
+  void writeArrows();
+  void writeAxis();
+
+  const Schedule &s;
+  const SimResult &sim;
+  const SvgOptions &opts;
+  const int p;
   // With the communication model (all-to-alls, comm resource) the comm
   // lane is taller: occupancy above, exposed waits below.
-  bool commModel = !sim.commIntervals.empty();
-  const double kCommLane = commModel ? 16 : 8;
-  const double kStride = kLane + kCommLane + kGap;
-  double span = sim.makespan > 0 ? sim.makespan : 1;
-  double px = opts.pxPerUnit > 0 ? opts.pxPerUnit : 1600.0 / span;
-  double plotW = span * px;
-  double width = kLeft + plotW + 24;
-  double axisY = kTop + p * kStride + 4;
-  double height = axisY + 56;
-  auto laneY = [&](int r) { return kTop + r * kStride; };
+  const bool commModel;
+  const double kCommLane, kStride;
+  double span, px, plotW, width, axisY, height;
+  /// Per rank: the number of each (copy, stage) it holds; a second chunk
+  /// or copy on a rank is drawn lighter.
+  std::vector<std::map<std::pair<int, int>, int>> chunk;
+  std::string o;
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> sends,
+      recvs; // (x, y)
+  // Per channel: x where each message arrives (with overlapComm a Recv is
+  // posted early; the arrow ends when the transfer does).
+  std::map<std::pair<int, int>, std::vector<double>> arrivals;
+  std::map<std::pair<int, size_t>, double> transferEnd;
+};
 
-  // Second chunk / copy on a rank: drawn lighter.
-  std::vector<std::map<std::pair<int, int>, int>> chunk(p);
+SvgWriter::SvgWriter(const Schedule &s, const SimResult &sim,
+                     const SvgOptions &opts)
+    : s(s), sim(sim), opts(opts), p(s.numRanks()),
+      commModel(!sim.commIntervals.empty()),
+      kCommLane(commModel ? 16 : 8), kStride(kLane + kCommLane + kGap) {
+  span = sim.makespan > 0 ? sim.makespan : 1;
+  px = opts.pxPerUnit > 0 ? opts.pxPerUnit : 1600.0 / span;
+  plotW = span * px;
+  width = kLeft + plotW + 24;
+  axisY = kTop + p * kStride + 4;
+  height = axisY + 56;
+  chunk.resize(p);
   for (int c = 0; c < static_cast<int>(s.placement.rankOf.size()); ++c)
     for (int st = 0; st < static_cast<int>(s.placement.rankOf[c].size()); ++st)
       if (int r = s.placement.rankOf[c][st]; r >= 0 && r < p)
@@ -87,8 +138,9 @@ std::string exportSvg(const Schedule &s, const SimResult &sim,
     for (auto &kv : m)
       kv.second = k++;
   }
+}
 
-  std::string o;
+void SvgWriter::writeHeader() {
   o += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) +
        "\" height=\"" + num(height) + "\" font-family=\"sans-serif\" "
        "font-size=\"10\">\n";
@@ -117,7 +169,9 @@ std::string exportSvg(const Schedule &s, const SimResult &sim,
          "\" y=\"33\">" + esc(text) + "</text>\n";
     lx += 24 + 6.5 * std::string(text).size();
   }
-  // Lanes.
+}
+
+void SvgWriter::writeLanes() {
   for (int r = 0; r < p; ++r) {
     double y = laneY(r);
     o += "<text x=\"" + num(kLeft - 8) + "\" y=\"" + num(y + kLane / 2 + 4) +
@@ -126,13 +180,9 @@ std::string exportSvg(const Schedule &s, const SimResult &sim,
          num(plotW) + "\" height=\"" + num(kLane) +
          "\" fill=\"#f4f4f4\"/>\n";
   }
-  // Compute and comm intervals; per channel the send and recv points.
-  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> sends,
-      recvs; // (x, y)
-  // Per channel: x where each message arrives (with overlapComm a Recv is
-  // posted early; the arrow ends when the transfer does).
-  std::map<std::pair<int, int>, std::vector<double>> arrivals;
-  std::map<std::pair<int, size_t>, double> transferEnd;
+}
+
+void SvgWriter::writeIntervals() {
   for (const CommInterval &ci : sim.commIntervals)
     if (ci.kind == CommInterval::P2P)
       transferEnd[{ci.rank, ci.actionIndex}] = kLeft + ci.end * px;
@@ -144,48 +194,55 @@ std::string exportSvg(const Schedule &s, const SimResult &sim,
     double y = laneY(iv.rank);
     if (a.isLocalAux())
       continue; // posted and released on the rank's gather channel
-    if (!a.isComm()) {
-      bool light = chunk[iv.rank][{a.work.copy, a.work.stage}] > 0;
-      std::string label = std::to_string(a.work.mb);
-      if (a.kind == ActionKind::Overlap)
-        label += "|" + std::to_string(a.work2.mb);
-      o += "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" +
-           num(w) + "\" height=\"" + num(kLane) + "\" fill=\"" +
-           colourOf(a) + "\"" + (light ? " fill-opacity=\"0.6\"" : "") +
-           " stroke=\"white\" stroke-width=\"0.5\"><title>" +
-           esc(toString(a)) + " [" + num(iv.start) + ", " + num(iv.end) +
-           "]</title></rect>\n";
-      if (w >= 6.0 * label.size() + 2)
-        o += "<text x=\"" + num(x + w / 2) + "\" y=\"" +
-             num(y + kLane / 2 + 3.5) +
-             "\" text-anchor=\"middle\" fill=\"white\">" + label +
-             "</text>\n";
-      continue;
-    }
-    double cy = y + kLane + 1;
-    if (a.kind == ActionKind::Send) {
-      o += "<rect x=\"" + num(x - 0.5) + "\" y=\"" + num(cy) +
-           "\" width=\"1\" height=\"" + num(kCommLane - 2) +
-           "\" fill=\"#333\"><title>" + esc(toString(a)) + " at " +
-           num(iv.start) + "</title></rect>\n";
-      sends[{iv.rank, a.peer}].push_back({x, cy + (kCommLane - 2) / 2});
-      auto te = transferEnd.find({iv.rank, iv.actionIndex});
-      arrivals[{iv.rank, a.peer}].push_back(te != transferEnd.end() ? te->second
-                                                                   : x);
-    } else {
-      if (w > 0)
-        o += "<rect x=\"" + num(x) + "\" y=\"" +
-             num(commModel ? cy + 9 : cy) + "\" width=\"" + num(w) +
-             "\" height=\"" + num(commModel ? 5 : kCommLane - 2) +
-             "\" fill=\"#e15759\"><title>" + esc(toString(a)) + " waits [" +
-             num(iv.start) + ", " + num(iv.end) + "]</title></rect>\n";
-      if (a.kind == ActionKind::Recv)
-        recvs[{a.peer, iv.rank}].push_back(
-            {x + w, cy + (kCommLane - 2) / 2});
-    }
+    if (!a.isComm())
+      writeCompute(iv, a, x, w, y);
+    else
+      writeMessage(iv, a, x, w, y);
   }
-  // Comm resource: all-to-alls and transfers (upper part of the comm
-  // lane), exposed waits (lower part, red).
+}
+
+void SvgWriter::writeCompute(const Interval &iv, const Action &a, double x,
+                             double w, double y) {
+  bool light = chunk[iv.rank][{a.work.copy, a.work.stage}] > 0;
+  std::string label = std::to_string(a.work.mb);
+  if (a.kind == ActionKind::Overlap)
+    label += "|" + std::to_string(a.work2.mb);
+  o += "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(w) +
+       "\" height=\"" + num(kLane) + "\" fill=\"" + colourOf(a) + "\"" +
+       (light ? " fill-opacity=\"0.6\"" : "") +
+       " stroke=\"white\" stroke-width=\"0.5\"><title>" + esc(toString(a)) +
+       " [" + num(iv.start) + ", " + num(iv.end) + "]</title></rect>\n";
+  if (w >= 6.0 * label.size() + 2)
+    o += "<text x=\"" + num(x + w / 2) + "\" y=\"" +
+         num(y + kLane / 2 + 3.5) +
+         "\" text-anchor=\"middle\" fill=\"white\">" + label + "</text>\n";
+}
+
+void SvgWriter::writeMessage(const Interval &iv, const Action &a, double x,
+                             double w, double y) {
+  double cy = y + kLane + 1;
+  if (a.kind == ActionKind::Send) {
+    o += "<rect x=\"" + num(x - 0.5) + "\" y=\"" + num(cy) +
+         "\" width=\"1\" height=\"" + num(kCommLane - 2) +
+         "\" fill=\"#333\"><title>" + esc(toString(a)) + " at " +
+         num(iv.start) + "</title></rect>\n";
+    sends[{iv.rank, a.peer}].push_back({x, cy + (kCommLane - 2) / 2});
+    auto te = transferEnd.find({iv.rank, iv.actionIndex});
+    arrivals[{iv.rank, a.peer}].push_back(te != transferEnd.end() ? te->second
+                                                                 : x);
+    return;
+  }
+  if (w > 0)
+    o += "<rect x=\"" + num(x) + "\" y=\"" + num(commModel ? cy + 9 : cy) +
+         "\" width=\"" + num(w) + "\" height=\"" +
+         num(commModel ? 5 : kCommLane - 2) + "\" fill=\"#e15759\"><title>" +
+         esc(toString(a)) + " waits [" + num(iv.start) + ", " + num(iv.end) +
+         "]</title></rect>\n";
+  if (a.kind == ActionKind::Recv)
+    recvs[{a.peer, iv.rank}].push_back({x + w, cy + (kCommLane - 2) / 2});
+}
+
+void SvgWriter::writeCommIntervals() {
   for (const CommInterval &ci : sim.commIntervals) {
     if (ci.rank < 0 || ci.rank >= p || ci.end <= ci.start)
       continue;
@@ -219,32 +276,35 @@ std::string exportSvg(const Schedule &s, const SimResult &sim,
          "\" stroke=\"white\" stroke-width=\"0.3\"><title>" + esc(title) +
          " [" + num(ci.start) + ", " + num(ci.end) + "]</title></rect>\n";
   }
-  // Message arrows, FIFO per channel.
+}
+
+void SvgWriter::writeArrows() {
   size_t nArrows = 0;
   for (const auto &kv : sends)
     if (auto it = recvs.find(kv.first); it != recvs.end())
       nArrows += std::min(kv.second.size(), it->second.size());
-  if (nArrows > 0 && nArrows <= opts.maxArrows) {
-    o += "<defs><marker id=\"arr\" markerWidth=\"6\" markerHeight=\"6\" "
-         "refX=\"5\" refY=\"3\" orient=\"auto\"><path d=\"M0,0 L6,3 L0,6 z\" "
-         "fill=\"#555\"/></marker></defs>\n<g stroke=\"#555\" "
-         "stroke-width=\"0.6\" stroke-opacity=\"0.7\">\n";
-    for (const auto &kv : sends) {
-      auto it = recvs.find(kv.first);
-      if (it == recvs.end())
-        continue;
-      size_t n = std::min(kv.second.size(), it->second.size());
-      for (size_t k = 0; k < n; ++k)
-        o += "<line x1=\"" + num(kv.second[k].first) + "\" y1=\"" +
-             num(kv.second[k].second) + "\" x2=\"" +
-             num(std::max(it->second[k].first, arrivals[kv.first][k])) +
-             "\" y2=\"" +
-             num(it->second[k].second) +
-             "\" marker-end=\"url(#arr)\"/>\n";
-    }
-    o += "</g>\n";
+  if (nArrows == 0 || nArrows > opts.maxArrows)
+    return;
+  o += "<defs><marker id=\"arr\" markerWidth=\"6\" markerHeight=\"6\" "
+       "refX=\"5\" refY=\"3\" orient=\"auto\"><path d=\"M0,0 L6,3 L0,6 z\" "
+       "fill=\"#555\"/></marker></defs>\n<g stroke=\"#555\" "
+       "stroke-width=\"0.6\" stroke-opacity=\"0.7\">\n";
+  for (const auto &kv : sends) {
+    auto it = recvs.find(kv.first);
+    if (it == recvs.end())
+      continue;
+    size_t n = std::min(kv.second.size(), it->second.size());
+    for (size_t k = 0; k < n; ++k)
+      o += "<line x1=\"" + num(kv.second[k].first) + "\" y1=\"" +
+           num(kv.second[k].second) + "\" x2=\"" +
+           num(std::max(it->second[k].first, arrivals[kv.first][k])) +
+           "\" y2=\"" + num(it->second[k].second) +
+           "\" marker-end=\"url(#arr)\"/>\n";
   }
-  // Time axis.
+  o += "</g>\n";
+}
+
+void SvgWriter::writeAxis() {
   o += "<line x1=\"" + num(kLeft) + "\" y1=\"" + num(axisY) + "\" x2=\"" +
        num(kLeft + plotW) + "\" y2=\"" + num(axisY) +
        "\" stroke=\"black\"/>\n";
@@ -260,8 +320,12 @@ std::string exportSvg(const Schedule &s, const SimResult &sim,
   }
   o += "<text x=\"" + num(kLeft + plotW / 2) + "\" y=\"" + num(axisY + 34) +
        "\" text-anchor=\"middle\">time</text>\n";
-  o += "</svg>\n";
-  return o;
+}
+} // namespace
+
+std::string exportSvg(const Schedule &s, const SimResult &sim,
+                      const SvgOptions &opts) {
+  return SvgWriter(s, sim, opts).write();
 }
 
 } // namespace pipeforge::sched
