@@ -15,11 +15,13 @@ margin (auto - handcrafted) / handcrafted (negative: auto faster) and the
 worst margin; exits 1 if auto is slower anywhere.
 
 With `--copies 2` DualPipe (two parameter copies) joins the handcrafted
-schedules and auto may choose it.
+schedules and auto may choose it. With `--offload auto` every handcrafted
+schedule runs with activation offload (`--offload-activations auto`: its
+peak is the offloaded one) and auto runs with it too, under that peak.
 
     auto_dominance.py [--sched BIN] [--ranks 4,8] [--mult 1,2,3,4]
                       [--costs "1:1:1:0,1:2:1:0,1:1:1:0.1,1.2:1:0.9:0.05"]
-                      [--time-limit S] [--copies 1|2]
+                      [--time-limit S] [--copies 1|2] [--offload off|auto]
 
 The issue's grid (p in 4, 8, 16; m in p..4p; four cost ratios):
 
@@ -52,6 +54,7 @@ def main():
     ap.add_argument("--time-limit", default=None,
                     help="auto's search ceiling, --search-limit (default: the tool's)")
     ap.add_argument("--copies", default="1", choices=["1", "2"])
+    ap.add_argument("--offload", default="off", choices=["off", "auto"])
     a = ap.parse_args()
     kinds = KINDS + (["dualpipe"] if a.copies == "2" else [])
     worst, rows, slower = None, 0, []
@@ -64,6 +67,8 @@ def main():
                 tf, tb, tw, tc = c.split(":")
                 costs = ["--ranks", str(p), "--microbatches", str(m), "--tf", tf,
                          "--tb", tb, "--tw", tw, "--tcomm", tc]
+                if a.offload != "off":
+                    costs += ["--offload-activations", a.offload]
                 cells, autos = [], {}
                 for kind in kinds:
                     hand, _ = sched(a.sched, ["--schedule", kind] + costs)
