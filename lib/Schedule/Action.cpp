@@ -177,4 +177,24 @@ std::string toString(const Action &a) {
   return "?";
 }
 
+void spliceActions(std::vector<Action> &acts,
+                   const std::map<size_t, std::vector<Action>> &before,
+                   const std::map<size_t, std::vector<Action>> &after) {
+  size_t added = 0;
+  for (const auto &[i, v] : before)
+    added += v.size();
+  for (const auto &[i, v] : after)
+    added += v.size();
+  std::vector<Action> out;
+  out.reserve(acts.size() + added);
+  for (size_t i = 0; i < acts.size(); ++i) {
+    if (auto it = before.find(i); it != before.end())
+      out.insert(out.end(), it->second.begin(), it->second.end());
+    out.push_back(acts[i]);
+    if (auto it = after.find(i); it != after.end())
+      out.insert(out.end(), it->second.begin(), it->second.end());
+  }
+  acts = std::move(out);
+}
+
 } // namespace pipeforge::sched

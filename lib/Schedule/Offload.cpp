@@ -118,16 +118,7 @@ Status insertOffload(Schedule &s, int minGap) {
         before[i].push_back(Action::reload(Work(WorkKind::F, std::get<1>(k),
                                                 std::get<2>(k),
                                                 std::get<0>(k))));
-    std::vector<Action> out;
-    out.reserve(acts.size() + 2 * plan.keys.size());
-    for (size_t i = 0; i < acts.size(); ++i) {
-      if (auto it = before.find(i); it != before.end())
-        out.insert(out.end(), it->second.begin(), it->second.end());
-      out.push_back(acts[i]);
-      if (auto it = after.find(i); it != after.end())
-        out.insert(out.end(), it->second.begin(), it->second.end());
-    }
-    acts = std::move(out);
+    spliceActions(acts, before, after);
   }
   return Status::ok();
 }

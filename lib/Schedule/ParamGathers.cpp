@@ -71,16 +71,7 @@ Status insertParamGathers(Schedule &s, int prefetch) {
     // RESHARDs after the same action: in order of first use too.
     for (const StageKey &k : order)
       after[span[k].second].push_back(Action::reshard(k.second, k.first));
-    std::vector<Action> out;
-    out.reserve(acts.size() + 2 * order.size());
-    for (size_t i = 0; i < acts.size(); ++i) {
-      if (auto it = before.find(i); it != before.end())
-        out.insert(out.end(), it->second.begin(), it->second.end());
-      out.push_back(acts[i]);
-      if (auto it = after.find(i); it != after.end())
-        out.insert(out.end(), it->second.begin(), it->second.end());
-    }
-    acts = std::move(out);
+    spliceActions(acts, before, after);
   }
   return Status::ok();
 }

@@ -32,6 +32,7 @@
 #include "pipeforge/Support/Status.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -317,6 +318,12 @@ const char *payloadName(Payload p);   ///< "act" "grad" "wgrad"
 /// "RECV grad B4.0 <-r3", "GRADREDUCE <->r1", "UNSHARD 3", "RESHARD 3@1".
 std::string toString(const Work &w);
 std::string toString(const Action &a);
+
+/// `acts` with before[i] placed before action i and after[i] after it (the
+/// passes that add actions: ParamGathers.h, Offload.h).
+void spliceActions(std::vector<Action> &acts,
+                   const std::map<size_t, std::vector<Action>> &before,
+                   const std::map<size_t, std::vector<Action>> &after);
 
 } // namespace pipeforge::sched
 

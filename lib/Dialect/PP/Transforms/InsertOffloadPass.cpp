@@ -38,33 +38,19 @@ struct InsertOffloadPass
     for (ScheduleOp op : getOperation().getOps<ScheduleOp>()) {
       sched::Schedule s = toLibrarySchedule(op);
       if (sched::Status st = sched::insertOffload(s, gap); !st) {
-        op.emitError() << "cannot insert activation offload: "
-                       << st.message();
+        op.emitError() << "cannot insert activation offload: " << st.message();
         return signalPassFailure();
       }
-      for (auto prog : op.getBody().getOps<RankProgramOp>()) {
-        // The library's actions are the program's ops less pp.recv_post;
-        // the new list is the old one with the copies between.
-        SmallVector<Operation *> ops;
-        for (Operation &a : prog.getBody().front())
-          if (!isa<RecvPostOp>(a))
-            ops.push_back(&a);
-        Block &body = prog.getBody().front();
-        OpBuilder b = OpBuilder::atBlockBegin(&body);
-        size_t next = 0;
-        for (const sched::Action &a : s.programs[prog.getRank()]) {
-          if (!a.isStashCopy()) {
-            b.setInsertionPointAfter(ops[next++]);
-            continue;
-          }
-          if (a.kind == sched::ActionKind::Offload)
-            OffloadOp::create(b, op.getLoc(), a.work.stage, a.work.mb,
-                              a.work.copy);
-          else
-            ReloadOp::create(b, op.getLoc(), a.work.stage, a.work.mb,
-                             a.work.copy);
-        }
-      }
+      insertLibraryActions(
+          op, s, [](const sched::Action &a) { return a.isStashCopy(); },
+          [&](OpBuilder &b, const sched::Action &a) {
+            if (a.kind == sched::ActionKind::Offload)
+              OffloadOp::create(b, op.getLoc(), a.work.stage, a.work.mb,
+                                a.work.copy);
+            else
+              ReloadOp::create(b, op.getLoc(), a.work.stage, a.work.mb,
+                               a.work.copy);
+          });
     }
   }
 };

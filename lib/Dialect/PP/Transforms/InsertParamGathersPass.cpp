@@ -32,27 +32,14 @@ struct InsertParamGathersPass
         op.emitError() << "cannot insert parameter gathers: " << st.message();
         return signalPassFailure();
       }
-      for (auto prog : op.getBody().getOps<RankProgramOp>()) {
-        // The library's actions are the program's ops less pp.recv_post;
-        // the new list is the old one with the gathers between.
-        SmallVector<Operation *> ops;
-        for (Operation &a : prog.getBody().front())
-          if (!isa<RecvPostOp>(a))
-            ops.push_back(&a);
-        Block &body = prog.getBody().front();
-        OpBuilder b = OpBuilder::atBlockBegin(&body);
-        size_t next = 0;
-        for (const sched::Action &a : s.programs[prog.getRank()]) {
-          if (!a.isParamGather()) {
-            b.setInsertionPointAfter(ops[next++]);
-            continue;
-          }
-          if (a.kind == sched::ActionKind::Unshard)
-            UnshardOp::create(b, op.getLoc(), a.work.stage, a.work.copy);
-          else
-            ReshardOp::create(b, op.getLoc(), a.work.stage, a.work.copy);
-        }
-      }
+      insertLibraryActions(
+          op, s, [](const sched::Action &a) { return a.isParamGather(); },
+          [&](OpBuilder &b, const sched::Action &a) {
+            if (a.kind == sched::ActionKind::Unshard)
+              UnshardOp::create(b, op.getLoc(), a.work.stage, a.work.copy);
+            else
+              ReshardOp::create(b, op.getLoc(), a.work.stage, a.work.copy);
+          });
     }
   }
 };

@@ -236,3 +236,26 @@ sched::CostModel pp::makeCostModel(const sched::Schedule &s, double tf,
   cost.memW = cost.memB * memW;
   return cost;
 }
+
+void pp::insertLibraryActions(
+    ScheduleOp op, const sched::Schedule &s,
+    llvm::function_ref<bool(const sched::Action &)> added,
+    llvm::function_ref<void(OpBuilder &, const sched::Action &)> create) {
+  for (auto prog : op.getBody().getOps<RankProgramOp>()) {
+    // The library's actions are the program's ops less pp.recv_post; the
+    // new list is the old one with the added actions between.
+    SmallVector<Operation *> ops;
+    for (Operation &a : prog.getBody().front())
+      if (!isa<RecvPostOp>(a))
+        ops.push_back(&a);
+    OpBuilder b = OpBuilder::atBlockBegin(&prog.getBody().front());
+    size_t next = 0;
+    for (const sched::Action &a : s.programs[prog.getRank()]) {
+      if (!added(a)) {
+        b.setInsertionPointAfter(ops[next++]);
+        continue;
+      }
+      create(b, a);
+    }
+  }
+}

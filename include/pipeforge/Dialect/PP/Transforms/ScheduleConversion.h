@@ -12,6 +12,7 @@
 #include "pipeforge/Schedule/Simulator.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 
 namespace pipeforge::pp {
 
@@ -30,6 +31,15 @@ void replaceRankPrograms(ScheduleOp op, const sched::Schedule &s);
 sched::CostModel makeCostModel(const sched::Schedule &s, double tf, double tb,
                                double tw, double tfb, double tcomm,
                                double memW);
+
+/// Writes the actions a library pass added to `s` (read from `op` with
+/// toLibrarySchedule, then only added to) into `op`'s rank programs: each
+/// action `added` selects is built by `create` at its place among the old
+/// ops (pp.recv_post, which the library does not hold, stays where it is).
+void insertLibraryActions(
+    ScheduleOp op, const sched::Schedule &s,
+    llvm::function_ref<bool(const sched::Action &)> added,
+    llvm::function_ref<void(mlir::OpBuilder &, const sched::Action &)> create);
 
 /// The op of rank `rank`'s program at position `step`, or null.
 mlir::Operation *actionOp(ScheduleOp op, int rank, size_t step);
