@@ -157,6 +157,12 @@ Expected<PlanOptions> plan::optionsFromFlags(const PlanFlags &f) {
     return Status::error("--zero-gather: expected layer or stage, got '" +
                          f.zeroGather + "'");
   opts.zeroGatherStage = f.zeroGather == "stage";
+  auto rule = sched::parseInterleavedRule(f.interleavedRule);
+  if (!rule)
+    return Status::error("--interleaved-rule: expected auto, megatron or "
+                         "pytorch, got '" +
+                         f.interleavedRule + "'");
+  opts.interleavedRule = *rule;
   opts.topN = f.topN;
   if (!parseGradOverlap(f.gradOverlap, opts.gradOverlap))
     return Status::error("--overlap-grad-reduce: expected layer, stage or "

@@ -1040,6 +1040,7 @@ generatedSchedule(const Setup &su, ScheduleCache *cache, sched::Schedule &out) {
   g.ranks = pp;
   g.microbatches = m;
   g.chunksPerRank = su.g.chunks;
+  g.interleavedRule = su.opts.interleavedRule;
   auto s = sched::generate(su.kind, g);
   if (!s)
     return Status::error(std::string(su.g.name) + " with pp=" + fmtInt(pp) +

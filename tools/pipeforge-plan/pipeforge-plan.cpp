@@ -178,6 +178,12 @@ static cl::opt<std::string, true> zeroGatherOpt(
     cl::desc("ZeRO-3 gathers per layer and microbatch (default) or per "
              "stage and step (stage: torchtitan under PP, pipeforge-run)"),
     cl::location(flags.zeroGather), cl::init("layer"), cl::cat(cat));
+static cl::opt<std::string, true> interleavedRuleOpt(
+    "interleaved-rule",
+    cl::desc("Interleaved 1F1B's order: auto (default: Megatron's where p "
+             "divides m, else PyTorch's), megatron, pytorch (torch's "
+             "ScheduleInterleaved1F1B: differs in warm-up when m = p)"),
+    cl::location(flags.interleavedRule), cl::init("auto"), cl::cat(cat));
 static cl::opt<std::string> outputPath("o", cl::desc("Output file"),
                                        cl::value_desc("file"), cl::init("-"),
                                        cl::cat(cat));

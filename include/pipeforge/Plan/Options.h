@@ -59,6 +59,8 @@ struct PlanFlags {
   /// (layer, stage).
   std::string float8 = "off", zeroGather = "layer";
   bool asyncTp = false;
+  /// --interleaved-rule (auto, megatron, pytorch): the interleaved order.
+  std::string interleavedRule = "auto";
 };
 
 /// The options the flags ask for, with the heuristic automatic scheduler.

@@ -27,6 +27,7 @@
 
 #include "pipeforge/Plan/GradReduce.h"
 #include "pipeforge/Schedule/Action.h"
+#include "pipeforge/Schedule/Generators.h"
 #include "pipeforge/Schedule/Simulator.h"
 
 #include <functional>
@@ -331,6 +332,14 @@ struct PlanOptions {
   /// gradients once (accumulated unsharded, --grad-bytes per parameter),
   /// instead of per layer and microbatch.
   bool zeroGatherStage = false;
+  /// --interleaved-rule: the order of interleaved 1F1B's warm-up and
+  /// cool-down (sched::InterleavedRule). Auto: Megatron's where p divides
+  /// m, else PyTorch's; PyTorch: ScheduleInterleaved1F1B's (its rounds of
+  /// min(m, p) microbatches and warm-up (v-1) m/R + 2 (p-1-r), capped at
+  /// v m), which differs from Megatron's when m = p: the last ranks then
+  /// start their backwards before their last chunk's forwards, and hold
+  /// fewer microbatches.
+  sched::InterleavedRule interleavedRule = sched::InterleavedRule::Auto;
   int topN = 5;
   /// Pipeline degrees to try; empty means every divisor of the GPU count.
   std::vector<int> pipelineDegrees;
