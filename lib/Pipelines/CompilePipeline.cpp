@@ -2,6 +2,8 @@
 
 #include "pipeforge/Pipelines/CompilePipeline.h"
 
+#include "PlanDetail.h"
+
 #include "pipeforge/Dialect/NN/Analysis/CostSum.h"
 #include "pipeforge/Dialect/NN/Transforms/Passes.h"
 #include "pipeforge/Dialect/PP/Transforms/Passes.h"
@@ -112,9 +114,22 @@ Status resolveCompileOptions(CompileOptions &o) {
   if (o.microbatchSize < 1)
     return Status::error("--microbatch-size must be at least 1 (got " +
                          std::to_string(o.microbatchSize) + ")");
-  if (o.zero < 0 || o.zero > 3)
+  // -1: not given; 0, or with --device-memory the lowest level that fits
+  // (fitDeviceMemory).
+  if (o.zero < -1 || o.zero > 3)
     return Status::error("--zero must be 0, 1, 2 or 3 (got " +
                          std::to_string(o.zero) + ")");
+  if (o.zero < 0 && o.deviceMemory.empty())
+    o.zero = 0;
+  if (!o.deviceMemory.empty()) {
+    auto d = sched::parseMemoryLimit(o.deviceMemory);
+    if (!d)
+      return Status::error("--device-memory: " + d.message());
+    if (!d->isBytes() || d->value <= 0)
+      return Status::error("--device-memory must be a positive number of "
+                           "bytes with a suffix (e.g. 80GB, 512MiB; got '" +
+                           o.deviceMemory + "')");
+  }
   if (o.paramPrefetch < 0 || o.paramPrefetch > sched::kMaxParamPrefetch)
     return Status::error("--param-prefetch must be in [0, " +
                          std::to_string(sched::kMaxParamPrefetch) + "] (got " +
@@ -130,18 +145,15 @@ Status resolveCompileOptions(CompileOptions &o) {
   return Status::ok();
 }
 
-namespace {
-/// The layers of @model, as the cost analysis groups them (nn.layer ids).
-int countLayers(ModuleOp module) {
+int detail::countLayers(ModuleOp module) {
   auto model = module.lookupSymbol<func::FuncOp>("model");
   if (!model)
     return 0;
   return int(nn::LayerIndex::of(model).size());
 }
 
-/// The passes before pp-schedule (shard, partition, split, recompute).
-void addStagePasses(OpPassManager &pm, const CompileOptions &o, int stages,
-                    const std::string &placement) {
+void detail::addStagePasses(OpPassManager &pm, const CompileOptions &o,
+                            int stages, const std::string &placement) {
   if (o.tp > 1) {
     nn::NNShardTensorOptions shard;
     shard.tp = o.tp;
@@ -162,6 +174,10 @@ void addStagePasses(OpPassManager &pm, const CompileOptions &o, int stages,
   }
 }
 
+namespace {
+using detail::addStagePasses;
+using detail::countLayers;
+
 /// The stage costs of a linear partition of a copy of `module` over the
 /// ranks; std::nullopt when it cannot be costed.
 std::optional<pp::StageCosts> linearStageCosts(ModuleOp module,
@@ -174,7 +190,7 @@ std::optional<pp::StageCosts> linearStageCosts(ModuleOp module,
   if (failed(pm.run(*copy)))
     return std::nullopt;
   for (auto p : copy->getOps<pp::PipelineOp>()) {
-    auto c = pp::collectStageCosts(p, /*bytesPerElement=*/2);
+    auto c = pp::collectStageCosts(p, detail::activationBytesPerElement(o));
     if (succeeded(c) && *c)
       return **c;
   }
@@ -273,6 +289,11 @@ Status planCompile(ModuleOp module, CompileOptions &o,
                    llvm::function_ref<void(llvm::StringRef)> note) {
   if (Status s = resolveCompileOptions(o); !s)
     return s;
+  std::string memoryNote;
+  if (Status s = detail::fitDeviceMemory(module, o, memoryNote); !s)
+    return s;
+  if (!memoryNote.empty() && note)
+    note(memoryNote);
   std::string autoNote;
   if (Status s = chooseAutoPlacement(module, o, autoNote); !s)
     return s;
@@ -297,6 +318,7 @@ void buildCompilePipeline(OpPassManager &pm, const CompileOptions &o) {
   sch.autoPlacement = o.placement == "v" ? "v" : "linear";
   if (o.schedule == "auto")
     sch.memLimit = o.memLimit;
+  sch.bytesPerElement = detail::activationBytesPerElement(o);
   pm.addPass(pp::createPPSchedule(sch));
   pm.addPass(pp::createPPInsertComm());
   // ZeRO-3: each stage's parameters gathered before its first compute on a
@@ -315,6 +337,7 @@ void buildCompilePipeline(OpPassManager &pm, const CompileOptions &o) {
   }
   pp::PPVerifyScheduleOptions ver;
   ver.memLimit = o.memLimit;
+  ver.bytesPerElement = detail::activationBytesPerElement(o);
   pm.addPass(pp::createPPVerifySchedule(ver));
   // Component programs for the overlapped pairs (from the stages'
   // pp.components) and early receive posts; the pass re-verifies.

@@ -76,6 +76,12 @@ struct CompileOptions {
   /// Per-rank activation limit (M_B units, <k>p, or bytes: 12GB, 512MiB):
   /// the auto scheduler's constraint, and checked by pp-verify-schedule.
   std::string memLimit;
+  /// Per-rank device memory (bytes: 80GB, 512MiB): the model state at the
+  /// ZeRO level (given, or the lowest of 0-3 that fits) plus the
+  /// activations; what is left after the state becomes the activation
+  /// limit (docs/compile.md, "Device memory"). Activations are then costed
+  /// at pipeforge-run's 4 bytes per element.
+  std::string deviceMemory;
   /// pp-split-components and pp-fuse-overlap: fused F&B pairs.
   bool fuseOverlap = false;
   /// nn-shard-tensor: the tensor-parallel group size (1: none) and
@@ -92,8 +98,10 @@ struct CompileOptions {
   /// ZeRO level (0-3) the program is compiled for: 3 inserts the gathers
   /// and releases of each stage's parameters (pp-insert-param-gathers)
   /// after the messages; 0-2 change nothing in the program (pipeforge-run
-  /// --zero shards the optimizer state and gradients).
-  int zero = 0;
+  /// --zero shards the optimizer state and gradients). -1: not given, which
+  /// the plan phase resolves to 0, or under `deviceMemory` to the lowest
+  /// level that fits.
+  int zero = -1;
   /// --zero 3: compute actions a stage's gather runs ahead of its first use.
   int paramPrefetch = 1;
   /// Activation offload: off (default), auto or all; auto and all insert
@@ -189,6 +197,13 @@ void forEachCompileOption(CompileOptions &o, Visitor &&visit) {
                    "constraint, checked by pp-verify-schedule",
                    P::Pipeline},
         o.memLimit);
+  visit(OptionInfo{"device-memory", "bytes",
+                   "Per-rank memory budget (80GB, 512MiB): the model state "
+                   "at the --zero level (default: the lowest of 0-3 that "
+                   "fits) plus the activations, whose limit is what the "
+                   "state leaves; a note gives the split",
+                   P::Pipeline},
+        o.deviceMemory);
   visit(OptionInfo{"placement", "any|linear|v",
                    "--schedule auto: any (default: the placement, or the "
                    "handcrafted order, that pipeforge-sched --schedule auto "
@@ -198,9 +213,10 @@ void forEachCompileOption(CompileOptions &o, Visitor &&visit) {
         o.placement);
   visit(OptionInfo{"seed", "n", "Initialisation seed", P::Lowering}, o.seed);
   visit(OptionInfo{"zero", "n",
-                   "ZeRO level 0-3; 3 gathers each stage's parameters before "
-                   "its first compute and releases them after its last "
-                   "(UNSHARD/RESHARD in the schedule, for pipeforge-run "
+                   "ZeRO level 0-3 (default 0; with --device-memory the "
+                   "lowest that fits); 3 gathers each stage's parameters "
+                   "before its first compute and releases them after its "
+                   "last (UNSHARD/RESHARD in the schedule, for pipeforge-run "
                    "--zero 3)",
                    P::Pipeline},
         o.zero);
@@ -272,7 +288,8 @@ private:
 /// microbatches, a malformed memory limit, placement other than any, linear
 /// or v, dp/ep/microbatch-size below 1, a ZeRO level other than 0-3, a
 /// parameter prefetch outside [0, 64], an offload mode other than off, auto
-/// or all). Errors name the option.
+/// or all, a device memory that is not a positive number of bytes). Errors
+/// name the option.
 Status resolveCompileOptions(CompileOptions &o);
 
 /// --schedule auto --placement any (the default): chooses what to compile
@@ -291,8 +308,10 @@ Status chooseAutoPlacement(mlir::ModuleOp module, CompileOptions &o,
 /// naming the schedule and both counts, before pp-partition would fail.
 Status checkModelFits(mlir::ModuleOp module, const CompileOptions &o);
 
-/// The plan phase on a loaded module: resolveCompileOptions,
-/// chooseAutoPlacement (its note, if any, to `note`), checkModelFits.
+/// The plan phase on a loaded module: resolveCompileOptions, the
+/// --device-memory budget (the ZeRO level and the activation limit, a
+/// note with the split), chooseAutoPlacement (its note, if any, to
+/// `note`), checkModelFits.
 Status planCompile(mlir::ModuleOp module, CompileOptions &o,
                    llvm::function_ref<void(llvm::StringRef)> note = {});
 
