@@ -286,6 +286,9 @@ struct Executor::Impl {
   std::map<int32_t, int> paramOwnerWorld;  ///< not owned: the owner's world rank
   std::map<int32_t, std::vector<int>> paramHolders; ///< owned: who gathers it
   std::map<int32_t, int64_t> paramTag;     ///< its messages' tag
+  /// The not-owned tensors of each (copy, stage), ascending: what its
+  /// UNSHARD gathers and its RESHARD frees (built once, planParamService).
+  std::map<std::pair<int, int>, std::vector<int32_t>> gatheredOf;
   struct ParamFetch {
     RequestId req = 0;
     int32_t param = -1;

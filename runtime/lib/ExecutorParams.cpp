@@ -110,8 +110,14 @@ Status Executor::Impl::planParamService() {
     }
     paramHolders[i].assign(holders.begin(), holders.end());
   }
-  for (auto &[i, o] : paramOwnerWorld)
+  // Each stage's gathered tensors, so that UNSHARD and RESHARD touch only
+  // those (in index order, the order the receipts are posted in).
+  gatheredOf.clear();
+  for (auto &[i, o] : paramOwnerWorld) {
+    const Param &p = prog.params[size_t(i)];
+    gatheredOf[{p.copy, p.stage}].push_back(i);
     releaseValue(i);
+  }
   paramStepPeak = ledger.live[size_t(MemClass::Parameters)].load();
   return Status::ok();
 }
@@ -167,10 +173,11 @@ Status Executor::Impl::serveParams() {
 Status Executor::Impl::unshard(const Action &a, bool inStep) {
   const bool direct = be.hostVisible() || tr.worldDeviceBuffers();
   auto &pending = fetching[{a.work.copy, a.work.stage}];
-  for (auto &[i, o] : paramOwnerWorld) {
+  auto stage = gatheredOf.find({a.work.copy, a.work.stage});
+  const std::vector<int32_t> none;
+  for (int32_t i : stage == gatheredOf.end() ? none : stage->second) {
     const Param &p = prog.params[size_t(i)];
-    if (p.copy != a.work.copy || p.stage != a.work.stage)
-      continue;
+    const int o = paramOwnerWorld.at(i);
     if (params.at(i).value)
       return Status::error("parameter '" + p.name + "' is gathered twice");
     if (Status s = allocValue(i); !s)
@@ -227,11 +234,10 @@ Status Executor::Impl::awaitParams(const Action &a) {
 Status Executor::Impl::reshard(const Action &a) {
   if (Status s = awaitParams(a.work.copy, a.work.stage); !s)
     return s;
-  for (auto &[i, o] : paramOwnerWorld) {
-    const Param &p = prog.params[size_t(i)];
-    if (p.copy == a.work.copy && p.stage == a.work.stage)
+  if (auto stage = gatheredOf.find({a.work.copy, a.work.stage});
+      stage != gatheredOf.end())
+    for (int32_t i : stage->second)
       releaseValue(i);
-  }
   return Status::ok();
 }
 
@@ -255,14 +261,20 @@ Status Executor::Impl::gatherAllParams() {
     return Status::ok();
   if (Status s = serveParams(); !s)
     return s;
-  std::set<std::pair<int, int>> stages;
-  for (auto &[i, o] : paramOwnerWorld)
-    if (!params.at(i).value)
-      stages.insert({prog.params[size_t(i)].copy, prog.params[size_t(i)].stage});
-  for (auto [copy, stage] : stages)
-    if (Status s = unshard(Action::unshard(stage, copy), /*inStep=*/false);
+  // Every holder needs every value here: each rank's checkpoint file holds
+  // all of its tensors (any ZeRO level resumes from it), and the weight
+  // dump compares the replicas' copies.
+  for (auto &[stage, tensors] : gatheredOf) {
+    bool missing = false;
+    for (int32_t i : tensors)
+      missing = missing || !params.at(i).value;
+    if (!missing)
+      continue;
+    if (Status s = unshard(Action::unshard(stage.second, stage.first),
+                           /*inStep=*/false);
         !s)
       return s;
+  }
   if (Status s = finishServing(); !s)
     return s;
   // Host-side readers (checkpoints, dumps) read the host copy on a device
