@@ -378,7 +378,7 @@ Status Executor::Impl::localGradSquares(GradNorms &n) {
   // from the ranks that do not own it (exact), and the total is summed in
   // global parameter order, as the single-process reference does.
   //
-  // A gradient's sum of squares is one sequential double sum over its
+  // A gradient's sum of squares is a fixed-order double sum over its
   // elements (AdamWMath.h sumSquaresTensor), on the device when the
   // optimizer is there (Backend::sumSquares: the same bits on cpu-device),
   // else on the host copy the host optimizer reads.

@@ -153,7 +153,6 @@ template <typename T> GradInfo AdamWT<T>::localGradInfo() const {
   GradInfo info;
   for (const Param &p : params) {
     double sum = 0.0;
-    bool finite = true;
     if constexpr (std::is_same_v<T, float>)
       if (dev) {
         // A non-finite element makes the sum non-finite (checked below).
@@ -162,14 +161,11 @@ template <typename T> GradInfo AdamWT<T>::localGradInfo() const {
         info.normSq += sum;
         continue;
       }
-    for (size_t i = 0; i < p.size; ++i) {
-      double g = static_cast<double>(p.grad[i]);
-      if (!std::isfinite(g))
-        finite = false;
-      sum += g * g;
-    }
+    // The executor's sum (AdamWMath.h); a non-finite element makes it
+    // non-finite (the squares of finite floats cannot overflow a double).
+    sum = sumSquaresTensor(p.grad, (long long)p.size);
     info.normSq += sum;
-    info.allFinite = info.allFinite && finite;
+    info.allFinite = info.allFinite && std::isfinite(sum);
   }
   if (!std::isfinite(info.normSq))
     info.allFinite = false;

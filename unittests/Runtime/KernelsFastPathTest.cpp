@@ -279,3 +279,44 @@ TEST(RowLanes, EightInterleavedLanesCombinedPairwise) {
         << n;
   }
 }
+
+/// The embedding's weight gradient added straight into a gradient that
+/// holds earlier microbatches (Backend::canAddTo) against a cleared buffer
+/// then accumulated: the same bits, with repeated tokens and positions
+/// summed over the batch.
+TEST(EmbeddingW, AddedOnceAsTheAccumulateWould) {
+  EmbeddingShape s;
+  s.batch = 3;
+  s.seq = 5;
+  s.hidden = 7;
+  s.vocab = 4;
+  s.learnedPositions = true;
+  const std::vector<int32_t> tokens = {2, 0, 2, 2, 1, 3, 3, 0, 2, 1,
+                                       0, 0, 2, 3, 2};
+  VecF dy = randomVec(size_t(s.batch * s.seq * s.hidden), 41, -3.f, 3.f);
+  EmbeddingSaved sv;
+  sv.tokens = tokens.data();
+  VecF table0 = randomVec(size_t(s.vocab * s.hidden), 42);
+  VecF pos0 = randomVec(size_t(s.seq * s.hidden), 43);
+  // The accumulate path: a cleared buffer, then added element by element.
+  VecF dt(table0.size(), 0.f), dp(pos0.size(), 0.f);
+  embeddingW(s, sv, dy.data(), EmbeddingGrads<float>{dt.data(), dp.data()});
+  VecF wantT = table0, wantP = pos0;
+  for (size_t i = 0; i < dt.size(); ++i)
+    wantT[i] += dt[i];
+  for (size_t i = 0; i < dp.size(); ++i)
+    wantP[i] += dp[i];
+  // Straight into place.
+  VecF gotT = table0, gotP = pos0;
+  embeddingW(s, sv, dy.data(), EmbeddingGrads<float>{gotT.data(), gotP.data()});
+  expectSameBits(gotT, wantT, "table");
+  expectSameBits(gotP, wantP, "positions");
+  // A cleared buffer holds each row's sum in token order.
+  for (Index j = 0; j < s.hidden; ++j) {
+    float sum = 0.f;
+    for (size_t t = 0; t < tokens.size(); ++t)
+      if (tokens[t] == 2)
+        sum += dy[t * size_t(s.hidden) + size_t(j)];
+    EXPECT_TRUE(sameBits(dt[size_t(2 * s.hidden + j)], sum)) << j;
+  }
+}

@@ -107,8 +107,10 @@ public:
 
   bool canAddTo(const Kernel &k, size_t out) const override {
     // linear_bwd_weight's dW (one GEMM with beta = 1). Not its bias: the
-    // column sums would add to the old value row by row, not once.
-    return out == 0 && k.kind == OpKind::LinearBwdWeight;
+    // column sums would add to the old value row by row, not once. The
+    // embedding's table and positions: each row's sum added once.
+    return (out == 0 && k.kind == OpKind::LinearBwdWeight) ||
+           (out <= 1 && k.kind == OpKind::EmbeddingBwdWeight);
   }
 
   std::vector<std::string> ops() const { return table.names(); }
@@ -381,10 +383,13 @@ CpuBackend::CpuBackend() {
     assertElems(o.t(1), sh.batch * sh.seq * sh.hidden);
     assertElems(o.ot(0), sh.vocab * sh.hidden);
     EmbeddingGrads<float> g{o.o(0), o.o(1)};
-    std::memset(g.dtable, 0, size_t(numel(o.ot(0))) * 4);
+    // Added to (addTo, canAddTo): the rows' sums go straight into the
+    // parameter's gradient, each added once, as the accumulate would.
+    if (!o.c.addsTo(0))
+      std::memset(g.dtable, 0, size_t(numel(o.ot(0))) * 4);
     assert((!g.dpos || numel(o.ot(1)) >= sh.seq * sh.hidden) &&
            "positions gradient smaller than seq x hidden");
-    if (g.dpos)
+    if (g.dpos && !o.c.addsTo(1))
       std::memset(g.dpos, 0, size_t(numel(o.ot(1))) * 4);
     if (Status s = checkTargets(k, o.i32(0), numel(o.t(0)),
                                 sh.vocab * sh.vocabShards, "token");

@@ -112,12 +112,20 @@ inline void adamwTensor(const AdamWCoeffsT<T> &coeffs, long long n, T *theta,
       adamwElement(c, grad[i], theta[i], m[i], v[i]);
 }
 
-/// The sum of squares in double, in element order (the gradient norm).
+/// The sum of squares in double (the gradient norm), in eight interleaved
+/// partial sums: lane k takes the elements i = k (mod 8) in index order,
+/// the lanes combined pairwise. A fixed order (the same bits for a tensor
+/// on any rank layout) that vectorises, where one running sum is a chain
+/// of dependent adds (2.3% of a medium Llama step).
 template <typename T> inline double sumSquaresTensor(const T *x, long long n) {
-  double s = 0;
-  for (long long i = 0; i < n; ++i)
-    s += double(x[i]) * double(x[i]);
-  return s;
+  double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  long long i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l)
+      s[l] += double(x[i + l]) * double(x[i + l]);
+  for (int l = 0; i < n; ++i, ++l)
+    s[l] += double(x[i]) * double(x[i]);
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 } // namespace rt
