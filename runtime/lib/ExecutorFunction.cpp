@@ -350,7 +350,7 @@ Status Executor::Impl::fnStep(FnRun &r, bool &posted) {
       ++r.next;
       return Status::ok();
     }
-    if (!(E > 1 && isMoEOp(k.kind)) || localMoE.count(&k)) {
+    if (runsOnBackend(k)) {
       if (Status s = be.run(r.call); !s)
         return fnError(r, s.message());
       ++r.next;
@@ -446,6 +446,13 @@ Status Executor::Impl::fnResults(FnRun &run) {
   return Status::ok();
 }
 
+/// Whether the backend runs `k` (Backend::run): all but the moe kernels
+/// expert parallelism splits (MoEPhased runs those, and overwrites its
+/// outputs: canAddTo does not apply to them).
+bool Executor::Impl::runsOnBackend(const Kernel &k) const {
+  return !(E > 1 && isMoEOp(k.kind)) || localMoE.count(&k);
+}
+
 void Executor::Impl::planDirectGrads() {
   // A ParamGrad result goes straight into its parameter's gradient when the
   // backend's kernel can add to it (Backend::canAddTo) and nothing else
@@ -501,6 +508,7 @@ void Executor::Impl::planDirectGrads() {
                 prog.params[size_t(r.index)].type.numElements() ||
             prog.params[size_t(r.index)].type.numBytes() !=
                 fn->values[v].numBytes() ||
+            !runsOnBackend(fn->kernels[size_t(def[v].first)]) ||
             !be.canAddTo(fn->kernels[size_t(def[v].first)], def[v].second))
           continue;
         d.param[v] = r.index;

@@ -447,6 +447,7 @@ struct Executor::Impl {
   };
   std::map<const Function *, DirectGrads> directGrads;
   void planDirectGrads();
+  bool runsOnBackend(const Kernel &k) const;
 
   /// One invocation of a stage function, run kernel by kernel (a moe
   /// kernel under expert parallelism phase by phase) so that an Overlap

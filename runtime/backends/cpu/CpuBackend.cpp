@@ -109,8 +109,11 @@ public:
     // linear_bwd_weight's dW (one GEMM with beta = 1). Not its bias: the
     // column sums would add to the old value row by row, not once. The
     // embedding's table and positions: each row's sum added once.
+    // The MoE's router and expert weights: GEMMs with beta = 1 over each
+    // expert's rows, as linear_bwd_weight's.
     return (out == 0 && k.kind == OpKind::LinearBwdWeight) ||
-           (out <= 1 && k.kind == OpKind::EmbeddingBwdWeight);
+           (out <= 1 && k.kind == OpKind::EmbeddingBwdWeight) ||
+           (out <= 3 && k.kind == OpKind::MoEBwdWeight);
   }
 
   std::vector<std::string> ops() const { return table.names(); }
@@ -124,6 +127,9 @@ private:
   using Fn = std::function<Status(const Kernel &, const Ops &)>;
   OpTable<Fn> table; ///< by Kernel::kind
   Workspace<float> ws;
+  /// The MoE kernels' routing and expert buffers, kept across calls (moeF
+  /// writes them whole: no clearing, no reallocation per call).
+  MoESaved<float> moeSaved;
   std::vector<float> scratch;
   /// Attention's probabilities (and rotated q, k) of the call running: one
   /// struct reused by every attention kernel of the rank, so its buffers
@@ -267,7 +273,7 @@ CpuBackend::CpuBackend() {
       return s;
     assertMoE(sh, o);
     assertElems(o.ot(0), numel(o.t(0)));
-    MoESaved<float> sv;
+    MoESaved<float> &sv = moeSaved;
     moeF(sh, p, o.f(0), o.o(0), sv);
     moeCountLoad(o.c, sv.topIdx.data(), int64_t(sv.topIdx.size()));
     return Status::ok();
@@ -442,15 +448,17 @@ CpuBackend::CpuBackend() {
         assertElems(o.ot(0), numel(o.t(0)));
       for (size_t i = 0; weight && i < 4; ++i) // dparam has the param's size
         assertElems(o.o(i) ? o.ot(i) : nullptr, numel(o.t(i + 1)), i == 3);
-      MoESaved<float> sv;
+      MoESaved<float> &sv = moeSaved;
       moeF(sh, p, o.f(0), tmp(numel(o.t(0))), sv);
       if (!weight) {
         moeB(sh, sv, dy, o.o(0), ws);
         return Status::ok();
       }
       MoEGrads<float> g{o.o(0), o.o(1), o.o(2), p.w3 ? o.o(3) : nullptr};
+      // moeW's GEMMs add (beta = 1): to the parameters' gradients
+      // themselves where the executor passes them (addTo), else to zeros.
       for (int i = 0; i < 4; ++i)
-        if (o.o(i))
+        if (o.o(i) && !o.c.addsTo(size_t(i)))
           std::memset(o.o(i), 0, size_t(numel(o.ot(i))) * 4);
       moeW(sh, sv, dy, g, ws);
       return Status::ok();

@@ -49,12 +49,60 @@ template <typename T> Index MoESaved<T>::dropped() const {
   return n;
 }
 
-template <typename T> static T actF(Activation a, T x) {
-  return a == Activation::Gelu ? math::gelu(x) : math::silu(x);
+/// The experts' elementwise loops over [i0, i1), one loop per activation so
+/// that each vectorises (the activation is a loop invariant, not a branch
+/// per element), with the kernels' AVX-512/AVX2 clones (Kernels.h): the
+/// bits of the scalar expressions (elementwise, no contraction). They were
+/// a third of a small MoE step, run as scalar code.
+namespace {
+template <Activation A, typename T> PF_CPU_INLINE T act(T x) {
+  return A == Activation::Gelu ? math::gelu(x) : math::silu(x);
 }
-template <typename T> static T actGrad(Activation a, T x) {
-  return a == Activation::Gelu ? math::geluGrad(x) : math::siluGrad(x);
+template <Activation A, typename T> PF_CPU_INLINE T actD(T x) {
+  return A == Activation::Gelu ? math::geluGrad(x) : math::siluGrad(x);
 }
+/// act = f(pre) [* pre3].
+template <Activation A, typename T>
+PF_CPU_CLONES void expertActLoop(Index n, const T *pre, const T *pre3,
+                                 T *out) {
+  if (pre3)
+    for (Index i = 0; i < n; ++i)
+      out[i] = act<A>(pre[i]) * pre3[i];
+  else
+    for (Index i = 0; i < n; ++i)
+      out[i] = act<A>(pre[i]);
+}
+/// Gated: dpre3 = dh f(pre), dpre = dh pre3 f'(pre); plain: dpre *= f'(pre).
+/// dh arrives in dpre.
+template <Activation A, typename T>
+PF_CPU_CLONES void expertActGradLoop(Index n, const T *pre, const T *pre3,
+                                     T *dpre, T *dpre3) {
+  if (pre3)
+    for (Index i = 0; i < n; ++i) {
+      T dh = dpre[i], pr = pre[i];
+      dpre3[i] = dh * act<A>(pr);
+      dpre[i] = dh * pre3[i] * actD<A>(pr);
+    }
+  else
+    for (Index i = 0; i < n; ++i)
+      dpre[i] *= actD<A>(pre[i]);
+}
+template <typename T>
+void expertAct(Activation a, Index n, const T *pre, const T *pre3, T *out) {
+  if (a == Activation::Gelu)
+    expertActLoop<Activation::Gelu>(n, pre, pre3, out);
+  else
+    expertActLoop<Activation::Silu>(n, pre, pre3, out);
+}
+template <typename T>
+void expertActGrad(Activation a, Index n, const T *pre, const T *pre3, T *dpre,
+                   T *dpre3) {
+  if (a == Activation::Gelu)
+    expertActGradLoop<Activation::Gelu>(n, pre, pre3, dpre, dpre3);
+  else
+    expertActGradLoop<Activation::Silu>(n, pre, pre3, dpre, dpre3);
+}
+} // namespace
 
 template <typename T>
 void moeF(const MoEShape &s, const MoEParams<T> &p, const T *x, T *y,
@@ -62,13 +110,16 @@ void moeF(const MoEShape &s, const MoEParams<T> &p, const T *x, T *y,
   const Index N = s.tokens, H = s.hidden, F = s.ffn, E = s.experts, K = s.topK;
   saved.x = x;
   saved.params = p;
+  // Every buffer below is written whole before it is read (the GEMMs with
+  // beta = 0, the gathers, the selection), so a `saved` reused across calls
+  // keeps its storage and is not cleared (resize, not assign).
 
   // Router: scores of x Wr^T, then top-k and gates (MoERouting.h).
-  saved.probs.assign(N * E, T(0));
+  saved.probs.resize(size_t(N * E));
   T *probs = saved.probs.data();
   gemm(false, true, N, E, H, T(1), x, H, p.router, H, T(0), probs, E);
-  saved.topIdx.assign(N * K, 0);
-  saved.gates.assign(N * K, T(0));
+  saved.topIdx.resize(size_t(N * K));
+  saved.gates.resize(size_t(N * K));
   for (Index t = 0; t < N; ++t) {
     moeScoreToken(s, probs + t * E);
     moeSelectToken(s, probs + t * E, p.bias, saved.topIdx.data() + t * K,
@@ -89,7 +140,7 @@ void moeF(const MoEShape &s, const MoEParams<T> &p, const T *x, T *y,
   for (Index e = 0; e < E; ++e)
     saved.expertStart[e + 1] = saved.expertStart[e] + count[e];
   const Index R = saved.expertStart[E];
-  saved.rowAssign.assign(R, 0);
+  saved.rowAssign.resize(size_t(R));
   std::vector<Index> fill(saved.expertStart.begin(),
                           saved.expertStart.end() - 1);
   for (Index a = 0; a < N * K; ++a) {
@@ -101,15 +152,15 @@ void moeF(const MoEShape &s, const MoEParams<T> &p, const T *x, T *y,
   }
 
   // Experts.
-  saved.xe.assign(R * H, T(0));
-  saved.pre.assign(R * F, T(0));
-  saved.act.assign(R * F, T(0));
+  saved.xe.resize(size_t(R * H));
+  saved.pre.resize(size_t(R * F));
+  saved.act.resize(size_t(R * F));
   const bool gated = p.w3 != nullptr;
   if (gated)
-    saved.pre3.assign(R * F, T(0));
+    saved.pre3.resize(size_t(R * F));
   else
     saved.pre3.clear();
-  saved.eout.assign(R * H, T(0));
+  saved.eout.resize(size_t(R * H));
   for (Index r = 0; r < R; ++r) {
     const T *src = x + Index(saved.rowAssign[r] / K) * H;
     std::copy(src, src + H, saved.xe.data() + r * H);
@@ -118,15 +169,12 @@ void moeF(const MoEShape &s, const MoEParams<T> &p, const T *x, T *y,
     Index r0 = saved.expertStart[e], n = saved.expertStart[e + 1] - r0;
     gemm(false, true, n, F, H, T(1), saved.xe.data() + r0 * H, H,
          p.w1 + e * F * H, H, T(0), saved.pre.data() + r0 * F, F);
-    if (gated) {
+    if (gated)
       gemm(false, true, n, F, H, T(1), saved.xe.data() + r0 * H, H,
            p.w3 + e * F * H, H, T(0), saved.pre3.data() + r0 * F, F);
-      for (Index i = r0 * F; i < (r0 + n) * F; ++i)
-        saved.act[i] = actF(s.act, saved.pre[i]) * saved.pre3[i];
-    } else {
-      for (Index i = r0 * F; i < (r0 + n) * F; ++i)
-        saved.act[i] = actF(s.act, saved.pre[i]);
-    }
+    expertAct(s.act, n * F, saved.pre.data() + r0 * F,
+              gated ? saved.pre3.data() + r0 * F : nullptr,
+              saved.act.data() + r0 * F);
     gemm(false, true, n, H, F, T(1), saved.act.data() + r0 * F, F,
          p.w2 + e * H * F, F, T(0), saved.eout.data() + r0 * H, H);
   }
@@ -168,17 +216,10 @@ static void expertGrads(const MoEShape &s, const MoESaved<T> &saved,
     gemm(false, false, n, F, H, T(1), dye + r0 * H, H,
          saved.params.w2 + e * H * F, F, T(0), dpre + r0 * F, F);
   }
-  if (saved.params.w3) {
-    T *dpre3 = dpre + R * F;
-    for (Index i = 0; i < R * F; ++i) {
-      T dh = dpre[i], pr = saved.pre[i];
-      dpre3[i] = dh * actF(s.act, pr);
-      dpre[i] = dh * saved.pre3[i] * actGrad(s.act, pr);
-    }
-  } else {
-    for (Index i = 0; i < R * F; ++i)
-      dpre[i] *= actGrad(s.act, saved.pre[i]);
-  }
+  const bool gated = saved.params.w3 != nullptr;
+  expertActGrad(s.act, R * F, saved.pre.data(),
+                gated ? saved.pre3.data() : nullptr, dpre,
+                gated ? dpre + R * F : nullptr);
 }
 
 /// dlogits [tokens, E]: through the gates, their renormalisation over the
