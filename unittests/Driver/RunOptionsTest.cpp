@@ -136,6 +136,24 @@ TEST(RunOptions, EmbeddedProgram) {
             "program");
 }
 
+TEST(RunOptions, MaxMemory) {
+  RunOptions o;
+  ASSERT_FALSE(parse({"p.pfp"}, o));
+  EXPECT_EQ(o.maxMemory, -1); // auto: what the host (device) has
+  EXPECT_FALSE(o.maxMemoryOff);
+  RunOptions cap;
+  ASSERT_FALSE(
+      parse({"p.pfp", "--max-memory", "512MiB", "--memory-plan"}, cap));
+  EXPECT_EQ(cap.maxMemory, int64_t(512) << 20);
+  EXPECT_TRUE(cap.memoryPlan);
+  RunOptions off;
+  ASSERT_FALSE(parse({"p.pfp", "--max-memory=off"}, off));
+  EXPECT_TRUE(off.maxMemoryOff);
+  EXPECT_NE(error({"p.pfp", "--max-memory", "12"})
+                .find("--max-memory must be auto, off or a size in bytes"),
+            std::string::npos);
+}
+
 TEST(RunOptions, UsageText) {
   char *buf = nullptr;
   size_t size = 0;
@@ -156,6 +174,7 @@ TEST(RunOptions, UsageText) {
       "         [--dump-weights FILE] [--comm-timeout SECONDS]\n"
       "         [--init-from HF_MODEL_DIR] [--save-hf DIR]\n"
       "         [--recv-lookahead N] [--quiet] [--no-fuse] [--memory-report]\n"
+      "         [--max-memory auto|off|BYTES] [--memory-plan]\n"
       "         [--print-placement] [--rank-layout pp-fastest|dp-fastest]\n"
       "         [--checkpoint-dir DIR [--save-every K] [--resume]]\n"
       "         [--optimizer-sync sync|post-validation] [--clip X]\n"

@@ -50,6 +50,15 @@ public:
   const char *name() const override { return "cuda"; }
   bool hostVisible() const override { return false; }
   int device() const override { return dev; }
+  int64_t freeMemory() const override {
+    size_t freeB = 0, totalB = 0;
+    if (cudaSetDevice(dev) != cudaSuccess ||
+        cudaMemGetInfo(&freeB, &totalB) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    return int64_t(freeB);
+  }
   void *computeStream() override { return ctx.stream; }
 
   void *alloc(int64_t bytes) override {

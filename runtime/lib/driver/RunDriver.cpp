@@ -29,7 +29,9 @@
 // R stop answering at step K without exiting, as on a lost node.
 //
 // The phases: the options (RunOptions.cpp, one table of flags), then per
-// rank the program, the backend, the trainer and its run (runRank); the
+// rank the program, the backend, the memory check (the planned bytes
+// against the host's or device's, before anything is allocated:
+// MemoryCheck.h), the trainer and its run (runRank); the
 // transport: --local-ranks threads, NCCL, MPI, or a world of one.
 //
 //===----------------------------------------------------------------------===//
@@ -39,6 +41,7 @@
 #include "RunOptions.h"
 
 #include "pipeforge/rt/Executor.h"
+#include "pipeforge/rt/MemoryCheck.h"
 #include "pipeforge/rt/Program.h"
 #include "pipeforge/rt/ThreadTransport.h"
 #include "pipeforge/rt/Trainer.h"
@@ -246,6 +249,26 @@ TrainerOptions trainerOptions(const RunOptions &o, int worldRank) {
   return to;
 }
 
+/// The planned bytes against what this host (device) has, before anything
+/// is allocated (collective; MemoryCheck.h): an error on every rank when
+/// the ranks of a host plan more (--max-memory caps it or turns it off).
+Status checkMemory(const RunOptions &o, const Program &p, Backend &be,
+                   Transport &tr) {
+  MemoryCheckOptions mo;
+  mo.cap.off = o.maxMemoryOff;
+  mo.cap.bytes = o.maxMemory;
+  mo.print = o.memoryPlan;
+  // AdamW's m and v, and post-validation's gradient snapshot.
+  int64_t perElement = 8;
+  if (o.optimizer != "adamw")
+    perElement = 0;
+  else if (o.optimizerSync == "post-validation")
+    perElement = 12;
+  mo.plan.optimizerBytesPerElement = perElement;
+  return checkPlannedMemory(
+      p, be, tr, trainerOptions(o, tr.worldRank()).executor, mo, hostName());
+}
+
 /// --print-placement: every rank's host and grid position, printed by rank 0
 /// (collective).
 Status printPlacement(Transport &tr) {
@@ -367,6 +390,8 @@ int runRank(const RunOptions &o, const std::string *embedded, Transport &tr) {
   auto be = makeBackend(o, tr);
   if (!be)
     return fail(be.message());
+  if (Status s = checkMemory(o, p, **be, tr); !s)
+    return fail(s.message());
   // The trainer outlives a failure's abort (it may hold messages in
   // flight).
   auto trainer =

@@ -12,6 +12,8 @@
 
 #include "RunOptions.h"
 
+#include "pipeforge/rt/MemoryCheck.h"
+
 #include "pipeforge/Support/FlagTable.h"
 #include "pipeforge/Support/Numeric.h"
 
@@ -46,6 +48,17 @@ std::optional<std::string> setLrSchedule(RunOptions &o, const std::string &v) {
   return std::nullopt;
 }
 
+/// --max-memory auto|off|BYTES (MemoryCheck.h's parseMemoryCap).
+std::optional<std::string> setMaxMemory(RunOptions &o, const std::string &v) {
+  std::string why;
+  auto cap = parseMemoryCap(v, why);
+  if (!cap)
+    return why;
+  o.maxMemoryOff = cap->off;
+  o.maxMemory = cap->bytes;
+  return std::nullopt;
+}
+
 constexpr double kSteps = double(kMaxSteps);
 
 // Every flag, in the order of the usage text.
@@ -74,6 +87,8 @@ const Flag kFlags[] = {
     {"--quiet", nullptr, Place::Next, &O::quiet},
     {"--no-fuse", nullptr, Place::Next, &O::noFuse},
     {"--memory-report", nullptr, Place::Next, &O::memoryReport},
+    {"--max-memory", "auto|off|BYTES", Place::Line, setMaxMemory},
+    {"--memory-plan", nullptr, Place::Next, &O::memoryPlan},
     {"--print-placement", nullptr, Place::Line, &O::printPlacement},
     {"--rank-layout", "pp-fastest|dp-fastest", Place::Next, &O::rankLayout, 0,
      0, true},

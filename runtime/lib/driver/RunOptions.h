@@ -43,6 +43,10 @@ struct RunOptions {
   int64_t recvLookahead = 8;
   bool quiet = false, resume = false, noFuse = false, memoryReport = false,
        printPlacement = false;
+  /// --max-memory (MemoryCheck.h): off, or a cap in bytes (-1: auto, what
+  /// the host or device has); --memory-plan prints the check's plan.
+  bool maxMemoryOff = false, memoryPlan = false;
+  int64_t maxMemory = -1;
   int64_t zero = 0;
   bool docMask = false;
   int64_t eos = -1; ///< --eos: none

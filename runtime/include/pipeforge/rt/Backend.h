@@ -155,6 +155,10 @@ public:
   virtual void *computeStream() { return nullptr; }
   /// The device ordinal (-1: host memory).
   virtual int device() const { return -1; }
+  /// Free device memory in bytes, for pipeforge-run's check of the planned
+  /// bytes at start (MemoryCheck.h); -1: the buffers are host memory (or
+  /// the device cannot say), and the host's memory is checked instead.
+  virtual int64_t freeMemory() const { return -1; }
   /// Events: a marker of the work queued on the compute stream so far.
   /// Null on a synchronous backend (the work is done already); every
   /// function below takes null as "done".
