@@ -10,7 +10,6 @@
 #include "KernelOperands.h"
 
 #include "cpu/Blas.h"
-#include "cpu/ElementwiseMath.h"
 #include "cpu/Kernels.h"
 #include "cpu/MoERouting.h"
 
@@ -67,16 +66,14 @@ moeReceiveLayout(const std::vector<std::vector<int32_t>> &localExpertOfRow,
 
 namespace {
 
-float actF(bool gelu, float x) { return gelu ? math::gelu(x) : math::silu(x); }
-float actG(bool gelu, float x) {
-  return gelu ? math::geluGrad(x) : math::siluGrad(x);
-}
-
 /// One EP moe evaluation (forward state, both sides).
 struct EpMoE {
   int64_t N = 0, H = 0, F = 0, E = 0, El = 0, K = 1, cap = 0;
   int ranks = 1, me = 0;
   bool gelu = false, gated = false;
+  cpu::Activation activation() const {
+    return gelu ? cpu::Activation::Gelu : cpu::Activation::Silu;
+  }
   cpu::MoEShape route; ///< the routing fields (experts, topK, scoring, ...)
   const float *x = nullptr, *router = nullptr, *w1 = nullptr, *w2 = nullptr,
               *w3 = nullptr;
@@ -181,17 +178,12 @@ struct EpMoE {
               n = expertStart[static_cast<size_t>(e) + 1] - r0;
       gemm(false, true, n, F, H, 1.f, xe.data() + r0 * H, H, w1 + e * F * H, H,
            0.f, pre.data() + r0 * F, F);
-      if (gated) {
+      if (gated)
         gemm(false, true, n, F, H, 1.f, xe.data() + r0 * H, H, w3 + e * F * H,
              H, 0.f, pre3.data() + r0 * F, F);
-        for (int64_t i = r0 * F; i < (r0 + n) * F; ++i)
-          act[static_cast<size_t>(i)] =
-              actF(gelu, pre[static_cast<size_t>(i)]) *
-              pre3[static_cast<size_t>(i)];
-      } else {
-        for (int64_t i = r0 * F; i < (r0 + n) * F; ++i)
-          act[static_cast<size_t>(i)] = actF(gelu, pre[static_cast<size_t>(i)]);
-      }
+      cpu::expertAct(activation(), n * F, pre.data() + r0 * F,
+                     gated ? pre3.data() + r0 * F : nullptr,
+                     act.data() + r0 * F);
       gemm(false, true, n, H, F, 1.f, act.data() + r0 * F, F, w2 + e * H * F, F,
            0.f, eout.data() + r0 * H, H);
     }
@@ -309,19 +301,9 @@ struct EpMoE {
       gemm(false, false, n, F, H, 1.f, dye.data() + r0 * H, H, w2 + e * H * F,
            F, 0.f, dpre.data() + r0 * F, F);
     }
-    if (gated) {
-      float *dpre3 = dpre.data() + Rn * F;
-      for (int64_t i = 0; i < Rn * F; ++i) {
-        float dh = dpre[static_cast<size_t>(i)],
-              pr = pre[static_cast<size_t>(i)];
-        dpre3[i] = dh * actF(gelu, pr);
-        dpre[static_cast<size_t>(i)] =
-            dh * pre3[static_cast<size_t>(i)] * actG(gelu, pr);
-      }
-    } else {
-      for (int64_t i = 0; i < Rn * F; ++i)
-        dpre[static_cast<size_t>(i)] *= actG(gelu, pre[static_cast<size_t>(i)]);
-    }
+    cpu::expertActGrad(activation(), Rn * F, pre.data(),
+                       gated ? pre3.data() : nullptr, dpre.data(),
+                       gated ? dpre.data() + Rn * F : nullptr);
     return Status::ok();
   }
 };

@@ -320,3 +320,38 @@ TEST(EmbeddingW, AddedOnceAsTheAccumulateWould) {
     EXPECT_TRUE(sameBits(dt[size_t(2 * s.hidden + j)], sum)) << j;
   }
 }
+
+/// The MoE experts' elementwise loops (vectorised, cloned) against the
+/// scalar expressions they replace, both activations, gated and plain, odd
+/// lengths for the loops' remainders.
+TEST(MoEExpertLoops, EqualTheScalarExpressions) {
+  for (Activation a : {Activation::Silu, Activation::Gelu})
+    for (bool gated : {false, true})
+      for (Index n : {1, 17, 1001}) {
+        VecF pre = randomVec(size_t(n), 51, -6.f, 6.f);
+        VecF pre3 = randomVec(size_t(n), 52, -2.f, 2.f);
+        VecF dh = randomVec(size_t(n), 53, -1.f, 1.f);
+        auto f = [&](float x) {
+          return a == Activation::Gelu ? pmath::gelu(x) : pmath::silu(x);
+        };
+        auto df = [&](float x) {
+          return a == Activation::Gelu ? pmath::geluGrad(x)
+                                       : pmath::siluGrad(x);
+        };
+        VecF out(static_cast<size_t>(n)), want(out.size());
+        expertAct(a, n, pre.data(), gated ? pre3.data() : nullptr, out.data());
+        for (size_t i = 0; i < size_t(n); ++i)
+          want[i] = gated ? f(pre[i]) * pre3[i] : f(pre[i]);
+        expectSameBits(out, want, "act");
+        VecF dpre = dh, dpre3(dh.size()), wantD(dh.size()), want3(dh.size());
+        expertActGrad(a, n, pre.data(), gated ? pre3.data() : nullptr,
+                      dpre.data(), gated ? dpre3.data() : nullptr);
+        for (size_t i = 0; i < size_t(n); ++i) {
+          want3[i] = dh[i] * f(pre[i]);
+          wantD[i] = gated ? dh[i] * pre3[i] * df(pre[i]) : dh[i] * df(pre[i]);
+        }
+        expectSameBits(dpre, wantD, "grad");
+        if (gated)
+          expectSameBits(dpre3, want3, "grad3");
+      }
+}

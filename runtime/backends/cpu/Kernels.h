@@ -567,6 +567,16 @@ template <typename T> struct MoESaved : SavedBase {
   Index dropped() const; ///< assignments over capacity
 };
 
+/// The experts' elementwise step over n elements: out = act(pre) [* pre3]
+/// (pre3 null: not gated), vectorised and cloned.
+template <typename T>
+void expertAct(Activation a, Index n, const T *pre, const T *pre3, T *out);
+/// Its gradient, dh arriving in dpre: gated, dpre3 = dh act(pre) and dpre =
+/// dh pre3 act'(pre); plain (pre3 and dpre3 null), dpre *= act'(pre).
+template <typename T>
+void expertActGrad(Activation a, Index n, const T *pre, const T *pre3, T *dpre,
+                   T *dpre3);
+
 /// Checks 1 <= topK <= experts, sizes >= 0 and the routing: scale > 0,
 /// 1 <= topkGroup <= groups <= 64, groups dividing the experts and the
 /// eligible experts (topkGroup * experts / groups) at least topK.

@@ -87,6 +87,8 @@ PF_CPU_CLONES void expertActGradLoop(Index n, const T *pre, const T *pre3,
     for (Index i = 0; i < n; ++i)
       dpre[i] *= actD<A>(pre[i]);
 }
+} // namespace
+
 template <typename T>
 void expertAct(Activation a, Index n, const T *pre, const T *pre3, T *out) {
   if (a == Activation::Gelu)
@@ -102,7 +104,6 @@ void expertActGrad(Activation a, Index n, const T *pre, const T *pre3, T *dpre,
   else
     expertActGradLoop<Activation::Silu>(n, pre, pre3, dpre, dpre3);
 }
-} // namespace
 
 template <typename T>
 void moeF(const MoEShape &s, const MoEParams<T> &p, const T *x, T *y,
@@ -341,6 +342,9 @@ void moeBW(const MoEShape &s, const MoESaved<T> &saved, const T *dy, T *dx,
 
 #define PF_INSTANTIATE(T)                                                      \
   template struct MoESaved<T>;                                                 \
+  template void expertAct<T>(Activation, Index, const T *, const T *, T *);    \
+  template void expertActGrad<T>(Activation, Index, const T *, const T *, T *, \
+                                 T *);                                         \
   template void moeF<T>(const MoEShape &, const MoEParams<T> &, const T *,     \
                         T *, MoESaved<T> &);                                   \
   template void moeB<T>(const MoEShape &, const MoESaved<T> &, const T *, T *, \
