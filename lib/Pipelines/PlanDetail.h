@@ -21,12 +21,11 @@ int countLayers(mlir::ModuleOp module);
 void addStagePasses(mlir::OpPassManager &pm, const CompileOptions &o,
                     int stages, const std::string &placement);
 
-/// The bytes of one activation element the passes cost stashes with: 2
-/// (the passes' default), or 4, what pipeforge-run stores, under
-/// --device-memory, whose budget is pipeforge-run's bytes.
-inline unsigned activationBytesPerElement(const CompileOptions &o) {
-  return o.deviceMemory.empty() ? 2 : 4;
-}
+/// The bytes of one activation element the compile driver costs stashes
+/// with: 4, what pipeforge-run stores (float32 on every backend), so that a
+/// byte --mem-limit or --device-memory is pipeforge-run's bytes. (The
+/// passes alone default to 2, the papers' mixed-precision activations.)
+inline unsigned activationBytesPerElement(const CompileOptions &) { return 4; }
 
 /// --device-memory (a no-op without it): chooses the ZeRO level (the
 /// requested one, or the lowest of 0-3 that fits) and the activation limit
