@@ -115,6 +115,7 @@ Status checkJob(const ScheduleJob &j) {
                          {"--dispatch", j.dispatch},
                          {"--ta2a", j.ta2a},
                          {"--tgather", j.tgather},
+                         {"--tgradreduce", j.tgradreduce},
                          {"--tcopy", j.tcopy}})
     if (!(v >= 0) || !std::isfinite(v))
       return Status::error(std::string(name) + " must be finite and >= 0");
@@ -493,6 +494,14 @@ Expected<ScheduleJobResult> runOneScheduleJob(const ScheduleJob &jobIn) {
   if (j.tgather > 0) {
     cost.paramBytes = j.tgather;
     cost.gatherBytesPerTime = 1;
+  }
+  // GRADREDUCE: tgradreduce per stage's gradients (their bytes over a unit
+  // bandwidth) after a message's latency; ZeRO over the pair sends half.
+  if (j.tgradreduce > 0) {
+    cost.gradBytes = j.tgradreduce;
+    cost.gradReduceBytesPerTime = 1;
+    cost.gradReduceLatency = j.tcomm;
+    cost.gradReduceShare = j.zero >= 1 ? 0.5 : 1;
   }
   // Activation offload as actions: a stash's copy takes tcopy per M_B.
   if (j.tcopy > 0) {

@@ -85,6 +85,17 @@ double CostModel::copyTime(int stage) const {
              : 0;
 }
 
+double CostModel::gradStageBytes(int stage) const {
+  return pick(gradBytesStage, stage, gradBytes);
+}
+
+double CostModel::gradReduceTime(double bytes) const {
+  return gradReduceLatency +
+         (gradReduceBytesPerTime > 0
+              ? gradReduceShare * bytes / gradReduceBytesPerTime
+              : 0);
+}
+
 double CostModel::gatherMem(int stage) const {
   return memPerParamByte > 0
              ? pick(paramBytesStage, stage, paramBytes) * memPerParamByte
@@ -126,7 +137,12 @@ Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
         std::make_tuple("gather bandwidth", c.gatherBytesPerTime, false),
         std::make_tuple("host copy bandwidth", c.hostBytesPerTime, false),
         std::make_tuple("memory per parameter byte", c.memPerParamByte,
-                        false)})
+                        false),
+        std::make_tuple("gradient bytes", c.gradBytes, false),
+        std::make_tuple("gradient reduce bandwidth", c.gradReduceBytesPerTime,
+                        false),
+        std::make_tuple("gradient reduce latency", c.gradReduceLatency, false),
+        std::make_tuple("gradient reduce share", c.gradReduceShare, false)})
     if (Status st = field(name, v, sum, -1); !st)
       return st;
   for (auto [name, vec] :
@@ -136,7 +152,8 @@ Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
         std::make_pair("all-to-all time", &c.tA2AStage),
         std::make_pair("M_B", &c.memBStage),
         std::make_pair("M_W", &c.memWStage),
-        std::make_pair("parameter bytes", &c.paramBytesStage)})
+        std::make_pair("parameter bytes", &c.paramBytesStage),
+        std::make_pair("gradient bytes", &c.gradBytesStage)})
     for (size_t s = 0; s < vec->size(); ++s)
       if (Status st = field(name, (*vec)[s], false, int64_t(s)); !st)
         return st;
@@ -164,9 +181,9 @@ Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
   for (size_t n : {c.tfStage.size(), c.tbStage.size(), c.twStage.size(),
                    c.tA2AStage.size(), c.moeLayersStage.size(),
                    c.memBStage.size(), c.memWStage.size(),
-                   c.paramBytesStage.size()})
+                   c.paramBytesStage.size(), c.gradBytesStage.size()})
     stages = std::max<int64_t>(stages, int64_t(n));
-  double action = 0, alloc = 0;
+  double action = 0, alloc = 0, grads = 0;
   int64_t layers = 0;
   for (int64_t s = 0; s < stages; ++s) {
     int st = int(std::min<int64_t>(s, INT32_MAX));
@@ -180,6 +197,7 @@ Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
     // again per action, as an action's own.
     action = std::max(action, c.gatherTime(st));
     action = std::max(action, c.copyTime(st)); // likewise a stash's copy
+    grads += c.gradStageBytes(st);
     alloc = std::max(alloc, c.gatherMem(st));
     alloc = std::max(alloc, std::abs(c.memDelta(WorkKind::F, st)));
     alloc = std::max(alloc, std::abs(c.memDelta(WorkKind::B, st)));
@@ -195,6 +213,8 @@ Status checkCosts(const CostModel &c, int64_t numStages, int64_t actions) {
         " MoE layers a stage are more per-layer steps than a replay takes (" +
         std::to_string(kMaxMoELayerSteps) +
         "): it times every MoE layer of every F and backward");
+  // A GRADREDUCE sums at most both copies of every stage.
+  action = std::max(action, c.gradReduceTime(2 * grads));
   action = 2 * action + std::max(0.0, c.tfb) + c.tcomm;
   const double n = double(std::max<int64_t>(actions, 1));
   const double total = n * action, memory = n * alloc;
@@ -248,13 +268,7 @@ public:
   void gradReduceArrive(int32_t r, size_t, const CommSlot &sl) {
     grArrive[sl.chan].push_back(now[r]);
   }
-  void gradReduce(int32_t r, size_t i, const CommSlot &sl) {
-    double t = now[r];
-    double end = std::max(t, grArrive[sl.other][sl.ordinal]);
-    stats[r].exposedComm += end - t;
-    now[r] = end;
-    place(r, i, t, end, false);
-  }
+  void gradReduce(int32_t r, size_t i, const CommSlot &sl);
   void paramGather(int32_t r, size_t i, const Action &a);
   void stashCopy(int32_t r, size_t i, const Action &a);
 
@@ -335,6 +349,9 @@ private:
   /// else tcomm later) when it arrives.
   std::vector<std::vector<double>> sendPost, sendArrive;
   std::vector<std::vector<double>> grArrive;             ///< per channel
+  /// Per rank: the gradient bytes of the (copy, stage)s it holds, which
+  /// its GRADREDUCE exchanges (CostModel::gradBytes; empty: no cost).
+  std::vector<double> gradHeld;
 
   // Rank state.
   std::vector<double> now;
@@ -459,6 +476,14 @@ Status Simulation::prepare() {
   if (cost.overlapComm)
     sentAt.assign(idx.numMessages(), 0);
   grArrive.resize(nc);
+  gradHeld.clear();
+  if (cost.gradReduceLatency > 0 || cost.gradReduceBytesPerTime > 0) {
+    gradHeld.assign(numRanks, 0);
+    for (int c = 0; c < pl.numCopies; ++c)
+      for (int st = 0; st < pl.numStages; ++st)
+        if (int32_t r = pl.rank(c, st); r >= 0 && r < numRanks)
+          gradHeld[r] += cost.gradStageBytes(st);
+  }
   now.assign(numRanks, 0);
   stats.assign(numRanks, RankStats());
   anyCompute.assign(numRanks, 0);
@@ -499,6 +524,22 @@ Status Simulation::prepare() {
         break;
       }
   return Status::ok();
+}
+
+// A GRADREDUCE: both ranks of the pair wait for each other, then exchange
+// their gradients (CostModel::gradReduceTime of the larger of the two
+// ranks' bytes), blocking, as the runtime's pairwise sum does: both leave
+// together.
+void Simulation::gradReduce(int32_t r, size_t i, const CommSlot &sl) {
+  double t = now[r];
+  double end = std::max(t, grArrive[sl.other][sl.ordinal]);
+  if (!gradHeld.empty()) {
+    int32_t peer = s.programs[r][i].peer;
+    end += cost.gradReduceTime(std::max(gradHeld[r], gradHeld[peer]));
+  }
+  stats[r].exposedComm += end - t;
+  now[r] = end;
+  place(r, i, t, end, false);
 }
 
 // An UNSHARD is posted at the rank's time and runs on its gather channel

@@ -62,7 +62,8 @@ Cost model (time units are yours; memory in units of M_B):
   --cost-unit U                rank (default) or stage: per stage whatever
                                the placement (auto: --placement linear or v)
   --tbw T --tfb T --dispatch D BW, F&B pair (default: sums); D idle per action
-  --tcomm T --tgather T        a cross-rank edge's time; an UNSHARD's (both 0)
+  --tcomm T --tgather T        a cross-rank edge's time; an UNSHARD's; and
+  --tgradreduce T              GRADREDUCE's per stage a rank holds (all 0)
   --ta2a T --moe-layers L      an MoE all-to-all's time; MoE layers per stage
   --overlap-comm               communication on its own per-rank resource,
                                F&B pairs fused (docs/schedule-library.md)
@@ -92,8 +93,7 @@ Model shape (docs/background.md; any schedule):
                         and M_B in bytes: s b (34h + 5as) per layer with
                         2-byte activations, times the layers on a rank
   --microbatch-size B   b, sequences per microbatch (default 1)
-  --layers L            transformer layers of the model (default: one per
-                        stage, L = stages); a stage holds L / stages of them
+  --layers L            model layers, L / stages a stage (default: stages)
 
 Output:
   --format F            text (default) json csv svg trace; --csv-dialect pytorch
@@ -173,6 +173,7 @@ const pipeforge::flags::Flag<O> kFlags[] = {
     {"--dispatch", "D", Place::Next, &O::dispatch, 0, kInf},
     {"--tcomm", "T", Place::Line, &O::tcomm, 0, kInf},
     {"--tgather", "T", Place::Next, &O::tgather, 0, kInf},
+    {"--tgradreduce", "T", Place::Line, &O::tgradreduce, 0, kInf},
     {"--ta2a", "T", Place::Line, &O::ta2a, 0, kInf},
     {"--moe-layers", "L", Place::Next, &O::moeLayers, 0,
      double(kMaxMoELayersPerStage)},

@@ -221,6 +221,102 @@ TEST(SimulatorTest, GradReduceMeets) {
   EXPECT_DOUBLE_EQ(r->ranks[0].exposedComm, 3);
 }
 
+// GRADREDUCE's exchange (CostModel::gradBytes): after both ranks have
+// reached it, the latency and the bytes of every (copy, stage) the rank
+// holds over the bandwidth; both leave together, and it is exposed comm.
+TEST(SimulatorTest, GradReduceTakesItsBytes) {
+  Schedule s = emptyLinear("gr", 2, 1);
+  s.placement = Placement::dual(2);
+  s.hasComm = true;
+  s.programs[0] = {cF(0, 0), Action::send(Payload::Activation,
+                                          wk(WorkKind::F, 0, 0), 1),
+                   Action::recv(Payload::Gradient, wk(WorkKind::BW, 1, 0), 1),
+                   cBW(0, 0), Action::gradReduce(1)};
+  s.programs[1] = {Action::recv(Payload::Activation, wk(WorkKind::F, 0, 0), 0),
+                   cF(1, 0), cBW(1, 0),
+                   Action::send(Payload::Gradient, wk(WorkKind::BW, 1, 0), 0),
+                   Action::gradReduce(0)};
+  CostModel cost = costs(1, 1, 1);
+  // Each rank holds stage 0 of one copy and stage 1 of the other: 2 + 6
+  // bytes, 2 time units at 4 bytes per unit, after a latency of 0.5.
+  cost.gradBytesStage = {2, 6};
+  cost.gradReduceBytesPerTime = 4;
+  cost.gradReduceLatency = 0.5;
+  Expected<SimResult> r = simulate(s, cost);
+  ASSERT_TRUE(r) << r.message();
+  // They meet at 6 (GradReduceMeets) and leave at 6 + 2.5.
+  EXPECT_DOUBLE_EQ(r->makespan, 8.5);
+  EXPECT_DOUBLE_EQ(r->ranks[1].exposedComm, 1 + 2 + 2.5);
+  EXPECT_DOUBLE_EQ(r->ranks[0].exposedComm, 3 + 2.5);
+  EXPECT_DOUBLE_EQ(r->ranks[0].busy, 3); // not busy time
+  // ZeRO over the pair: a reduce-scatter, half the bytes.
+  cost.gradReduceShare = 0.5;
+  r = simulate(s, cost);
+  ASSERT_TRUE(r);
+  EXPECT_DOUBLE_EQ(r->makespan, 6 + 0.5 + 1);
+  // No bandwidth: the latency alone.
+  cost.gradReduceBytesPerTime = 0;
+  r = simulate(s, cost);
+  ASSERT_TRUE(r);
+  EXPECT_DOUBLE_EQ(r->makespan, 6.5);
+  // Costs are checked.
+  cost.gradReduceBytesPerTime = -1;
+  std::string msg = simulate(s, cost).status().message();
+  EXPECT_NE(msg.find("gradient reduce bandwidth is -1"), std::string::npos)
+      << msg;
+  cost.gradReduceBytesPerTime = 1;
+  cost.gradBytesStage = {1, std::nan("")};
+  msg = simulate(s, cost).status().message();
+  EXPECT_NE(msg.find("gradient bytes of stage 1 is nan"), std::string::npos)
+      << msg;
+}
+
+// DualPipe's and Chimera's GRADREDUCE is every rank's last action: with
+// uniform gradient bytes every pair meets as before and leaves later by
+// the latency plus its two stages' bytes over the bandwidth, so the step
+// grows by exactly that; the compute does not move.
+TEST(SimulatorTest, GradReduceLengthensDualPipesStep) {
+  for (ScheduleKind k : {ScheduleKind::DualPipe, ScheduleKind::Chimera})
+    for (int ranks : {2, 4}) {
+      GenOptions opts;
+      opts.ranks = ranks;
+      opts.microbatches = std::max(8, minMicrobatches(k, ranks));
+      Expected<Schedule> g = generate(k, opts);
+      ASSERT_TRUE(g) << scheduleKindName(k) << ": " << g.message();
+      Schedule s = *g;
+      ASSERT_TRUE(insertComm(s).isOk()) << scheduleKindName(k);
+      CostModel cost = costs(1, 1, 1, 0.25);
+      Expected<SimResult> before = simulate(s, cost);
+      ASSERT_TRUE(before) << before.message();
+      cost.gradBytes = 3;
+      cost.gradReduceBytesPerTime = 2;
+      cost.gradReduceLatency = 0.25;
+      Expected<SimResult> after = simulate(s, cost);
+      ASSERT_TRUE(after) << after.message();
+      const double gr = 0.25 + 2 * 3 / 2.0; // two stages a rank
+      std::string what = std::string(scheduleKindName(k)) + " on " +
+                         std::to_string(ranks) + " ranks";
+      EXPECT_NEAR(after->makespan, before->makespan + gr, 1e-9) << what;
+      double busy = 0;
+      for (int r = 0; r < ranks; ++r) {
+        EXPECT_DOUBLE_EQ(after->ranks[r].busy, before->ranks[r].busy) << what;
+        EXPECT_DOUBLE_EQ(after->ranks[r].lastEnd, before->ranks[r].lastEnd)
+            << what;
+        EXPECT_NEAR(after->ranks[r].exposedComm,
+                    before->ranks[r].exposedComm + gr, 1e-9)
+            << what;
+        busy += after->ranks[r].busy;
+      }
+      EXPECT_NEAR(after->bubbleRate, 1 - busy / (ranks * after->makespan),
+                  1e-12)
+          << what;
+      // The GRADREDUCE's interval spans the wait and the exchange.
+      const Interval &last = after->intervals[s.programs[0].size() - 1];
+      EXPECT_EQ(s.programs[0][last.actionIndex].kind, ActionKind::GradReduce);
+      EXPECT_NEAR(last.end, after->makespan, 1e-9) << what;
+    }
+}
+
 TEST(SimulatorTest, DeadlockNamesRankAndStep) {
   Schedule s = emptyLinear("dl", 2, 2);
   s.programs[0] = {cF(0, 0), cBW(0, 0), cF(0, 1), cBW(0, 1)};

@@ -66,6 +66,14 @@ struct ScheduleJob {
   /// gather of a stage's parameters (CostModel::paramBytes over a
   /// gatherBytesPerTime of 1); 0: free.
   double tgather = 0;
+  /// DualPipe's and Chimera's GRADREDUCE (pipeforge-sched --tgradreduce):
+  /// the exchange of a stage's gradients, their bytes over a unit
+  /// bandwidth (CostModel::gradBytes, gradReduceBytesPerTime 1), after one
+  /// message's latency (gradReduceLatency = tcomm); a rank exchanges those
+  /// of every stage it holds (DualPipe, Chimera: two), half of them under
+  /// ZeRO (zero >= 1: gradReduceShare 0.5, the runtime's reduce-scatter
+  /// over the pair). 0: free, as before.
+  double tgradreduce = 0;
 
   /// Memory limit text (parseMemoryLimit), empty: none.
   std::string memLimit;

@@ -67,8 +67,31 @@ struct CostModel {
   double gatherBytesPerTime = 0;
   double memPerParamByte = 0;
 
+  /// DualPipe's and Chimera's GRADREDUCE: the two ranks that hold the same
+  /// stages, one model copy each, exchange their gradients and each adds
+  /// the other's (pipeforge-run: Executor::Impl::gradReduce, a blocking
+  /// exchange in the rank's last action: nothing overlaps it, and it is
+  /// not busy time). Per stage (index = stage, both copies alike; empty:
+  /// the uniform gradBytes), the bytes of one copy's gradients of the
+  /// stage. A rank's GRADREDUCE sends gradReduceShare of the bytes of
+  /// every (copy, stage) it holds (1: the sum, each side sends all; 0.5:
+  /// ZeRO over the pair, a reduce-scatter: each side sends what the other
+  /// updates) and ends gradReduceLatency + bytes / gradReduceBytesPerTime
+  /// (the larger of the pair's two) after both ranks have reached it; the
+  /// whole counts in exposedComm. gradReduceBytesPerTime 0: the bytes take
+  /// no time. The defaults replay as without a cost.
+  double gradBytes = 0;
+  std::vector<double> gradBytesStage;
+  double gradReduceBytesPerTime = 0;
+  double gradReduceLatency = 0;
+  double gradReduceShare = 1;
+
   double timeOf(WorkKind k, int stage) const;
   double memDelta(WorkKind k, int stage) const;
+  /// One copy's gradient bytes of `stage`, and the time of a GRADREDUCE
+  /// whose rank holds `bytes` of gradients (before gradReduceShare).
+  double gradStageBytes(int stage) const;
+  double gradReduceTime(double bytes) const;
   /// The time of an UNSHARD of `stage`, and the memory it holds.
   double gatherTime(int stage) const;
   double gatherMem(int stage) const;
