@@ -32,6 +32,13 @@ step 1 is warm-up and dropped):
                 allocation), MPI progress/test polling between actions,
                 bookkeeping -- and, when oversubscribed, time descheduled
                 between actions. Reported as the mean over ranks and steps.
+  GRADREDUCE    DualPipe's and Chimera's exchange of the two model copies'
+                gradients (the pair's pairwise sum, blocking, the rank's
+                last action): per step and pair, the shorter of the two
+                ranks' GRADREDUCE events (the later to arrive did not wait
+                for the other); the median is the exchange's time, which
+                --tgradreduce takes per stage a rank holds after --tcomm:
+                (median - latency) / stages held
   latency       for receives the consumer blocked on (the RECV completes
                 inside the consuming compute's wait): RECV completion minus
                 the matching SEND's post, on the host's steady clock (each
@@ -43,6 +50,9 @@ step 1 is warm-up and dropped):
   sim           pipeforge-sched --schedule S --ranks P --microbatches M
                 --tf --tb --tw --tbw --tfb --tcomm (ms) --format json:
                 summary.makespan and summary.bubble_rate (same definition)
+  calibrated    the same with what the runtime adds (calibration): each
+                stage's F:B:W, --dispatch, and --tgradreduce where the
+                schedule has GRADREDUCE
 """
 
 import argparse
@@ -91,6 +101,8 @@ def analyse(trace_path, stdout, tokens_per_step):
     kinds = {}   # kind -> [kernel us]
     stage_kinds = {}  # (kind, stage) -> [kernel us]
     sends = {}   # (label core, occurrence) -> abs post us
+    grs = {}     # (step, rank) -> (peer, GRADREDUCE us)
+    held = {}    # rank -> {(stage, copy)} its computes run
     recvs = []   # (rank, label core, occurrence, abs end us, step)
     for r in ranks:
         es = by_rank[r]
@@ -124,9 +136,14 @@ def analyse(trace_path, stdout, tokens_per_step):
             d["ncompute"] += 1
             d["kernel"] += e["dur"] - w
             d["wait"] += w
+            parts = e["name"].split("+")
+            for p in parts:  # the (stage, copy)s the rank holds
+                m = WORK_RE.match(p)
+                if m:
+                    held.setdefault(r, set()).add((int(m.group(2)),
+                                                   m.group(4) or ""))
             if k < 2:
                 continue
-            parts = e["name"].split("+")
             if len(parts) == 2:
                 kind = "FB"
                 stage = None
@@ -144,6 +161,8 @@ def analyse(trace_path, stdout, tokens_per_step):
             if e["name"].startswith("GRADREDUCE"):
                 if k is not None:
                     steps[k][r]["gr"] += e["dur"]
+                    grs[(k, r)] = (int(e["name"].rsplit("r", 1)[1]),
+                                   e["dur"])
                 continue
             what, rest = e["name"].split(" ", 1)
             core = rest.rsplit(" ", 1)[0]   # "act F0.1"
@@ -168,6 +187,11 @@ def analyse(trace_path, stdout, tokens_per_step):
                     recvs.append((core, n, epoch.get(r, 0) + end))
     lat = [end - sends[(core, n)] for core, n, end in recvs
            if (core, n) in sends]
+    # GRADREDUCE's exchange: per step and pair, the shorter of the two
+    # events (the rank that arrived last waited for nobody).
+    gr = [min(d, grs[(k, p)][1]) for (k, r), (p, d) in grs.items()
+          if k >= 2 and r < p and (k, p) in grs]
+    gr_held = [len(held.get(r, ())) for (k, r) in grs if k >= 2]
 
     meas = [k for k in sorted(steps) if k >= 2 and len(steps[k]) == P]
     if not meas:
@@ -211,6 +235,8 @@ def analyse(trace_path, stdout, tokens_per_step):
                      for k, v in stage_kinds.items()},
         lat_ms=(statistics.median(lat) / 1e3) if lat else 0.0,
         lat_n=len(lat), full_ms=mean(full), run_bubble=mean(rbub),
+        gr_ms=(statistics.median(gr) / 1e3) if gr else 0.0, gr_n=len(gr),
+        gr_held=max(gr_held) if gr_held else 0,
         actions=sum(steps[meas[0]][r]["actions"] for r in ranks))
 
 
@@ -237,14 +263,27 @@ def stage_costs(a):
     return ",".join(out)
 
 
+def tgradreduce(a):
+    """--tgradreduce: the GRADREDUCE exchange's median time less the message
+    latency (the simulator adds --tcomm), per stage the rank holds (ms);
+    None without GRADREDUCE events."""
+    if not a["gr_n"] or not a["gr_held"]:
+        return None
+    return max(0.0, a["gr_ms"] - a["lat_ms"]) / a["gr_held"]
+
+
 def calibration(a):
     """What the simulator is told besides the median op costs: per-stage
     costs, the runtime's time per compute action, the measured message
-    latency (docs/runtime.md, "Measured vs simulated")."""
+    latency, GRADREDUCE's exchange (docs/runtime.md, "Measured vs
+    simulated")."""
     flags = ["--dispatch", "%.6f" % a["dispatch_ms"]]
     sc = stage_costs(a)
     if sc:
         flags += ["--cost-unit", "stage", "--stage-costs", sc]
+    t = tgradreduce(a)
+    if t is not None:
+        flags += ["--tgradreduce", "%.6f" % t]
     return flags
 
 
@@ -346,7 +385,8 @@ def main():
     hdr = ["schedule", "measured step ms", "simulated ms", "ratio",
            "measured bubble", "simulated bubble", "calibrated ms",
            "calibrated bubble", "overhead us/action",
-           "blocked ms/rank", "tcomm ms (n)", "full step ms",
+           "blocked ms/rank", "tcomm ms (n)", "gradreduce ms (n)",
+           "full step ms",
            "pf-run bubble"]
 
     def table(title, rows):
@@ -366,6 +406,7 @@ def main():
                      "%.2f" % a["cal_ms"], "%.3f" % a["cal_bubble"],
                      "%.1f" % a["ovh_us"], "%.2f" % a["blocked_ms"],
                      "%.3f (%d)" % (a["lat_ms"], a["lat_n"]),
+                     "%.3f (%d)" % (a["gr_ms"], a["gr_n"]),
                      "%.2f" % a["full_ms"], "%.3f" % a["run_bubble"]]
             if md:
                 print("| " + " | ".join(cells) + " |")

@@ -44,7 +44,8 @@ last=$(grep '^step ' "$work/train.log" | tail -1 | awk '{print $4}')
 measured=$(grep '^step ' "$work/train.log" | awk 'NR > 1 { s += $NF; n++ } END { if (n) printf "%.4f", s / n; else print "n/a" }')
 # The trace's op costs are per stage (a V stage's F is the F of half a
 # rank's share); with --calibrated also what the runtime adds: per-stage
-# costs, the message latency and its own time per compute action.
+# costs, the message latency and its own time per compute action (and
+# GRADREDUCE's exchange, for a schedule with two model copies).
 costs="$(python3 scripts/trace_costs.py "$work/trace.json") --cost-unit stage"
 calibrated_costs=$(python3 scripts/trace_costs.py --calibrated "$work/trace.json")
 # shellcheck disable=SC2086
@@ -60,7 +61,7 @@ laststep=$(python3 scripts/demo_pictures.py "$work/trace.json" "$work/train.log"
 echo
 echo "loss: $first -> $last over $STEPS steps"
 echo "measured (ms): $calibrated_costs"
-echo "bubble: measured $measured (mean of steps 2..$STEPS; last step $laststep); simulated $calibrated with what the runtime adds (per-stage costs, --tcomm, --dispatch), $simulated from the median op costs alone"
+echo "bubble: measured $measured (mean of steps 2..$STEPS; last step $laststep); simulated $calibrated with what the runtime adds (per-stage costs, --tcomm, --dispatch; --tgradreduce with two model copies), $simulated from the median op costs alone"
 echo "pictures: $work/timeline.svg (every rank's last step, measured above simulated), $work/loss.svg"
 echo "trace of all ranks: $work/trace.json (open in ui.perfetto.dev)"
 if [ "$RANKS" -gt "$cores" ]; then

@@ -8,7 +8,11 @@ receive is not counted; medians over all ranks and steps after the first):
         adds: --tcomm (a blocked receive's latency: its completion minus its
         send's post), --dispatch (the runtime's own time per compute action:
         the step's span outside compute, GRADREDUCE and the final drain, per
-        compute action), --cost-unit stage --stage-costs (each stage's F:B:W)
+        compute action), --cost-unit stage --stage-costs (each stage's F:B:W),
+        and where the schedule has GRADREDUCE (DualPipe, Chimera: the two
+        model copies' gradients exchanged by the pair) --tgradreduce (the
+        exchange's median time, the shorter of the pair's two events, less
+        --tcomm, per stage a rank holds)
 
 The analysis is benchmarks/runtime_vs_sim.py's (analyse), which prints the
 same numbers per schedule; docs/runtime.md, "Measured vs simulated"."""
