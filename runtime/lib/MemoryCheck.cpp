@@ -230,8 +230,8 @@ std::optional<RankMemory> decodeRankMemory(const std::string &s) {
   size_t i = 16;
   for (auto *list : {&p.largestParams, &p.largestStages}) {
     int64_t n = num(i++);
-    for (int64_t k = 0; k < n && i + 1 < f.size() + 1; ++k, i += 2)
-      list->push_back({f[std::min(i, f.size() - 1)], num(i + 1)});
+    for (int64_t k = 0; k < n && i + 1 < f.size(); ++k, i += 2)
+      list->push_back({f[i], num(i + 1)});
   }
   return r;
 }
