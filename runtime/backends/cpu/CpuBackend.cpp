@@ -26,6 +26,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <mutex>
+#include <unordered_map>
 
 namespace pipeforge::rt {
 namespace {
@@ -63,17 +66,21 @@ public:
   CpuBackend();
   const char *name() const override { return "cpu"; }
   bool hostVisible() const override { return true; }
+  ~CpuBackend() override {
+    for (auto &[n, p] : cached)
+      std::free(p);
+  }
   void *alloc(int64_t bytes) override {
     size_t n = roundedBytes(bytes);
-    void *p = std::aligned_alloc(64, n);
+    void *p = allocBlock(n);
     if (p)
       std::memset(p, 0, n);
     return p;
   }
   void *allocUninit(int64_t bytes) override {
-    return std::aligned_alloc(64, roundedBytes(bytes));
+    return allocBlock(roundedBytes(bytes));
   }
-  void free(void *p) override { std::free(p); }
+  void free(void *p) override;
   void copyToHost(void *d, const void *s, int64_t b) override {
     if (b > 0 && d != s)
       std::memcpy(d, s, size_t(b));
@@ -119,6 +126,25 @@ public:
   std::vector<std::string> ops() const { return table.names(); }
 
 private:
+  /// Large blocks freed are kept for the next request of the same size (a
+  /// step allocates the same buffers every microbatch): the C library
+  /// returns blocks over its mmap threshold (at most 32 MiB: a medium
+  /// model's logits) to the kernel on free, and each new one page-faults
+  /// in again (about 1% of a medium Llama step). Bounded by kCacheBytes;
+  /// off under AddressSanitizer, whose use-after-free checks it would hide.
+  static constexpr size_t kCacheMin = size_t(4) << 20;
+  static constexpr size_t kCacheBytes = size_t(1) << 30;
+#if defined(__SANITIZE_ADDRESS__)
+  static constexpr bool kCacheOn = false;
+#else
+  static constexpr bool kCacheOn = true;
+#endif
+  void *allocBlock(size_t n);
+  std::multimap<size_t, void *> cached;        ///< free blocks by size
+  std::unordered_map<void *, size_t> bigSizes; ///< live large blocks
+  size_t cachedBytes = 0;
+  std::mutex cacheMutex;
+
   /// At least one byte, a multiple of the 64-byte alignment.
   static size_t roundedBytes(int64_t bytes) {
     size_t n = size_t(bytes > 0 ? bytes : 1);
@@ -483,6 +509,41 @@ CpuBackend::CpuBackend() {
 }
 
 } // namespace
+
+void *CpuBackend::allocBlock(size_t n) {
+  if (!kCacheOn || n < kCacheMin)
+    return std::aligned_alloc(64, n);
+  std::lock_guard<std::mutex> lock(cacheMutex);
+  void *p = nullptr;
+  if (auto it = cached.find(n); it != cached.end()) {
+    p = it->second;
+    cached.erase(it);
+    cachedBytes -= n;
+  } else {
+    p = std::aligned_alloc(64, n);
+  }
+  if (p)
+    bigSizes[p] = n;
+  return p;
+}
+
+void CpuBackend::free(void *p) {
+  if (!p)
+    return;
+  if (kCacheOn) {
+    std::lock_guard<std::mutex> lock(cacheMutex);
+    if (auto it = bigSizes.find(p); it != bigSizes.end()) {
+      size_t n = it->second;
+      bigSizes.erase(it);
+      if (cachedBytes + n <= kCacheBytes) {
+        cached.emplace(n, p);
+        cachedBytes += n;
+        return;
+      }
+    }
+  }
+  std::free(p);
+}
 
 std::unique_ptr<Backend> createCpuBackend() {
   return std::make_unique<CpuBackend>();
