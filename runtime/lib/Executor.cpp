@@ -567,6 +567,18 @@ Expected<StepStats> Executor::Impl::step() {
   return finishStep(t0, span);
 }
 
+Expected<std::shared_ptr<const Program>> rankProgram(const Program &prog,
+                                                     Transport &tr) {
+  if (tr.pipelineSize() != prog.schedule.numRanks())
+    return Status::error("transport has " + std::to_string(tr.pipelineSize()) +
+                         " pipeline ranks, the program " +
+                         std::to_string(prog.schedule.numRanks()));
+  if (prog.training.tensorParallel <= 1)
+    return std::shared_ptr<const Program>();
+  return std::make_shared<const Program>(
+      specializeForTensorRank(prog, tr.tpIndex()));
+}
+
 Executor::Executor(std::unique_ptr<Impl> i) : impl(std::move(i)) {}
 Executor::~Executor() = default;
 
@@ -575,15 +587,11 @@ Expected<std::unique_ptr<Executor>> Executor::create(const Program &prog,
                                                      TokenSource &data,
                                                      StepOptimizer &opt,
                                                      const ExecutorOptions &o) {
-  if (tr.pipelineSize() != prog.schedule.numRanks())
-    return Status::error("transport has " + std::to_string(tr.pipelineSize()) +
-                         " pipeline ranks, the program " +
-                         std::to_string(prog.schedule.numRanks()));
   // Tensor parallelism: this rank's kernels (TensorParallel.cpp).
-  std::shared_ptr<const Program> own;
-  if (prog.training.tensorParallel > 1)
-    own = std::make_shared<const Program>(
-        specializeForTensorRank(prog, tr.tpIndex()));
+  auto rp = rankProgram(prog, tr);
+  if (!rp)
+    return rp.status();
+  std::shared_ptr<const Program> own = *rp;
   auto impl = std::make_unique<Impl>(own ? *own : prog, be, tr, data, opt, o);
   impl->ownedProg = std::move(own);
   if (Status s = impl->init(); !s)

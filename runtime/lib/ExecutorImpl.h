@@ -673,6 +673,12 @@ Status stageError(int c, int s, const std::string &m);
 /// vocabulary-parallel ops; a partial linear's bias and the embedding's
 /// positions only on rank 0.
 Program specializeForTensorRank(const Program &prog, int tpIndex);
+
+/// The program this rank runs: null when it is `prog` itself, this rank's
+/// specialisation under tensor parallelism; an error when the transport's
+/// pipeline ranks are not the schedule's (Executor::create, planRankMemory).
+Expected<std::shared_ptr<const Program>> rankProgram(const Program &prog,
+                                                     Transport &tr);
 /// TP rank `tpIndex`'s slice (of T) of split parameter p, from the whole
 /// tensor's values.
 void sliceTensorParallel(const Param &p, int T, int tpIndex, const float *whole,

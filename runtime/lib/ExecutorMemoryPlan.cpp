@@ -311,14 +311,10 @@ largest(std::vector<std::pair<std::string, int64_t>> all, size_t n) {
 Expected<MemoryPlan> planRankMemory(const Program &prog, Backend &be,
                                     Transport &tr, const ExecutorOptions &o,
                                     const MemoryPlanOptions &po) {
-  if (tr.pipelineSize() != prog.schedule.numRanks())
-    return Status::error("transport has " + std::to_string(tr.pipelineSize()) +
-                         " pipeline ranks, the program " +
-                         std::to_string(prog.schedule.numRanks()));
-  std::shared_ptr<const Program> own;
-  if (prog.training.tensorParallel > 1)
-    own = std::make_shared<const Program>(
-        specializeForTensorRank(prog, tr.tpIndex()));
+  auto rp = rankProgram(prog, tr);
+  if (!rp)
+    return rp.status();
+  std::shared_ptr<const Program> own = *rp;
   NoTokens tokens;
   NoOptimizer opt;
   Executor::Impl im(own ? *own : prog, be, tr, tokens, opt, o);
