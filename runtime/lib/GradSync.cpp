@@ -404,7 +404,7 @@ Status Executor::Impl::localGradSquares(GradNorms &n) {
         if (Status s = be.sumSquares(ps.grad->f(), elems, &psq); !s)
           return s;
       } else {
-        psq = sumSquaresTensor(hostGrad(ps), elems);
+        psq = sumSquaresHost(hostGrad(ps), elems);
       }
     }
     if (counted) {

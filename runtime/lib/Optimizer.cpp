@@ -19,19 +19,27 @@
 
 namespace pipeforge::rt {
 
-namespace {
-/// The host AdamW loop over one tensor, also built for AVX-512 and AVX2 and
-/// picked by the CPU at load time (16 or 8 lanes instead of SSE2's 4): the
-/// same bits (elementwise; sqrt and division correctly rounded at every
+/// The host AdamW loop over one tensor and the gradient's sum of squares,
+/// also built for AVX-512 and AVX2 and picked by the CPU at load time (16 or
+/// 8 lanes instead of SSE2's 4): the same bits (elementwise, or the same
+/// fixed order of double sums; sqrt and division correctly rounded at every
 /// width; this file is compiled with -ffp-contract=off, runtime/CMakeLists.txt).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&         \
     defined(__linux__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
+#define PF_OPT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PF_OPT_CLONES
 #endif
-void adamwHost(const AdamWCoeffsT<float> &c, long long n, float *theta,
-               float *m, float *v, const float *grad, bool undo) {
+PF_OPT_CLONES
+void adamwHost(const AdamWCoeffs &c, long long n, float *theta, float *m,
+               float *v, const float *grad, bool undo) {
   adamwTensor(c, n, theta, m, v, grad, undo);
 }
+PF_OPT_CLONES double sumSquaresHost(const float *x, long long n) {
+  return sumSquaresTensor(x, n);
+}
+
+namespace {
 template <typename T>
 void adamwHost(const AdamWCoeffsT<T> &c, long long n, T *theta, T *m, T *v,
                const T *grad, bool undo) {
@@ -163,7 +171,10 @@ template <typename T> GradInfo AdamWT<T>::localGradInfo() const {
       }
     // The executor's sum (AdamWMath.h); a non-finite element makes it
     // non-finite (the squares of finite floats cannot overflow a double).
-    sum = sumSquaresTensor(p.grad, (long long)p.size);
+    if constexpr (std::is_same_v<T, float>)
+      sum = sumSquaresHost(p.grad, (long long)p.size);
+    else
+      sum = sumSquaresTensor(p.grad, (long long)p.size);
     info.normSq += sum;
     info.allFinite = info.allFinite && std::isfinite(sum);
   }

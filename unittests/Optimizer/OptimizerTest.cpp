@@ -688,3 +688,56 @@ TEST(AdamW, OnTheBackendMatchesTheHostBitwise) {
 }
 
 } // namespace
+
+// The gradient norm's sum of squares (AdamWMath.h): the blocked,
+// prefetching loop and its AVX-512/AVX2 clones (sumSquaresHost) give the
+// bits of the plain definition, lane k summing the elements i = k (mod 8)
+// in index order, the lanes combined pairwise; a NaN or an infinity makes
+// it non-finite.
+TEST(SumSquares, BlockedLoopHasThePlainLaneOrderBitwise) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (long long n : {0LL, 1LL, 7LL, 8LL, 63LL, 64LL, 65LL, 1000LL, 4099LL,
+                      100003LL}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float &e : x)
+      e = nd(rng) * std::exp(nd(rng)); // a wide range of magnitudes
+    double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (long long i = 0; i < n; ++i)
+      lane[i % 8] += double(x[size_t(i)]) * double(x[size_t(i)]);
+    double want = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+                  ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    double host = sumSquaresHost(x.data(), n);
+    double tmpl = sumSquaresTensor(x.data(), n);
+    EXPECT_EQ(std::memcmp(&host, &want, sizeof want), 0) << n;
+    EXPECT_EQ(std::memcmp(&tmpl, &want, sizeof want), 0) << n;
+    if (n > 70) {
+      x[size_t(n / 2)] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_TRUE(std::isnan(sumSquaresHost(x.data(), n)));
+      x[size_t(n / 2)] = std::numeric_limits<float>::infinity();
+      EXPECT_FALSE(std::isfinite(sumSquaresHost(x.data(), n)));
+    }
+  }
+}
+
+// The step's constants: s = lr / (1 - b1^t) and r = 1 / sqrt(1 - b2^t),
+// rounded once from double; the update term equals the textbook
+// lr m' / (sqrt(v') + eps) (m' = m / (1 - b1^t), v' = v / (1 - b2^t)) to
+// float rounding.
+TEST(AdamW, UpdateTermEqualsTheTextbookFormToRounding) {
+  for (long long t : {1LL, 2LL, 10LL, 1000LL}) {
+    AdamWCoeffs c = adamwCoeffsT<float>(0.9, 0.999, 1e-8, 0.1, t, 3e-4, 1.0);
+    EXPECT_EQ(c.stepSize, float(3e-4 / (1.0 - std::pow(0.9, double(t)))));
+    EXPECT_EQ(c.rsqrtBc2,
+              float(1.0 / std::sqrt(1.0 - std::pow(0.999, double(t)))));
+    for (float m : {1e-3f, -0.25f, 4.0f})
+      for (float v : {1e-12f, 1e-4f, 2.5f}) {
+        double bc1 = 1.0 - std::pow(0.9, double(t));
+        double bc2 = 1.0 - std::pow(0.999, double(t));
+        double want = 3e-4 * (m / bc1) / (std::sqrt(v / bc2) + 1e-8);
+        double got = adamwUpdateTerm(c, m, v);
+        EXPECT_NEAR(got, want, 4e-7 * std::fabs(want)) << t << " " << m << " "
+                                                       << v;
+      }
+  }
+}
