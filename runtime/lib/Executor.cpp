@@ -363,6 +363,9 @@ Status Executor::Impl::gradReduceToUpdaters(
 }
 
 Status Executor::Impl::gradReduce(const Action &a) {
+  // Every local gradient is read (and a tensor's gradient may be written
+  // by one copy only): those nothing wrote are zeros.
+  clearUnwrittenGrads();
   // Canonical order: by base name; both peers hold the same logical params.
   std::vector<std::pair<std::string, int32_t>> order;
   for (auto &[i, ps] : params)
@@ -421,8 +424,12 @@ Expected<StepStats> Executor::Impl::step() {
   stepStartTransfers = be.transfers();
   if (Status s = restoreGrads(); !s)
     return s;
+  // The gradients are not cleared: each one's first write of the step
+  // overwrites it, and those nothing writes are cleared before they are
+  // read (clearUnwrittenGrads). A failed step's leftovers are overwritten
+  // too.
   for (auto &[i, ps] : params) {
-    be.fillZero(ps.grad->p, ps.grad->bytes);
+    ps.gradWritten = false;
     if (!be.hostVisible() && !optOnDevice() && ps.value) // ZeRO-3: held
       be.copyFromHost(ps.value->p, ps.hostValue.data(), ps.value->bytes);
   }

@@ -204,8 +204,14 @@ Status Executor::Impl::fnPrepare(FnRun &r) {
     if (v >= 0)
       ptr[size_t(v)] = nullptr;
     if (v >= 0 && r.direct && r.direct->param[size_t(v)] >= 0) {
-      call.addTo |= 1u << call.out.size();
-      ptr[size_t(v)] = params.at(r.direct->param[size_t(v)]).grad->p;
+      // The step's first write of the gradient overwrites it (the kernel
+      // without its addTo bit: on the CPU it clears the output itself and
+      // adds, the bits of the cleared buffer), later ones add.
+      ParamState &ps = params.at(r.direct->param[size_t(v)]);
+      if (ps.gradWritten)
+        call.addTo |= 1u << call.out.size();
+      ps.gradWritten = true;
+      ptr[size_t(v)] = ps.grad->p;
       call.out.push_back(ptr[size_t(v)]);
     } else {
       call.out.push_back(v >= 0 ? valuePtr(v) : nullptr);
@@ -460,9 +466,10 @@ void Executor::Impl::planDirectGrads() {
   // read by no kernel, bound to no argument and to no other result; its
   // parameter is local and whole (not an expert slice) and the function
   // has no other result for it (two would add in kernel order, not result
-  // order). The first microbatch adds to the gradient that step() cleared,
-  // so it needs no special case; the overlapped reduction (GradOverlap.cpp)
-  // reads the gradient after the kernel, as after accumulateParamGrad.
+  // order). The step's first write runs without the addTo bit (step() does
+  // not clear the gradients: ParamState::gradWritten, fnPrepare); the
+  // overlapped reduction (GradOverlap.cpp) reads the gradient after the
+  // kernel, as after accumulateParamGrad.
   directGrads.clear();
   for (const Stage &st : prog.stages)
     for (const Function *fn : {&st.forward, &st.backwardInput,
@@ -582,10 +589,20 @@ Status Executor::Impl::accumulateParamGrad(FnRun &run, size_t k) {
     return err("gradient size of parameter '" +
                prog.params[size_t(r.index)].name + "' differs");
   // Expert params: the kernel wrote this rank's slice first. A gradient
-  // written straight into place is there already.
-  if (!run.direct || !run.direct->result[k])
-    be.accumulate(it->second.grad->f(), static_cast<const float *>(src),
-                  localElems(r.index));
+  // written straight into place is there already. The step's first write
+  // copies (step() does not clear the gradients): the bits of 0 + x but
+  // for a -0.0, which stays -0.0 (the gradient kernels form their sums
+  // from +0.0; the norm squares it, AdamW's moments and the reductions'
+  // sums are the same with either zero).
+  if (!run.direct || !run.direct->result[k]) {
+    ParamState &ps = it->second;
+    if (ps.gradWritten)
+      be.accumulate(ps.grad->f(), static_cast<const float *>(src),
+                    localElems(r.index));
+    else
+      be.copy(ps.grad->p, src, localElems(r.index) * 4);
+    ps.gradWritten = true;
+  }
   if (nanPending && run.st->index == numStages - 1 &&
       int64_t(tr.dpIndex()) * totalMb + int64_t(run.c) * mPerCopy + run.mb ==
           opts.injectNanMb) {

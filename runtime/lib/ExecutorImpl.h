@@ -165,7 +165,28 @@ struct Executor::Impl {
   struct ParamState {
     BufP value, grad;
     std::vector<float> hostValue, hostGrad;
+    /// The gradient buffer holds this step's gradient so far: some kernel
+    /// or accumulateParamGrad wrote it, or clearUnwrittenGrad cleared it.
+    /// False from step()'s start (the buffer holds a previous step's
+    /// bits): the first write overwrites (a kernel without its addTo bit,
+    /// a copy instead of accumulate), later ones add.
+    bool gradWritten = false;
   };
+  /// A gradient nothing wrote this step cleared (it is zero), before
+  /// anything reads it or adds to it other than the step's gradient
+  /// writers: the overlapped reduction's buckets, DualPipe's GRADREDUCE,
+  /// the reductions after the step (reduceStepGrads). No-op for a written
+  /// or a released (ZeRO-2) gradient.
+  void clearUnwrittenGrad(ParamState &ps) {
+    if (ps.gradWritten || !ps.grad)
+      return;
+    be.fillZero(ps.grad->p, ps.grad->bytes);
+    ps.gradWritten = true;
+  }
+  void clearUnwrittenGrads() {
+    for (auto &[i, ps] : params)
+      clearUnwrittenGrad(ps);
+  }
   float *hostValue(ParamState &ps) {
     return be.hostVisible() ? ps.value->f() : ps.hostValue.data();
   }

@@ -135,6 +135,9 @@ Status Executor::Impl::gradReady(int32_t i) {
   if (!overlapParams.count(i) || !sideUpdates(i) ||
       !reducedEarly.insert(i).second)
     return Status::ok();
+  // A gradient nothing wrote this step (no kernel of the stage's functions
+  // computes it) travels as zeros.
+  clearUnwrittenGrad(params.at(i));
   pendingParams.push_back(i);
   pendingBytes += params.at(i).grad->bytes;
   return pendingBytes >= opts.gradBucketBytes ? postBucket() : Status::ok();

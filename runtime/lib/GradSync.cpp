@@ -325,6 +325,7 @@ Expected<StepStats> Executor::Impl::finishStep(double t0, double span) {
 /// from this step's loads, the tensor-parallel partial sums, the tied pairs,
 /// the data-parallel and expert-parallel averages.
 Status Executor::Impl::reduceStepGrads() {
+  clearUnwrittenGrads(); // the gradients nothing wrote this step: zeros
   // nn.moe's load-balancing biases from this step's loads.
   if (Status s = updateMoEBiases(); !s)
     return s;

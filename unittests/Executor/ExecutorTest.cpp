@@ -17,8 +17,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
 
 using namespace pipeforge;
@@ -66,10 +74,14 @@ public:
     return on && cpu->canAddTo(k, out);
   }
   Status run(const KernelCall &c) override {
+    if (++calls == failAt)
+      return Status::error("test: kernel failure injected");
     if (c.addTo && added)
       ++*added;
     return cpu->run(c);
   }
+  int calls = 0;   ///< run() calls so far
+  int failAt = -1; ///< the run() call (1-based) that fails
 
 private:
   std::unique_ptr<Backend> cpu = createCpuBackend();
@@ -77,8 +89,13 @@ private:
   int *added;
 };
 
+/// Called on every rank before and after each step (`step` from 0).
+struct StepHooks {
+  std::function<void(Executor &, int step)> before, after;
+};
+
 Status runRank(const Program &prog, Transport &tr, RunResult &out,
-               int addTo = -1) {
+               int addTo = -1, const StepHooks *hooks = nullptr) {
   if (Status s =
           tr.setupGrid(prog.training.pipelineRanks, prog.training.dataParallel,
                        prog.training.expertParallel);
@@ -93,10 +110,14 @@ Status runRank(const Program &prog, Transport &tr, RunResult &out,
   if (!ex)
     return ex.status();
   for (int s = 0; s < kSteps; ++s) {
+    if (hooks && hooks->before)
+      hooks->before(**ex, s);
     auto st = (*ex)->step();
     if (!st)
       return st.status();
     out.losses.push_back(st->loss);
+    if (hooks && hooks->after)
+      hooks->after(**ex, s);
   }
   auto w = (*ex)->gatherWeights();
   if (!w)
@@ -105,14 +126,16 @@ Status runRank(const Program &prog, Transport &tr, RunResult &out,
   return Status::ok();
 }
 
-/// Runs `prog` on its pipeline ranks (threads when more than one); the
-/// result of rank 0. addTo >= 0: on AddToSwitch(addTo > 0).
-RunResult run(const Program &prog, int addTo = -1) {
-  int ranks = prog.schedule.numRanks();
+/// Runs `prog` on its pipeline ranks times its data-parallel replicas
+/// (threads when more than one); the result of rank 0. addTo >= 0: on
+/// AddToSwitch(addTo > 0).
+RunResult run(const Program &prog, int addTo = -1,
+              const StepHooks *hooks = nullptr) {
+  int ranks = prog.schedule.numRanks() * prog.training.dataParallel;
   std::vector<RunResult> results(static_cast<size_t>(ranks));
   if (ranks == 1) {
     auto tr = createLocalTransport();
-    if (Status s = runRank(prog, *tr, results[0], addTo); !s)
+    if (Status s = runRank(prog, *tr, results[0], addTo, hooks); !s)
       results[0].error = s.message();
     return results[0];
   }
@@ -121,7 +144,7 @@ RunResult run(const Program &prog, int addTo = -1) {
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
       if (Status s =
-              runRank(prog, *trs[size_t(r)], results[size_t(r)], addTo);
+              runRank(prog, *trs[size_t(r)], results[size_t(r)], addTo, hooks);
           !s)
         results[size_t(r)].error = s.message();
     });
@@ -197,6 +220,147 @@ TEST(Executor, GradientsStraightIntoPlaceKeepTheBits) {
         << kind << ": " << report;
     EXPECT_TRUE(bitwise) << kind << ": " << report;
   }
+}
+
+/// `p` without the ParamGrad results of the parameters named `names` (any
+/// model copy): nothing writes their gradients.
+Program withoutGradients(Program p, const std::set<std::string> &names) {
+  for (Stage &st : p.stages)
+    for (Function *fn : {&st.forward, &st.backwardInput, &st.backwardWeight,
+                         &st.backward})
+      fn->results.erase(
+          std::remove_if(fn->results.begin(), fn->results.end(),
+                         [&](const ResultBinding &r) {
+                           if (r.role != ResultRole::ParamGrad)
+                             return false;
+                           const std::string &n =
+                               p.params[size_t(r.index)].name;
+                           return names.count(n.substr(0, n.find('@'))) > 0;
+                         }),
+          fn->results.end());
+  return p;
+}
+
+/// step() does not clear the gradients: each one's first write of the step
+/// overwrites it and what nothing wrote is cleared before it is read. With
+/// every gradient buffer filled with NaN before each step, the run is
+/// bitwise the clean one; a parameter whose gradient nothing writes (here
+/// the positions table, written with the token table by one kernel, and the
+/// last layernorm's shift) has a zero gradient after every step and SGD
+/// leaves it as it was. Single process, pipelined, DualPipe's two copies
+/// (GRADREDUCE), data parallel with the overlapped reduction.
+TEST(Executor, StaleGradientsNeverLeakAndUngradedParamsStay) {
+  struct Case {
+    const char *kind;
+    int ranks, dp;
+  };
+  const std::set<std::string> ungraded = {"wpe", "ln.b"};
+  for (Case c : {Case{"none", 1, 1}, Case{"1f1b", kStages, 1},
+                 Case{"zb-h1", kStages, 1}, Case{"dualpipe", kStages, 1},
+                 Case{"1f1b", 2, 2}, Case{"zb-h1", 2, 2}}) {
+    SCOPED_TRACE(std::string(c.kind) + " ranks " + std::to_string(c.ranks) +
+                 " dp " + std::to_string(c.dp));
+    auto built = pipeforge::testing::buildMlpProgram(
+        c.kind, c.ranks, std::string(c.kind) == "none" ? kStages : -1,
+        kMicrobatches, c.dp);
+    ASSERT_TRUE(built) << built.message();
+    Program p = withoutGradients(built.take(), ungraded);
+    auto isUngraded = [&](int32_t i) {
+      const std::string &n = p.params[size_t(i)].name;
+      return ungraded.count(n.substr(0, n.find('@'))) > 0;
+    };
+    std::atomic<int> checked{0}, nonZeroGrad{0}, moved{0};
+    StepHooks poison;
+    // Per executor (a rank's thread): its ungraded values before step 1.
+    std::mutex mu;
+    std::map<const Executor *, std::map<int32_t, std::vector<float>>> initial;
+    poison.before = [&](Executor &ex, int step) {
+      for (int32_t i : ex.localParams()) {
+        float *g = ex.gradData(i);
+        std::fill(g, g + ex.paramElems(i),
+                  std::numeric_limits<float>::quiet_NaN());
+        if (step == 0 && isUngraded(i)) {
+          const float *v = ex.paramData(i);
+          std::lock_guard<std::mutex> l(mu);
+          initial[&ex][i].assign(v, v + ex.paramElems(i));
+        }
+      }
+    };
+    poison.after = [&](Executor &ex, int) {
+      for (int32_t i : ex.localParams()) {
+        if (!isUngraded(i))
+          continue;
+        const float *g = ex.gradData(i);
+        const float *v = ex.paramData(i);
+        std::vector<float> v0;
+        {
+          std::lock_guard<std::mutex> l(mu);
+          v0 = initial[&ex][i];
+        }
+        for (int64_t e = 0; e < ex.paramElems(i); ++e)
+          nonZeroGrad += g[e] != 0.0f;
+        moved += v0.size() != size_t(ex.paramElems(i)) ||
+                 std::memcmp(v0.data(), v, v0.size() * 4) != 0;
+        ++checked;
+      }
+    };
+    RunResult clean = run(p), dirty = run(p, -1, &poison);
+    ASSERT_EQ(clean.error, "");
+    ASSERT_EQ(dirty.error, "");
+    EXPECT_GE(checked.load(), kSteps * 2);
+    EXPECT_EQ(nonZeroGrad.load(), 0);
+    EXPECT_EQ(moved.load(), 0);
+    EXPECT_EQ(dirty.losses, clean.losses);
+    for (double l : clean.losses)
+      EXPECT_TRUE(std::isfinite(l));
+    std::string report;
+    bool bitwise = false;
+    EXPECT_TRUE(
+        compareWeights(dirty.weights, clean.weights, 0, 0, report, bitwise))
+        << report;
+    EXPECT_TRUE(bitwise) << report;
+  }
+}
+
+/// A step that fails half-way (a kernel error after some gradients were
+/// written) leaves the next one correct: retried, it and the steps after
+/// it are bitwise those of a run without the failure.
+TEST(Executor, AFailedStepLeavesTheNextOneCorrect) {
+  Program p = mlp("none", 1);
+  RunResult ref = run(p, 1);
+  ASSERT_EQ(ref.error, "");
+  auto tr = createLocalTransport();
+  ASSERT_TRUE(tr->setupGrid(1, 1, 1));
+  int added = 0;
+  AddToSwitch be(true, &added);
+  auto data = createPatternTokens(p.training.seed, p.model.vocab);
+  auto sgd = createSgd(0.05f);
+  auto ex = Executor::create(p, be, *tr, *data, *sgd);
+  ASSERT_TRUE(ex) << ex.message();
+  std::vector<double> losses;
+  auto st = (*ex)->step();
+  ASSERT_TRUE(st) << st.message();
+  losses.push_back(st->loss);
+  // Three quarters into step 2's kernels: well into the backward passes.
+  be.failAt = be.calls + be.calls * 3 / 4;
+  auto failed = (*ex)->step();
+  ASSERT_FALSE(failed);
+  EXPECT_NE(failed.message().find("injected"), std::string::npos)
+      << failed.message();
+  EXPECT_EQ((*ex)->stepsDone(), 1);
+  for (int s = 1; s < kSteps; ++s) {
+    st = (*ex)->step();
+    ASSERT_TRUE(st) << st.message();
+    losses.push_back(st->loss);
+  }
+  EXPECT_EQ(losses, ref.losses);
+  auto w = (*ex)->gatherWeights();
+  ASSERT_TRUE(w) << w.message();
+  std::string report;
+  bool bitwise = false;
+  EXPECT_TRUE(compareWeights(*w, ref.weights, 0, 0, report, bitwise))
+      << report;
+  EXPECT_TRUE(bitwise) << report;
 }
 
 TEST(Executor, RankCountMismatchIsAnError) {
