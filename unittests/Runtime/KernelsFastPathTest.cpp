@@ -280,6 +280,226 @@ TEST(RowLanes, EightInterleavedLanesCombinedPairwise) {
   }
 }
 
+#ifdef PF_CPU_AVX512_ROWS
+/// The AVX-512 rows' exp (Kernels.h, PF_CPU_AVX512_ROWS) is pfExpFast bit
+/// for bit: a sweep of the float bit patterns, the range where it is
+/// computed densely, and the special values.
+TEST(RowLanes, VectorExpIsPfExpFast) {
+  if (!detail::avx512Rows())
+    GTEST_SKIP() << "no AVX-512";
+  VecF x;
+  for (uint64_t b = 0; b < (uint64_t(1) << 32); b += 65521) {
+    uint32_t u = uint32_t(b);
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+  }
+  for (float f = -90.f; f <= 90.f; f += 0.000731f)
+    x.push_back(f);
+  for (float f : {0.f, -0.f, INFINITY, -INFINITY, NAN, -NAN, 88.7228394f,
+                  -87.3365479f, 88.72284f, -87.33655f, 1e-30f, -1e-30f})
+    x.push_back(f);
+  VecF got(x.size()), want(x.size());
+  detail::expFastAvx512(x.data(), Index(x.size()), got.data());
+  for (size_t i = 0; i < x.size(); ++i)
+    want[i] = pmath::pfExpFast(x[i]);
+  expectSameBits(got, want, "exp");
+}
+#endif
+
+/// The softmax rows' fused helpers (the AVX-512 ones where the CPU has it,
+/// and the plain loops) against the plain computations: the numerators in
+/// place with the sum of the first n, the sum with the next row's max, the
+/// loss's gradient rows; rows with -inf and underflowing entries.
+TEST(RowLanes, FusedRowsEqualThePlainLoops) {
+  for (Index n : {1, 2, 7, 15, 16, 17, 31, 32, 33, 100, 255, 256, 257, 1000}) {
+    VecF x = randomVec(size_t(n), unsigned(n) + 7, -30.f, 30.f);
+    VecF next = randomVec(size_t(n), unsigned(n) + 8, -30.f, 30.f);
+    if (n > 3) {
+      x[1] = -INFINITY;
+      x[2] = -200.f; // exp underflows to 0
+      next[3] = 1e30f;
+    }
+    float m = x[0], mn = next[0];
+    for (Index j = 1; j < n; ++j) {
+      m = x[size_t(j)] > m ? x[size_t(j)] : m;
+      mn = next[size_t(j)] > mn ? next[size_t(j)] : mn;
+    }
+    EXPECT_TRUE(sameBits(rowLaneMax(x.data(), n), m)) << n;
+    EXPECT_TRUE(sameBits(rowLaneMax<float>(x.data(), n), m)) << n;
+    VecF e(x.size());
+    for (size_t j = 0; j < e.size(); ++j)
+      e[j] = pmath::softmaxExp(x[j], m);
+    const float sum = rowLaneSum(e.data(), n);
+    EXPECT_TRUE(sameBits(rowExpSum(x.data(), n, m), sum)) << n;
+    EXPECT_TRUE(sameBits(rowExpSum<float>(x.data(), n, m), sum)) << n;
+    for (int plain = 0; plain < 2; ++plain) {
+      float gotMax = 0;
+      const float got =
+          plain ? rowExpSumNextMax<float>(x.data(), n, m, next.data(), gotMax)
+                : rowExpSumNextMax(x.data(), n, m, next.data(), gotMax);
+      EXPECT_TRUE(sameBits(got, sum)) << n;
+      EXPECT_TRUE(sameBits(gotMax, mn)) << n;
+      // In place over `padded` >= n entries; the sum over the first n.
+      for (Index pad : {n, n + 1, n + 15, (n + 15) / 16 * 16}) {
+        VecF row = x, wantRow = x;
+        row.resize(size_t(pad), 5.f);
+        wantRow.resize(size_t(pad), 5.f);
+        for (size_t j = 0; j < wantRow.size(); ++j)
+          wantRow[j] = pmath::softmaxExp(wantRow[j], m);
+        const float s = plain ? rowSoftmaxExp<float>(row.data(), n, pad, m)
+                              : rowSoftmaxExp(row.data(), n, pad, m);
+        EXPECT_TRUE(sameBits(s, sum)) << n << " " << pad;
+        expectSameBits(row, wantRow, "numerators");
+      }
+      VecF d(x.size()), wantD(x.size());
+      const float lse = m + 0.75f, scale = 0.37f;
+      for (size_t j = 0; j < x.size(); ++j)
+        wantD[j] = pmath::pfExpFast(x[j] - lse) * scale;
+      if (plain)
+        rowExpScaled<float>(x.data(), n, lse, scale, d.data());
+      else
+        rowExpScaled(x.data(), n, lse, scale, d.data());
+      expectSameBits(d, wantD, "gradient row");
+    }
+  }
+}
+
+/// The float loss against the plain computation: per row the running max,
+/// the exps' sum in the lanes, lse = m + log(sum), the mean in double; the
+/// gradient exp(l - lse) * dloss / tokens less the scale at the target.
+TEST(CrossEntropyFloat, EqualsThePlainComputation) {
+  for (Index V : {5, 16, 37, 1000}) {
+    const Index T = 7;
+    VecF logits = randomVec(size_t(T * V), unsigned(V), -8.f, 8.f);
+    std::vector<int32_t> targets(static_cast<size_t>(T));
+    for (Index t = 0; t < T; ++t)
+      targets[size_t(t)] = int32_t((t * 7 + 3) % V);
+    CrossEntropySaved<float> sv;
+    const float loss =
+        crossEntropyF<float>({T, V}, logits.data(), targets.data(), sv);
+    double total = 0;
+    VecF lse(static_cast<size_t>(T));
+    for (Index t = 0; t < T; ++t) {
+      const float *row = logits.data() + t * V;
+      float m = row[0];
+      for (Index j = 1; j < V; ++j)
+        m = row[j] > m ? row[j] : m;
+      float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (Index j = 0; j < V; ++j)
+        lane[j % 8] += pmath::softmaxExp(row[j], m);
+      const float sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+                        ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+      lse[size_t(t)] = m + pmath::pfLog(sum);
+      total += double(lse[size_t(t)] - row[targets[size_t(t)]]);
+    }
+    expectSameBits(sv.lse, lse, "lse");
+    EXPECT_TRUE(sameBits(loss, float(total / double(T)))) << V;
+    VecF d(logits.size()), want(logits.size());
+    crossEntropyB<float>({T, V}, sv, 1.5f, d.data());
+    const float scale = 1.5f / float(T);
+    for (Index t = 0; t < T; ++t) {
+      for (Index j = 0; j < V; ++j)
+        want[size_t(t * V + j)] =
+            pmath::pfExpFast(logits[size_t(t * V + j)] - lse[size_t(t)]) *
+            scale;
+      want[size_t(t * V + targets[size_t(t)])] -= scale;
+    }
+    expectSameBits(d, want, "dlogits");
+  }
+}
+
+/// The float attention's probabilities against the plain softmax: scores
+/// of small integers (q, k integers, scale 1/4: every product and sum is
+/// exact whatever the GEMM's order), rows of every length up to S = 50
+/// (not a multiple of 16), with and without document starts.
+TEST(AttentionFloat, ProbabilitiesEqualThePlainSoftmax) {
+  AttentionShape s;
+  s.batch = 2;
+  s.seq = 50;
+  s.heads = 2;
+  s.kvHeads = 1;
+  s.headDim = 16;
+  const Index S = s.seq, D = s.headDim, tokens = s.batch * S;
+  std::vector<int32_t> docStart(static_cast<size_t>(tokens));
+  for (Index b = 0; b < s.batch; ++b)
+    for (Index i = 0; i < S; ++i)
+      docStart[size_t(b * S + i)] = int32_t(i < 13 ? 0 : (i < 31 ? 13 : 31));
+  auto ints = [](size_t n, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::uniform_int_distribution<int> d(-3, 3);
+    VecF v(n);
+    for (float &x : v)
+      x = float(d(gen));
+    return v;
+  };
+  VecF q = ints(size_t(tokens * s.heads * D), 61);
+  VecF k = ints(size_t(tokens * D), 62);
+  VecF v = randomVec(size_t(tokens * D), 63);
+  for (bool docs : {false, true}) {
+    s.docStart = docs ? docStart.data() : nullptr;
+    AttentionSaved<float> sv;
+    VecF out(size_t(tokens * s.heads * D));
+    attentionF<float>(s, q.data(), k.data(), v.data(), out.data(), sv);
+    VecF want(sv.probs.size(), 0.f);
+    for (Index b = 0; b < s.batch; ++b)
+      for (Index h = 0; h < s.heads; ++h)
+        for (Index i = 0; i < S; ++i) {
+          const Index lo = s.rowStart(b, i), n = i + 1 - lo;
+          VecF row(static_cast<size_t>(n));
+          for (Index j = lo; j <= i; ++j) {
+            float dot = 0;
+            for (Index c = 0; c < D; ++c)
+              dot += q[size_t((b * S + i) * s.heads * D + h * D + c)] *
+                     k[size_t((b * S + j) * D + c)];
+            row[size_t(j - lo)] = 0.25f * dot;
+          }
+          float m = row[0];
+          for (float x : row)
+            m = x > m ? x : m;
+          for (float &x : row)
+            x = pmath::softmaxExp(x, m);
+          const float inv = 1.f / rowLaneSum<float>(row.data(), n);
+          float *P = want.data() + ((b * s.heads + h) * S + i) * S;
+          for (Index j = lo; j <= i; ++j)
+            P[j] = row[size_t(j - lo)] * inv;
+        }
+    expectSameBits(sv.probs, want, docs ? "probs (documents)" : "probs");
+  }
+}
+
+/// attentionB's softmax backward (softmaxGradRows: rows side by side)
+/// against one row at a time, with and without document starts, S not a
+/// multiple of the rows it runs together.
+TEST(AttentionFloat, SoftmaxGradRowsEqualOneRowAtATime) {
+  for (Index S : {1, 5, 8, 9, 29, 64}) {
+    for (bool docs : {false, true}) {
+      auto lo = [&](Index i) {
+        return docs ? (i < 3 ? Index(0) : (i < 11 ? Index(3) : Index(11)))
+                    : Index(0);
+      };
+      VecF P = randomVec(size_t(S * S), unsigned(S), 0.f, 1.f);
+      VecF dS = randomVec(size_t(S * S), unsigned(S) + 1, -2.f, 2.f);
+      VecF want = dS;
+      for (Index i = 0; i < S; ++i) {
+        const float *p = P.data() + i * S;
+        float *d = want.data() + i * S;
+        float dot = 0;
+        for (Index j = lo(i); j <= i; ++j)
+          dot += p[j] * d[j];
+        for (Index j = lo(i); j <= i; ++j)
+          d[j] = pmath::softmaxGrad(p[j], d[j], dot);
+        for (Index j = 0; j < lo(i); ++j)
+          d[j] = 0.f;
+        for (Index j = i + 1; j < S; ++j)
+          d[j] = 0.f;
+      }
+      softmaxGradRows(S, P.data(), dS.data(), lo);
+      expectSameBits(dS, want, "dS");
+    }
+  }
+}
+
 /// The embedding's weight gradient added straight into a gradient that
 /// holds earlier microbatches (Backend::canAddTo) against a cleared buffer
 /// then accumulated: the same bits, with repeated tokens and positions

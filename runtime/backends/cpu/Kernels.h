@@ -245,6 +245,137 @@ template <typename T> PF_CPU_INLINE T rowExpSum(const T *x, Index n, T m) {
   }
   return combineRowLanes(s);
 }
+/// The softmax numerators of a row in place: x[j] = exp(x[j] - m) for j <
+/// padded (n <= padded), returning the sum of the first n in rowLaneSum's
+/// order (what rowLaneSum(x, n) of the stored values gives).
+template <typename T>
+PF_CPU_INLINE T rowSoftmaxExp(T *x, Index n, Index padded, T m) {
+  for (Index j = 0; j < padded; ++j)
+    x[j] = math::softmaxExp(x[j], m);
+  return rowLaneSum(x, n);
+}
+/// rowExpSum(x, n, m), and mNext = rowLaneMax(next, n).
+template <typename T>
+PF_CPU_INLINE T rowExpSumNextMax(const T *x, Index n, T m, const T *next,
+                                 T &mNext) {
+  mNext = rowLaneMax(next, n);
+  return rowExpSum(x, n, m);
+}
+/// out[j] = exp(x[j] - sub) * scale, j < n (the loss's gradient rows).
+template <typename T>
+PF_CPU_INLINE void rowExpScaled(const T *x, Index n, T sub, T scale, T *out) {
+  for (Index j = 0; j < n; ++j)
+    out[j] = math::pfExpFast(x[j] - sub) * scale;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&         \
+    defined(__linux__) && !defined(__CUDACC__)
+/// The float rows on AVX-512 (KernelsLoss.cpp: functions built for avx512f,
+/// 16 floats a vector): GCC does not vectorise the loops above well where
+/// they are inlined (rowLaneMax stayed scalar in the kernels' avx512f
+/// clones, the lanes' sum took a lane out in a scalar chain, the exps went
+/// through a stack buffer). Called out of line on a CPU with AVX-512 (from
+/// any clone, or from code that is not cloned); the loops above elsewhere.
+/// The same bits: the max is exact; the sums keep the kRowLanes lanes (a
+/// vector of 16 adds its low half, then its high half, into the 8 lanes:
+/// each lane's terms in index order); the exp is pfExpFast operation for
+/// operation.
+#define PF_CPU_AVX512_ROWS 1
+namespace detail {
+inline bool avx512Rows() { return __builtin_cpu_supports("avx512f"); }
+float rowLaneMaxAvx512(const float *x, Index n);
+float rowExpSumAvx512(const float *x, Index n, float m);
+float rowSoftmaxExpAvx512(float *x, Index n, Index padded, float m);
+/// Also the max of the next row, in the same loop.
+float rowExpSumNextMaxAvx512(const float *x, Index n, float m,
+                             const float *next, float &mNext);
+void rowExpScaledAvx512(const float *x, Index n, float sub, float scale,
+                        float *out);
+/// pfExpFast of n floats (the tests' check of the vector exp).
+void expFastAvx512(const float *x, Index n, float *out);
+} // namespace detail
+
+PF_CPU_INLINE float rowLaneMax(const float *x, Index n) {
+  if (detail::avx512Rows())
+    return detail::rowLaneMaxAvx512(x, n);
+  return rowLaneMax<float>(x, n);
+}
+PF_CPU_INLINE float rowExpSum(const float *x, Index n, float m) {
+  if (detail::avx512Rows())
+    return detail::rowExpSumAvx512(x, n, m);
+  return rowExpSum<float>(x, n, m);
+}
+PF_CPU_INLINE float rowSoftmaxExp(float *x, Index n, Index padded, float m) {
+  if (detail::avx512Rows())
+    return detail::rowSoftmaxExpAvx512(x, n, padded, m);
+  return rowSoftmaxExp<float>(x, n, padded, m);
+}
+PF_CPU_INLINE float rowExpSumNextMax(const float *x, Index n, float m,
+                                     const float *next, float &mNext) {
+  if (detail::avx512Rows())
+    return detail::rowExpSumNextMaxAvx512(x, n, m, next, mNext);
+  return rowExpSumNextMax<float>(x, n, m, next, mNext);
+}
+PF_CPU_INLINE void rowExpScaled(const float *x, Index n, float sub,
+                                float scale, float *out) {
+  if (detail::avx512Rows())
+    return detail::rowExpScaledAvx512(x, n, sub, scale, out);
+  rowExpScaled<float>(x, n, sub, scale, out);
+}
+#endif
+
+/// The softmax's backward over an [S, S] block: row i of dS (dP on entry)
+/// becomes P (dP - dot), dot = sum_j P[i, j] dP[i, j] over the keys
+/// [lo(i), i] in index order (one running sum), 0 outside them. A row's sum
+/// is a chain of dependent adds: kSoftmaxGradRows rows run theirs side by
+/// side (each still in its own index order: the same bits).
+constexpr Index kSoftmaxGradRows = 8;
+template <typename T, typename Lo>
+PF_CPU_INLINE void softmaxGradRows(Index S, const T *P, T *dS, Lo lo) {
+  constexpr Index R = kSoftmaxGradRows;
+  T dots[R];
+  Index i0 = 0;
+  for (; i0 < S; i0 += R) {
+    const Index rows = S - i0 < R ? S - i0 : R;
+    Index common = lo(i0);
+    for (Index r = 0; r < rows; ++r) {
+      const Index l = lo(i0 + r);
+      common = l > common ? l : common;
+    }
+    // Keys every row of the group sees: [common, i0] (row i0 + r sees
+    // [lo, i0 + r]).
+    const bool interleave = rows == R && common <= i0;
+    for (Index r = 0; r < rows; ++r) {
+      const T *p = P + (i0 + r) * S;
+      const T *d = dS + (i0 + r) * S;
+      const Index end = interleave ? common : i0 + r + 1;
+      T dot = 0;
+      for (Index j = lo(i0 + r); j < end; ++j)
+        dot += p[j] * d[j];
+      dots[r] = dot;
+    }
+    if (interleave) {
+      const T *p = P + i0 * S, *d = dS + i0 * S;
+      for (Index j = common; j <= i0; ++j)
+        for (Index r = 0; r < R; ++r)
+          dots[r] += p[r * S + j] * d[r * S + j];
+      for (Index r = 1; r < R; ++r)
+        for (Index j = i0 + 1; j <= i0 + r; ++j)
+          dots[r] += p[r * S + j] * d[r * S + j];
+    }
+    for (Index r = 0; r < rows; ++r) {
+      const Index i = i0 + r, l = lo(i);
+      const T *p = P + i * S;
+      T *d = dS + i * S;
+      for (Index j = l; j <= i; ++j)
+        d[j] = math::softmaxGrad(p[j], d[j], dots[r]);
+      for (Index j = 0; j < l; ++j)
+        d[j] = T(0);
+      for (Index j = i + 1; j < S; ++j)
+        d[j] = T(0);
+    }
+  }
+}
 
 /// The statistics of x into `saved` (x, gamma, mean for a centered norm,
 /// rstd) without the output: what the gradient ops recompute.

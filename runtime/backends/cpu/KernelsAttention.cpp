@@ -190,9 +190,7 @@ PF_CPU_CLONES void attentionF(const AttentionShape &s, const T *q, const T *k, c
         const Index end =
             std::min(S, lo + (n + kSoftmaxPad - 1) / kSoftmaxPad * kSoftmaxPad);
         const T m = rowLaneMax(row + lo, n);
-        for (Index j = lo; j < end; ++j)
-          row[j] = math::softmaxExp(row[j], m);
-        T inv = T(1) / rowLaneSum(row + lo, n);
+        T inv = T(1) / rowSoftmaxExp(row + lo, n, end - lo, m);
         for (Index j = lo; j < end; ++j)
           row[j] *= inv;
         for (Index j = 0; j < lo; ++j)
@@ -249,20 +247,7 @@ PF_CPU_CLONES void attentionB(const AttentionShape &s, const AttentionSaved<T> &
       if (drop)
         dropRows(s, b, h, dS, dS);
       // dS = P (dP - rowdot(P, dP)), over the keys the forward saw.
-      for (Index i = 0; i < S; ++i) {
-        const T *p = P + i * S;
-        T *d = dS + i * S;
-        const Index lo = s.rowStart(b, i);
-        T dot = 0;
-        for (Index j = lo; j <= i; ++j)
-          dot += p[j] * d[j];
-        for (Index j = lo; j <= i; ++j)
-          d[j] = math::softmaxGrad(p[j], d[j], dot);
-        for (Index j = 0; j < lo; ++j)
-          d[j] = T(0);
-        for (Index j = i + 1; j < S; ++j)
-          d[j] = T(0);
-      }
+      softmaxGradRows(S, P, dS, [&](Index i) { return s.rowStart(b, i); });
       // dQ = scale dS K ; dK += scale dS^T Q ; dV += P^T dO. Row block i0
       // of dQ needs the columns before its end; column block j0 of dK and
       // dV the rows from j0 on (dS and P are 0 above the diagonal).
