@@ -340,9 +340,10 @@ CpuBackend::CpuBackend() {
     LinearGrads<float> g{o.o(0), o.o(1)};
     // Added to (addTo): the GEMM's beta = 1 adds dy^T x to the gradient so
     // far, which is what the executor's accumulate of a cleared buffer gave
-    // (the same bits while K = tokens fits one OpenBLAS K block).
-    if (!o.c.addsTo(0))
-      std::memset(g.dweight, 0, size_t(sh.out * sh.in) * 4);
+    // (the same bits while K = tokens fits one OpenBLAS K block). Else the
+    // GEMM writes it (beta = 0): the same bits as adding to zeros, without
+    // a pass to clear it (a step's first write of a parameter's gradient).
+    g.overwriteWeight = !o.c.addsTo(0);
     if (g.dbias)
       std::memset(g.dbias, 0, size_t(sh.out) * 4);
     LinearSaved<float> sv;

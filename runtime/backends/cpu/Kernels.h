@@ -121,6 +121,10 @@ template <typename T> struct LinearParams {
 template <typename T> struct LinearGrads {
   T *dweight = nullptr; ///< [out, in], accumulated
   T *dbias = nullptr;   ///< [out], accumulated; ignored when !hasBias
+  /// dweight holds no value yet: the GEMM writes it (beta = 0) instead of
+  /// adding to it, so the caller need not clear it first (the same bits as
+  /// adding to zeros: 0 + p = p).
+  bool overwriteWeight = false;
 };
 /// B needs the weight, W needs x.
 template <typename T> struct LinearSaved : SavedBase {

@@ -37,9 +37,10 @@ void linearB(const LinearShape &s, const LinearSaved<T> &saved, const T *dy,
 template <typename T>
 PF_CPU_CLONES void linearW(const LinearShape &s, const LinearSaved<T> &saved, const T *dy,
              const LinearGrads<T> &g) {
-  // dW [out, in] += dy^T [out, tokens] * x [tokens, in]
-  gemm(true, false, s.out, s.in, s.tokens, T(1), dy, s.out, saved.x, s.in, T(1),
-       g.dweight, s.in);
+  // dW [out, in] += dy^T [out, tokens] * x [tokens, in] (= when
+  // overwriteWeight: beta 0, no clearing pass over dW)
+  gemm(true, false, s.out, s.in, s.tokens, T(1), dy, s.out, saved.x, s.in,
+       g.overwriteWeight ? T(0) : T(1), g.dweight, s.in);
   if (s.hasBias) {
     // A local pointer: a store through g.dbias may not alias g itself (else
     // every iteration reloads it and the loop does not vectorise).
