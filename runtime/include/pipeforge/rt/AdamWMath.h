@@ -136,9 +136,10 @@ template <typename T> inline double sumSquaresTensor(const T *x, long long n) {
   // Blocks of 64 elements with the memory 4 KiB ahead requested: one
   // stream read once, where the hardware prefetch alone left the loop
   // waiting on memory (1.6x on 440 MB; the order of the sums is the same).
-  constexpr long long kBlock = 64, kAhead = 4096 / (long long)sizeof(T);
+  constexpr long long kBlock = 64;
   for (; i + kBlock <= n; i += kBlock) {
 #if defined(__GNUC__) && !defined(__CUDA_ARCH__)
+    constexpr long long kAhead = 4096 / (long long)sizeof(T);
     for (long long p = 0; p < kBlock; p += 64 / (long long)sizeof(T))
       __builtin_prefetch(x + i + kAhead + p, 0, 0);
 #endif
