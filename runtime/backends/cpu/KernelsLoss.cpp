@@ -142,6 +142,15 @@ inline F16 expFast(F16 x) {
   const F16 e = y * s1 * s2;
   return x < lo ? zero : (x > hi ? zero + INFINITY : (x != x ? x : e));
 }
+/// The 8 lanes' sums of a row's exps so far (`s`, the first j terms, j a
+/// multiple of kRowLanes) with the terms j..n added one at a time, combined.
+inline float expSumTail(F8 s, const float *x, Index j, Index n, float m) {
+  float l[kRowLanes];
+  __builtin_memcpy(l, &s, sizeof l);
+  for (int k = 0; j < n; ++j, ++k)
+    l[k % kRowLanes] += math::softmaxExp(x[j], m);
+  return combineRowLanes(l);
+}
 } // namespace
 
 float rowLaneMaxAvx512(const float *x, Index n) {
@@ -168,11 +177,7 @@ float rowExpSumAvx512(const float *x, Index n, float m) {
   Index j = 0;
   for (; j + kWidth <= n; j += kWidth)
     addToLanes(s, expFast(load(x + j) - m));
-  float l[kRowLanes];
-  __builtin_memcpy(l, &s, sizeof l);
-  for (int k = 0; j < n; ++j, ++k) // from a multiple of kRowLanes
-    l[k % kRowLanes] += math::softmaxExp(x[j], m);
-  return combineRowLanes(l);
+  return expSumTail(s, x, j, n, m);
 }
 
 float rowSoftmaxExpAvx512(float *x, Index n, Index padded, float m) {
@@ -218,11 +223,7 @@ float rowExpSumNextMaxAvx512(const float *x, Index n, float m,
   for (Index i = j; i < n; ++i)
     mx = next[i] > mx ? next[i] : mx;
   mNext = mx;
-  float l[kRowLanes];
-  __builtin_memcpy(l, &s, sizeof l);
-  for (int k = 0; j < n; ++j, ++k) // from a multiple of kRowLanes
-    l[k % kRowLanes] += math::softmaxExp(x[j], m);
-  return combineRowLanes(l);
+  return expSumTail(s, x, j, n, m);
 }
 
 void rowExpScaledAvx512(const float *x, Index n, float sub, float scale,
