@@ -422,6 +422,9 @@ Expected<StepStats> Executor::Impl::step() {
   }
   double t0 = nowS();
   stepStartTransfers = be.transfers();
+  if (opts.trace)
+    be.timeGemms(true);
+  const Backend::GemmTime gemm0 = be.gemmTime();
   if (Status s = restoreGrads(); !s)
     return s;
   // The gradients are not cleared: each one's first write of the step
@@ -559,9 +562,16 @@ Expected<StepStats> Executor::Impl::step() {
     // One event per step on tid 2: the schedule part (barrier exit to the
     // last send's completion); drain = waiting for sends after the last action.
     double t1 = nowS();
-    char sa[96];
-    std::snprintf(sa, sizeof sa, "\"actions\":%zu,\"drain_us\":%.3f",
-                  acts.size(), (t1 - loopEnd) * 1e6);
+    char sa[160];
+    int n = std::snprintf(sa, sizeof sa, "\"actions\":%zu,\"drain_us\":%.3f",
+                          acts.size(), (t1 - loopEnd) * 1e6);
+    // The step's GEMMs on this rank (a CPU backend times them).
+    const Backend::GemmTime gemm1 = be.gemmTime();
+    if (gemm1.seconds >= 0 && n > 0 && size_t(n) < sizeof sa)
+      std::snprintf(sa + n, sizeof sa - size_t(n),
+                    ",\"gemm_us\":%.3f,\"gemm_gflop\":%.6f",
+                    (gemm1.seconds - gemm0.seconds) * 1e6,
+                    (gemm1.flops - gemm0.flops) * 1e-9);
     record("step " + std::to_string(stepNo + 1), 2, t0, t1, sa);
   }
   if (!inbox.empty() || !outbox.empty())

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cblas.h>
+#include <chrono>
 #include <cstdint>
 
 #if PIPEFORGE_HAVE_ONEDNN
@@ -43,13 +44,34 @@ inline std::atomic<int> &gemmThreads() {
   return n;
 }
 
-inline void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
-                 float alpha, const float *A, int64_t lda, const float *B,
-                 int64_t ldb, float beta, float *C, int64_t ldc) {
-  if (M == 0 || N == 0)
-    return;
-  if (K == 0)
-    return gemmEmpty(M, N, beta, C, ldc);
+/// The time and FLOPs of this thread's GEMMs (each rank computes on one
+/// thread) while `on` (Backend::timeGemms: pipeforge-run --trace, the step
+/// events' gemm_us and gemm_gflop). Two clock reads per product when on.
+struct GemmClock {
+  bool on = false;
+  double seconds = 0, flops = 0;
+};
+inline GemmClock &gemmClock() {
+  thread_local GemmClock c;
+  return c;
+}
+/// Runs `product` (a GEMM of M x N x K), timed when the clock is on.
+template <class Fn>
+inline void timedGemm(int64_t M, int64_t N, int64_t K, Fn product) {
+  GemmClock &c = gemmClock();
+  if (!c.on)
+    return product();
+  auto t0 = std::chrono::steady_clock::now();
+  product();
+  c.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                             t0)
+                   .count();
+  c.flops += 2.0 * double(M) * double(N) * double(K);
+}
+
+inline void gemmF32(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                    float alpha, const float *A, int64_t lda, const float *B,
+                    int64_t ldb, float beta, float *C, int64_t ldc) {
 #if PIPEFORGE_HAVE_ONEDNN
   // oneDNN runs on OpenMP, whose thread count is per calling thread (each
   // --local-ranks rank is one): set it once on each.
@@ -71,15 +93,29 @@ inline void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
 }
 
 inline void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                 float alpha, const float *A, int64_t lda, const float *B,
+                 int64_t ldb, float beta, float *C, int64_t ldc) {
+  if (M == 0 || N == 0)
+    return;
+  if (K == 0)
+    return gemmEmpty(M, N, beta, C, ldc);
+  timedGemm(M, N, K, [&] {
+    gemmF32(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  });
+}
+
+inline void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                  double alpha, const double *A, int64_t lda, const double *B,
                  int64_t ldb, double beta, double *C, int64_t ldc) {
   if (M == 0 || N == 0)
     return;
   if (K == 0)
     return gemmEmpty(M, N, beta, C, ldc);
-  cblas_dgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-              transB ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha,
-              A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+  timedGemm(M, N, K, [&] {
+    cblas_dgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                transB ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+                alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+  });
 }
 
 } // namespace detail

@@ -123,6 +123,12 @@ public:
            (out <= 3 && k.kind == OpKind::MoEBwdWeight);
   }
 
+  void timeGemms(bool on) override { detail::gemmClock().on = on; }
+  GemmTime gemmTime() const override {
+    const detail::GemmClock &c = detail::gemmClock();
+    return {c.seconds, c.flops};
+  }
+
   std::vector<std::string> ops() const { return table.names(); }
 
 private:

@@ -143,6 +143,18 @@ public:
   };
   virtual Transfers transfers() const { return {}; }
 
+  /// Timing of the GEMMs the calling thread runs (each rank computes on
+  /// one): timeGemms(true) starts it, gemmTime() reads the totals so far.
+  /// The executor turns it on with --trace and records each step's share
+  /// (the step events' gemm_us and gemm_gflop, docs/runtime.md). Seconds
+  /// -1: the backend does not time its GEMMs (device backends, whose
+  /// products are asynchronous).
+  struct GemmTime {
+    double seconds = -1, flops = 0;
+  };
+  virtual void timeGemms(bool /*on*/) {}
+  virtual GemmTime gemmTime() const { return {}; }
+
   //===--- Device backends (docs/runtime-gpu.md) ---===//
   //
   // Ordering: run, copy, fillZero, accumulate and scale are queued in order
