@@ -52,10 +52,16 @@ attention; peer_models.flops_per_token). Per side and schedule, the step's
 core-seconds (ranks x step time) split into
   at sgemm rate   model FLOPs / sgemm rate: the roofline fraction
   other compute   the rest of the compute actions (non-GEMM operators,
-                  GEMMs below the rate, per-op overhead)
+                  GEMMs below the rate, per-op overhead); PipeForge's split
+                  into its GEMMs' time beyond the sgemm rate and the rest,
+                  from its trace's per-step GEMM time (args.gemm_us)
   optimizer       PipeForge: step time after its last action (gradient
                   reductions + AdamW); PyTorch: optimizer.step()
   idle            bubble and communication waits (the rest)
+A last table bounds what removing PipeForge's operators can give: its ratio
+divided by (1 - the non-GEMM share of its compute), i.e. its GEMMs at the
+rate measured in the step and everything else (bubbles, waits, optimizer)
+shrinking with the compute.
 PipeForge's compute is its trace's compute events less their receive waits
 (args.wait_us); PyTorch's the wall time of PipelineStage.forward_one_chunk,
 backward_one_chunk, backward_weight_one_chunk and the loss function (the
@@ -439,9 +445,11 @@ def pf_stages(compile_bin, prog, env, cfg):
 
 
 def pf_trace_split(path, warmup, step_times):
-    """Per timed step, summed over ranks: (compute, after-actions, idle)
-    seconds from pipeforge-run's trace. step_times: rank 0's step seconds
-    (from tokens/s), 1-based steps -> index k-1."""
+    """Per timed step, summed over ranks: (step seconds, ranks, compute,
+    after-actions, idle, GEMM) seconds from pipeforge-run's trace (GEMM:
+    the step events' gemm_us, None where the backend did not time them).
+    step_times: rank 0's step seconds (from tokens/s), 1-based steps ->
+    index k-1."""
     with open(path) as f:
         t = json.load(f)
     ev = t["traceEvents"] if isinstance(t, dict) else t
@@ -450,16 +458,19 @@ def pf_trace_split(path, warmup, step_times):
         if e.get("ph") != "X":
             continue
         if e.get("tid") == 2 and e.get("name", "").startswith("step "):
-            steps[(e["pid"], int(e["name"].split()[1]))] = (e["ts"], e["dur"])
+            steps[(e["pid"], int(e["name"].split()[1]))] = (
+                e["ts"], e["dur"], (e.get("args") or {}).get("gemm_us"))
         elif e.get("tid") == 0:
             comp.setdefault(e["pid"], []).append(e)
     out = []
     for k in range(warmup + 1, len(step_times) + 1):
         T = step_times[k - 1]
         busy = post = idle = 0.0
+        gemm = 0.0
         pids = [p for (p, kk) in steps if kk == k]
         for p in pids:
-            ts, dur = steps[(p, k)]
+            ts, dur, g_us = steps[(p, k)]
+            gemm = None if gemm is None or g_us is None else gemm + g_us * 1e-6
             end_kept, b = -1.0, 0.0
             for e in sorted(comp.get(p, []), key=lambda e: e["ts"]):
                 if e["ts"] < ts or e["ts"] > ts + dur or e["ts"] < end_kept:
@@ -469,7 +480,7 @@ def pf_trace_split(path, warmup, step_times):
             busy += b * 1e-6
             idle += (dur - b) * 1e-6
             post += max(0.0, T - dur * 1e-6)
-        out.append((T, len(pids), busy, post, idle))
+        out.append((T, len(pids), busy, post, idle, gemm))
     return out
 
 
@@ -734,8 +745,9 @@ def report(a, R):
     print_table(hdr, rows, a.markdown)
 
     hdr = ["schedule", "side", "GFLOP/s per core", "of sgemm (at sgemm rate)",
-           "other compute", "optimizer", "idle (bubble + comm)"]
-    rows = []
+           "other compute", "(of which GEMMs below the rate / non-GEMM)",
+           "optimizer", "idle (bubble + comm)"]
+    rows, ceil_rows = [], []
     for sc in R["scheds"]:
         d = res[sc]
         for side, rate, label in (("pf", pf_rate, "PipeForge"), ("pt", pt_rate, "PyTorch")):
@@ -752,12 +764,36 @@ def report(a, R):
             opt = statistics.median(x[3] for x in sp) / core_s
             idle = statistics.median(x[4] for x in sp) / core_s
             pct = lambda v: f"{100 * v:.0f}%"
+            gemms = [x[5] for x in sp if len(x) > 5 and x[5] is not None]
+            split = "n/a"
+            if gemms:
+                g = statistics.median(gemms) / core_s
+                split = f"{pct(g - roof)} / {pct(comp - g)}"
+                # The ratio if PipeForge's non-GEMM compute took no time,
+                # its GEMMs kept their measured rate and everything else
+                # (bubbles, waits, the optimizer) shrank with the compute:
+                # an upper bound of what removing operators can give.
+                if side == "pf" and d["ratio"] and comp > 0:
+                    free = (comp - g) / comp
+                    ratio = statistics.median(d["ratio"])
+                    ceil_rows.append(["none (1 process)" if sc == "none" else sc,
+                                      f"{ratio:.2f}", pct(g / comp), pct(free),
+                                      f"{ratio / (1 - free):.2f}"])
             rows.append(["none (1 process)" if sc == "none" else sc, label,
-                         f"{gf:.1f}", pct(roof), pct(comp - roof), pct(opt), pct(idle)])
+                         f"{gf:.1f}", pct(roof), pct(comp - roof), split,
+                         pct(opt), pct(idle)])
     print("Where the step's core-seconds go (ranks x step time; medians over "
           "the timed steps; 'of sgemm' = model FLOP/s per core / that side's "
-          "sgemm rate):")
+          "sgemm rate; PipeForge's GEMMs timed in its trace):")
     print_table(hdr, rows, a.markdown)
+    if ceil_rows:
+        print("PipeForge's GEMM bound: the ratio if its non-GEMM compute took no "
+              "time (GEMMs at their measured rate; bubbles, waits and the "
+              "optimizer shrinking with the compute: ratio / (1 - non-GEMM "
+              "share of the compute)):")
+        print_table(["schedule", "ratio", "GEMMs of PF compute",
+                     "non-GEMM of PF compute", "ratio bound"], ceil_rows,
+                    a.markdown)
 
 
 def main():
