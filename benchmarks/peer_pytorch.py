@@ -447,7 +447,8 @@ def pf_stages(compile_bin, prog, env, cfg):
 def pf_trace_split(path, warmup, step_times):
     """Per timed step, summed over ranks: (step seconds, ranks, compute,
     after-actions, idle, GEMM) seconds from pipeforge-run's trace (GEMM:
-    the step events' gemm_us, None where the backend did not time them).
+    the step events' gemm_us, None where the backend did not time them),
+    and the seconds per op kind (ops_us) as a dict.
     step_times: rank 0's step seconds (from tokens/s), 1-based steps ->
     index k-1."""
     with open(path) as f:
@@ -458,19 +459,22 @@ def pf_trace_split(path, warmup, step_times):
         if e.get("ph") != "X":
             continue
         if e.get("tid") == 2 and e.get("name", "").startswith("step "):
+            a_ = e.get("args") or {}
             steps[(e["pid"], int(e["name"].split()[1]))] = (
-                e["ts"], e["dur"], (e.get("args") or {}).get("gemm_us"))
+                e["ts"], e["dur"], a_.get("gemm_us"), a_.get("ops_us") or {})
         elif e.get("tid") == 0:
             comp.setdefault(e["pid"], []).append(e)
     out = []
     for k in range(warmup + 1, len(step_times) + 1):
         T = step_times[k - 1]
         busy = post = idle = 0.0
-        gemm = 0.0
+        gemm, ops = 0.0, {}
         pids = [p for (p, kk) in steps if kk == k]
         for p in pids:
-            ts, dur, g_us = steps[(p, k)]
+            ts, dur, g_us, o_us = steps[(p, k)]
             gemm = None if gemm is None or g_us is None else gemm + g_us * 1e-6
+            for name, us in o_us.items():
+                ops[name] = ops.get(name, 0.0) + us * 1e-6
             end_kept, b = -1.0, 0.0
             for e in sorted(comp.get(p, []), key=lambda e: e["ts"]):
                 if e["ts"] < ts or e["ts"] > ts + dur or e["ts"] < end_kept:
@@ -480,7 +484,7 @@ def pf_trace_split(path, warmup, step_times):
             busy += b * 1e-6
             idle += (dur - b) * 1e-6
             post += max(0.0, T - dur * 1e-6)
-        out.append((T, len(pids), busy, post, idle, gemm))
+        out.append((T, len(pids), busy, post, idle, gemm, ops))
     return out
 
 
@@ -794,6 +798,24 @@ def report(a, R):
         print_table(["schedule", "ratio", "GEMMs of PF compute",
                      "non-GEMM of PF compute", "ratio bound"], ceil_rows,
                     a.markdown)
+    # PipeForge's compute by op kind (its trace's ops_us), per schedule.
+    shares = {}
+    for sc in R["scheds"]:
+        sp = [x for x in res[sc]["pf_split"] if len(x) > 6 and x[6]]
+        if not sp:
+            continue
+        names = set().union(*(x[6] for x in sp))
+        shares[sc] = {n: statistics.median(x[6].get(n, 0.0) / x[2] for x in sp)
+                      for n in names}
+    if shares:
+        order = sorted(set().union(*shares.values()),
+                       key=lambda n: -max(v.get(n, 0.0) for v in shares.values()))
+        rows = [[n] + [f"{100 * shares[sc].get(n, 0.0):.1f}%" if sc in shares
+                       else "n/a" for sc in R["scheds"]] for n in order]
+        print("PipeForge's compute by op kind (share of its compute time, "
+              "medians over the timed steps; its trace's ops_us):")
+        print_table(["op"] + ["none (1 process)" if sc == "none" else sc
+                              for sc in R["scheds"]], rows, a.markdown)
 
 
 def main():

@@ -425,6 +425,7 @@ Expected<StepStats> Executor::Impl::step() {
   if (opts.trace)
     be.timeGemms(true);
   const Backend::GemmTime gemm0 = be.gemmTime();
+  opSeconds.fill(0);
   if (Status s = restoreGrads(); !s)
     return s;
   // The gradients are not cleared: each one's first write of the step
@@ -562,16 +563,28 @@ Expected<StepStats> Executor::Impl::step() {
     // One event per step on tid 2: the schedule part (barrier exit to the
     // last send's completion); drain = waiting for sends after the last action.
     double t1 = nowS();
-    char sa[160];
-    int n = std::snprintf(sa, sizeof sa, "\"actions\":%zu,\"drain_us\":%.3f",
-                          acts.size(), (t1 - loopEnd) * 1e6);
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "\"actions\":%zu,\"drain_us\":%.3f",
+                  acts.size(), (t1 - loopEnd) * 1e6);
+    std::string sa = buf;
     // The step's GEMMs on this rank (a CPU backend times them).
     const Backend::GemmTime gemm1 = be.gemmTime();
-    if (gemm1.seconds >= 0 && n > 0 && size_t(n) < sizeof sa)
-      std::snprintf(sa + n, sizeof sa - size_t(n),
-                    ",\"gemm_us\":%.3f,\"gemm_gflop\":%.6f",
+    if (gemm1.seconds >= 0) {
+      std::snprintf(buf, sizeof buf, ",\"gemm_us\":%.3f,\"gemm_gflop\":%.6f",
                     (gemm1.seconds - gemm0.seconds) * 1e6,
                     (gemm1.flops - gemm0.flops) * 1e-9);
+      sa += buf;
+    }
+    // Its kernels' time per op kind (host backends).
+    std::string ops;
+    for (size_t k = 0; k < kNumOpKinds; ++k)
+      if (opSeconds[k] > 0) {
+        std::snprintf(buf, sizeof buf, "%s\"%s\":%.3f", ops.empty() ? "" : ",",
+                      opName(OpKind(k)), opSeconds[k] * 1e6);
+        ops += buf;
+      }
+    if (!ops.empty())
+      sa += ",\"ops_us\":{" + ops + "}";
     record("step " + std::to_string(stepNo + 1), 2, t0, t1, sa);
   }
   if (!inbox.empty() || !outbox.empty())

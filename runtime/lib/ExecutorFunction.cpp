@@ -357,8 +357,14 @@ Status Executor::Impl::fnStep(FnRun &r, bool &posted) {
       return Status::ok();
     }
     if (runsOnBackend(k)) {
+      // --trace on a host backend (its kernels are synchronous): the
+      // step's time per op kind.
+      const bool timed = opts.trace && be.hostVisible();
+      const double t0 = timed ? nowS() : 0;
       if (Status s = be.run(r.call); !s)
         return fnError(r, s.message());
+      if (timed)
+        opSeconds[size_t(k.kind)] += nowS() - t0;
       ++r.next;
       return Status::ok();
     }

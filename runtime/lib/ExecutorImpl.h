@@ -438,6 +438,9 @@ struct Executor::Impl {
   double lossSum = 0;
   int lossCount = 0;
   double busy = 0;
+  /// With --trace on a host backend: the step's seconds in each op kind's
+  /// kernels (Backend::run; the step event's args.ops_us).
+  std::array<double, kNumOpKinds> opSeconds{};
   double waited = 0;    ///< seconds blocked in receive waits (trace args)
   double a2aWaited = 0; ///< seconds blocked in all-to-all waits (trace args)
   std::vector<TraceEvent> events;

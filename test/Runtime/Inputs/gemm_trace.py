@@ -1,9 +1,11 @@
-"""The GEMM fields of pipeforge-run's trace (docs/runtime.md, "Trace"):
-every step event on a CPU rank carries gemm_us (the step's time in GEMMs
-on that rank) and gemm_gflop (their FLOPs). Prints, per trace, the step
-count and each step's GFLOP summed over the ranks (the same on every
-step, since every step runs the same products); fails when a field is
-missing or a time is not within (0, the step's duration]."""
+"""The kernel-time fields of pipeforge-run's trace (docs/runtime.md,
+"Measured vs simulated"): every step event on a CPU rank carries gemm_us
+(the step's time in GEMMs on that rank), gemm_gflop (their FLOPs) and
+ops_us (its kernels' time per op kind). Prints, per trace, the step count
+and each step's GFLOP summed over the ranks (the same on every step, since
+every step runs the same products), and the op kinds timed; fails when a
+field is missing or the times do not nest: 0 < gemm_us <= the sum of
+ops_us <= the step's duration (the GEMMs run inside the kernels)."""
 import json
 import sys
 
@@ -11,15 +13,20 @@ import sys
 def main(path):
     with open(path) as f:
         ev = json.load(f)["traceEvents"]
-    steps = {}
+    steps, kinds = {}, set()
     for e in ev:
         if e.get("ph") != "X" or not e.get("name", "").startswith("step "):
             continue
         a = e.get("args") or {}
         if "gemm_us" not in a or "gemm_gflop" not in a:
             sys.exit(f"{path}: {e['name']} on pid {e['pid']}: no gemm_us/gemm_gflop")
-        if not 0 < a["gemm_us"] <= e["dur"]:
-            sys.exit(f"{path}: {e['name']}: gemm_us {a['gemm_us']} not in (0, {e['dur']}]")
+        ops = a.get("ops_us") or {}
+        if "linear" not in ops:
+            sys.exit(f"{path}: {e['name']} on pid {e['pid']}: no ops_us.linear")
+        kinds.update(ops)
+        if not 0 < a["gemm_us"] <= sum(ops.values()) <= e["dur"]:
+            sys.exit(f"{path}: {e['name']}: not 0 < gemm_us {a['gemm_us']} <= "
+                     f"ops {sum(ops.values())} <= step {e['dur']}")
         if a["gemm_gflop"] <= 0:
             sys.exit(f"{path}: {e['name']}: gemm_gflop {a['gemm_gflop']}")
         steps.setdefault(e["name"], []).append(a["gemm_gflop"])
@@ -28,6 +35,7 @@ def main(path):
         sys.exit(f"{path}: the steps' GEMM FLOPs differ: {sorted(per_step)}")
     print(f"steps {len(steps)} ranks {len(next(iter(steps.values())))} "
           f"gemm_gflop_per_step {per_step.pop():.6f}")
+    print("ops " + " ".join(sorted(kinds)))
 
 
 if __name__ == "__main__":
