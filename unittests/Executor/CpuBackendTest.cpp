@@ -115,6 +115,51 @@ TEST(CpuBackend, LinearBwdWeightAddsWhereAsked) {
   EXPECT_FLOAT_EQ(dbv[0], 3);
 }
 
+/// Backend::timeGemms / gemmTime (the trace's gemm_us and gemm_gflop):
+/// on the CPU the clock counts this thread's GEMMs while on, each product's
+/// 2 M N K FLOPs exactly; off, nothing; a device backend's default says it
+/// does not time them.
+TEST(CpuBackend, GemmClockCountsTheProductsWhileOn) {
+  auto be = createCpuBackend();
+  Kernel k;
+  k.op = "linear_bwd_weight";
+  k.kind = OpKind::LinearBwdWeight;
+  TensorType x{DType::F32, {2, 3}}, dy{DType::F32, {2, 4}},
+      dw{DType::F32, {4, 3}};
+  float xv[6] = {1, 2, 3, 4, 5, 6}, dyv[8] = {1, 2, 3, 4, 5, 6, 7, 8},
+        dwv[12] = {};
+  KernelCall c{&k, {xv, dyv}, {&x, &dy}, {dwv}, {&dw}};
+  be->timeGemms(false);
+  const Backend::GemmTime t0 = be->gemmTime();
+  ASSERT_TRUE(be->run(c).isOk());
+  Backend::GemmTime t1 = be->gemmTime();
+  EXPECT_EQ(t1.flops, t0.flops); // off: not counted
+  EXPECT_EQ(t1.seconds, t0.seconds);
+  be->timeGemms(true);
+  ASSERT_TRUE(be->run(c).isOk());
+  ASSERT_TRUE(be->run(c).isOk());
+  t1 = be->gemmTime();
+  be->timeGemms(false);
+  EXPECT_EQ(t1.flops - t0.flops, 2 * (2.0 * 4 * 3 * 2)); // dW [4, 3], K = 2
+  EXPECT_GT(t1.seconds, t0.seconds);
+  EXPECT_GE(t0.seconds, 0.0);
+  struct Untimed final : Backend {
+    const char *name() const override { return "untimed"; }
+    bool hostVisible() const override { return false; }
+    void *alloc(int64_t) override { return nullptr; }
+    void free(void *) override {}
+    void copyToHost(void *, const void *, int64_t) override {}
+    void copyFromHost(void *, const void *, int64_t) override {}
+    void copy(void *, const void *, int64_t) override {}
+    void fillZero(void *, int64_t) override {}
+    void accumulate(float *, const float *, int64_t) override {}
+    void scale(float *, float, int64_t) override {}
+    Status run(const KernelCall &) override { return Status::ok(); }
+  } untimed;
+  untimed.timeGemms(true);
+  EXPECT_LT(untimed.gemmTime().seconds, 0.0);
+}
+
 namespace {
 /// dW of linear_bwd_weight (x [tokens, in], dy [tokens, out]) on `be`:
 /// added to `grad` (addTo) or, as the executor did before, into a cleared
