@@ -343,6 +343,10 @@ Status Executor::Impl::runTensorParallelDevice(const KernelCall &c) {
 
 Status Executor::Impl::fnStep(FnRun &r, bool &posted) {
   posted = false;
+  // --trace on a host backend (its kernels are synchronous): the step's
+  // time per op kind (a phased moe's without its all-to-all waits).
+  const bool timed = opts.trace && be.hostVisible();
+  const double t0 = timed ? nowS() : 0;
   if (r.moe) {
     if (Status s = r.moe->next(); !s)
       return fnError(r, s.message());
@@ -357,14 +361,11 @@ Status Executor::Impl::fnStep(FnRun &r, bool &posted) {
       return Status::ok();
     }
     if (runsOnBackend(k)) {
-      // --trace on a host backend (its kernels are synchronous): the
-      // step's time per op kind.
-      const bool timed = opts.trace && be.hostVisible();
-      const double t0 = timed ? nowS() : 0;
+      const double t1 = timed ? nowS() : 0;
       if (Status s = be.run(r.call); !s)
         return fnError(r, s.message());
       if (timed)
-        opSeconds[size_t(k.kind)] += nowS() - t0;
+        opSeconds[size_t(k.kind)] += nowS() - t1;
       ++r.next;
       return Status::ok();
     }
@@ -375,6 +376,13 @@ Status Executor::Impl::fnStep(FnRun &r, bool &posted) {
     if (!m)
       return fnError(r, m.status().message());
     r.moe = std::move(*m);
+  }
+  if (timed) {
+    double waits = 0;
+    for (const MoEPhased::CommTiming &t : r.moe->timings)
+      waits += t.waitEnd - t.waitStart;
+    opSeconds[size_t(r.call.kernel->kind)] +=
+        std::max(0.0, nowS() - t0 - waits);
   }
   recordMoE(r, *r.moe, r.label + " " + r.call.kernel->op);
   if (r.moe->done()) {

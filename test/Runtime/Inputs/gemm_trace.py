@@ -30,11 +30,14 @@ def main(path):
         if a["gemm_gflop"] <= 0:
             sys.exit(f"{path}: {e['name']}: gemm_gflop {a['gemm_gflop']}")
         steps.setdefault(e["name"], []).append(a["gemm_gflop"])
-    per_step = {round(sum(v), 6) for v in steps.values()}
-    if len(per_step) != 1:
+    # Each rank's value is printed to 1e-6 GFLOP: the sums agree to that
+    # rounding (a rank's own share may vary: an expert-parallel moe routes
+    # each step's tokens anew).
+    per_step = [sum(v) for v in steps.values()]
+    if max(per_step) - min(per_step) > 1e-6 * len(next(iter(steps.values()))):
         sys.exit(f"{path}: the steps' GEMM FLOPs differ: {sorted(per_step)}")
     print(f"steps {len(steps)} ranks {len(next(iter(steps.values())))} "
-          f"gemm_gflop_per_step {per_step.pop():.6f}")
+          f"gemm_gflop_per_step {min(per_step):.6f}")
     print("ops " + " ".join(sorted(kinds)))
 
 
