@@ -55,9 +55,16 @@ inline GemmClock &gemmClock() {
   thread_local GemmClock c;
   return c;
 }
-/// Runs `product` (a GEMM of M x N x K), timed when the clock is on.
-template <class Fn>
-inline void timedGemm(int64_t M, int64_t N, int64_t K, Fn product) {
+/// C = op(A) op(B) [M, N] by `product` (one library call), after the cases
+/// the libraries reject (an empty C; K = 0: C = beta C), timed when the
+/// clock is on.
+template <typename T, class Fn>
+inline void gemmChecked(int64_t M, int64_t N, int64_t K, T beta, T *C,
+                        int64_t ldc, Fn product) {
+  if (M == 0 || N == 0)
+    return;
+  if (K == 0)
+    return gemmEmpty(M, N, beta, C, ldc);
   GemmClock &c = gemmClock();
   if (!c.on)
     return product();
@@ -95,11 +102,7 @@ inline void gemmF32(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
 inline void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                  float alpha, const float *A, int64_t lda, const float *B,
                  int64_t ldb, float beta, float *C, int64_t ldc) {
-  if (M == 0 || N == 0)
-    return;
-  if (K == 0)
-    return gemmEmpty(M, N, beta, C, ldc);
-  timedGemm(M, N, K, [&] {
+  gemmChecked(M, N, K, beta, C, ldc, [&] {
     gemmF32(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   });
 }
@@ -107,11 +110,7 @@ inline void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
 inline void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                  double alpha, const double *A, int64_t lda, const double *B,
                  int64_t ldb, double beta, double *C, int64_t ldc) {
-  if (M == 0 || N == 0)
-    return;
-  if (K == 0)
-    return gemmEmpty(M, N, beta, C, ldc);
-  timedGemm(M, N, K, [&] {
+  gemmChecked(M, N, K, beta, C, ldc, [&] {
     cblas_dgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
                 transB ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
                 alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
